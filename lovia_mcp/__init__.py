@@ -1,0 +1,39 @@
+"""lovia-mcp: lovia's MCP plugin with process isolation.
+
+Layout: this package is the *agent side*. It imports ``lovia`` and never
+``mcp`` (with ``isolation="process"`` the agent process never loads it).
+
+- ``config``: frozen server configs and ``Limits``;
+- ``plugin``: the ``MCP`` lovia plugin;
+- ``connection``: the live connection, request ids, retries, error mapping;
+- ``render``: results and schemas as the model sees them;
+- ``_channel``: the worker process (forkserver, pipe) or the in-process host;
+- ``cli``: the ``lovia-mcp`` command.
+
+The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
+repository); its ``protocol`` module is the only one both sides import.
+"""
+
+from lovia.exceptions import MCPError, UserError
+
+from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from .connection import MCPConnection
+from .plugin import MCP, MCPServerLike
+from .render import MCPToolResult, normalize_schema, render_mcp_content
+from lovia_mcp_worker.protocol import Limits, Stats
+
+__all__ = [
+    "MCP",
+    "Limits",
+    "MCPConnection",
+    "MCPError",
+    "MCPServer",
+    "MCPServerLike",
+    "MCPServerStdio",
+    "MCPServerStreamableHTTP",
+    "MCPToolResult",
+    "Stats",
+    "UserError",
+    "normalize_schema",
+    "render_mcp_content",
+]

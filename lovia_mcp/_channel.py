@@ -1,0 +1,326 @@
+"""Channels from a connection to its session host.
+
+- :class:`ProcessChannel`: a worker process forked from a ``multiprocess``
+  forkserver that has the worker package and ``mcp`` preloaded; frames over a
+  socket pair, read without ever blocking the agent's event loop, decoded
+  only as typed msgspec with a size cap.
+- :class:`LocalChannel`: the same :class:`~lovia_mcp_worker.host.Host` in
+  the agent's own loop (``isolation="none"``); messages are passed as objects.
+
+Caveats: the forkserver is process-global (one per agent process, shared with
+any other ``multiprocess`` forkserver user). Where it does not exist (not
+POSIX) workers are spawned, which costs a fresh interpreter per worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from lovia_mcp_worker.protocol import (
+    HEADER,
+    MAX_FRAME_BYTES,
+    AgentMessage,
+    WorkerMessage,
+    agent_decoder,
+    encoder,
+)
+
+# Modules the forkserver imports once so every worker starts with them loaded.
+PRELOAD: Final = [
+    "lovia_mcp_worker.main",
+    "lovia_mcp_worker.host",
+    "mcp",
+    "mcp.client.stdio",
+    "mcp.client.streamable_http",
+    "mcp.shared._httpx_utils",
+]
+# How long a worker gets to exit after its pipe closed or Close was answered.
+WORKER_EXIT_WAIT: Final = 5.0
+
+OnMessage = Callable[[WorkerMessage], None]
+OnLost = Callable[[str], None]
+
+_ctx_lock = threading.Lock()
+_ctx: Any = None
+
+
+def _context() -> Any:
+    global _ctx
+    with _ctx_lock:
+        if _ctx is None:
+            import multiprocess
+
+            methods = multiprocess.get_all_start_methods()
+            if "forkserver" in methods:
+                ctx = multiprocess.get_context("forkserver")
+                ctx.set_forkserver_preload(PRELOAD)
+            else:  # pragma: no cover - non-POSIX
+                ctx = multiprocess.get_context("spawn")
+            _ctx = (ctx, _worker_process_class(ctx))
+        return _ctx[0]
+
+
+def _process_class() -> Any:
+    _context()
+    return _ctx[1]
+
+
+def _worker_process_class(ctx: Any) -> Any:
+    """A Process class whose children never re-import the agent's ``__main__``.
+
+    multiprocessing's preparation data tells a child to import the parent's
+    main module (the "safe importing of main module" rule). A worker needs
+    nothing from it, and importing it would run an unguarded script again and
+    cost its import time on every worker start.
+    """
+    if ctx.get_start_method() != "forkserver":
+        return ctx.Process
+    import io
+
+    from multiprocess import forkserver, popen_forkserver, spawn, util
+    from multiprocess.context import reduction, set_spawning_popen
+
+    class _Popen(popen_forkserver.Popen):  # type: ignore[misc]
+        def _launch(self, process_obj: Any) -> None:
+            # popen_forkserver.Popen._launch, minus the main-module entries.
+            prep_data = spawn.get_preparation_data(process_obj._name)
+            prep_data.pop("init_main_from_path", None)
+            prep_data.pop("init_main_from_name", None)
+            buf = io.BytesIO()
+            set_spawning_popen(self)
+            try:
+                reduction.dump(prep_data, buf)
+                reduction.dump(process_obj, buf)
+            finally:
+                set_spawning_popen(None)
+            self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+            parent_w = os.dup(w)
+            self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
+            with open(w, "wb", closefd=True) as f:
+                f.write(buf.getbuffer())
+            self.pid = forkserver.read_signed(self.sentinel)
+
+    class WorkerProcess(ctx.Process):  # type: ignore[misc,name-defined]
+        @staticmethod
+        def _Popen(process_obj: Any) -> Any:
+            return _Popen(process_obj)
+
+    return WorkerProcess
+
+
+def warm_up() -> None:
+    """Start the forkserver now (it imports ``mcp`` in the background)."""
+    ctx = _context()
+    if ctx.get_start_method() == "forkserver":
+        from multiprocess import forkserver
+
+        forkserver.ensure_running()
+
+
+def warm_up_soon() -> None:
+    """:func:`warm_up` on a daemon thread, so building a plugin never blocks."""
+    threading.Thread(target=_quiet_warm_up, name="lovia-mcp-warm-up", daemon=True).start()
+
+
+def _quiet_warm_up() -> None:
+    with contextlib.suppress(Exception):
+        warm_up()
+
+
+class _Reader(asyncio.Protocol):
+    """Length-prefixed frames from the worker; never blocks the loop."""
+
+    def __init__(self, on_message: OnMessage, on_lost: Callable[[str | None], None]) -> None:
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._dec = agent_decoder()
+        self._chunks: list[bytes] = []
+        self._have = 0
+        self._need: int | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._have += len(data)
+        while True:
+            if self._need is None:
+                if self._have < HEADER.size:
+                    return
+                buf = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+                (need,) = HEADER.unpack_from(buf)
+                if need > MAX_FRAME_BYTES:
+                    self._fail(f"the worker sent a {need:,}-byte frame (cap {MAX_FRAME_BYTES:,})")
+                    return
+                self._need = need
+                rest = buf[HEADER.size :]
+                self._chunks, self._have = ([rest] if rest else []), len(rest)
+            if self._have < self._need:
+                return
+            buf = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+            need = self._need
+            if len(buf) == need:
+                body, self._chunks, self._have = buf, [], 0
+            else:
+                body, rest = buf[:need], buf[need:]
+                self._chunks, self._have = [rest], len(rest)
+            self._need = None
+            try:
+                msg = self._dec.decode(body)
+            except msgspec.DecodeError as exc:
+                self._fail(f"the worker sent an undecodable message: {exc}")
+                return
+            self._on_message(msg)
+
+    def _fail(self, why: str) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        self._on_lost(why)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost(None)
+
+
+class ProcessChannel:
+    """A worker process reached over a socket pair."""
+
+    def __init__(self) -> None:
+        self._enc = encoder()
+        self._proc: Any = None
+        self._transport: asyncio.Transport | None = None
+        self._lost = False
+        self.pid: int | None = None
+
+    async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
+        ctx = _context()
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        from lovia_mcp_worker.main import run
+
+        proc = _process_class()(target=run, args=(child_conn,), name="lovia-mcp-worker", daemon=False)
+        try:
+            # Blocking (a forkserver round trip; the first one waits for the
+            # preload), so it runs on a thread, never on the agent's loop.
+            await asyncio.to_thread(proc.start)
+        finally:
+            child_conn.close()
+        self._proc = proc
+        self.pid = proc.pid
+        sock = socket.socket(fileno=os.dup(parent_conn.fileno()))
+        parent_conn.close()
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+
+        def lost(why: str | None) -> None:
+            if self._lost:
+                return
+            self._lost = True
+            if why is not None:
+                on_lost(why)
+                return
+            # The exit status takes a join; never on the loop.
+            task = loop.create_task(asyncio.to_thread(self._exit_description))
+            task.add_done_callback(lambda t: on_lost(t.result()))
+
+        self._transport, _ = await loop.create_connection(lambda: _Reader(on_message, lost), sock=sock)
+
+    def _exit_description(self) -> str:
+        proc = self._proc
+        code = None
+        if proc is not None:
+            with contextlib.suppress(Exception):
+                proc.join(0.5)
+                code = proc.exitcode
+        if code is None:
+            return "the worker process closed its pipe"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the worker process was killed by {name}"
+        return f"the worker process exited with code {code}"
+
+    @property
+    def alive(self) -> bool:
+        return not self._lost
+
+    def send(self, msg: AgentMessage) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        body = self._enc.encode(msg)
+        transport.writelines((HEADER.pack(len(body)), body))
+
+    async def aclose(self) -> None:
+        """Drop the pipe and make sure the worker is gone (bounded)."""
+        self._lost = True
+        if self._transport is not None:
+            self._transport.close()
+        proc = self._proc
+        if proc is None:
+            return
+        await asyncio.to_thread(_reap, proc)
+
+    def kill(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(proc.pid, signal.SIGKILL)
+
+
+def _reap(proc: Any) -> None:
+    proc.join(WORKER_EXIT_WAIT)
+    if proc.exitcode is None:
+        with contextlib.suppress(Exception):
+            proc.kill()
+        proc.join(WORKER_EXIT_WAIT)
+
+
+class LocalChannel:
+    """The host in the agent's own event loop (``isolation="none"``)."""
+
+    def __init__(self) -> None:
+        self._host: Any = None
+        self.pid: int | None = os.getpid()
+        self.alive = True
+
+    async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
+        from lovia_mcp_worker.host import Host
+
+        self._host = Host(on_message, subreaper=False)
+
+    def send(self, msg: AgentMessage) -> None:
+        self._host.handle(msg)
+
+    async def aclose(self) -> None:
+        self.alive = False
+        if self._host is not None:
+            await self._host.aclose()
+
+    def kill(self) -> None:  # pragma: no cover - nothing to kill in-process
+        pass
+
+
+def supports_process_isolation() -> tuple[bool, str]:
+    if sys.platform.startswith("linux"):
+        return True, ""
+    return False, f"full supervision (subreaper, parent-death signal) is Linux-only; this is {sys.platform}"
+
+
+__all__ = ["LocalChannel", "ProcessChannel", "warm_up", "warm_up_soon"]

@@ -1,0 +1,227 @@
+"""Server configs: frozen, keyword-only, separate from the live connection.
+
+Opening a config yields a :class:`~lovia_mcp.connection.MCPConnection`; the
+config itself never holds state, so one config serves concurrent runs.
+Keyword-only on purpose: ``MCPServerStdio("npx")`` would otherwise silently
+set a name instead of a command.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from lovia.exceptions import UserError
+from lovia.tools.base import ApprovalPredicate, ToolResultRenderer
+from lovia_mcp_worker.protocol import Limits, ServerSpec
+
+if TYPE_CHECKING:
+    from .connection import MCPConnection
+
+Isolation = Literal["process", "none"]
+ISOLATIONS: Final = ("process", "none")
+
+# Spawn + handshake + tool listing. Generous: a first `npx -y pkg` or `uvx pkg`
+# downloads the package inside this window.
+DEFAULT_OPEN_TIMEOUT: Final = 120.0
+# Between the cancel notification for a timed-out call and killing the
+# server's tree: time for a well-behaved server to stop on its own.
+DEFAULT_KILL_GRACE: Final = 1.0
+# Crash-loop circuit: this many restarts within the window open it.
+DEFAULT_RESTART_LIMIT: Final = 5
+DEFAULT_RESTART_WINDOW: Final = 60.0
+
+
+def _names(value: Sequence[str] | None, field: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise UserError(
+            f"{field} must be a list of names, got {value!r}",
+            hint=f"Write {field}=[{value!r}]" if isinstance(value, str) else f"Pass {field} as a list of strings.",
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MCPServer:
+    """Options shared by every transport (see the README's table)."""
+
+    name: str | None = None
+    include_tools: list[str] | None = None
+    exclude_tools: list[str] | None = None
+    needs_approval: bool | ApprovalPredicate = False
+    retries: int | None = None
+    timeout: float | None = None
+    max_output_chars: int | None = None
+    result_renderer: ToolResultRenderer | None = None
+    auto_reconnect: bool = True
+    close_after_run: bool = True
+    defer: bool = False
+    isolation: Isolation | None = None
+    parallel: bool = True
+    limits: Limits | None = None
+    open_timeout: float = DEFAULT_OPEN_TIMEOUT
+    inherit_env: list[str] | None = None
+    on_timeout: Literal["kill", "cancel"] = "kill"
+    kill_grace: float = DEFAULT_KILL_GRACE
+    restart_limit: int = DEFAULT_RESTART_LIMIT
+    restart_window: float = DEFAULT_RESTART_WINDOW
+
+    def __post_init__(self) -> None:
+        if type(self) is MCPServer:
+            raise UserError(
+                "MCPServer is the shared base of the server configs.",
+                hint="Use MCPServerStdio(command=...) or MCPServerStreamableHTTP(url=...).",
+            )
+        if self.isolation is not None and self.isolation not in ISOLATIONS:
+            raise UserError(
+                f"unknown isolation {self.isolation!r}",
+                hint="Use isolation='process' (a worker per connection) or 'none' (in the agent process).",
+            )
+        if self.on_timeout not in ("kill", "cancel"):
+            raise UserError(
+                f"unknown on_timeout {self.on_timeout!r}",
+                hint="Use 'kill' (cancel, then kill the server tree) or 'cancel' (notification only).",
+            )
+        for field, value in (("timeout", self.timeout), ("open_timeout", self.open_timeout)):
+            if value is not None and not value > 0:
+                raise UserError(f"{field} must be a positive number of seconds, got {value!r}",
+                                hint=f"Pass {field}=30, say.")
+        if self.kill_grace < 0 or self.restart_limit < 1 or self.restart_window <= 0:
+            raise UserError("kill_grace must be >= 0, restart_limit >= 1 and restart_window > 0",
+                            hint="Keep the defaults unless you have a reason.")
+        if self.limits is not None and not isinstance(self.limits, Limits):
+            raise UserError(f"limits must be a Limits(...), got {type(self.limits).__name__}",
+                            hint="from lovia_mcp import Limits; limits=Limits(memory_mb=512)")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name):
+            raise UserError(f"name must be a non-empty string, got {self.name!r}", hint="name='github', say.")
+        _names(self.include_tools, "include_tools")
+        _names(self.exclude_tools, "exclude_tools")
+        _names(self.inherit_env, "inherit_env")
+
+    # -- opening ------------------------------------------------------------- #
+    async def open(self) -> MCPConnection:
+        """Open a fresh connection owned by the caller (the runtime, per run)."""
+        return await self._open(isolation=None, close_after_run=self.close_after_run)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[MCPConnection]:
+        """Open a persistent connection for reuse across runs; closed on exit."""
+        conn = await self._open(isolation=None, close_after_run=False)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    async def _open(self, *, isolation: Isolation | None, close_after_run: bool) -> MCPConnection:
+        from .connection import MCPConnection
+
+        mode: Isolation = self.isolation or isolation or "process"
+        conn = MCPConnection(self, isolation=mode, close_after_run=close_after_run)
+        await conn._connect()
+        return conn
+
+    # -- the worker's view --------------------------------------------------- #
+    def _spec(self) -> ServerSpec:
+        raise NotImplementedError
+
+    def _label(self) -> str:
+        raise NotImplementedError
+
+    def _common(self) -> dict[str, Any]:
+        return {
+            "name": self.name or self._label(),
+            "limits": self.limits or Limits(),
+            "open_timeout": float(self.open_timeout),
+            "kill_grace": float(self.kill_grace),
+            "on_timeout": self.on_timeout,
+            "restart_limit": self.restart_limit,
+            "restart_window": float(self.restart_window),
+        }
+
+    def _env(self, explicit: dict[str, str] | None) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for key in self.inherit_env or ():
+            value = os.environ.get(key)
+            if value is not None:
+                env[key] = value
+        env.update(explicit or {})
+        return env
+
+
+@dataclass(frozen=True, kw_only=True)
+class MCPServerStdio(MCPServer):
+    """Launch a local MCP server and speak MCP over its stdin/stdout."""
+
+    command: str
+    args: list[str] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.command, str) or not self.command.strip():
+            raise UserError(f"command must be a non-empty string, got {self.command!r}",
+                            hint="MCPServerStdio(command='uvx', args=['mcp-server-time'])")
+        if self.args is not None and (isinstance(self.args, str) or not all(isinstance(a, str) for a in self.args)):
+            raise UserError(f"args must be a list of strings, got {self.args!r}",
+                            hint="Split the arguments: args=['--root', '/tmp'], not a single string.")
+        if self.env is not None and not (
+            isinstance(self.env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items())
+        ):
+            raise UserError("env must map names to string values", hint="env={'API_URL': 'http://...'}")
+
+    def _label(self) -> str:
+        return os.path.basename(self.command)
+
+    def _spec(self) -> ServerSpec:
+        return ServerSpec(
+            transport="stdio",
+            command=self.command,
+            args=list(self.args or []),
+            env=self._env(self.env),
+            cwd=None if self.cwd is None else os.fspath(self.cwd),
+            **self._common(),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MCPServerStreamableHTTP(MCPServer):
+    """Connect to a streamable-HTTP MCP endpoint (from the worker, in process mode).
+
+    Process limits do not apply (there is no local server tree); timeouts,
+    crash containment of the client side and ``max_result_bytes`` do.
+    """
+
+    url: str
+    headers: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
+            raise UserError(f"url must be an http(s) URL, got {self.url!r}",
+                            hint="MCPServerStreamableHTTP(url='http://127.0.0.1:8000/mcp')")
+
+    def _label(self) -> str:
+        return self.url
+
+    def _spec(self) -> ServerSpec:
+        return ServerSpec(
+            transport="http",
+            url=self.url,
+            headers=dict(self.headers or {}),
+            **self._common(),
+        )
+
+
+__all__ = [
+    "DEFAULT_OPEN_TIMEOUT",
+    "Isolation",
+    "Limits",
+    "MCPServer",
+    "MCPServerStdio",
+    "MCPServerStreamableHTTP",
+]

@@ -1,0 +1,394 @@
+"""A live connection: the agent's handle on one server's session host.
+
+The connection sends typed requests with ids to its channel (a worker
+process, or the in-process host) and resolves them as answers arrive, so
+many calls can be in flight and concurrent runs can share one connection.
+It turns every worker :class:`~lovia_mcp_worker.protocol.Failure` into the
+right lovia error in one place (:meth:`MCPConnection._error`).
+
+Lifecycle: ``_connect`` starts the channel and waits for ``Opened`` (spawn,
+handshake, tool listing). A worker that dies is replaced on the next request;
+a server that dies is replaced by the worker. ``close`` is shielded from
+cancellation and bounded.
+
+Caveats: like lovia's plugin, the one retry after a lost connection is
+at-least-once: a server that died after doing the work but before answering
+does it twice. Use ``auto_reconnect=False`` for mutating tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+from lovia.exceptions import MCPError, UserError
+from lovia.run_context import RunContext
+from lovia.tools import Tool
+
+from lovia_mcp_worker.protocol import (
+    AgentMessage,
+    CallTool,
+    Cancel,
+    Close,
+    Closed,
+    Failure,
+    GetStats,
+    ListTools,
+    Log,
+    Open,
+    Opened,
+    Result,
+    Stats,
+    StatsReply,
+    ToolSpec,
+    Tools,
+    WorkerMessage,
+)
+
+from ._channel import LocalChannel, ProcessChannel
+from .render import MCPToolResult, default_renderer, normalize_schema
+
+if TYPE_CHECKING:
+    from .config import Isolation, MCPServer
+
+logger = logging.getLogger("lovia_mcp")
+
+# Bound on a close: the worker's own tree kill is bounded below this.
+CLOSE_WAIT: Final = 8.0
+# Failure kinds after which one retry on a fresh server can succeed.
+RETRYABLE: Final = frozenset({"server_exited", "worker_died", "protocol"})
+# Stderr lines quoted in an error's hint.
+HINT_STDERR_LINES: Final = 8
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.decode
+
+
+class _Retry(Exception):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class MCPConnection:
+    """A live connection and the lovia tools bound to it.
+
+    Made by ``server.open()`` / ``server.session()``. Satisfies the plugin's
+    server protocol (``close_after_run``, ``defer``, ``open``), so a
+    persistent connection can be handed to :class:`~lovia_mcp.MCP` directly;
+    a run never closes a connection it did not open.
+    """
+
+    def __init__(self, server: MCPServer, *, isolation: Isolation, close_after_run: bool) -> None:
+        self.server = server
+        self.isolation = isolation
+        self.prefix = server.name
+        self._close_after_run = close_after_run
+        self._spec = server._spec()
+        self._channel: ProcessChannel | LocalChannel | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[WorkerMessage]] = {}
+        self._ids = itertools.count(1)
+        self._tools: list[Tool] | None = None
+        self._closed = False
+        self._server_pid: int | None = None
+        self.worker_restarts = 0
+        self._server_log = logging.getLogger(f"lovia_mcp.server.{self._spec.name}")
+        self._renderer = server.result_renderer or default_renderer
+
+    # -- the plugin's view --------------------------------------------------- #
+    @property
+    def close_after_run(self) -> bool:
+        return self._close_after_run
+
+    @property
+    def defer(self) -> bool:
+        return self.server.defer
+
+    async def open(self) -> MCPConnection:
+        return self
+
+    async def __aenter__(self) -> MCPConnection:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    @property
+    def worker_pid(self) -> int | None:
+        ch = self._channel
+        return ch.pid if ch is not None and self.isolation == "process" else None
+
+    @property
+    def server_pid(self) -> int | None:
+        return self._server_pid
+
+    # -- tools --------------------------------------------------------------- #
+    def tools(self) -> list[Tool]:
+        if self._tools is None:
+            raise MCPError(
+                "MCP connection has no tools loaded.",
+                hint="Open the connection before requesting its tools.",
+            )
+        return list(self._tools)
+
+    async def refresh_tools(self) -> list[Tool]:
+        """Re-list the server's tools and rebuild the lovia tools."""
+        reply = await self._request(lambda i: ListTools(id=i), tool_name=None)
+        assert isinstance(reply, Tools)
+        self._tools = self._build_tools(reply.tools)
+        return list(self._tools)
+
+    def _build_tools(self, specs: list[ToolSpec]) -> list[Tool]:
+        server = self.server
+        include = set(server.include_tools) if server.include_tools is not None else None
+        exclude = set(server.exclude_tools or ())
+        tools: list[Tool] = []
+        for spec in specs:
+            if (include is not None and spec.name not in include) or spec.name in exclude:
+                continue
+            try:
+                schema = _json_decode(spec.input_schema)
+            except msgspec.DecodeError:
+                schema = None
+            tools.append(
+                Tool(
+                    name=f"{self.prefix}__{spec.name}" if self.prefix else spec.name,
+                    description=spec.description or "",
+                    parameters=normalize_schema(schema),
+                    invoke=self._make_invoke(spec.name),
+                    needs_approval=server.needs_approval,
+                    retries=server.retries,
+                    timeout=server.timeout,
+                    max_output_chars=server.max_output_chars,
+                    result_renderer=self._renderer,
+                    parallel=server.parallel,
+                )
+            )
+        return tools
+
+    def _make_invoke(self, tool_name: str) -> Any:
+        async def invoke(args: dict[str, Any], ctx: RunContext[Any]) -> MCPToolResult:
+            timeout = self.server.timeout
+            if timeout is None:
+                timeout = getattr(getattr(ctx, "agent", None), "default_tool_timeout", None)
+            return await self.call_tool(tool_name, args, timeout=timeout)
+
+        return invoke
+
+    # -- calls --------------------------------------------------------------- #
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> MCPToolResult:
+        """Call a tool by its raw name; ``timeout`` only classifies a cancellation.
+
+        The caller enforces the timeout (lovia's ``run_tool`` does, with
+        ``asyncio.wait_for``); when the call is cancelled at or after
+        ``timeout`` seconds, the worker applies ``on_timeout``.
+        """
+        body = _json_encode(arguments or {})
+        retried = False
+        while True:
+            try:
+                reply = await self._request(
+                    lambda i: CallTool(id=i, name=name, arguments=body), tool_name=name, timeout=timeout
+                )
+            except _Retry as r:
+                if not self.server.auto_reconnect or retried:
+                    raise r.error from None
+                retried = True
+                logger.warning("%s: retrying %r once on a fresh server after: %s", self._spec.name, name, r.error)
+                continue
+            assert isinstance(reply, Result)
+            structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
+            return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured)
+
+    async def _request(
+        self, make: Any, *, tool_name: str | None, timeout: float | None = None
+    ) -> WorkerMessage:
+        if self._closed:
+            raise MCPError(
+                "MCP connection is closed.",
+                hint="Open it per run, or keep it alive with 'async with server.session()'.",
+                tool_name=tool_name,
+            )
+        channel = await self._ready(tool_name)
+        rid = next(self._ids)
+        fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        msg: AgentMessage = make(rid)
+        started = time.monotonic()
+        channel.send(msg)
+        try:
+            reply = await fut
+        except asyncio.CancelledError:
+            self._pending.pop(rid, None)
+            if channel.alive:
+                # The tolerance absorbs timer granularity: wait_for fires at
+                # the deadline, never meaningfully before it.
+                timed_out = timeout is not None and time.monotonic() - started >= timeout - 0.01
+                channel.send(Cancel(id=rid, timed_out=timed_out))
+            raise
+        finally:
+            self._pending.pop(rid, None)
+        if isinstance(reply, Failure):
+            error = self._error(reply, tool_name)
+            if reply.kind in RETRYABLE:
+                raise _Retry(error)
+            raise error
+        return reply
+
+    async def _ready(self, tool_name: str | None) -> ProcessChannel | LocalChannel:
+        while True:
+            ch = self._channel
+            if ch is not None and ch.alive:
+                return ch
+            if self._starting is None:
+                self._starting = asyncio.ensure_future(self._start_channel())
+                self._starting.add_done_callback(self._start_done)
+            try:
+                await asyncio.shield(self._starting)
+            except _StartFailed as exc:
+                error = self._error(exc.failure, tool_name)
+                if exc.failure.kind in RETRYABLE:
+                    raise _Retry(error) from None
+                raise error from None
+
+    def _start_done(self, task: asyncio.Task[None]) -> None:
+        self._starting = None
+        if not task.cancelled():
+            task.exception()  # retrieved by the awaiting callers
+
+    async def _start_channel(self) -> None:
+        old = self._channel
+        if old is not None:
+            self.worker_restarts += 1
+            await old.aclose()
+        channel: ProcessChannel | LocalChannel = ProcessChannel() if self.isolation == "process" else LocalChannel()
+        await channel.start(self._on_message, lambda why, ch=channel: self._on_lost(ch, why))
+        self._channel = channel
+        rid = next(self._ids)
+        fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        channel.send(Open(id=rid, spec=self._spec))
+        try:
+            reply = await fut
+        finally:
+            self._pending.pop(rid, None)
+        if isinstance(reply, Failure):
+            self._channel = None
+            with contextlib.suppress(Exception):
+                await self._close_channel(channel)
+            raise _StartFailed(reply)
+        assert isinstance(reply, Opened)
+        self._server_pid = reply.server_pid
+        if self._tools is None:
+            self._tools = self._build_tools(reply.tools)
+        logger.info(
+            "%s: connected (%s isolation, worker pid %s, server pid %s)",
+            self._spec.name, self.isolation, channel.pid, reply.server_pid,
+        )
+
+    def _on_message(self, msg: WorkerMessage) -> None:
+        if isinstance(msg, Log):
+            if msg.stderr:
+                self._server_log.log(msg.level, "%s", msg.message)
+            else:
+                logger.log(msg.level, "%s: %s", self._spec.name, msg.message)
+            return
+        fut = self._pending.pop(msg.id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    def _on_lost(self, channel: ProcessChannel | LocalChannel, why: str) -> None:
+        if channel is not self._channel or self._closed:
+            return
+        logger.warning("%s: %s", self._spec.name, why)
+        # The worker's parent-death signal takes the server; its group may
+        # still hold grandchildren.
+        if self._server_pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._server_pid, signal.SIGKILL)
+        pending, self._pending = self._pending, {}
+        for rid, fut in pending.items():
+            if not fut.done():
+                fut.set_result(
+                    Failure(id=rid, kind="worker_died", message=why, hint="A fresh worker serves the next call.")
+                )
+
+    def _error(self, failure: Failure, tool_name: str | None) -> Exception:
+        """The one place a worker failure becomes a lovia error."""
+        hint = failure.hint or "Check that the MCP server is running and reachable."
+        if failure.stderr_tail:
+            lines = [line[:300] for line in failure.stderr_tail[-HINT_STDERR_LINES:]]
+            hint += "\n  last stderr lines:\n    " + "\n    ".join(lines)
+        if failure.kind == "missing_mcp":
+            return UserError(failure.message, hint=failure.hint)
+        subject = f"MCP tool {tool_name!r}" if tool_name else f"MCP server {self._spec.name!r}"
+        return MCPError(
+            f"{subject} failed: {failure.message}",
+            hint=hint,
+            tool_name=tool_name,
+            kind=failure.kind,
+            exit_code=failure.exit_code,
+            signal=failure.signal,
+            stderr_tail=list(failure.stderr_tail),
+        )
+
+    # -- open, stats, close -------------------------------------------------- #
+    async def _connect(self) -> None:
+        try:
+            await self._ready(None)
+        except _Retry as r:
+            await self.close()
+            raise r.error from None
+        except BaseException:
+            await self.close()
+            raise
+
+    async def stats(self) -> Stats:
+        """Counters and the server tree's usage, from the worker (one round trip)."""
+        reply = await self._request(lambda i: GetStats(id=i), tool_name=None)
+        assert isinstance(reply, StatsReply)
+        return reply.stats
+
+    async def close(self) -> None:
+        """Stop the server tree and the worker; shielded and bounded."""
+        if self._closed:
+            return
+        self._closed = True
+        channel, self._channel = self._channel, None
+        starting = self._starting
+        if starting is not None:
+            starting.cancel()
+        if channel is not None:
+            await asyncio.shield(self._close_channel(channel))
+        pending, self._pending = self._pending, {}
+        for rid, fut in pending.items():
+            if not fut.done():
+                fut.set_result(Failure(id=rid, kind="closed", message="the connection was closed"))
+
+    async def _close_channel(self, channel: ProcessChannel | LocalChannel) -> None:
+        if channel.alive:
+            rid = next(self._ids)
+            fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
+            self._pending[rid] = fut
+            channel.send(Close(id=rid))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(fut, CLOSE_WAIT)
+            self._pending.pop(rid, None)
+        await channel.aclose()
+
+
+class _StartFailed(Exception):
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+
+
+__all__ = ["MCPConnection"]

@@ -1,0 +1,130 @@
+"""The ``MCP`` plugin: lovia's MCP plugin, with each server in its own worker.
+
+Per run, ``setup`` opens every server config (closing them at run end) and
+uses every live connection as is (never closing it). Servers with
+``defer=True`` are reached through one shared ``search_mcp_tools`` /
+``call_mcp_tool`` pair, built by lovia's own code so behaviour matches
+exactly. When setup fails half-way, exactly the connections it opened are
+closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from lovia.exceptions import UserError
+from lovia.plugins.base import PluginInstance
+from lovia.plugins.mcp import _deferred_instructions, _make_call_tool, _make_search_tool
+from lovia.run_context import RunContext
+from lovia.tools import Tool
+
+from ._channel import warm_up_soon
+from .config import ISOLATIONS, Isolation, MCPServer
+from .connection import MCPConnection
+
+logger = logging.getLogger("lovia_mcp")
+
+
+class MCPServerLike(Protocol):
+    """What :class:`MCP` needs of each entry: a config or a live connection."""
+
+    @property
+    def close_after_run(self) -> bool: ...
+
+    @property
+    def defer(self) -> bool: ...
+
+    async def open(self) -> MCPConnection: ...
+
+
+class MCP:
+    """Mount MCP servers' tools on an agent, each server in its own worker.
+
+    ``isolation`` applies to servers that do not set their own: ``"process"``
+    (the default) or ``"none"`` (in the agent process, lovia's behaviour).
+    """
+
+    name: str
+
+    def __init__(self, *servers: MCPServerLike, name: str = "mcp", isolation: Isolation = "process") -> None:
+        if isolation not in ISOLATIONS:
+            raise UserError(f"unknown isolation {isolation!r}", hint="Use isolation='process' or 'none'.")
+        for s in servers:
+            if not (isinstance(s, (MCPServer, MCPConnection)) or hasattr(s, "open")):
+                raise UserError(
+                    f"MCP() takes server configs or connections, got {type(s).__name__}",
+                    hint="MCP(MCPServerStdio(command=...), MCPServerStreamableHTTP(url=...))",
+                )
+        self.servers = tuple(servers)
+        self.name = name
+        self.isolation: Isolation = isolation
+        self._open: weakref.WeakSet[MCPConnection] = weakref.WeakSet()
+        if any(isinstance(s, MCPServer) and (s.isolation or isolation) == "process" for s in servers):
+            # The first worker then forks from a warm forkserver.
+            warm_up_soon()
+
+    def connections(self) -> list[MCPConnection]:
+        """The connections this plugin opened that are still open (for ``stats()``)."""
+        return [c for c in self._open if not c._closed]
+
+    async def _open_server(self, server: MCPServerLike) -> MCPConnection:
+        if isinstance(server, MCPServer):
+            conn = await server._open(isolation=self.isolation, close_after_run=server.close_after_run)
+        else:
+            conn = await server.open()
+        self._open.add(conn)
+        return conn
+
+    async def setup(self, ctx: RunContext[Any]) -> PluginInstance:
+        _ = ctx
+        exposed: list[Tool] = []
+        deferred: dict[str, Tool] = {}
+        deferred_by_server: list[tuple[str | None, list[str]]] = []
+        closers: list[Callable[[], Awaitable[None]]] = []
+
+        async def aclose() -> None:
+            for close in reversed(closers):
+                try:
+                    await close()
+                except Exception:  # noqa: BLE001 - best-effort teardown, as lovia's
+                    logger.debug("close failed during teardown", exc_info=True)
+
+        try:
+            for server in self.servers:
+                conn = await self._open_server(server)
+                if server.close_after_run:
+                    closers.append(conn.close)
+                if server.defer:
+                    names: list[str] = []
+                    for t in conn.tools():
+                        if t.name in deferred:
+                            raise UserError(
+                                f"deferred MCP tool name clash: {t.name!r} is provided by two servers.",
+                                hint="Set MCPServer(name=...) to prefix one server's tools.",
+                            )
+                        deferred[t.name] = t
+                        names.append(t.name)
+                    deferred_by_server.append((conn.prefix, names))
+                else:
+                    exposed.extend(conn.tools())
+            overlap = sorted(deferred.keys() & {t.name for t in exposed})
+            if overlap:
+                raise UserError(
+                    f"deferred MCP tool name clash with exposed tools: {', '.join(overlap)}.",
+                    hint="Set MCPServer(name=...) to prefix one server's tools.",
+                )
+        except BaseException:
+            await aclose()
+            raise
+        instructions: str | None = None
+        if deferred:
+            exposed.append(_make_search_tool(deferred))
+            exposed.append(_make_call_tool(deferred))
+            instructions = _deferred_instructions(deferred_by_server)
+        return PluginInstance(tools=exposed, instructions=instructions, aclose=aclose)
+
+
+__all__ = ["MCP", "MCPServerLike"]

@@ -1,0 +1,177 @@
+"""Watch and kill a server's process tree.
+
+The tree is every descendant of the process that launched the server. In a
+worker that process is the worker itself, made a *child subreaper* so that
+grandchildren whose parent already exited are re-parented to it rather than
+to init: ``psutil.Process(worker).children(recursive=True)`` then is the whole
+tree, orphans included. The server also runs in its own session (process
+group), so a group signal reaches descendants that stayed in it even before
+the subreaper walk sees them.
+
+Caveats: a descendant that calls ``setsid`` *and* is orphaned before a worker
+became subreaper escapes both nets; in ``isolation="none"`` the agent process
+is not made a subreaper (that would change the host application), so orphans
+there are found only through the process group.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Final
+
+import psutil
+
+# How long the tree gets between SIGTERM and SIGKILL. Short: by the time we
+# escalate the server already ignored a cancel notification or passed a limit.
+TERM_GRACE: Final = 0.5
+
+# Bound on waiting for killed processes to disappear. SIGKILL cannot be
+# ignored, so only an uninterruptible (D-state) process takes this long.
+KILL_WAIT: Final = 2.0
+
+_PR_SET_PDEATHSIG: Final = 1
+_PR_SET_CHILD_SUBREAPER: Final = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    libc_name = ctypes.util.find_library("c") or "libc.so.6"
+    try:
+        libc = ctypes.CDLL(libc_name, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except OSError:
+        return False
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux only)."""
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent() -> bool:
+    """Ask the kernel to SIGKILL this process when its parent thread exits (Linux only)."""
+    return _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class TreeUsage:
+    rss_bytes: int
+    cpu_seconds: float
+    processes: int
+
+
+def tree(root_pid: int, *, include_root: bool = False) -> list[psutil.Process]:
+    """Live descendants of ``root_pid`` (zombies excluded)."""
+    try:
+        root = psutil.Process(root_pid)
+        procs = root.children(recursive=True)
+        if include_root:
+            procs.insert(0, root)
+    except psutil.Error:
+        return []
+    out: list[psutil.Process] = []
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def usage(procs: list[psutil.Process]) -> TreeUsage:
+    rss = 0
+    cpu = 0.0
+    n = 0
+    for p in procs:
+        try:
+            with p.oneshot():
+                rss += p.memory_info().rss
+                t = p.cpu_times()
+                cpu += t.user + t.system
+            n += 1
+        except psutil.Error:
+            continue
+    return TreeUsage(rss_bytes=rss, cpu_seconds=cpu, processes=n)
+
+
+def reap_orphans(keep: set[int]) -> None:
+    """Collect exited children of this process that nobody else waits for.
+
+    As a subreaper the worker inherits orphans; when they exit they would stay
+    zombies. Only pids not in ``keep`` are reaped, so the server's own exit
+    status still reaches the code waiting for it.
+    """
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return
+    for p in children:
+        if p.pid in keep:
+            continue
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(p.pid, os.WNOHANG)
+        except (psutil.Error, ChildProcessError, OSError):
+            continue
+
+
+def _signal_all(pgid: int | None, procs: list[psutil.Process], sig: int) -> None:
+    if pgid is not None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            continue
+
+
+def kill_tree(
+    root_pid: int,
+    pgid: int | None,
+    *,
+    include_root: bool,
+    term_grace: float = TERM_GRACE,
+) -> None:
+    """SIGTERM the group and every descendant, wait ``term_grace``, then SIGKILL.
+
+    Blocking and bounded (at most ``term_grace + KILL_WAIT`` plus the walks);
+    callers on an event loop run it in a thread. Repeats the SIGKILL walk until
+    nothing is left, so a tree that forks while being killed is still emptied.
+    """
+    procs = tree(root_pid, include_root=include_root)
+    if term_grace > 0:
+        _signal_all(pgid, procs, signal.SIGTERM)
+        _, alive = psutil.wait_procs(procs, timeout=term_grace)
+        procs = alive
+    deadline = time.monotonic() + KILL_WAIT
+    while True:
+        _signal_all(pgid, procs, signal.SIGKILL)
+        psutil.wait_procs(procs, timeout=0.2)
+        procs = tree(root_pid, include_root=include_root)
+        if not procs or time.monotonic() > deadline:
+            break
+        pgid = None  # the group is gone or done; walk the stragglers only
+
+
+__all__ = [
+    "KILL_WAIT",
+    "TERM_GRACE",
+    "TreeUsage",
+    "become_subreaper",
+    "die_with_parent",
+    "kill_tree",
+    "reap_orphans",
+    "tree",
+    "usage",
+]

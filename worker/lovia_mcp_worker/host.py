@@ -1,0 +1,854 @@
+"""The session host: one server connection, supervised.
+
+Runs the MCP SDK's ``ClientSession`` against a server it launches (stdio) or
+reaches (streamable HTTP), answers the agent's requests and turns every way a
+server can fail into a typed :class:`~lovia_mcp_worker.protocol.Failure`.
+The same code runs inside a worker process (``isolation="process"``) and
+inside the agent process (``isolation="none"``); only the channel differs.
+
+Lifecycle: a *generation* is one launched server plus its session. Requests
+use the current generation, starting one on demand (single flight). A
+generation ends when the server exits, passes a limit, breaks the protocol, or
+a timed-out call's tree is killed; the next request starts a fresh one. Two
+generations never overlap, so "the tree" is always one server's tree.
+
+Caveats: restarts are counted in a sliding window; past ``restart_limit`` the
+host fails fast (``circuit_open``) until the window has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+import msgspec
+
+from . import guard
+from .launch import READ_CHUNK, LaunchError, spawn
+from .protocol import (
+    AgentMessage,
+    CallTool,
+    Cancel,
+    Close,
+    Closed,
+    ContentBlock,
+    Failure,
+    GetStats,
+    ListTools,
+    Log,
+    Open,
+    Opened,
+    Resource,
+    Result,
+    ServerSpec,
+    Stats,
+    StatsReply,
+    ToolSpec,
+    Tools,
+    WorkerMessage,
+)
+
+# Lines of server stderr kept for error messages.
+STDERR_TAIL_LINES: Final = 20
+# Longest stderr line kept or forwarded; the rest of a longer line is dropped.
+STDERR_LINE_MAX: Final = 2000
+# Stderr lines forwarded to the agent's logging per second; a chatty server
+# must not flood the agent, and the pipe is drained either way.
+STDERR_LOG_RATE: Final = 200
+# How often the guard samples the tree when a memory, CPU or process limit is
+# set. 0.1 s bounds overshoot while costing ~1 % of a core.
+GUARD_INTERVAL: Final = 0.1
+# After the server closes stdout, how long to wait for its exit status before
+# reporting the end without one (a server can close stdout and linger).
+EXIT_STATUS_WAIT: Final = 1.0
+# Bound on a whole shutdown of one generation: kill escalation plus slack.
+SHUTDOWN_WAIT: Final = guard.TERM_GRACE + guard.KILL_WAIT + 1.0
+# After the server exits, how long its last stderr lines may take to arrive;
+# a grandchild can keep stderr open, so this is bounded and short.
+STDERR_FLUSH_WAIT: Final = 0.2
+# Prefix of an over-long stdout line searched for the JSON-RPC id.
+ID_SCAN_BYTES: Final = 4096
+# JSON-RPC error code the host uses for a result over max_result_bytes.
+TOO_LARGE_CODE: Final = -32099
+
+_ID_RE = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
+_json = msgspec.json.Decoder()
+
+
+class HostError(Exception):
+    """A request failure with everything the agent needs to explain it."""
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        hint: str | None = None,
+        exit_code: int | None = None,
+        signal_name: str | None = None,
+        stderr_tail: list[str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+        self.exit_code = exit_code
+        self.signal_name = signal_name
+        self.stderr_tail = stderr_tail or []
+
+    def failure(self, request_id: int) -> Failure:
+        return Failure(
+            id=request_id,
+            kind=self.kind,
+            message=self.message,
+            hint=self.hint,
+            exit_code=self.exit_code,
+            signal=self.signal_name,
+            stderr_tail=self.stderr_tail,
+        )
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+class Generation:
+    """One launched server and its session."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.proc: asyncio.subprocess.Process | None = None
+        self.session: Any = None
+        self.tools: list[ToolSpec] = []
+        self.reason: HostError | None = None
+        self.retiring = False
+        self.stop = asyncio.Event()
+        self.exited = asyncio.Event()
+        self.down = asyncio.Event()
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.started = time.monotonic()
+
+    @property
+    def server_pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def retire(self, reason: HostError) -> None:
+        """End this generation; the first reason given is the one reported."""
+        if self.reason is None:
+            self.reason = reason
+        self.retiring = True
+        self.stop.set()
+
+
+class Host:
+    """Serves one connection's requests; replies through ``emit``."""
+
+    def __init__(self, emit: Callable[[WorkerMessage], None], *, subreaper: bool) -> None:
+        self._emit = emit
+        self._subreaper = subreaper
+        self.spec: ServerSpec | None = None
+        self.current: Generation | None = None
+        self._starting: asyncio.Task[Generation] | None = None
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._generations = 0
+        self._restart_times: collections.deque[float] = collections.deque()
+        self._created = time.monotonic()
+        self._closing = False
+        self.calls = 0
+        self.errors = 0
+        self.timeouts = 0
+        self.restarts = 0
+        self.last_restart_reason: str | None = None
+        self.garbage_lines = 0
+        self._cpu_of_dead = 0.0
+
+    # -- dispatch ------------------------------------------------------------ #
+    def handle(self, msg: AgentMessage) -> None:
+        """Start handling one request; never blocks."""
+        if isinstance(msg, Cancel):
+            self._cancel(msg)
+            return
+        if isinstance(msg, GetStats):
+            self._emit(StatsReply(id=msg.id, stats=self.stats()))
+            return
+        if self._closing and not isinstance(msg, Close):
+            self._emit(Failure(id=msg.id, kind="closed", message="the connection is closing"))
+            return
+        task = asyncio.ensure_future(self._serve(msg))
+        self._tasks[msg.id] = task
+        task.add_done_callback(lambda _t, i=msg.id: self._tasks.pop(i, None))
+
+    async def _serve(self, msg: AgentMessage) -> None:
+        try:
+            if isinstance(msg, Open):
+                self.spec = msg.spec
+                gen = await self._live()
+                self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools))
+            elif isinstance(msg, ListTools):
+                gen = await self._live()
+                gen.tools = await self._list_tools(gen)
+                self._emit(Tools(id=msg.id, tools=gen.tools))
+            elif isinstance(msg, CallTool):
+                self._emit(await self._call(msg))
+            elif isinstance(msg, Close):
+                await self.aclose()
+                self._emit(Closed(id=msg.id))
+        except HostError as exc:
+            if isinstance(msg, CallTool):
+                self.errors += 1
+            self._emit(exc.failure(msg.id))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a worker bug must still answer the request
+            self._log(logging.ERROR, f"internal error serving {type(msg).__name__}: {exc!r}")
+            self._emit(Failure(id=msg.id, kind="internal", message=f"{type(exc).__name__}: {exc}"))
+
+    def _cancel(self, msg: Cancel) -> None:
+        task = self._tasks.get(msg.id)
+        if task is None:
+            return
+        # Cancelling the task abandons the SDK request, which sends the
+        # server `notifications/cancelled`.
+        task.cancel()
+        if msg.timed_out:
+            self.timeouts += 1
+            gen = self.current
+            spec = self.spec
+            if gen is not None and spec is not None and spec.on_timeout == "kill":
+                reason = HostError(
+                    "timeout",
+                    "the server was killed after a call passed its timeout",
+                    hint="Raise the tool timeout, or use on_timeout='cancel' for servers that honour cancellation.",
+                )
+                # New requests wait for a fresh server from now on.
+                gen.retiring = True
+                asyncio.get_running_loop().call_later(spec.kill_grace, gen.retire, reason)
+
+    # -- generations --------------------------------------------------------- #
+    async def _live(self) -> Generation:
+        while True:
+            gen = self.current
+            if gen is not None and not gen.retiring and gen.session is not None:
+                return gen
+            if gen is not None:
+                await gen.down.wait()
+                if self.current is gen:
+                    self.current = None
+                continue
+            if self._closing:
+                raise HostError("closed", "the connection is closing")
+            if self._starting is None:
+                self._starting = asyncio.ensure_future(self._start())
+                self._starting.add_done_callback(self._started)
+            return await asyncio.shield(self._starting)
+
+    def _started(self, task: asyncio.Task[Generation]) -> None:
+        self._starting = None
+        if not task.cancelled() and task.exception() is None:
+            self.current = task.result()
+
+    async def _start(self) -> Generation:
+        spec = self.spec
+        if spec is None:
+            raise HostError("internal", "no server spec: Open was never sent")
+        now = time.monotonic()
+        if self._generations > 0:
+            while self._restart_times and now - self._restart_times[0] > spec.restart_window:
+                self._restart_times.popleft()
+            if len(self._restart_times) >= spec.restart_limit:
+                wait = spec.restart_window - (now - self._restart_times[0])
+                raise HostError(
+                    "circuit_open",
+                    f"server {spec.name!r} restarted {len(self._restart_times)} times in "
+                    f"{spec.restart_window:g} s (last: {self.last_restart_reason}); failing fast",
+                    hint=f"Fix the server; calls are tried again in {wait:.0f} s.",
+                )
+            self._restart_times.append(now)
+            self.restarts += 1
+        self._generations += 1
+        gen = Generation(self._generations)
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        runner = asyncio.ensure_future(self._run(gen, ready))
+        gen_task_holder.add(runner)
+        runner.add_done_callback(gen_task_holder.discard)
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), spec.open_timeout)
+        except asyncio.TimeoutError:
+            gen.retire(
+                HostError(
+                    "open",
+                    f"server {spec.name!r} did not finish start-up (spawn, handshake, tool listing) "
+                    f"within open_timeout={spec.open_timeout:g} s",
+                    hint="Check that the command is an MCP server speaking stdio, or raise open_timeout.",
+                    stderr_tail=list(gen.stderr_tail),
+                )
+            )
+            await self._wait_down(gen)
+            assert gen.reason is not None
+            raise gen.reason from None
+        except asyncio.CancelledError:
+            gen.retire(HostError("closed", "start-up was cancelled"))
+            raise
+        except HostError:
+            await self._wait_down(gen)
+            raise
+        self._log(logging.INFO, f"server {spec.name!r} started (pid {gen.server_pid}, generation {gen.number})")
+        return gen
+
+    async def _wait_down(self, gen: Generation) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(gen.down.wait(), SHUTDOWN_WAIT)
+
+    async def _run(self, gen: Generation, ready: asyncio.Future[None]) -> None:
+        """Own one generation from launch to teardown (anyio needs one task for both)."""
+        spec = self.spec
+        assert spec is not None
+        try:
+            try:
+                from mcp import ClientSession
+            except ImportError as exc:
+                raise HostError(
+                    "missing_mcp",
+                    "MCP support requires the 'mcp' package, which is not installed",
+                    hint="Install it with: pip install 'mcp>=2.3'",
+                ) from exc
+            async with self._transport(gen, spec) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await self._race(gen, session.initialize())
+                    gen.session = session
+                    gen.tools = await self._race(gen, self._list_tools(gen))
+                    if not ready.done():
+                        ready.set_result(None)
+                    await gen.stop.wait()
+        except HostError as exc:
+            gen.retire(exc)
+        except LaunchError as exc:
+            gen.retire(HostError("open", str(exc), hint=exc.hint))
+        except BaseException as exc:  # noqa: BLE001 - every ending is reported, cancellation re-raised below
+            if gen.reason is None:
+                gen.retire(self._lost(gen, f"{type(exc).__name__}: {exc}"))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            gen.session = None
+            gen.retiring = True
+            gen.down.set()
+            if self.current is gen:
+                self.current = None
+            if not ready.done():
+                assert gen.reason is not None
+                ready.set_exception(gen.reason)
+                ready.exception()  # mark retrieved: _start may have stopped waiting
+            elif gen.reason is not None and not self._closing:
+                self.last_restart_reason = gen.reason.message
+                self._log(logging.WARNING, f"server {spec.name!r} generation {gen.number} ended: {gen.reason.message}")
+
+    async def _race(self, gen: Generation, aw: Any) -> Any:
+        """Await ``aw`` unless the generation stops first (exit during handshake)."""
+        work = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(gen.stop.wait())
+        try:
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if work.done():
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(BaseException):
+            await work
+        assert gen.reason is not None
+        raise gen.reason
+
+    def _lost(self, gen: Generation, detail: str) -> HostError:
+        return HostError(
+            "server_exited",
+            f"lost the connection to the server: {detail}",
+            hint="Check the server's log.",
+            stderr_tail=list(gen.stderr_tail),
+        )
+
+    # -- transports ---------------------------------------------------------- #
+    @contextlib.asynccontextmanager
+    async def _transport(self, gen: Generation, spec: ServerSpec) -> AsyncIterator[tuple[Any, Any]]:
+        if spec.transport == "http":
+            async with _http_streams(spec) as streams:
+                yield streams
+            return
+        async with self._stdio_streams(gen, spec) as streams:
+            yield streams
+
+    @contextlib.asynccontextmanager
+    async def _stdio_streams(self, gen: Generation, spec: ServerSpec) -> AsyncIterator[tuple[Any, Any]]:
+        import anyio
+        from mcp.shared.message import SessionMessage
+
+        proc = await spawn(spec)
+        gen.proc = proc
+        read_writer, read_stream = anyio.create_memory_object_stream[Any](64)
+        write_stream, write_reader = anyio.create_memory_object_stream[Any](64)
+        stderr_pump = asyncio.ensure_future(self._stderr_pump(gen, spec, proc))
+        pumps = [
+            stderr_pump,
+            asyncio.ensure_future(self._stdout_pump(gen, spec, proc, read_writer, SessionMessage)),
+            asyncio.ensure_future(self._stdin_pump(proc, write_reader)),
+            asyncio.ensure_future(self._exit_watch(gen, spec, proc, stderr_pump)),
+        ]
+        limits = spec.limits
+        if limits.memory_mb is not None or limits.cpu_seconds is not None or limits.max_processes is not None:
+            pumps.append(asyncio.ensure_future(self._guard(gen, spec, proc)))
+        try:
+            yield read_stream, write_stream
+        finally:
+            await asyncio.shield(self._teardown(gen, proc, pumps, read_writer, write_stream))
+
+    async def _teardown(
+        self,
+        gen: Generation,
+        proc: asyncio.subprocess.Process,
+        pumps: list[asyncio.Future[None]],
+        *streams: Any,
+    ) -> None:
+        if proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
+        if proc.returncode is None:
+            root, include_root = self._tree_root(proc.pid)
+            grace = 0.0 if gen.reason is not None and gen.reason.kind in ("limit", "protocol") else guard.TERM_GRACE
+            await asyncio.to_thread(guard.kill_tree, root, proc.pid, include_root=include_root, term_grace=grace)
+        else:
+            # The server is gone; its orphans (if any) are still in the tree.
+            root, include_root = self._tree_root(proc.pid)
+            if include_root is False and guard.tree(root):
+                await asyncio.to_thread(guard.kill_tree, root, proc.pid, include_root=False, term_grace=0.0)
+            else:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(gen.exited.wait(), SHUTDOWN_WAIT)
+        if self._subreaper:
+            guard.reap_orphans(keep=set())
+        for p in pumps:
+            p.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        for s in streams:
+            with contextlib.suppress(Exception):
+                await s.aclose()
+
+    def _tree_root(self, server_pid: int) -> tuple[int, bool]:
+        # In a worker (a subreaper with no other children) the tree is all of
+        # the worker's descendants, orphans included; in the agent process it
+        # is the server and what it still parents.
+        return (os.getpid(), False) if self._subreaper else (server_pid, True)
+
+    async def _stdout_pump(
+        self,
+        gen: Generation,
+        spec: ServerSpec,
+        proc: asyncio.subprocess.Process,
+        out: Any,
+        session_message: Any,
+    ) -> None:
+        import mcp_types as types
+
+        adapter = types.jsonrpc_message_adapter
+        stdout = proc.stdout
+        assert stdout is not None
+        cap = spec.limits.max_result_bytes
+        buf = bytearray()
+        skipping = False  # inside an over-long line: drop bytes until its newline
+        prefix = b""
+        seen = 0
+
+        async def deliver(line: bytes | bytearray) -> None:
+            if not line.strip():
+                return
+            try:
+                msg = adapter.validate_json(line, by_name=False)
+            except ValueError:
+                self.garbage_lines += 1
+                if self.garbage_lines <= 10 or self.garbage_lines % 1000 == 0:
+                    shown = bytes(line[:200]).decode("utf-8", "replace")
+                    self._log(logging.WARNING, f"skipped a non-JSON-RPC line from the server ({self.garbage_lines} so far): {shown!r}", stderr=True)
+                return
+            await out.send(session_message(msg))
+
+        async def oversize(total: int) -> None:
+            match = _ID_RE.search(prefix)
+            message = (
+                f"the server's message was larger than max_result_bytes={cap:,} "
+                f"({total:,} bytes or more); it was dropped in the worker"
+            )
+            if match is None:
+                gen.retire(
+                    HostError(
+                        "protocol",
+                        message + " and carried no readable request id, so the server was restarted",
+                        hint="Raise Limits(max_result_bytes=...) or make the tool return less.",
+                        stderr_tail=list(gen.stderr_tail),
+                    )
+                )
+                return
+            raw_id = _json.decode(match.group(1))
+            error = types.JSONRPCError(
+                jsonrpc="2.0", id=raw_id, error=types.ErrorData(code=TOO_LARGE_CODE, message=message)
+            )
+            await out.send(session_message(error))
+
+        try:
+            while True:
+                chunk = await stdout.read(READ_CHUNK)
+                if not chunk:
+                    break
+                start = 0
+                while True:
+                    nl = chunk.find(b"\n", start)
+                    if nl < 0:
+                        piece = chunk[start:]
+                        if skipping:
+                            seen += len(piece)
+                        else:
+                            buf += piece
+                            if len(buf) > cap:
+                                skipping, prefix, seen = True, bytes(buf[:ID_SCAN_BYTES]), len(buf)
+                                buf = bytearray()
+                        break
+                    if skipping:
+                        seen += nl - start
+                        skipping = False
+                        await oversize(seen)
+                    elif buf:
+                        buf += chunk[start:nl]
+                        if len(buf) > cap:
+                            prefix = bytes(buf[:ID_SCAN_BYTES])
+                            size = len(buf)
+                            buf = bytearray()
+                            await oversize(size)
+                        else:
+                            line, buf = buf, bytearray()
+                            await deliver(line)
+                    else:
+                        if nl - start > cap:
+                            prefix = chunk[start : start + ID_SCAN_BYTES]
+                            await oversize(nl - start)
+                        else:
+                            await deliver(chunk[start:nl])
+                    start = nl + 1
+            if skipping:
+                await oversize(seen)
+            # EOF: report the exit status, not a bare "connection closed".
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(gen.exited.wait(), EXIT_STATUS_WAIT)
+            if gen.reason is None:
+                gen.retire(
+                    HostError(
+                        "server_exited",
+                        "the server closed its stdout",
+                        hint="Check the server's log; an MCP stdio server must keep stdout open.",
+                        stderr_tail=list(gen.stderr_tail),
+                    )
+                )
+        finally:
+            with contextlib.suppress(Exception):
+                await out.aclose()
+
+    async def _stdin_pump(self, proc: asyncio.subprocess.Process, source: Any) -> None:
+        stdin = proc.stdin
+        assert stdin is not None
+        try:
+            async for message in source:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                stdin.write(data.encode() + b"\n")
+                await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the exit watch reports why the server went away
+
+    async def _stderr_pump(self, gen: Generation, spec: ServerSpec, proc: asyncio.subprocess.Process) -> None:
+        stderr = proc.stderr
+        assert stderr is not None
+        pending = b""
+        window_start = time.monotonic()
+        sent = suppressed = 0
+        while True:
+            chunk = await stderr.read(READ_CHUNK)
+            if not chunk:
+                break
+            pending += chunk
+            lines = pending.split(b"\n")
+            pending = lines.pop()
+            if len(pending) > STDERR_LINE_MAX:
+                lines.append(pending[:STDERR_LINE_MAX])
+                pending = b""
+            now = time.monotonic()
+            if now - window_start >= 1.0:
+                if suppressed:
+                    self._log(logging.WARNING, f"{suppressed} stderr lines not forwarded (over {STDERR_LOG_RATE}/s)", stderr=True)
+                window_start, sent, suppressed = now, 0, 0
+            for raw in lines:
+                text = raw[:STDERR_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
+                gen.stderr_tail.append(text)
+                if sent < STDERR_LOG_RATE:
+                    sent += 1
+                    self._emit(Log(level=logging.INFO, message=text, stderr=True))
+                else:
+                    suppressed += 1
+        if pending:
+            gen.stderr_tail.append(pending[:STDERR_LINE_MAX].decode("utf-8", "replace"))
+
+    async def _exit_watch(
+        self,
+        gen: Generation,
+        spec: ServerSpec,
+        proc: asyncio.subprocess.Process,
+        stderr_pump: asyncio.Future[None],
+    ) -> None:
+        rc = await proc.wait()
+        # Let the stderr pump take the last lines the server wrote (a
+        # grandchild may hold stderr open, hence the bound).
+        await asyncio.wait({stderr_pump}, timeout=STDERR_FLUSH_WAIT)
+        if gen.reason is None and not self._closing:
+            tail = list(gen.stderr_tail)
+            if rc < 0 and -rc == getattr(signal, "SIGXCPU", -1):
+                gen.reason = HostError(
+                    "limit",
+                    f"the server passed its CPU limit (cpu_seconds={spec.limits.cpu_seconds:g}) and was killed by SIGXCPU",
+                    hint="Raise Limits(cpu_seconds=...) or make the tool do less work.",
+                    signal_name="SIGXCPU",
+                    stderr_tail=tail,
+                )
+            elif rc < 0:
+                name = _signal_name(-rc)
+                gen.reason = HostError(
+                    "server_exited",
+                    f"the server was killed by {name}",
+                    hint="Check the server's log (stderr tail below).",
+                    signal_name=name,
+                    stderr_tail=tail,
+                )
+            else:
+                gen.reason = HostError(
+                    "server_exited",
+                    f"the server exited with code {rc}",
+                    hint="Check the server's log (stderr tail below).",
+                    exit_code=rc,
+                    stderr_tail=tail,
+                )
+        gen.exited.set()
+        gen.retire(gen.reason or HostError("closed", "the connection was closed"))
+
+    async def _guard(self, gen: Generation, spec: ServerSpec, proc: asyncio.subprocess.Process) -> None:
+        limits = spec.limits
+        root, include_root = self._tree_root(proc.pid)
+        base_cpu = _children_cpu()
+        while not gen.stop.is_set():
+            procs = await asyncio.to_thread(guard.tree, root, include_root=include_root)
+            use = await asyncio.to_thread(guard.usage, procs)
+            # CPU of descendants that already exited and were reaped by us.
+            cpu = use.cpu_seconds + (_children_cpu() - base_cpu if self._subreaper else 0.0)
+            mb = use.rss_bytes / (1024 * 1024)
+            reason: HostError | None = None
+            if limits.memory_mb is not None and mb > limits.memory_mb:
+                reason = HostError(
+                    "limit",
+                    f"the server passed its memory limit: {mb:.1f} MB resident in its process tree "
+                    f"(memory_mb={limits.memory_mb:g}); it was killed",
+                    hint="Raise Limits(memory_mb=...) or make the tool use less memory.",
+                )
+            elif limits.max_processes is not None and use.processes > limits.max_processes:
+                reason = HostError(
+                    "limit",
+                    f"the server passed its process limit: {use.processes} processes in its tree "
+                    f"(max_processes={limits.max_processes}); it was killed",
+                    hint="Raise Limits(max_processes=...) or stop the server from forking.",
+                )
+            elif limits.cpu_seconds is not None and cpu > limits.cpu_seconds:
+                reason = HostError(
+                    "limit",
+                    f"the server passed its CPU limit: {cpu:.1f} s of CPU in its process tree "
+                    f"(cpu_seconds={limits.cpu_seconds:g}); it was killed",
+                    hint="Raise Limits(cpu_seconds=...) or make the tool do less work.",
+                )
+            if reason is not None:
+                reason.stderr_tail = list(gen.stderr_tail)
+                self._log(logging.WARNING, f"server {spec.name!r}: {reason.message}")
+                gen.retire(reason)
+                return
+            if self._subreaper:
+                guard.reap_orphans(keep={proc.pid})
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(gen.stop.wait(), GUARD_INTERVAL)
+
+    # -- requests ------------------------------------------------------------ #
+    async def _list_tools(self, gen: Generation) -> list[ToolSpec]:
+        """List every page of tools, raw: one loose schema must not sink the list."""
+        from pydantic import TypeAdapter
+
+        raw_adapter = TypeAdapter(dict[str, Any])
+        import mcp_types as types
+
+        out: list[ToolSpec] = []
+        cursor: str | None = None
+        while True:
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            try:
+                page = await gen.session.send_request(types.ListToolsRequest(params=params), raw_adapter)
+            except Exception as exc:  # noqa: BLE001 - classified below
+                raise self._classify(gen, exc, "tools/list") from exc
+            for entry in page.get("tools") or []:
+                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                    self._log(logging.WARNING, f"skipped a malformed tool entry: {str(entry)[:200]!r}")
+                    continue
+                desc = entry.get("description")
+                out.append(
+                    ToolSpec(
+                        name=entry["name"],
+                        description=desc if isinstance(desc, str) else None,
+                        input_schema=msgspec.json.encode(entry.get("inputSchema")),
+                    )
+                )
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return out
+
+    async def _call(self, msg: CallTool) -> Result:
+        gen = await self._live()
+        self.calls += 1
+        arguments = _json.decode(msg.arguments) if msg.arguments else {}
+        try:
+            result = await gen.session.call_tool(msg.name, arguments)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified below
+            raise self._classify(gen, exc, msg.name) from exc
+        structured = getattr(result, "structured_content", None)
+        return Result(
+            id=msg.id,
+            content=[_block(b) for b in result.content],
+            is_error=bool(result.is_error),
+            structured_content=None if structured is None else msgspec.json.encode(structured),
+        )
+
+    def _classify(self, gen: Generation, exc: Exception, what: str) -> HostError:
+        """Turn an SDK failure into the most specific HostError, in one place."""
+        code = getattr(getattr(exc, "error", None), "code", None)
+        if code == TOO_LARGE_CODE:
+            return HostError(
+                "too_large",
+                str(exc),
+                hint="Raise Limits(max_result_bytes=...) or ask the tool for less.",
+            )
+        if gen.reason is not None or gen.stop.is_set():
+            return gen.reason or self._lost(gen, str(exc))
+        if code is not None and code != -32000 and "closed" not in str(exc).lower():
+            return HostError("remote", f"the server answered {what} with an error: {exc} (code {code})",
+                             hint="Check the tool's arguments against its schema.")
+        # The transport reports the loss before the exit status is known.
+        return HostError("server_exited", f"{what} failed: {type(exc).__name__}: {exc}",
+                         hint="Check the server's log.", stderr_tail=list(gen.stderr_tail))
+
+    # -- stats, logs, close -------------------------------------------------- #
+    def stats(self) -> Stats:
+        gen = self.current
+        pid = gen.server_pid if gen is not None and not gen.retiring else None
+        use = guard.TreeUsage(0, 0.0, 0)
+        if pid is not None:
+            root, include_root = self._tree_root(pid)
+            use = guard.usage(guard.tree(root, include_root=include_root))
+        return Stats(
+            worker_pid=os.getpid(),
+            server_pid=pid,
+            rss_bytes=use.rss_bytes,
+            cpu_seconds=use.cpu_seconds,
+            processes=use.processes,
+            calls=self.calls,
+            errors=self.errors,
+            timeouts=self.timeouts,
+            restarts=self.restarts,
+            last_restart_reason=self.last_restart_reason,
+            uptime_seconds=time.monotonic() - self._created,
+            garbage_lines=self.garbage_lines,
+        )
+
+    def _log(self, level: int, message: str, *, stderr: bool = False) -> None:
+        self._emit(Log(level=level, message=message, stderr=stderr))
+
+    async def aclose(self) -> None:
+        """Stop the server tree (bounded) and fail what is still in flight."""
+        self._closing = True
+        for task in list(self._tasks.values()):
+            if task is not asyncio.current_task():
+                task.cancel()
+        if self._starting is not None:
+            self._starting.cancel()
+        gen = self.current
+        if gen is not None:
+            gen.retire(HostError("closed", "the connection was closed"))
+            await self._wait_down(gen)
+        for runner in list(gen_task_holder):
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
+
+
+# Strong references to generation tasks: asyncio keeps only weak ones.
+gen_task_holder: set[asyncio.Future[None]] = set()
+
+
+def _children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def _block(block: Any) -> ContentBlock:
+    """Copy an SDK content block into the wire struct (SDK field names kept)."""
+    btype = getattr(block, "type", "unknown")
+    if btype == "text":
+        return ContentBlock(type="text", text=block.text)
+    if btype in ("image", "audio"):
+        return ContentBlock(type=btype, data=block.data, mime_type=block.mime_type)
+    if btype == "resource_link":
+        return ContentBlock(
+            type=btype,
+            uri=str(block.uri),
+            name=getattr(block, "name", None),
+            title=getattr(block, "title", None),
+            description=getattr(block, "description", None),
+            mime_type=getattr(block, "mime_type", None),
+        )
+    if btype == "resource":
+        res = block.resource
+        return ContentBlock(
+            type=btype,
+            resource=Resource(
+                uri=str(getattr(res, "uri", "")),
+                mime_type=getattr(res, "mime_type", None),
+                text=getattr(res, "text", None),
+                blob=getattr(res, "blob", None),
+            ),
+        )
+    dump = getattr(block, "model_dump", None)
+    extra = msgspec.json.encode(dump(mode="json", by_alias=True)) if callable(dump) else None
+    return ContentBlock(type=str(btype), extra=extra)
+
+
+@contextlib.asynccontextmanager
+async def _http_streams(spec: ServerSpec) -> AsyncIterator[tuple[Any, Any]]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    assert spec.url is not None
+    async with create_mcp_http_client(headers=dict(spec.headers) or None) as http_client:
+        async with streamable_http_client(spec.url, http_client=http_client) as streams:
+            yield streams[0], streams[1]
+
+
+__all__ = ["Generation", "Host", "HostError", "TOO_LARGE_CODE"]

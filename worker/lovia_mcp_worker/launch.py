@@ -1,0 +1,127 @@
+"""Launch a stdio server: environment, working directory, limits, own session.
+
+The worker is the launch wrapper. The server gets:
+
+- an environment built from a small allowlist of the worker's variables
+  (:data:`ENV_ALLOWLIST`, plus ``LC_*``), then ``spec.env`` on top; the agent
+  side has already copied any ``inherit_env`` names into ``spec.env``;
+- ``spec.cwd`` as its working directory;
+- its own session and process group, so the tree can be signalled as a whole;
+- a parent-death signal (SIGKILL when the worker dies, Linux);
+- rlimits from ``spec.limits`` applied between fork and exec, before any of
+  the server's own code runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import resource
+import shutil
+from collections.abc import Callable
+from typing import Final
+
+from .guard import die_with_parent
+from .protocol import Limits, ServerSpec
+
+ENV_ALLOWLIST: Final = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "TERM",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+)
+
+# Pipe reads from the server's stdout. Large enough that a 10 MB line needs
+# few loop iterations, small enough not to matter per connection.
+READ_CHUNK: Final = 1 << 18
+
+
+class LaunchError(Exception):
+    """The server could not be started; ``hint`` says what to do."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def server_environment(extra: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if k in ENV_ALLOWLIST or k.startswith("LC_")}
+    env.update(extra)
+    return env
+
+
+def _preexec(limits: Limits) -> Callable[[], None]:
+    def apply() -> None:
+        # Runs in the child between fork and exec: only async-signal-tolerant
+        # work here (prctl and setrlimit are plain syscalls).
+        die_with_parent()
+        if limits.cpu_seconds is not None:
+            soft = max(1, math.ceil(limits.cpu_seconds))
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+        if limits.max_open_files is not None:
+            n = int(limits.max_open_files)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+    return apply
+
+
+def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
+    command = spec.command or ""
+    if not command:
+        raise LaunchError("no command given", hint="Pass MCPServerStdio(command=...).")
+    if os.sep in command:
+        path = command if os.path.isabs(command) or spec.cwd is None else os.path.join(spec.cwd, command)
+        if not os.path.exists(path):
+            raise LaunchError(f"command not found: {command!r}", hint="Check the path to the server executable.")
+        if not os.access(path, os.X_OK) or os.path.isdir(path):
+            raise LaunchError(
+                f"command is not executable: {command!r}",
+                hint=f"Make it executable (chmod +x {command}) or run it through its interpreter.",
+            )
+        return path
+    found = shutil.which(command, path=env.get("PATH"))
+    if found is None:
+        raise LaunchError(
+            f"command not found: {command!r}",
+            hint=f"Install it or fix PATH; the server's PATH is {env.get('PATH', '')!r}.",
+        )
+    return found
+
+
+async def spawn(spec: ServerSpec) -> asyncio.subprocess.Process:
+    env = server_environment(spec.env)
+    if spec.cwd is not None and not os.path.isdir(spec.cwd):
+        raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
+    executable = resolve_command(spec, env)
+    try:
+        return await asyncio.create_subprocess_exec(
+            executable,
+            *spec.args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=spec.cwd,
+            start_new_session=True,
+            preexec_fn=_preexec(spec.limits),
+            limit=READ_CHUNK,
+        )
+    except PermissionError as exc:
+        raise LaunchError(
+            f"command is not executable: {spec.command!r} ({exc.strerror})",
+            hint="Check the file's permissions, or run it through its interpreter.",
+        ) from exc
+    except OSError as exc:
+        raise LaunchError(
+            f"could not start {spec.command!r}: {exc.strerror or exc}",
+            hint="Check the command, its interpreter line and cwd.",
+        ) from exc
+
+
+__all__ = ["ENV_ALLOWLIST", "READ_CHUNK", "LaunchError", "resolve_command", "server_environment", "spawn"]

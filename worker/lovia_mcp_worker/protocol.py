@@ -1,0 +1,290 @@
+"""The wire protocol between the agent and a worker: the one module both sides import.
+
+Every message is a frozen, tagged msgspec ``Struct``; :data:`AgentMessage` is what
+the agent sends, :data:`WorkerMessage` what the worker answers. Frames on the
+pipe are a 4-byte little-endian length followed by a msgpack body. The agent
+decodes only :data:`WorkerMessage` with a typed decoder and a frame-size cap:
+the worker sits on the untrusted side of the boundary and nothing it sends is
+ever unpickled.
+
+Content blocks keep the MCP SDK 2.x attribute names (``type``, ``text``,
+``mime_type``, ``data``, ``uri``, ``resource``) so a ``result_renderer``
+written against the SDK's models reads them unchanged.
+
+This module must import nothing but the standard library and msgspec: the
+agent process imports it and must never pull in ``mcp``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Final, Literal, Union
+
+import msgspec
+
+PROTOCOL_VERSION: Final = 1
+
+# A frame header: the body length, little-endian unsigned 32-bit.
+HEADER: Final = struct.Struct("<I")
+
+# The largest frame the agent accepts from a worker. Results are capped in the
+# worker by ``Limits.max_result_bytes`` long before this; the cap only stops a
+# corrupted or hostile worker from making the agent allocate without bound.
+MAX_FRAME_BYTES: Final = 512 * 1024 * 1024
+
+
+# --------------------------------------------------------------------------- #
+# Values carried inside messages
+# --------------------------------------------------------------------------- #
+class Resource(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An embedded resource's contents (SDK ``TextResourceContents`` / ``BlobResourceContents``)."""
+
+    uri: str = ""
+    mime_type: str | None = None
+    text: str | None = None
+    blob: str | None = None
+
+
+class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One MCP content block, whatever its ``type``; unused fields stay ``None``.
+
+    ``extra`` keeps the JSON of fields this struct does not model (for an
+    unknown block type), so nothing the server sent is silently lost.
+    """
+
+    type: str
+    text: str | None = None
+    data: str | None = None
+    mime_type: str | None = None
+    uri: str | None = None
+    name: str | None = None
+    title: str | None = None
+    description: str | None = None
+    resource: Resource | None = None
+    extra: bytes | None = None
+
+    def model_dump(self) -> dict[str, Any]:
+        """A dict like the SDK model's ``model_dump()``, for renderers that call it."""
+        out: dict[str, Any] = {
+            f: getattr(self, f) for f in self.__struct_fields__ if f != "extra"
+        }
+        if self.resource is not None:
+            out["resource"] = msgspec.structs.asdict(self.resource)
+        if self.extra:
+            out.update(msgspec.json.decode(self.extra))
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A tool as listed by the server; ``input_schema`` is raw JSON (may be loose)."""
+
+    name: str
+    description: str | None = None
+    input_schema: bytes = b"null"
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Limits on a server's whole process tree. ``None`` means no limit.
+
+    - ``memory_mb``: resident memory (RSS) of the tree, watched by the worker.
+    - ``cpu_seconds``: CPU time of the tree (RLIMIT_CPU per process, and watched).
+    - ``max_processes``: live processes in the tree (RLIMIT_NPROC where it binds,
+      and watched: it does not bind root).
+    - ``max_open_files``: RLIMIT_NOFILE for each process of the tree.
+    - ``max_result_bytes``: the largest single message the worker accepts from
+      the server; a larger result never crosses the pipe.
+    """
+
+    memory_mb: float | None = None
+    cpu_seconds: float | None = None
+    max_processes: int | None = None
+    max_open_files: int | None = None
+    max_result_bytes: int = 32 * 1024 * 1024
+
+
+class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Everything the worker needs to launch and talk to one server."""
+
+    name: str
+    transport: Literal["stdio", "http"]
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    limits: Limits = Limits()
+    open_timeout: float = 60.0
+    kill_grace: float = 1.0
+    on_timeout: Literal["kill", "cancel"] = "kill"
+    restart_limit: int = 5
+    restart_window: float = 60.0
+
+
+class Stats(msgspec.Struct, frozen=True, kw_only=True):
+    worker_pid: int
+    server_pid: int | None
+    rss_bytes: int
+    cpu_seconds: float
+    processes: int
+    calls: int
+    errors: int
+    timeouts: int
+    restarts: int
+    last_restart_reason: str | None
+    uptime_seconds: float
+    garbage_lines: int
+
+
+# --------------------------------------------------------------------------- #
+# Agent -> worker
+# --------------------------------------------------------------------------- #
+class Open(msgspec.Struct, frozen=True, tag=True):
+    """Start the server, do the handshake and list its tools."""
+
+    id: int
+    spec: ServerSpec
+
+
+class ListTools(msgspec.Struct, frozen=True, tag=True):
+    id: int
+
+
+class CallTool(msgspec.Struct, frozen=True, tag=True):
+    """Call a tool; ``arguments`` is the JSON object the model sent."""
+
+    id: int
+    name: str
+    arguments: bytes
+
+
+class Cancel(msgspec.Struct, frozen=True, tag=True):
+    """Abandon request ``id``; ``timed_out`` applies the spec's ``on_timeout``."""
+
+    id: int
+    timed_out: bool = False
+
+
+class GetStats(msgspec.Struct, frozen=True, tag=True):
+    id: int
+
+
+class Close(msgspec.Struct, frozen=True, tag=True):
+    """Stop the server tree and exit."""
+
+    id: int
+
+
+AgentMessage = Union[Open, ListTools, CallTool, Cancel, GetStats, Close]
+
+
+# --------------------------------------------------------------------------- #
+# Worker -> agent
+# --------------------------------------------------------------------------- #
+class Opened(msgspec.Struct, frozen=True, tag=True):
+    id: int
+    server_pid: int | None
+    tools: list[ToolSpec]
+
+
+class Tools(msgspec.Struct, frozen=True, tag=True):
+    id: int
+    tools: list[ToolSpec]
+
+
+class Result(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    id: int
+    content: list[ContentBlock]
+    is_error: bool = False
+    structured_content: bytes | None = None
+
+
+FailureKind = Literal[
+    "server_exited",  # the server process ended (exit code or signal)
+    "limit",  # a resource limit was passed and the tree was killed
+    "timeout",  # the call passed its timeout and was cancelled or killed
+    "too_large",  # the result passed max_result_bytes
+    "protocol",  # the server broke the protocol (e.g. an unterminated giant line)
+    "open",  # the server could not be started or did not finish the handshake
+    "circuit_open",  # too many restarts in the window: failing fast
+    "remote",  # the server answered with a JSON-RPC error
+    "closed",  # the connection is closing
+    "internal",  # a bug in the worker
+]
+
+
+class Failure(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """A request failed; the agent turns this into an ``MCPError`` in one place."""
+
+    id: int
+    kind: str
+    message: str
+    hint: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr_tail: list[str] = []
+
+
+class StatsReply(msgspec.Struct, frozen=True, tag=True):
+    id: int
+    stats: Stats
+
+
+class Closed(msgspec.Struct, frozen=True, tag=True):
+    id: int
+
+
+class Log(msgspec.Struct, frozen=True, tag=True):
+    """A log record for the agent's ``logging``: ``stderr`` lines go to ``lovia_mcp.server.<name>``."""
+
+    level: int
+    message: str
+    stderr: bool = False
+
+
+WorkerMessage = Union[Opened, Tools, Result, Failure, StatsReply, Closed, Log]
+
+
+def encoder() -> msgspec.msgpack.Encoder:
+    return msgspec.msgpack.Encoder()
+
+
+def agent_decoder() -> msgspec.msgpack.Decoder[WorkerMessage]:
+    """The agent's decoder: typed, never untyped, never pickle."""
+    return msgspec.msgpack.Decoder(WorkerMessage)
+
+
+def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
+    return msgspec.msgpack.Decoder(AgentMessage)
+
+
+__all__ = [
+    "HEADER",
+    "MAX_FRAME_BYTES",
+    "PROTOCOL_VERSION",
+    "AgentMessage",
+    "CallTool",
+    "Cancel",
+    "Close",
+    "Closed",
+    "ContentBlock",
+    "Failure",
+    "FailureKind",
+    "GetStats",
+    "Limits",
+    "ListTools",
+    "Log",
+    "Open",
+    "Opened",
+    "Resource",
+    "Result",
+    "ServerSpec",
+    "Stats",
+    "StatsReply",
+    "ToolSpec",
+    "Tools",
+    "WorkerMessage",
+    "agent_decoder",
+    "encoder",
+    "worker_decoder",
+]
