@@ -7,5 +7,5 @@ PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 .venv/bin/python -c "import lovia_mcp, lovia_mcp_worker.host" # fail early if the install did not take
