@@ -36,14 +36,9 @@ from lovia_mcp_worker.protocol import (
 )
 
 # Modules the forkserver imports once so every worker starts with them loaded.
-PRELOAD: Final = [
-    "lovia_mcp_worker.main",
-    "lovia_mcp_worker.host",
-    "mcp",
-    "mcp.client.stdio",
-    "mcp.client.streamable_http",
-    "mcp.shared._httpx_utils",
-]
+# A missing module (no ``mcp``) is skipped by the forkserver; the worker then
+# reports it at open time with the install hint.
+PRELOAD: Final = ["lovia_mcp_worker.process", "lovia_mcp_worker.main", "lovia_mcp_worker._warm"]
 # How long a worker gets to exit after its pipe closed or Close was answered.
 WORKER_EXIT_WAIT: Final = 5.0
 
@@ -76,44 +71,9 @@ def _process_class() -> Any:
 
 
 def _worker_process_class(ctx: Any) -> Any:
-    """A Process class whose children never re-import the agent's ``__main__``.
-
-    multiprocessing's preparation data tells a child to import the parent's
-    main module (the "safe importing of main module" rule). A worker needs
-    nothing from it, and importing it would run an unguarded script again and
-    cost its import time on every worker start.
-    """
     if ctx.get_start_method() != "forkserver":
         return ctx.Process
-    import io
-
-    from multiprocess import forkserver, popen_forkserver, spawn, util
-    from multiprocess.context import reduction, set_spawning_popen
-
-    class _Popen(popen_forkserver.Popen):  # type: ignore[misc]
-        def _launch(self, process_obj: Any) -> None:
-            # popen_forkserver.Popen._launch, minus the main-module entries.
-            prep_data = spawn.get_preparation_data(process_obj._name)
-            prep_data.pop("init_main_from_path", None)
-            prep_data.pop("init_main_from_name", None)
-            buf = io.BytesIO()
-            set_spawning_popen(self)
-            try:
-                reduction.dump(prep_data, buf)
-                reduction.dump(process_obj, buf)
-            finally:
-                set_spawning_popen(None)
-            self.sentinel, w = forkserver.connect_to_new_process(self._fds)
-            parent_w = os.dup(w)
-            self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
-            with open(w, "wb", closefd=True) as f:
-                f.write(buf.getbuffer())
-            self.pid = forkserver.read_signed(self.sentinel)
-
-    class WorkerProcess(ctx.Process):  # type: ignore[misc,name-defined]
-        @staticmethod
-        def _Popen(process_obj: Any) -> Any:
-            return _Popen(process_obj)
+    from lovia_mcp_worker.process import WorkerProcess
 
     return WorkerProcess
 
