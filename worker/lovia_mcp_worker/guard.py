@@ -35,6 +35,11 @@ TERM_GRACE: Final = 0.5
 # ignored, so only an uninterruptible (D-state) process takes this long.
 KILL_WAIT: Final = 2.0
 
+# Poll period while waiting for signalled processes to exit. The wait must
+# not reap (psutil's wait does, for children): the server's exit status
+# belongs to asyncio's child watcher, which otherwise reports 255.
+EXIT_POLL: Final = 0.01
+
 _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
 
@@ -136,6 +141,27 @@ def _signal_all(pgid: int | None, procs: list[psutil.Process], sig: int) -> None
             continue
 
 
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` for ``procs`` to exit (zombies count); return the rest.
+
+    Unlike ``psutil.wait_procs`` this never reaps a child, so whoever waits
+    for the server (asyncio) still gets its real exit status.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in procs if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(EXIT_POLL)
+
+
 def kill_tree(
     root_pid: int,
     pgid: int | None,
@@ -152,12 +178,11 @@ def kill_tree(
     procs = tree(root_pid, include_root=include_root)
     if term_grace > 0:
         _signal_all(pgid, procs, signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=term_grace)
-        procs = alive
+        procs = wait_gone(procs, term_grace)
     deadline = time.monotonic() + KILL_WAIT
     while True:
         _signal_all(pgid, procs, signal.SIGKILL)
-        psutil.wait_procs(procs, timeout=0.2)
+        wait_gone(procs, 0.2)
         procs = tree(root_pid, include_root=include_root)
         if not procs or time.monotonic() > deadline:
             break
@@ -170,6 +195,7 @@ __all__ = [
     "TreeUsage",
     "become_subreaper",
     "die_with_parent",
+    "wait_gone",
     "kill_tree",
     "reap_orphans",
     "tree",

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""A raw JSON-RPC MCP server for supervision tests: misbehaves without answering.
+
+Standard library only. Unlike ``raw_server.py``'s tools, the greedy ones here
+never answer: the only way a call ends is the supervisor stepping in, so a
+test cannot pass by the call finishing before the guard looked.
+
+Tools:
+
+- ``wait``: never answers, but keeps reading stdin (a server that honours the
+  protocol and would see a cancel notification).
+- ``cancelled``: ``{"waiting": [ids of wait calls], "cancelled": [requestIds
+  from notifications/cancelled]}`` as JSON text.
+- ``pid``: its pid.
+- ``hold {mb}``: touches ``mb`` MB of memory one MB at a time, then blocks.
+- ``fork {n, interval}``: forks up to ``n`` children, one every ``interval``
+  seconds; the children ignore SIGTERM and block; then blocks.
+- ``echo {text}``: returns text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+TOOLS = [
+    {"name": n, "description": d, "inputSchema": {"type": "object", "properties": p}}
+    for n, d, p in [
+        ("wait", "Never answers; keeps reading.", {}),
+        ("cancelled", "Cancel notifications received.", {}),
+        ("pid", "Own pid.", {}),
+        ("hold", "Hold memory, never answer.", {"mb": {"type": "integer"}}),
+        ("fork", "Fork children, never answer.", {"n": {"type": "integer"}, "interval": {"type": "number"}}),
+        ("echo", "Echo.", {"text": {"type": "string"}}),
+    ]
+]
+
+WAITING: list[object] = []
+CANCELLED: list[object] = []
+HELD: list[bytearray] = []
+
+
+def send(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def answer(rid: object, text: str) -> None:
+    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}]}})
+
+
+def block_forever() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(3600)
+
+
+def call(rid: object, name: str, args: dict) -> None:
+    if name == "wait":
+        WAITING.append(rid)
+    elif name == "cancelled":
+        answer(rid, json.dumps({"waiting": WAITING, "cancelled": CANCELLED}))
+    elif name == "pid":
+        answer(rid, str(os.getpid()))
+    elif name == "echo":
+        answer(rid, str(args.get("text", "")))
+    elif name == "hold":
+        for _ in range(int(args.get("mb", 100))):
+            HELD.append(bytearray(b"\1" * (1 << 20)))
+        block_forever()
+    elif name == "fork":
+        for _ in range(int(args.get("n", 10))):
+            if os.fork() == 0:
+                block_forever()
+            time.sleep(float(args.get("interval", 0.0)))
+        block_forever()
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        method, rid = msg.get("method"), msg.get("id")
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": rid, "result": {
+                "protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "sup", "version": "1"},
+            }})
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
+        elif method == "tools/call":
+            call(rid, msg["params"]["name"], msg["params"].get("arguments") or {})
+        elif method == "notifications/cancelled":
+            CANCELLED.append((msg.get("params") or {}).get("requestId"))
+        elif rid is not None:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
+
+
+if __name__ == "__main__":
+    main()
