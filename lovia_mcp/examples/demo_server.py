@@ -1,0 +1,69 @@
+"""An example MCP server for the lovia-mcp demo, written with the SDK's ``MCPServer``.
+
+Run it over stdio (``python demo_server.py``) and point any MCP client at it, or
+let ``python -m lovia_mcp demo`` drive it from a lovia agent. It is offline and
+deterministic; each tool shows one way a server answers:
+
+- ``forecast {city}``: a canned forecast as text; an unknown city is an
+  ``isError`` result (the SDK turns a raised ``ToolError`` into one).
+- ``server_info``: this process's pid and how many calls it has served, so a
+  client can tell a fresh server from the old one.
+- ``crash {reason}``: writes the reason to stderr and kills the whole server
+  process at once (``os._exit(1)``), mid-call, without answering.
+
+This file runs in the *server* process: it may import ``mcp``; the agent that
+talks to it through ``lovia_mcp`` with ``isolation="process"`` never does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+FORECASTS = {
+    "lisbon": "sunny, 24 °C, light wind from the north-west",
+    "oslo": "overcast, 9 °C, showers after noon",
+    "tokyo": "humid, 29 °C, thunderstorms in the evening",
+    "nairobi": "partly cloudy, 22 °C",
+}
+
+server = MCPServer(
+    name="demo",
+    instructions="A demo weather service (canned data) that can also crash on request.",
+)
+calls_served = 0
+
+
+@server.tool()
+def forecast(city: str) -> str:
+    """Today's weather forecast for a city (canned data, offline)."""
+    global calls_served
+    calls_served += 1
+    found = FORECASTS.get(city.strip().lower())
+    if found is None:
+        known = ", ".join(sorted(c.title() for c in FORECASTS))
+        raise ToolError(f"no forecast for {city!r}; known cities: {known}")
+    return f"{city.strip().title()}: {found}"
+
+
+@server.tool()
+def server_info() -> str:
+    """The server's process id and how many calls it has served."""
+    global calls_served
+    calls_served += 1
+    return f"pid {os.getpid()}, {calls_served} call(s) served by this process"
+
+
+@server.tool()
+def crash(reason: str = "asked to") -> str:
+    """Crash the server process immediately, mid-call (to show crash containment)."""
+    sys.stderr.write(f"demo server: crashing on purpose ({reason})\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
+if __name__ == "__main__":
+    server.run()  # stdio
