@@ -467,8 +467,7 @@ class Host:
         cap = spec.limits.max_result_bytes
         buf = bytearray()
         skipping = False  # inside an over-long line: drop bytes until its newline
-        prefix = b""
-        seen = 0
+        prefix = b""  # the start of an over-long line, searched for its request id
 
         async def deliver(line: bytes | bytearray) -> None:
             if not line.strip():
@@ -483,11 +482,12 @@ class Host:
                 return
             await out.send(session_message(msg))
 
-        async def oversize(total: int) -> None:
+        async def oversize(total: int, *, complete: bool) -> None:
             match = _ID_RE.search(prefix)
+            size = f"{total:,} bytes" if complete else f"{total:,} bytes or more"
             message = (
                 f"the server's message was larger than max_result_bytes={cap:,} "
-                f"({total:,} bytes or more); it was dropped in the worker"
+                f"({size}); it was dropped in the worker"
             )
             if match is None:
                 gen.retire(
@@ -513,39 +513,30 @@ class Host:
                 start = 0
                 while True:
                     nl = chunk.find(b"\n", start)
-                    if nl < 0:
-                        piece = chunk[start:]
-                        if skipping:
-                            seen += len(piece)
-                        else:
-                            buf += piece
-                            if len(buf) > cap:
-                                skipping, prefix, seen = True, bytes(buf[:ID_SCAN_BYTES]), len(buf)
-                                buf = bytearray()
-                        break
+                    end = len(chunk) if nl < 0 else nl
                     if skipping:
-                        seen += nl - start
-                        skipping = False
-                        await oversize(seen)
+                        pass  # the rest of a line already reported: drop it
+                    elif len(buf) + end - start > cap:
+                        # Report the moment the cap is passed, not at the line's
+                        # end: an unterminated line may never end.
+                        head = bytes(buf[:ID_SCAN_BYTES])
+                        prefix = head + chunk[start : start + ID_SCAN_BYTES - len(head)]
+                        size = len(buf) + end - start
+                        buf = bytearray()
+                        skipping = True
+                        await oversize(size, complete=nl >= 0)
+                    elif nl < 0:
+                        buf += chunk[start:]
                     elif buf:
                         buf += chunk[start:nl]
-                        if len(buf) > cap:
-                            prefix = bytes(buf[:ID_SCAN_BYTES])
-                            size = len(buf)
-                            buf = bytearray()
-                            await oversize(size)
-                        else:
-                            line, buf = buf, bytearray()
-                            await deliver(line)
+                        line, buf = buf, bytearray()
+                        await deliver(line)
                     else:
-                        if nl - start > cap:
-                            prefix = chunk[start : start + ID_SCAN_BYTES]
-                            await oversize(nl - start)
-                        else:
-                            await deliver(chunk[start:nl])
+                        await deliver(chunk[start:nl])
+                    if nl < 0:
+                        break
+                    skipping = False
                     start = nl + 1
-            if skipping:
-                await oversize(seen)
             # EOF: report the exit status, not a bare "connection closed".
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(gen.exited.wait(), EXIT_STATUS_WAIT)
@@ -576,34 +567,63 @@ class Host:
     async def _stderr_pump(self, gen: Generation, spec: ServerSpec, proc: asyncio.subprocess.Process) -> None:
         stderr = proc.stderr
         assert stderr is not None
+        loop = asyncio.get_running_loop()
         pending = b""
+        cutting = False  # past STDERR_LINE_MAX of a line: drop the rest of it
         window_start = time.monotonic()
         sent = suppressed = 0
-        while True:
-            chunk = await stderr.read(READ_CHUNK)
-            if not chunk:
-                break
-            pending += chunk
-            lines = pending.split(b"\n")
-            pending = lines.pop()
-            if len(pending) > STDERR_LINE_MAX:
-                lines.append(pending[:STDERR_LINE_MAX])
-                pending = b""
-            now = time.monotonic()
-            if now - window_start >= 1.0:
-                if suppressed:
-                    self._log(logging.WARNING, f"{suppressed} stderr lines not forwarded (over {STDERR_LOG_RATE}/s)", stderr=True)
-                window_start, sent, suppressed = now, 0, 0
-            for raw in lines:
-                text = raw[:STDERR_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
-                gen.stderr_tail.append(text)
-                if sent < STDERR_LOG_RATE:
-                    sent += 1
-                    self._emit(Log(level=logging.INFO, message=text, stderr=True))
-                else:
-                    suppressed += 1
-        if pending:
-            gen.stderr_tail.append(pending[:STDERR_LINE_MAX].decode("utf-8", "replace"))
+        note: asyncio.TimerHandle | None = None
+
+        def report_suppressed() -> None:
+            # Said when the window ends (by timer, or by the next line), so a
+            # server that goes quiet after a burst still gets its count logged.
+            nonlocal suppressed, note
+            if note is not None:
+                note.cancel()
+                note = None
+            if suppressed:
+                self._log(logging.WARNING, f"{suppressed} stderr lines not forwarded (over {STDERR_LOG_RATE}/s)", stderr=True)
+                suppressed = 0
+
+        def take(raw: bytes) -> None:
+            nonlocal sent, suppressed, note
+            text = raw[:STDERR_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
+            gen.stderr_tail.append(text)
+            if sent < STDERR_LOG_RATE:
+                sent += 1
+                self._emit(Log(level=logging.INFO, message=text, stderr=True))
+            else:
+                suppressed += 1
+                if note is None:
+                    note = loop.call_later(max(0.0, window_start + 1.0 - time.monotonic()), report_suppressed)
+
+        try:
+            while True:
+                chunk = await stderr.read(READ_CHUNK)
+                if not chunk:
+                    break
+                now = time.monotonic()
+                if now - window_start >= 1.0:
+                    report_suppressed()
+                    window_start, sent = now, 0
+                start = 0
+                while True:
+                    nl = chunk.find(b"\n", start)
+                    piece = chunk[start:] if nl < 0 else chunk[start:nl]
+                    if not cutting:
+                        pending += piece
+                        if nl >= 0 or len(pending) > STDERR_LINE_MAX:
+                            take(pending)
+                            cutting = nl < 0
+                            pending = b""
+                    if nl < 0:
+                        break
+                    cutting = False
+                    start = nl + 1
+            if pending:
+                take(pending)
+        finally:
+            report_suppressed()
 
     async def _exit_watch(
         self,

@@ -1,0 +1,201 @@
+"""Supervision: servers and workers that die (DESIGN.md, failure semantics).
+
+A server or worker that dies mid-call fails the call with ``MCPError`` at
+once (exit code or signal, last stderr lines; never a timeout), the next call
+gets a fresh one; ``auto_reconnect=False`` never retries; a crash loop opens
+the circuit until its window has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+from conftest import PY, pid_alive, raw_args, run
+
+from lovia import Agent, Runner
+from lovia.testing import ScriptedProvider, call, text
+from lovia.transcript import ToolResultEntry
+from lovia_mcp import MCP, MCPError, MCPServerStdio
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
+
+# A dead server is noticed through its pipes and exit status: well under this.
+DEATH_NOTICED_WITHIN = 1.0
+
+
+async def _server_pid(conn: object) -> int:
+    return int(json.loads(str(await conn.call_tool("pid")))["pid"])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+@pytest.mark.parametrize(
+    ("tool", "args", "expect_code", "expect_signal", "expect_stderr"),
+    [
+        ("exit", {"code": 7}, 7, None, "about to exit"),
+        ("signal", {"name": "SIGKILL"}, None, "SIGKILL", "about to die by signal"),
+        ("signal", {"name": "SIGSEGV"}, None, "SIGSEGV", "about to die by signal"),
+    ],
+    ids=["exit-code-7", "SIGKILL", "SIGSEGV"],
+)
+def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_once(
+    isolation: str,
+    tool: str,
+    args: dict[str, object],
+    expect_code: int | None,
+    expect_signal: str | None,
+    expect_stderr: str,
+) -> None:
+    async def main() -> None:
+        server = MCPServerStdio(
+            command=PY, args=raw_args(), name="raw", auto_reconnect=False, isolation=isolation  # type: ignore[arg-type]
+        )
+        async with server.session() as conn:
+            old = await _server_pid(conn)
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await conn.call_tool(tool, args, timeout=30)
+            elapsed = time.monotonic() - started
+            err = info.value
+            assert elapsed < DEATH_NOTICED_WITHIN, elapsed
+            assert err.tool_name == tool
+            assert err.kind == "server_exited"
+            assert "timeout" not in str(err).lower()
+            assert err.exit_code == expect_code
+            assert err.signal == expect_signal
+            if expect_code is not None:
+                assert f"exited with code {expect_code}" in str(err)
+            else:
+                assert f"killed by {expect_signal}" in str(err)
+            assert expect_stderr in err.stderr_tail
+            assert expect_stderr in str(err)  # quoted in the hint
+            # The next call runs on a fresh server.
+            assert await _server_pid(conn) != old
+            assert not pid_alive(old)
+
+    run(main())
+
+
+def test_server_exit_with_auto_reconnect_retries_once_on_a_fresh_server() -> None:
+    # --crash-after 2: the second call on any one server process crashes; the
+    # retry is the first call on a fresh one, so it succeeds and says so.
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args("--crash-after", "2"), name="raw")
+        async with server.session() as conn:
+            assert str(await conn.call_tool("counter")) == "1"
+            assert str(await conn.call_tool("counter")) == "1"  # crashed, retried
+            stats = await conn.stats()
+            assert stats.restarts == 1
+            assert "exited with code 3" in (stats.last_restart_reason or "")
+
+    run(main())
+
+
+def test_auto_reconnect_false_never_retries_a_call_that_died_and_the_model_sees_the_error() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args("--crash-after", "2"), name="raw", auto_reconnect=False)
+        async with server.session() as conn:
+            provider = ScriptedProvider(
+                [call("raw__counter", {}, call_id="c1"), call("raw__counter", {}, call_id="c2"), text("done")]
+            )
+            agent = Agent(name="a", model=provider, plugins=[MCP(conn)])
+            result = await Runner.run(agent, "count")
+            outputs = [e.output for e in result.entries if isinstance(e, ToolResultEntry)]
+            assert outputs[0] == "1"
+            assert outputs[1].startswith("Tool error: MCP tool 'counter' failed: the server exited with code 3")
+            assert "crashing on call 2" in outputs[1]
+            # Had the dead call been retried, it would have been call 1 of the
+            # fresh server and this one call 2 (a crash).
+            assert str(await conn.call_tool("counter")) == "1"
+
+    run(main())
+
+
+def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves_the_next() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
+        async with server.session() as conn:
+            worker, old_server = conn.worker_pid, await _server_pid(conn)
+            assert worker is not None
+            in_flight = asyncio.ensure_future(conn.call_tool("hang"))
+            # Kill once the request has been sent (it is then in flight).
+            while not conn._pending:  # noqa: SLF001 - only to know the request was sent
+                await asyncio.sleep(0)
+            os.kill(worker, signal.SIGKILL)
+            killed = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await in_flight
+            elapsed = time.monotonic() - killed
+            assert elapsed < DEATH_NOTICED_WITHIN, elapsed
+            assert info.value.kind == "worker_died"
+            assert "killed by SIGKILL" in str(info.value)
+            assert info.value.tool_name == "hang"
+            # The worker's server went with it (parent-death signal).
+            deadline = time.monotonic() + 2.0
+            while pid_alive(old_server) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert not pid_alive(old_server)
+            assert str(await conn.call_tool("echo", {"text": "again"})) == "again"
+            assert conn.worker_pid not in (None, worker)
+            assert conn.worker_restarts == 1
+
+    run(main())
+
+
+@pytest.mark.timeout(20)
+def test_crash_loop_opens_the_circuit_fails_fast_and_recovers_after_the_window(tmp_path: object) -> None:
+    crash_file = os.path.join(str(tmp_path), "crash")
+    window = 1.5
+
+    async def main() -> None:
+        open(crash_file, "w").close()
+        server = MCPServerStdio(
+            command=PY,
+            args=raw_args("--crash-if-exists", crash_file),
+            name="raw",
+            auto_reconnect=False,
+            restart_limit=2,
+            restart_window=window,
+        )
+        async with server.session() as conn:
+            first_restart: float | None = None
+            # Generation 1 crashes, then two restarts (the limit) crash too.
+            for i in range(3):
+                with pytest.raises(MCPError) as info:
+                    await conn.call_tool("echo", {"text": "x"})
+                assert info.value.kind == "server_exited" and info.value.exit_code == 4, info.value
+                if i == 1:
+                    first_restart = time.monotonic()
+            assert first_restart is not None
+            # The next start would be restart 3 within the window: fail fast.
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await conn.call_tool("echo", {"text": "x"})
+            fail_fast = time.monotonic() - started
+            assert info.value.kind == "circuit_open"
+            assert "restarted 2 times in 1.5 s" in str(info.value)
+            assert "exited with code 4" in str(info.value)  # the last reason
+            assert "calls are tried again in" in str(info.value)
+            assert fail_fast < 0.2, fail_fast
+            # The server is fixed; once the window has passed, calls go through.
+            os.unlink(crash_file)
+            deadline = first_restart + window + 1.0
+            while True:
+                try:
+                    reply = await conn.call_tool("echo", {"text": "back"})
+                    break
+                except MCPError as exc:
+                    assert exc.kind == "circuit_open", exc
+                    assert time.monotonic() < deadline, "the circuit did not close after its window"
+                    await asyncio.sleep(0.05)
+            recovered_after = time.monotonic() - first_restart
+            assert str(reply) == "back"
+            assert recovered_after >= window - 0.1
+            print(f"circuit failed fast in {fail_fast * 1000:.1f} ms, closed {recovered_after:.2f} s after first restart")
+
+    run(main())

@@ -1,0 +1,160 @@
+"""Supervision: resource limits on the server's tree (DESIGN.md, failure semantics).
+
+Memory (RSS of the whole tree), CPU seconds and process count: passing one
+kills the tree and fails the call with an ``MCPError`` naming the limit and
+the figure; the next call gets a fresh server. A result over
+``max_result_bytes`` never crosses the pipe; the model gets a short message.
+
+Every greedy tool used here never answers, so a call can only end by the
+supervisor stepping in. Allocations and forks are bounded so a 2-core CI
+machine stays healthy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+import pytest
+from _sup_helpers import alive_after
+from conftest import PY, SERVERS, raw_args, run
+
+from lovia import Agent, Runner
+from lovia.testing import ScriptedProvider, call, text
+from lovia.transcript import ToolResultEntry
+from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio
+from lovia_mcp import _channel
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
+
+SUP_SERVER = str(SERVERS / "sup_server.py")
+# The guard samples every 0.1 s; killing takes one SIGKILL round.
+LIMIT_REACTION = 1.5
+# The call fails as soon as the guard retires the server; the tree kill
+# (SIGKILL, no grace after a limit) completes right after.
+KILL_DONE_WITHIN = 1.0
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_figure(isolation: str) -> None:
+    async def main() -> None:
+        server = MCPServerStdio(
+            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
+            isolation=isolation, limits=Limits(memory_mb=60),  # type: ignore[arg-type]
+        )
+        async with server.session() as conn:
+            old = int(str(await conn.call_tool("pid")))
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await conn.call_tool("hold", {"mb": 150})
+            elapsed = time.monotonic() - started
+            err = info.value
+            assert err.kind == "limit" and err.tool_name == "hold"
+            match = re.search(r"memory limit: ([\d.]+) MB resident .*\(memory_mb=60\)", str(err))
+            assert match, str(err)
+            figure = float(match.group(1))
+            assert 60 < figure <= 160, figure  # above the limit, and bounded by the allocation
+            assert "Raise Limits(memory_mb=...)" in str(err)
+            assert elapsed < LIMIT_REACTION + 1.0, elapsed
+            assert (await alive_after([old], KILL_DONE_WITHIN))[0] == []
+            new = int(str(await conn.call_tool("pid")))
+            assert new != old
+            assert str(await conn.call_tool("echo", {"text": "ok"})) == "ok"
+            print(f"[{isolation}] memory limit: killed at {figure:.1f} MB, error after {elapsed:.3f} s")
+
+    run(main())
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str) -> None:
+    # RLIMIT_NPROC does not bind root (CI runs as root); the guard's count does.
+    n = 40
+
+    async def main() -> None:
+        server = MCPServerStdio(
+            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
+            isolation=isolation, limits=Limits(max_processes=5),  # type: ignore[arg-type]
+        )
+        async with server.session() as conn:
+            old = int(str(await conn.call_tool("pid")))
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                # One fork every 20 ms: uncontained, 40 children in 0.8 s.
+                await conn.call_tool("fork", {"n": n, "interval": 0.02})
+            elapsed = time.monotonic() - started
+            err = info.value
+            assert err.kind == "limit"
+            match = re.search(r"process limit: (\d+) processes in its tree \(max_processes=5\)", str(err))
+            assert match, str(err)
+            figure = int(match.group(1))
+            assert 5 < figure < n + 1, figure  # contained before the loop finished
+            assert elapsed < LIMIT_REACTION, elapsed
+            assert (await alive_after([old], KILL_DONE_WITHIN))[0] == []
+            assert int(str(await conn.call_tool("pid"))) != old
+            # Every forked child went with it: the tree is the fresh server alone.
+            assert (await conn.stats()).processes == 1
+            print(f"[{isolation}, uid {os.getuid()}] process limit: killed at {figure} processes after {elapsed:.3f} s")
+
+    run(main())
+
+
+def test_cpu_over_the_limit_is_killed_and_reported_as_a_cpu_limit() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(
+            command=PY, args=raw_args(), name="raw", auto_reconnect=False, limits=Limits(cpu_seconds=1)
+        )
+        async with server.session() as conn:
+            old = json.loads(str(await conn.call_tool("pid")))["pid"]
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await conn.call_tool("burn", {"seconds": 10})
+            elapsed = time.monotonic() - started
+            err = info.value
+            assert err.kind == "limit"
+            assert "CPU limit" in str(err) and "cpu_seconds=1" in str(err)
+            assert "Raise Limits(cpu_seconds=...)" in str(err)
+            assert elapsed < 1.0 + LIMIT_REACTION, elapsed
+            assert (await alive_after([old], KILL_DONE_WITHIN))[0] == []
+            assert json.loads(str(await conn.call_tool("pid")))["pid"] != old
+            print(f"CPU limit: {err.args[0]!r} after {elapsed:.3f} s")
+
+    run(main())
+
+
+def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_a_short_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    received = [0]
+    original = _channel._Reader.data_received
+
+    def counting(self: _channel._Reader, data: bytes) -> None:
+        received[0] += len(data)
+        original(self, data)
+
+    monkeypatch.setattr(_channel._Reader, "data_received", counting)
+    size = 20 * 1024 * 1024
+    cap = 1024 * 1024
+
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", limits=Limits(max_result_bytes=cap))
+        async with server.session() as conn:
+            pid = json.loads(str(await conn.call_tool("pid")))["pid"]
+            provider = ScriptedProvider([call("raw__big", {"size": size}), text("done")])
+            agent = Agent(name="a", model=provider, plugins=[MCP(conn)])
+            before = received[0]
+            result = await Runner.run(agent, "big please")
+            during = received[0] - before
+            [output] = [e.output for e in result.entries if isinstance(e, ToolResultEntry)]
+            assert output.startswith("Tool error: MCP tool 'big' failed: the server's message was larger than "
+                                     "max_result_bytes=1,048,576")
+            assert "Raise Limits(max_result_bytes=...)" in output
+            assert len(output) < 1000, output
+            assert during < 64 * 1024, during  # the 20 MB result stayed in the worker
+            # The connection stays alive: same server.
+            assert json.loads(str(await conn.call_tool("pid")))["pid"] == pid
+            print(f"too large: {len(output)} chars to the model, {during} bytes over the pipe")
+
+    run(main())
