@@ -172,7 +172,10 @@ class ProcessChannel:
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         from lovia_mcp_worker.main import run
 
-        proc = _process_class()(target=run, args=(child_conn,), name="lovia-mcp-worker", daemon=False)
+        # The agent's environment now, not the forkserver's copy from when it
+        # started: the worker builds the server's environment from it.
+        environ = dict(os.environ)
+        proc = _process_class()(target=run, args=(child_conn, environ), name="lovia-mcp-worker", daemon=False)
         try:
             # Blocking (a forkserver round trip; the first one waits for the
             # preload), so it runs on a thread, never on the agent's loop.

@@ -105,8 +105,17 @@ async def serve(sock: socket.socket) -> None:
         channel.transport.close()
 
 
-def run(conn: Any) -> None:
-    """Process entry point; ``conn`` is the worker's end of a multiprocess Pipe."""
+def run(conn: Any, environ: dict[str, str] | None = None) -> None:
+    """Process entry point; ``conn`` is the worker's end of a multiprocess Pipe.
+
+    ``environ`` is the agent's environment when it started this worker. The
+    forkserver's own copy dates from when *it* started; the server's
+    allowlisted variables (and the HTTP transport's proxy settings) must
+    follow the agent's, as they do in-process.
+    """
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     # The agent's terminal signals are the agent's to handle; the worker ends
     # when its pipe closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
