@@ -3,4 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Third-party MCP servers for tests/test_thirdparty.py, outside .venv; a failed
+# install fails the run here (set -e) rather than skipping those tests.
+bash scripts/thirdparty.sh
 exec .venv/bin/python -m pytest "$@"

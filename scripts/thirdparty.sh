@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Install the third-party MCP servers that tests/test_thirdparty.py runs
+# through process isolation, into .cache/thirdparty/ (never into .venv: they
+# pin their own dependencies, and the project's environment must not bend to
+# them).
+#
+#   .cache/thirdparty/venv  mcp-server-time, mcp-server-git (PyPI)
+#   .cache/thirdparty/npm   @modelcontextprotocol/server-everything,
+#                           @modelcontextprotocol/server-filesystem (npm)
+#
+# Idempotent: a stamp file records the pinned versions; when it matches and
+# the entry points exist, the script returns at once. Any failed step fails
+# the script (the tests skip only when node is absent, never because an
+# install failed quietly). Without node/npm the npm half is skipped with a
+# message, and the tests say why they skip.
+#
+# To bump a pin: `pip index versions <pkg>` / `npm view <pkg> version`, edit
+# below, run this script, then the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY_PINS=(
+  "mcp-server-time==2026.10.19"
+  "mcp-server-git==2026.10.19"
+)
+NPM_PINS=(
+  "@modelcontextprotocol/server-everything@2026.8.31"
+  "@modelcontextprotocol/server-filesystem@2026.8.31"
+)
+
+DIR=.cache/thirdparty
+VENV=$DIR/venv
+NPM_DIR=$DIR/npm
+PYTHON="${PYTHON:-python3}"
+
+py_key="python: ${PY_PINS[*]}"
+npm_key="npm: ${NPM_PINS[*]}"
+
+py_ready() {
+  [ -f "$DIR/python.stamp" ] && [ "$(cat "$DIR/python.stamp")" = "$py_key" ] \
+    && [ -x "$VENV/bin/mcp-server-time" ] && [ -x "$VENV/bin/mcp-server-git" ] \
+    && "$VENV/bin/python" -c "" 2>/dev/null # the venv's interpreter still exists
+}
+
+npm_ready() {
+  [ -f "$DIR/npm.stamp" ] && [ "$(cat "$DIR/npm.stamp")" = "$npm_key" ] \
+    && [ -f "$NPM_DIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js" ] \
+    && [ -f "$NPM_DIR/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]
+}
+
+mkdir -p "$DIR"
+
+if ! py_ready; then
+  echo "thirdparty.sh: installing ${PY_PINS[*]} into $VENV" >&2
+  rm -f "$DIR/python.stamp"
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+  fi
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PINS[@]}"
+  "$VENV/bin/python" -c "import mcp_server_time, mcp_server_git" # fail here, not in the tests
+  printf '%s' "$py_key" > "$DIR/python.stamp"
+fi
+
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  if ! npm_ready; then
+    echo "thirdparty.sh: installing ${NPM_PINS[*]} into $NPM_DIR" >&2
+    rm -f "$DIR/npm.stamp"
+    mkdir -p "$NPM_DIR"
+    # A package.json of its own, so npm never walks up into a parent project.
+    [ -f "$NPM_DIR/package.json" ] || printf '{"private": true}\n' > "$NPM_DIR/package.json"
+    npm install --prefix "$NPM_DIR" --no-audit --no-fund --save-exact --loglevel=error "${NPM_PINS[@]}"
+    node -e 'for (const p of process.argv.slice(1)) require.resolve(p)' \
+      "$PWD/$NPM_DIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js" \
+      "$PWD/$NPM_DIR/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+    printf '%s' "$npm_key" > "$DIR/npm.stamp"
+  fi
+else
+  echo "thirdparty.sh: node/npm not found; the npm servers' tests will skip" >&2
+fi
