@@ -1,0 +1,556 @@
+#!/usr/bin/env python3
+"""Benchmark: lovia's in-process MCP plugin against lovia-mcp, in one run.
+
+Three clients on the same servers:
+
+- ``lovia``: lovia's own in-process plugin (``lovia.plugins.mcp.MCPServerStdio``);
+- ``none``: lovia-mcp with ``isolation="none"`` (the session host in the agent's loop);
+- ``process``: lovia-mcp with ``isolation="process"`` (a worker process per connection).
+
+Two servers: ``raw`` (``scripts/bench_server.py``, a minimal raw JSON-RPC
+loop, so the client-side cost is what is measured; the goals are judged on
+it) and ``sdk`` (``scripts/bench_sdk_server.py``, the SDK's ``MCPServer``).
+
+How it runs: each client is measured in a fresh child process of its own
+(``--child``), so an in-process client never pollutes an isolated client's
+agent process (memory figures, "never imports mcp"). Clients are interleaved
+in rounds (the order rotates every round) and every figure is the median of
+all samples, because these machines are shared and noisy. "First open" is
+measured in yet another fresh process per sample, timed from just before the
+process is started to the moment its first tool list is in hand.
+
+Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
+
+- open: ``async with server.session()`` enter, warm (imports done, forkserver
+  up); close: its exit (reported, not a goal);
+- first_open: fresh agent process, imports included, to the first tool list;
+- small_call: one ``echo`` call through the lovia ``Tool.invoke``, median;
+- concurrent: C calls (default 300) with ``asyncio.gather`` on one connection;
+- big: one text result of B bytes (default 10 MB);
+- stall_max / stall_total: lateness of a 1 ms ticker on the agent loop while
+  the big result arrives, minus the ticker's idle overshoot measured just
+  before (so timer slack is not counted as stall);
+- rss_per_server: agent RSS delta when N (default 5) more connections are
+  opened after a first one, divided by N;
+- worker_uss: unique memory (USS) of each worker process (process mode only).
+
+Usage::
+
+    .venv/bin/python scripts/bench.py              # full run, table
+    .venv/bin/python scripts/bench.py --json       # machine-readable
+    .venv/bin/python scripts/bench.py --quick      # smoke sizes (< ~20 s)
+    .venv/bin/python scripts/bench.py --only big --repeat 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER_SCRIPTS = {
+    "raw": str(ROOT / "scripts" / "bench_server.py"),
+    "sdk": str(ROOT / "scripts" / "bench_sdk_server.py"),
+}
+CLIENTS = ("lovia", "none", "process")
+CLIENT_LABELS = {"lovia": "lovia in-process", "none": "lovia-mcp none", "process": "lovia-mcp process"}
+# Each child process runs its samples and is bounded: a hung client must not
+# hang the benchmark (or the smoke test that runs it).
+CHILD_TIMEOUT = 900.0
+# Idle time the stall ticker runs before each big call, to measure the
+# loop's own timer overshoot (subtracted from the lateness during the call).
+STALL_BASELINE_SECONDS = 0.1
+# The ticker's period.
+TICK = 0.001
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    label: str
+    unit: str
+    servers: tuple[str, ...]
+    group: str  # what a child must run to produce it (``--only`` takes either)
+    goal: float | None = None
+    goal_kind: str | None = None  # "ratio": process/lovia <= goal; "abs": process <= goal
+    scale: float = 1.0  # samples are seconds/bytes; shown as unit
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("open", "open (spawn, handshake, list), warm", "ms", ("raw", "sdk"), "open", 1.5, "ratio", 1e3),
+    Figure("close", "close, warm (not a goal)", "ms", ("raw", "sdk"), "open", None, None, 1e3),
+    Figure("first_open", "first open in a fresh agent process", "ms", ("raw",), "first_open", 1.0, "ratio", 1e3),
+    Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.3, "ratio", 1e3),
+    Figure("concurrent", "{conc} concurrent small calls", "ms", ("raw", "sdk"), "concurrent", 1.0, "ratio", 1e3),
+    Figure("big", "one {big} text result", "ms", ("raw", "sdk"), "big", 0.5, "ratio", 1e3),
+    Figure("stall_max", "agent loop stall during it, max", "ms", ("raw", "sdk"), "big", 5.0, "abs", 1e3),
+    Figure("stall_total", "agent loop stall during it, total", "ms", ("raw", "sdk"), "big", 20.0, "abs", 1e3),
+    Figure("rss_per_server", "agent RSS per extra server (N={n})", "MB", ("raw",), "memory", 2.0, "abs", 1 / 2**20),
+    Figure("worker_uss", "worker USS per connection", "MB", ("raw",), "memory", 20.0, "abs", 1 / 2**20),
+)
+FIGURE_BY_KEY = {f.key: f for f in FIGURES}
+GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory")
+
+
+@dataclass(frozen=True)
+class Params:
+    rounds: int
+    repeat: int  # samples per figure per client (summed over rounds)
+    small_calls: int  # individual small calls per client (summed over rounds)
+    conc: int
+    big: int
+    n_conns: int
+    sdk_open_repeat: int  # the SDK server takes ~0.5 s to start: fewer opens
+
+    def per_round(self, total: int) -> int:
+        return max(1, math.ceil(total / self.rounds))
+
+
+def _human_bytes(n: int) -> str:
+    return f"{n / 1e6:g} MB" if n >= 1_000_000 else f"{n / 1e3:g} kB"
+
+
+# --------------------------------------------------------------------------- #
+# Child side: one client, measured in its own process
+# --------------------------------------------------------------------------- #
+def _make_server(client: str, script: str) -> Any:
+    if client == "lovia":
+        from lovia.plugins.mcp import MCPServerStdio as LoviaStdio
+
+        return LoviaStdio(command=sys.executable, args=[script])
+    import lovia_mcp
+
+    return lovia_mcp.MCPServerStdio(command=sys.executable, args=[script], isolation=client)
+
+
+def _tools(conn: Any) -> dict[str, Any]:
+    return {t.name: t for t in conn.tools()}
+
+
+async def _ticker(lates: list[float], stop: asyncio.Event) -> None:
+    clock = time.perf_counter
+    while not stop.is_set():
+        t0 = clock()
+        await asyncio.sleep(TICK)
+        lates.append(clock() - t0 - TICK)
+
+
+async def _with_ticker(aw: Any) -> tuple[Any, list[float]]:
+    lates: list[float] = []
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(_ticker(lates, stop))
+    try:
+        result = await aw
+    finally:
+        stop.set()
+        await task
+    return result, lates
+
+
+async def _idle_overshoot() -> float:
+    lates: list[float] = []
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(_ticker(lates, stop))
+    await asyncio.sleep(STALL_BASELINE_SECONDS)
+    stop.set()
+    await task
+    return statistics.median(lates) if lates else 0.0
+
+
+def _rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+async def _measure_server(client: str, server: str, groups: set[str], p: Params, out: dict[str, list[float]]) -> None:
+    script = SERVER_SCRIPTS[server]
+    reps = p.per_round(p.sdk_open_repeat if server == "sdk" else p.repeat)
+    warmed = False
+
+    def add(key: str, value: float) -> None:
+        out.setdefault(f"{key}[{server}]", []).append(value)
+
+    if "memory" in groups and server == "raw":
+        # First, before any other figure: freed heap from earlier opens would
+        # otherwise be reused and hide the cost of a connection.
+        await _measure_memory(client, script, p, add)
+        warmed = True
+
+    if groups & {"small_call", "concurrent", "big"}:
+        # The first open of the child also warms imports and the forkserver.
+        async with _make_server(client, script).session() as conn:
+            warmed = True
+            tools = _tools(conn)
+            echo, big = tools["echo"], tools["big"]
+            for _ in range(10):
+                await echo.invoke({"text": "warm"}, None)
+            if "small_call" in groups:
+                clock = time.perf_counter
+                for _ in range(p.per_round(p.small_calls)):
+                    t0 = clock()
+                    await echo.invoke({"text": "hello"}, None)
+                    add("small_call", clock() - t0)
+            if "concurrent" in groups:
+                await asyncio.gather(*(echo.invoke({"text": "warm"}, None) for _ in range(min(p.conc, 50))))
+                for _ in range(p.per_round(p.repeat)):
+                    t0 = time.perf_counter()
+                    results = await asyncio.gather(*(echo.invoke({"text": f"c{i}"}, None) for i in range(p.conc)))
+                    add("concurrent", time.perf_counter() - t0)
+                    assert str(results[-1]) == f"c{p.conc - 1}", results[-1]
+            if "big" in groups:
+                # Warm: the server caches the body; first-use costs on both sides.
+                await big.invoke({"size": p.big}, None)
+                for _ in range(p.per_round(p.repeat)):
+                    gc.collect()
+                    base = await _idle_overshoot()
+                    t0 = time.perf_counter()
+                    result, lates = await _with_ticker(big.invoke({"size": p.big}, None))
+                    add("big", time.perf_counter() - t0)
+                    assert len(result.content[0].text) == p.big
+                    del result
+                    excess = [max(0.0, late - base) for late in lates]
+                    add("stall_max", max(excess, default=0.0))
+                    add("stall_total", sum(excess))
+
+    if "open" in groups:
+        if not warmed:
+            async with _make_server(client, script).session() as conn:
+                warmed = True
+        for _ in range(reps):
+            cm = _make_server(client, script).session()
+            t0 = time.perf_counter()
+            conn = await cm.__aenter__()
+            t1 = time.perf_counter()
+            await cm.__aexit__(None, None, None)
+            t2 = time.perf_counter()
+            assert conn.tools()
+            add("open", t1 - t0)
+            add("close", t2 - t1)
+
+async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None:
+    import psutil
+
+    first = await _make_server(client, script).open()
+    conns: list[Any] = []
+    try:
+        await _tools(first)["echo"].invoke({"text": "warm"}, None)
+        gc.collect()
+        await asyncio.sleep(0.05)
+        rss0 = _rss()
+        for _ in range(p.n_conns):
+            conn = await _make_server(client, script).open()
+            conns.append(conn)
+            await _tools(conn)["echo"].invoke({"text": "hi"}, None)
+        gc.collect()
+        await asyncio.sleep(0.05)
+        add("rss_per_server", (_rss() - rss0) / p.n_conns)
+        for conn in conns:
+            pid = getattr(conn, "worker_pid", None)
+            if pid is not None:
+                add("worker_uss", float(psutil.Process(pid).memory_full_info().uss))
+    finally:
+        everything = [first, *conns]
+        if client == "lovia":
+            # anyio transports must close in the task that opened them.
+            for conn in reversed(everything):
+                await conn.close()
+        else:
+            # Concurrently: with isolation="none" a sequential close waits
+            # for every other open connection's host (see the report).
+            await asyncio.gather(*(conn.close() for conn in everything))
+
+
+async def _child_main(client: str, servers: list[str], groups: set[str], p: Params) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for server in servers:
+        await _measure_server(client, server, groups, p, out)
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# First open: a fresh agent process per sample
+# --------------------------------------------------------------------------- #
+# Imports only the client package, opens one connection and reports the
+# system-wide monotonic clock when the tool list is in hand (CLOCK_MONOTONIC
+# is shared by all processes on Linux, so the parent's start stamp compares).
+FIRST_OPEN_CODE = """
+import asyncio, sys, time
+client, script = sys.argv[1], sys.argv[2]
+if client == "lovia":
+    from lovia.plugins.mcp import MCPServerStdio
+    server = MCPServerStdio(command=sys.executable, args=[script])
+else:
+    from lovia_mcp import MCPServerStdio
+    server = MCPServerStdio(command=sys.executable, args=[script], isolation=client)
+
+async def main():
+    async with server.session() as conn:
+        assert conn.tools()
+        sys.stdout.write(repr(time.monotonic()) + "\\n")
+        sys.stdout.flush()
+
+asyncio.run(main())
+"""
+
+
+def _first_open_sample(client: str) -> float:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", FIRST_OPEN_CODE, client, SERVER_SCRIPTS["raw"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tempfile.gettempdir(),  # no stray modules from the repository
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"first-open child ({client}) failed: {proc.stderr[-2000:]}")
+    return float(proc.stdout.split()[0]) - t0
+
+
+# --------------------------------------------------------------------------- #
+# Parent: orchestration, table, JSON
+# --------------------------------------------------------------------------- #
+def _rotated(items: tuple[str, ...], k: int) -> list[str]:
+    k %= len(items)
+    return list(items[k:] + items[:k])
+
+
+def _run_child(client: str, servers: list[str], groups: set[str], p: Params) -> dict[str, list[float]]:
+    with tempfile.NamedTemporaryFile("r", suffix=".json", prefix="bench-") as f:
+        cmd = [
+            sys.executable, __file__, "--child", client,
+            "--child-servers", ",".join(servers),
+            "--child-groups", ",".join(sorted(groups)),
+            "--child-params", json.dumps(p.__dict__),
+            "--child-out", f.name,
+        ]
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"child for {client} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        data: dict[str, list[float]] = json.load(f)
+        return data
+
+
+def _machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    versions: dict[str, str] = {}
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("lovia", "mcp", "lovia-mcp", "msgspec", "multiprocess"):
+        with contextlib.suppress(PackageNotFoundError):
+            versions[dist] = version(dist)
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "nproc": nproc,
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": versions,
+    }
+
+
+def _label(fig: Figure, server: str, p: Params) -> str:
+    text = fig.label.format(conc=p.conc, big=_human_bytes(p.big), n=p.n_conns)
+    return f"{text} [{server}]"
+
+
+def _summarise(samples: dict[str, dict[str, list[float]]], p: Params, wanted: set[str]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for fig in FIGURES:
+        if fig.key not in wanted:
+            continue
+        for server in fig.servers:
+            key = f"{fig.key}[{server}]"
+            values: dict[str, float | None] = {}
+            counts: dict[str, int] = {}
+            for client in CLIENTS:
+                got = samples.get(client, {}).get(key, [])
+                counts[client] = len(got)
+                values[client] = statistics.median(got) * fig.scale if got else None
+            base, iso = values["lovia"], values["process"]
+            ratio = iso / base if iso is not None and base else None
+            met: bool | None = None
+            if fig.goal_kind == "ratio" and ratio is not None:
+                met = ratio <= fig.goal  # type: ignore[operator]
+            elif fig.goal_kind == "abs" and iso is not None:
+                met = iso <= fig.goal  # type: ignore[operator]
+            goal = None
+            if fig.goal_kind == "ratio":
+                goal = f"ratio <= {fig.goal:g}"
+            elif fig.goal_kind == "abs":
+                goal = f"<= {fig.goal:g} {fig.unit}"
+            rows.append({
+                "figure": fig.key,
+                "server": server,
+                "key": key,
+                "label": _label(fig, server, p),
+                "unit": fig.unit,
+                "values": values,
+                "samples": counts,
+                "ratio": ratio,
+                "goal": goal,
+                "met": met,
+            })
+    return rows
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = ["figure", "unit", *(CLIENT_LABELS[c] for c in CLIENTS), "ratio process/in-process", "goal", "met?"]
+    body = []
+    for r in rows:
+        met = {True: "yes", False: "NO", None: "-"}[r["met"]]
+        body.append([
+            r["label"], r["unit"], *(_fmt(r["values"][c]) for c in CLIENTS),
+            "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}", r["goal"] or "-", met,
+        ])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = [" | ".join(h.ljust(w) for h, w in zip(head, widths)), "-+-".join("-" * w for w in widths)]
+    for row in body:
+        lines.append(" | ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(row, widths))))
+    return "\n".join(lines)
+
+
+def _wanted(only: list[str] | None) -> set[str]:
+    if not only:
+        return {f.key for f in FIGURES}
+    out: set[str] = set()
+    for item in only:
+        for name in item.split(","):
+            name = name.strip()
+            if name in FIGURE_BY_KEY:
+                out.add(name)
+            elif name in GROUPS or name in ("stall", "memory", "rss", "uss"):
+                group = {"stall": "big", "rss": "memory", "uss": "memory"}.get(name, name)
+                out.update(f.key for f in FIGURES if f.group == group)
+            else:
+                raise SystemExit(f"unknown figure {name!r}; choose from {', '.join([*FIGURE_BY_KEY, *GROUPS])}")
+    return out
+
+
+def _log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes and few repetitions (smoke run, < ~20 s)")
+    ap.add_argument("--repeat", type=int, default=None, help="samples per figure per client (default 12; quick 1)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds of child processes (default 3; quick 1)")
+    ap.add_argument("--only", action="append", help="figure or group (repeatable, comma-separated): "
+                    + ", ".join([*FIGURE_BY_KEY, *GROUPS]))
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--big", type=int, default=None, help="bytes of the big result (default 10_000_000; quick 1_000_000)")
+    ap.add_argument("--conc", type=int, default=None, help="concurrent calls (default 300; quick 100)")
+    ap.add_argument("--conns", type=int, default=None, help="extra connections for the RSS figure (default 5; quick 2)")
+    ap.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
+    ap.add_argument("--child-servers", help=argparse.SUPPRESS)
+    ap.add_argument("--child-groups", help=argparse.SUPPRESS)
+    ap.add_argument("--child-params", help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.child:
+        p = Params(**json.loads(args.child_params))
+        groups = set(args.child_groups.split(","))
+        data = asyncio.run(_child_main(args.child, args.child_servers.split(","), groups, p))
+        Path(args.child_out).write_text(json.dumps(data))
+        return 0
+
+    quick = args.quick
+    repeat = args.repeat or (1 if quick else 12)
+    p = Params(
+        rounds=args.rounds or (1 if quick else 3),
+        repeat=repeat,
+        small_calls=30 if quick else 600,
+        conc=args.conc or (100 if quick else 300),
+        big=args.big or (1_000_000 if quick else 10_000_000),
+        n_conns=args.conns or (2 if quick else 5),
+        sdk_open_repeat=1 if quick else max(3, repeat // 2),
+    )
+    wanted = _wanted(args.only)
+    groups = {FIGURE_BY_KEY[k].group for k in wanted}
+    child_groups = groups - {"first_open"}
+    servers = sorted({s for k in wanted for s in FIGURE_BY_KEY[k].servers if FIGURE_BY_KEY[k].group != "first_open"})
+
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    samples: dict[str, dict[str, list[float]]] = {c: {} for c in CLIENTS}
+    if child_groups:
+        for r in range(p.rounds):
+            for client in _rotated(CLIENTS, r):
+                t0 = time.monotonic()
+                got = _run_child(client, servers, child_groups, p)
+                _log(f"round {r + 1}/{p.rounds}: {client} ({', '.join(sorted(child_groups))} on {', '.join(servers)}) "
+                     f"in {time.monotonic() - t0:.1f} s")
+                for k, v in got.items():
+                    samples[client].setdefault(k, []).extend(v)
+    if "first_open" in groups:
+        n = p.repeat if not quick else 1
+        for i in range(n):
+            t0 = time.monotonic()
+            for client in _rotated(CLIENTS, i):
+                samples[client].setdefault("first_open[raw]", []).append(_first_open_sample(client))
+            _log(f"first open {i + 1}/{n} in {time.monotonic() - t0:.1f} s")
+    rows = _summarise(samples, p, wanted)
+    report = {
+        "command": " ".join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable,
+                             os.path.relpath(__file__, ROOT), *(sys.argv[1:] if argv is None else argv)]),
+        "machine": _machine(),
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "seconds": round(time.monotonic() - started, 1),
+        "params": p.__dict__,
+        "clients": CLIENT_LABELS,
+        "figures": rows,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        m = report["machine"]
+        print(f"command: {report['command']}")
+        print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}; Python {m['python']}; "
+              + ", ".join(f"{k} {v}" for k, v in m["versions"].items()))
+        print(f"load average before/after: {load_before[0]:.2f} / {report['load_average']['after'][0]:.2f}; "
+              f"{report['seconds']} s; medians of {p.repeat} samples per figure ({p.small_calls} small calls) "
+              f"over {p.rounds} interleaved round(s)")
+        print()
+        print(_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

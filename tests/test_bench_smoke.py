@@ -1,0 +1,64 @@
+"""Smoke test of the benchmark: ``scripts/bench.py --quick --json`` runs and reports every figure.
+
+Not a timed test: the figures are not judged here (shared machines are too
+noisy for that); it only proves the benchmark still runs against the current
+code and that its JSON has a value for every figure and every client.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+BENCH = ROOT / "scripts" / "bench.py"
+CLIENTS = ("lovia", "none", "process")
+# figure -> servers it is measured on (as in scripts/bench.py's FIGURES).
+EXPECTED = {
+    "open": ("raw", "sdk"),
+    "close": ("raw", "sdk"),
+    "first_open": ("raw",),
+    "small_call": ("raw", "sdk"),
+    "concurrent": ("raw", "sdk"),
+    "big": ("raw", "sdk"),
+    "stall_max": ("raw", "sdk"),
+    "stall_total": ("raw", "sdk"),
+    "rss_per_server": ("raw",),
+    "worker_uss": ("raw",),
+}
+# Figures that only exist for a worker process.
+PROCESS_ONLY = {"worker_uss"}
+# Bound on the quick run (it takes ~15 s on an idle 2-core machine).
+BENCH_TIMEOUT = 150
+
+
+@pytest.mark.timeout(BENCH_TIMEOUT + 30)
+def test_quick_benchmark_exits_cleanly_and_reports_every_figure_for_every_client() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=BENCH_TIMEOUT,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    rows = {(r["figure"], r["server"]): r for r in report["figures"]}
+    for figure, servers in EXPECTED.items():
+        for server in servers:
+            row = rows.get((figure, server))
+            assert row is not None, f"missing figure {figure} [{server}]"
+            for client in CLIENTS:
+                assert client in row["values"], f"{figure} [{server}] has no entry for {client}"
+                value = row["values"][client]
+                if figure in PROCESS_ONLY and client != "process":
+                    assert value is None
+                else:
+                    assert isinstance(value, (int, float)) and value >= 0, (figure, server, client, value)
+            if row["goal"] is not None:
+                assert isinstance(row["met"], bool), row
+    assert report["machine"]["nproc"] >= 1
