@@ -302,6 +302,11 @@ class MCPConnection:
             else:
                 logger.log(msg.level, "%s: %s", self._spec.name, msg.message)
             return
+        if isinstance(msg, Opened) and msg.id == 0:
+            # Unsolicited: the worker started a fresh server (a restart).
+            # Follow its pid, so a worker death kills the right group.
+            self._server_pid = msg.server_pid
+            return
         fut = self._pending.pop(msg.id, None)
         if fut is not None and not fut.done():
             fut.set_result(msg)

@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from _sup_helpers import alive_after
 from conftest import PY, pid_alive, raw_args, run
 
 from lovia import Agent, Runner
@@ -197,5 +198,27 @@ def test_crash_loop_opens_the_circuit_fails_fast_and_recovers_after_the_window(t
             assert str(reply) == "back"
             assert recovered_after >= window - 0.1
             print(f"circuit failed fast in {fail_fast * 1000:.1f} ms, closed {recovered_after:.2f} s after first restart")
+
+    run(main())
+
+
+def test_worker_killed_after_a_server_restart_still_takes_the_new_servers_grandchildren() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
+        async with server.session() as conn:
+            first = await _server_pid(conn)
+            with pytest.raises(MCPError):
+                await conn.call_tool("exit", {"code": 1})
+            second = await _server_pid(conn)
+            assert second != first
+            assert conn.server_pid == second  # the connection follows restarts
+            grandchildren = json.loads(str(await conn.call_tool("spawn", {"n": 1})))
+            orphans = json.loads(str(await conn.call_tool("spawn", {"n": 1, "orphan": True})))
+            worker = conn.worker_pid
+            assert worker is not None
+            os.kill(worker, signal.SIGKILL)
+            alive, took = await alive_after([second, *grandchildren, *orphans], 2.0)
+            assert alive == [], f"still alive {took:.2f} s after the worker died: {alive}"
+            assert str(await conn.call_tool("echo", {"text": "fresh"})) == "fresh"
 
     run(main())

@@ -76,6 +76,9 @@ SHUTDOWN_WAIT: Final = guard.TERM_GRACE + guard.KILL_WAIT + 1.0
 STDERR_FLUSH_WAIT: Final = 0.2
 # Prefix of an over-long stdout line searched for the JSON-RPC id.
 ID_SCAN_BYTES: Final = 4096
+# Request id of the unsolicited ``Opened`` sent when a generation starts; the
+# agent numbers its requests from 1.
+ANNOUNCE_ID: Final = 0
 # JSON-RPC error code the host uses for a result over max_result_bytes.
 TOO_LARGE_CODE: Final = -32099
 
@@ -304,6 +307,10 @@ class Host:
             await self._wait_down(gen)
             raise
         self._log(logging.INFO, f"server {spec.name!r} started (pid {gen.server_pid}, generation {gen.number})")
+        # Announce the new pid (id 0 is never a request id; tools are not
+        # repeated): if this worker dies, the agent kills the server's process
+        # group itself, and that must be this generation's group.
+        self._emit(Opened(id=ANNOUNCE_ID, server_pid=gen.server_pid, tools=[]))
         return gen
 
     async def _wait_down(self, gen: Generation) -> None:
@@ -871,4 +878,4 @@ async def _http_streams(spec: ServerSpec) -> AsyncIterator[tuple[Any, Any]]:
             yield streams[0], streams[1]
 
 
-__all__ = ["Generation", "Host", "HostError", "TOO_LARGE_CODE"]
+__all__ = ["ANNOUNCE_ID", "Generation", "Host", "HostError", "TOO_LARGE_CODE"]
