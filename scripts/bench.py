@@ -311,11 +311,11 @@ asyncio.run(main())
 def _first_open_sample(client: str) -> float:
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-c", FIRST_OPEN_CODE, client, SERVER_SCRIPTS["raw"]],
+        # -P: no current directory on sys.path, so nothing stray is imported.
+        [sys.executable, "-P", "-c", FIRST_OPEN_CODE, client, SERVER_SCRIPTS["raw"]],
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=tempfile.gettempdir(),  # no stray modules from the repository
     )
     if proc.returncode != 0:
         raise RuntimeError(f"first-open child ({client}) failed: {proc.stderr[-2000:]}")
@@ -359,6 +359,18 @@ def _machine() -> dict[str, Any]:
     for dist in ("lovia", "mcp", "lovia-mcp", "msgspec", "multiprocess"):
         with contextlib.suppress(PackageNotFoundError):
             versions[dist] = version(dist)
+    import importlib.util
+
+    source = {}
+    for name in ("lovia_mcp", "lovia_mcp_worker"):
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None and spec.origin else ""
+        folder = os.path.dirname(os.path.dirname(origin))
+        commit = ""
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            commit = subprocess.run(["git", "-C", folder, "rev-parse", "--short", "HEAD"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip()
+        source[name] = f"{origin} ({'git ' + commit if commit else 'not a git checkout'})"
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "nproc": nproc,
@@ -366,6 +378,7 @@ def _machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "versions": versions,
+        "source": source,
     }
 
 
@@ -547,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average before/after: {load_before[0]:.2f} / {report['load_average']['after'][0]:.2f}; "
               f"{report['seconds']} s; medians of {p.repeat} samples per figure ({p.small_calls} small calls) "
               f"over {p.rounds} interleaved round(s)")
+        print("source: " + "; ".join(m["source"].values()))
         print()
         print(_table(rows))
     return 0
