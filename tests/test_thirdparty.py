@@ -37,7 +37,7 @@ import psutil
 import pytest
 from conftest import ROOT
 from lovia import Agent, Runner
-from lovia.testing import ScriptedProvider, batch, call, text
+from lovia.testing import ScriptedProvider, batch, text
 from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPConnection, MCPServerStdio, MCPToolResult
@@ -65,13 +65,11 @@ JOIN_WAIT = 5.0
 # Bound on a closed connection's worker and server being gone.
 GONE_WAIT = 5.0
 
-# In the agent's environment, never meant for a server. Set when this module
-# is imported (collection, before any test starts a worker) because workers
-# fork from a forkserver whose environment is a snapshot taken when it
-# started: set later, the secret would be absent from the worker too and
-# the "does not leak" check would prove nothing. test_* checks it is there.
+# In the agent's environment, never meant for a server.
 SECRET_NAME = "LOVIA_MCP_THIRDPARTY_SECRET"
-SECRET_VALUE = os.environ.setdefault(SECRET_NAME, f"s3cret-{secrets.token_hex(8)}")
+# Allowlisted by its LC_ prefix: the control showing that the agent's
+# environment, as the test set it, did reach the worker.
+PROBE_NAME = "LC_LOVIA_MCP_THIRDPARTY_PROBE"
 
 
 def _need_node() -> None:
@@ -224,33 +222,35 @@ def test_everything_structured_content_arrives_parsed_alongside_its_text(
     assert json.loads(rendered(result)) == structured
 
 
-def _server_env(loop: LoopThread, server: MCPServerStdio) -> tuple[dict[str, str], str, dict[str, str]]:
-    """The server's environment as it reports it, the raw text, and its worker's environment."""
+def _server_env(loop: LoopThread, server: MCPServerStdio) -> tuple[dict[str, str], str]:
+    """The server's environment as server-everything reports it, parsed and raw."""
 
-    async def main() -> tuple[str, dict[str, str]]:
+    async def main() -> str:
         async with server.session() as conn:
-            assert conn.worker_pid is not None
-            worker_env = psutil.Process(conn.worker_pid).environ()
-            return rendered(await conn.call_tool("get-env", {})), worker_env
+            return rendered(await conn.call_tool("get-env", {}))
 
-    out, worker_env = loop.run(main())
-    return json.loads(out), out, worker_env
+    out = loop.run(main())
+    return json.loads(out), out
 
 
-def test_agent_environment_variable_reaches_the_server_only_when_named_in_inherit_env(loop: LoopThread) -> None:
-    assert os.environ[SECRET_NAME] == SECRET_VALUE
+def test_agent_environment_variable_reaches_the_server_only_when_named_in_inherit_env(
+    loop: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = f"s3cret-{secrets.token_hex(8)}"
+    probe = f"probe-{secrets.token_hex(4)}"
+    monkeypatch.setenv(SECRET_NAME, secret)
+    monkeypatch.setenv(PROBE_NAME, probe)
 
-    env, out, worker_env = _server_env(loop, everything())
-    # The worker had the secret, so the allowlist (not an accident of
-    # start-up order) is what kept it from the server.
-    assert worker_env.get(SECRET_NAME) == SECRET_VALUE, (
-        "the forkserver started before this module set the secret; the leak check would prove nothing"
-    )
-    assert SECRET_NAME not in env and SECRET_VALUE not in out
+    env, out = _server_env(loop, everything())
+    # The probe, set together with the secret, arrived: the worker saw the
+    # agent's environment as it is now, so the allowlist is what stopped the
+    # secret (not an older snapshot that never had it).
+    assert env.get(PROBE_NAME) == probe, sorted(env)
+    assert SECRET_NAME not in env and secret not in out
     assert set(env) <= set(ENV_ALLOWLIST) | {k for k in env if k.startswith("LC_")}, sorted(env)
 
-    env, out, _ = _server_env(loop, everything(inherit_env=[SECRET_NAME], env={"EXPLICIT": "yes"}))
-    assert env[SECRET_NAME] == SECRET_VALUE
+    env, out = _server_env(loop, everything(inherit_env=[SECRET_NAME], env={"EXPLICIT": "yes"}))
+    assert env[SECRET_NAME] == secret
     assert env["EXPLICIT"] == "yes"
 
 
