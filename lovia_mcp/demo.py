@@ -16,11 +16,12 @@ stderr included) on stderr.
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import os
 import re
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -196,18 +197,18 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
         seen.server_pids.append(pid)
 
 
-def _shared_helpers() -> set[int]:
+def _shared_helpers() -> dict[int, str]:
     """The multiprocess forkserver and resource tracker: one per agent process, by design."""
-    out: set[int] = set()
+    out: dict[int, str] = {}
     try:
         from multiprocess import forkserver, resource_tracker
 
-        for pid in (
-            getattr(forkserver._forkserver, "_forkserver_pid", None),
-            getattr(resource_tracker._resource_tracker, "_pid", None),
+        for pid, what in (
+            (getattr(forkserver._forkserver, "_forkserver_pid", None), "forkserver"),
+            (getattr(resource_tracker._resource_tracker, "_pid", None), "resource tracker"),
         ):
             if pid is not None:
-                out.add(pid)
+                out[pid] = what
     except Exception:  # noqa: BLE001 - private attributes; a missing one only widens the check
         pass
     return out
@@ -253,14 +254,19 @@ async def _demo(check: _Checks) -> None:
     check("mcp" not in sys.modules, "the agent process never imported mcp",
           "'mcp' in sys.modules is " + str("mcp" in sys.modules))
     left = _leftovers(seen)
-    helpers = sorted(_shared_helpers())
-    shared = f"the shared forkserver (pids {', '.join(map(str, helpers))}) ends with this process" if helpers else ""
+    helpers = ", ".join(f"{what} {pid}" for pid, what in sorted(_shared_helpers().items()))
+    shared = f"only the shared {helpers} remain, and end with this process" if helpers else ""
     check(not left, "no worker or server process is left behind", ", ".join(left) if left else shared)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; 0 when every expectation held, 1 otherwise."""
     _ = argv
+    log = logging.getLogger("lovia_mcp")
+    if not log.handlers:
+        # The narration is the output; the library's warnings (the crash is
+        # one) would otherwise reach stderr through logging's last resort.
+        log.addHandler(logging.NullHandler())
     print("lovia-mcp demo: a lovia agent (scripted model, offline) uses an MCP server")
     print("that runs in its own worker process, and survives the server crashing.")
     print()
@@ -271,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     except (LoviaError, asyncio.TimeoutError, OSError) as exc:
         what = f"timed out after {RUN_TIMEOUT:g} s" if isinstance(exc, asyncio.TimeoutError) else str(exc)
         print(f"\ndemo failed: {what}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a message, never a traceback (-vv shows it)
+        if logging.getLogger("lovia_mcp").isEnabledFor(logging.DEBUG):
+            traceback.print_exc()
+        print(f"\ndemo failed: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print()
     elapsed = time.monotonic() - started

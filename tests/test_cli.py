@@ -1,0 +1,284 @@
+"""The ``lovia-mcp`` command, run as a user runs it: ``python -m lovia_mcp`` in a subprocess.
+
+Against the raw JSON-RPC server (tests/servers/raw_server.py), which starts in
+milliseconds, and the demo (the SDK's ``MCPServer``). Every run is bounded by
+``RUN_TIMEOUT`` and by pytest-timeout; the autouse ``no_leaks`` fixture checks
+that the command left no worker or server behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+from conftest import PY, RAW_SERVER, ROOT
+
+from lovia_mcp.cli import parameter_lines, tools_table
+
+pytestmark = pytest.mark.timeout(30)
+
+# Bound on one command; a normal one takes about a second (interpreter, worker,
+# server), a broken build must not hang the suite.
+RUN_TIMEOUT = 25.0
+
+RAW = ["--", PY, RAW_SERVER]
+
+
+def lovia_mcp(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lovia_mcp", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "120", **(env or {})},
+    )
+
+
+def lovia_mcp_all(*invocations: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Independent invocations at once (each is mostly interpreter start-up)."""
+    with ThreadPoolExecutor(len(invocations)) as pool:
+        return list(pool.map(lambda args: lovia_mcp(*args), invocations))
+
+
+def error_of(r: subprocess.CompletedProcess[str]) -> str:
+    """The command's error message; asserts it is a message, not a traceback."""
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "lovia-mcp" in r.stderr and "error: " in r.stderr, r.stderr
+    return r.stderr
+
+
+# --------------------------------------------------------------------------- #
+# tools
+# --------------------------------------------------------------------------- #
+def test_tools_prints_a_table_of_names_parameters_and_descriptions() -> None:
+    r = lovia_mcp("tools", *RAW)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "PARAMETERS", "DESCRIPTION"]
+    assert any(line.split()[:4] == ["echo", "text?:", "string", "Echo"] for line in lines)
+    add = next(i for i, line in enumerate(lines) if line.startswith("add "))
+    assert "a?: number" in lines[add] and "b?: number" in lines[add + 1]
+    assert r.stderr == ""
+
+
+def test_tools_json_gives_each_tool_with_the_schema_the_model_receives() -> None:
+    r = lovia_mcp("tools", "--json", *RAW)
+    assert r.returncode == 0, r.stderr
+    tools = {t["name"]: t for t in json.loads(r.stdout)}
+    assert tools["add"]["description"] == "Add two numbers."
+    assert tools["add"]["parameters"] == {
+        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+    }
+    assert tools["fail"]["parameters"] == {"type": "object", "properties": {}}
+
+
+def test_name_prefixes_the_tools_as_an_agent_sees_them_and_call_takes_the_prefixed_name() -> None:
+    listed, called = lovia_mcp_all(
+        ["tools", "--json", "--name", "raw", *RAW],
+        ["call", "raw__echo", '{"text": "hi"}', "--name", "raw", *RAW],
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "raw__echo" in {t["name"] for t in json.loads(listed.stdout)}
+    assert (called.returncode, called.stdout) == (0, "hi\n"), called.stderr
+
+
+def _tool(name: str, description: str, parameters: dict[str, object]) -> SimpleNamespace:
+    return SimpleNamespace(name=name, description=description, parameters=parameters)
+
+
+FORECAST_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "days": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+        "units": {"enum": ["metric", "imperial"], "default": "metric"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["city"],
+}
+
+
+def test_parameters_read_as_name_type_with_optional_marks_and_defaults() -> None:
+    assert parameter_lines(FORECAST_SCHEMA) == [
+        "city: string",
+        "days?: integer|null = null",
+        'units?: "metric"|"imperial" = "metric"',
+        "tags?: string[]",
+    ]
+    assert parameter_lines({"type": "object", "properties": {}}) == []
+
+
+def test_the_table_wraps_descriptions_to_the_width_and_falls_back_to_blocks_when_narrow() -> None:
+    tools = [_tool("forecast", "Today's weather forecast for a city, from canned data.", FORECAST_SCHEMA),
+             _tool("ping", "", {"type": "object", "properties": {}})]
+    wide = tools_table(tools, 80).splitlines()
+    assert wide[0].split() == ["NAME", "PARAMETERS", "DESCRIPTION"]
+    assert wide[1].split()[:3] == ["forecast", "city:", "string"]
+    assert all(len(line) <= 80 for line in wide)
+    assert any(line.startswith("ping") and line.split()[1:] == ["-", "-"] for line in wide)
+    narrow = tools_table(tools, 40).splitlines()
+    assert narrow[0] == "forecast" and "    city: string" in narrow
+
+
+# --------------------------------------------------------------------------- #
+# call
+# --------------------------------------------------------------------------- #
+def test_call_prints_the_result_as_the_model_reads_it_and_exits_zero() -> None:
+    r = lovia_mcp("call", "mixed", *RAW)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "hello",
+        "[image: image/png, 11 B]",
+        "[audio: audio/wav, 3 B]",
+        "inline text",
+        "[resource: file:///b.bin, application/octet-stream, 6 B]",
+        "[resource link: file:///c.txt]",
+    ]
+    assert r.stderr == ""
+
+
+def test_an_is_error_result_is_printed_as_tool_error_and_exits_one() -> None:
+    r = lovia_mcp("call", "fail", "{}", *RAW)
+    assert (r.returncode, r.stdout, r.stderr) == (1, "[tool error] something went wrong\n", "")
+
+
+def test_call_json_with_arguments_from_stdin_shows_content_error_flag_and_structured_content() -> None:
+    r = lovia_mcp("call", "add", "-", "--json", *RAW, stdin='{"a": 2, "b": 3}')
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {
+        "content": [{"type": "text", "text": "5"}], "is_error": False, "structured_content": {"sum": 5},
+    }
+
+
+
+
+# --------------------------------------------------------------------------- #
+# server options
+# --------------------------------------------------------------------------- #
+def test_env_and_inherit_env_reach_the_server_and_other_variables_do_not() -> None:
+    r = lovia_mcp(
+        "call", "pid", "--env", "GREETING=hello=world", "--inherit-env", "CLI_TEST_PASSED", *RAW,
+        env={"CLI_TEST_PASSED": "yes", "CLI_TEST_SECRET": "no"},
+    )
+    assert r.returncode == 0, r.stderr
+    env = json.loads(r.stdout)["env"]
+    assert env["GREETING"] == "hello=world"
+    assert env["CLI_TEST_PASSED"] == "yes"
+    assert "CLI_TEST_SECRET" not in env
+
+
+def test_cwd_sets_the_server_working_directory(tmp_path: os.PathLike[str]) -> None:
+    r = lovia_mcp("call", "cwd", "--cwd", os.fspath(tmp_path), *RAW)
+    assert (r.returncode, r.stdout.strip()) == (0, os.path.realpath(tmp_path)), r.stderr
+
+
+def test_isolation_none_runs_the_same_server_in_the_command_process() -> None:
+    r = lovia_mcp("call", "echo", '{"text": "in process"}', "--isolation", "none", *RAW)
+    assert (r.returncode, r.stdout) == (0, "in process\n"), r.stderr
+
+
+def test_passing_the_memory_limit_fails_the_call_naming_the_limit() -> None:
+    r = lovia_mcp("call", "alloc", '{"mb": 300}', "--memory-mb", "100", *RAW)
+    assert r.returncode == 3
+    message = error_of(r)
+    assert "memory limit" in message and "memory_mb=100" in message
+
+
+def test_timeout_stops_a_hung_call_and_exits_three() -> None:
+    r = lovia_mcp("call", "hang", "--timeout", "0.5", *RAW)
+    assert r.returncode == 3
+    assert "MCP tool 'hang' timed out after 0.5 s" in error_of(r)
+    assert "hint: Raise --timeout" in r.stderr
+
+
+# --------------------------------------------------------------------------- #
+# failures: one message with a hint, never a traceback
+# --------------------------------------------------------------------------- #
+def test_a_server_crash_mid_call_exits_three_with_the_exit_code_and_stderr_tail() -> None:
+    r = lovia_mcp("call", "stderr_then_exit", '{"lines": 2, "code": 7}', *RAW)
+    assert r.returncode == 3
+    message = error_of(r)
+    assert "MCP tool 'stderr_then_exit' failed: the server exited with code 7" in message
+    assert "hint:" in message and "stderr line 1" in message
+    assert r.stdout == ""
+
+
+def test_a_missing_command_fails_at_open_with_a_hint() -> None:
+    r = lovia_mcp("tools", "--", "no-such-mcp-server-command")
+    assert r.returncode == 3
+    message = error_of(r)
+    assert "command not found: 'no-such-mcp-server-command'" in message and "hint:" in message
+
+
+MISTAKES = {
+    "the tool arguments are not valid JSON": ["call", "echo", "{not json", *RAW],
+    "the tool arguments must be a JSON object, got list": ["call", "echo", "[1, 2]", *RAW],
+    "no server given": ["call", "echo"],
+    "no command after '--'": ["tools", "--"],
+    "both a command and --url given": ["tools", "--url", "http://127.0.0.1:1/mcp", *RAW],
+    "--cwd apply to a server started from a command": ["tools", "--url", "http://127.0.0.1:1/mcp", "--cwd", "/"],
+    "--header applies to --url only": ["tools", "--header", "A=b", *RAW],
+    "url must be an http(s) URL": ["tools", "--url", "ftp://example.com"],
+    "put the server's own command and its options after '--'": ["tools", "python", "server.py"],
+    "expected NAME=VALUE": ["tools", "--env", "NOVALUE", *RAW],
+    "expected a positive float": ["call", "echo", "--timeout", "-1", *RAW],
+}
+
+
+def test_command_line_mistakes_exit_two_with_a_message_and_start_nothing() -> None:
+    results = lovia_mcp_all(*MISTAKES.values())
+    for (expected, args), r in zip(MISTAKES.items(), results):
+        assert (r.returncode, r.stdout) == (2, ""), (args, r.stdout, r.stderr)
+        assert expected in error_of(r), (args, r.stderr)
+
+
+def test_an_unknown_tool_exits_two_and_suggests_the_closest_names() -> None:
+    r = lovia_mcp("call", "ech", '{"text": "x"}', *RAW)
+    assert r.returncode == 2
+    message = error_of(r)
+    assert "the server has no tool 'ech'" in message
+    assert "Did you mean 'echo'?" in message and "lovia-mcp tools --" in message
+
+
+# --------------------------------------------------------------------------- #
+# logging, help, demo
+# --------------------------------------------------------------------------- #
+def test_the_servers_stderr_is_silent_by_default_and_shown_with_verbose() -> None:
+    quiet, loud = lovia_mcp_all(
+        ["call", "chatty", '{"lines": 3}', *RAW],
+        ["call", "chatty", '{"lines": 3}', "-v", *RAW],
+    )
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "done chatting\n", "")
+    assert loud.returncode == 0, loud.stderr
+    assert "lovia_mcp.server.python: INFO: chatty line 2" in loud.stderr
+    assert "connected (process isolation" in loud.stderr
+
+
+def test_help_is_there_for_every_command_and_documents_the_exit_statuses() -> None:
+    top, tools, call, demo = lovia_mcp_all(["--help"], ["tools", "--help"], ["call", "-h"], ["demo", "--help"])
+    for r, usage in ((top, "lovia-mcp [-h]"), (tools, "lovia-mcp tools"), (call, "lovia-mcp call TOOL"),
+                     (demo, "lovia-mcp demo")):
+        assert (r.returncode, r.stderr) == (0, "")
+        assert r.stdout.startswith(f"usage: {usage}")
+    for r in (top, call):
+        assert "exit status:" in r.stdout and "1    call: the tool answered with an error result (isError)" in r.stdout
+    assert "--memory-mb" in tools.stdout and "--inherit-env" in call.stdout
+
+
+def test_demo_exits_zero_and_shows_the_agent_survived_the_server_crash() -> None:
+    r = lovia_mcp("demo")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "[tool error] Error executing tool forecast: no forecast for 'Atlantis'" in out
+    assert "MCP tool 'crash' failed: the server exited with code 1" in out
+    assert "a fresh server answered" in out
+    assert "the agent process never imported mcp ('mcp' in sys.modules is False)" in out
+    assert "no worker or server process is left behind" in out
+    assert "FAIL" not in out and "demo passed" in out
