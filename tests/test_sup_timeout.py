@@ -13,8 +13,8 @@ import json
 import sys
 import time
 
-import psutil
 import pytest
+from _sup_helpers import alive_after
 from conftest import PY, SERVERS, pid_alive, raw_args, run
 
 from lovia import Agent, Runner
@@ -29,27 +29,13 @@ TIMEOUT = 1.0
 KILL_GRACE = 1.0
 
 
-def _gone_within(pids: list[int], deadline: float) -> list[int]:
-    """Wait (bounded) for ``pids`` to exit; return those still alive."""
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            continue
-    while True:
-        alive = [p.pid for p in procs if pid_alive(p.pid)]
-        left = deadline - time.monotonic()
-        if not alive or left <= 0:
-            return alive
-        psutil.wait_procs([p for p in procs if p.pid in alive], timeout=min(0.05, left))
-
-
 @pytest.mark.timeout(20)
-def test_hung_call_gets_lovia_timeout_error_tree_is_killed_and_next_call_uses_fresh_server() -> None:
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_hung_call_gets_lovia_timeout_error_tree_is_killed_and_next_call_uses_fresh_server(isolation: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", timeout=TIMEOUT, kill_grace=KILL_GRACE
+            command=PY, args=raw_args(), name="raw", timeout=TIMEOUT, kill_grace=KILL_GRACE,
+            isolation=isolation,  # type: ignore[arg-type]
         )
         async with server.session() as conn:
             old = json.loads(str(await conn.call_tool("pid")))["pid"]
@@ -70,7 +56,7 @@ def test_hung_call_gets_lovia_timeout_error_tree_is_killed_and_next_call_uses_fr
 
             # The cancel notification is ignored and SIGTERM is ignored, so the
             # tree dies by SIGKILL after kill_grace + TERM_GRACE.
-            alive = _gone_within(tree, started + TIMEOUT + KILL_GRACE + 2.0)
+            alive, _ = await alive_after(tree, started + TIMEOUT + KILL_GRACE + 2.0 - time.monotonic())
             killed_after = time.monotonic() - started
             assert alive == [], f"still alive {killed_after:.2f} s after the call: {alive}"
 
@@ -79,7 +65,7 @@ def test_hung_call_gets_lovia_timeout_error_tree_is_killed_and_next_call_uses_fr
             assert pid_alive(new)
             stats = await conn.stats()
             assert stats.timeouts == 1 and stats.restarts == 1
-            print(f"timeout error after {error_after:.3f} s, tree gone after {killed_after:.3f} s")
+            print(f"[{isolation}] timeout error after {error_after:.3f} s, tree gone after {killed_after:.3f} s")
 
     run(main())
 
@@ -140,7 +126,7 @@ def test_on_timeout_kill_also_sends_the_cancel_notification_before_killing() -> 
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(conn.call_tool("wait", timeout=0.5), 0.5)
             started = time.monotonic()
-            assert _gone_within([pid], started + 0.5 + 1.5) == []
+            assert (await alive_after([pid], 0.5 + 1.5))[0] == []
             new = int(str(await conn.call_tool("pid")))
             assert new != pid
 

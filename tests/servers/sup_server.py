@@ -15,6 +15,11 @@ Tools:
 - ``hold {mb}``: touches ``mb`` MB of memory one MB at a time, then blocks.
 - ``fork {n, interval}``: forks up to ``n`` children, one every ``interval``
   seconds; the children ignore SIGTERM and block; then blocks.
+- ``hold_in_children {n, mb}``: forks ``n`` children that each hold ``mb`` MB,
+  then blocks (each process is small; the tree is not).
+- ``burn_in_subprocesses {n, seconds}``: runs ``n`` short-lived child processes
+  one after another, each burning ``seconds`` of CPU and reaped by this server,
+  then answers ``"done"`` (if it gets that far).
 - ``echo {text}``: returns text.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -34,6 +40,8 @@ TOOLS = [
         ("pid", "Own pid.", {}),
         ("hold", "Hold memory, never answer.", {"mb": {"type": "integer"}}),
         ("fork", "Fork children, never answer.", {"n": {"type": "integer"}, "interval": {"type": "number"}}),
+        ("hold_in_children", "Children hold memory, never answer.", {"n": {"type": "integer"}, "mb": {"type": "integer"}}),
+        ("burn_in_subprocesses", "Short-lived CPU burners.", {"n": {"type": "integer"}, "seconds": {"type": "number"}}),
         ("echo", "Echo.", {"text": {"type": "string"}}),
     ]
 ]
@@ -71,6 +79,20 @@ def call(rid: object, name: str, args: dict) -> None:
         for _ in range(int(args.get("mb", 100))):
             HELD.append(bytearray(b"\1" * (1 << 20)))
         block_forever()
+    elif name == "hold_in_children":
+        for _ in range(int(args.get("n", 4))):
+            if os.fork() == 0:
+                for _ in range(int(args.get("mb", 20))):
+                    HELD.append(bytearray(b"\1" * (1 << 20)))
+                block_forever()
+        block_forever()
+    elif name == "burn_in_subprocesses":
+        burn = "import time\nend = time.process_time() + %f\nwhile time.process_time() < end: pass" % float(
+            args.get("seconds", 0.5)
+        )
+        for _ in range(int(args.get("n", 4))):
+            subprocess.run([sys.executable, "-c", burn], check=False)
+        answer(rid, "done")
     elif name == "fork":
         for _ in range(int(args.get("n", 10))):
             if os.fork() == 0:

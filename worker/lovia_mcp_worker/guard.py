@@ -100,7 +100,12 @@ def usage(procs: list[psutil.Process]) -> TreeUsage:
             with p.oneshot():
                 rss += p.memory_info().rss
                 t = p.cpu_times()
-                cpu += t.user + t.system
+                # children_*: descendants this process already reaped. A
+                # server that runs short-lived subprocesses would otherwise
+                # escape the CPU limit (each one under RLIMIT_CPU, and gone
+                # before the next sample). Live processes are never in
+                # another's children_*, so nothing is counted twice.
+                cpu += t.user + t.system + t.children_user + t.children_system
             n += 1
         except psutil.Error:
             continue
