@@ -30,6 +30,9 @@ from typing import Any, Final
 
 from lovia.exceptions import LoviaError, MCPError, UserError
 
+from .config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from .render import render_mcp_content
+
 # Exit statuses (documented in ``--help``).
 EXIT_OK: Final = 0
 EXIT_TOOL_ERROR: Final = 1  # the tool answered with an isError result
@@ -223,10 +226,7 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 # --------------------------------------------------------------------------- #
 # The server config
 # --------------------------------------------------------------------------- #
-def _server(ns: argparse.Namespace, command: list[str] | None) -> Any:
-    from .config import MCPServerStdio, MCPServerStreamableHTTP
-    from lovia_mcp_worker.protocol import Limits
-
+def _server(ns: argparse.Namespace, command: list[str] | None) -> MCPServer:
     have_command = bool(command)
     example = f"{PROG} {ns.command}{' ' + ns.tool if ns.command == 'call' else ''}"
     if command is not None and not command:
@@ -350,7 +350,7 @@ def tools_table(tools: Sequence[Any], width: int) -> str:
     return "\n".join(lines)
 
 
-async def _tools(ns: argparse.Namespace, server: Any) -> int:
+async def _tools(ns: argparse.Namespace, server: MCPServer) -> int:
     async with server.session() as conn:
         tools = conn.tools()
     if ns.json:
@@ -393,9 +393,9 @@ def _same_server(ns: argparse.Namespace, command: list[str] | None) -> str:
     return f"{PROG} tools{' --name ' + shlex.quote(ns.name) if ns.name else ''} {where}"
 
 
-async def _call(ns: argparse.Namespace, server: Any, arguments: dict[str, Any], command: list[str] | None) -> int:
-    from .render import render_mcp_content
-
+async def _call(
+    ns: argparse.Namespace, server: MCPServer, arguments: dict[str, Any], command: list[str] | None
+) -> int:
     async with server.session() as conn:
         names = {t.name for t in conn.tools()}
         prefix = f"{conn.prefix}__" if conn.prefix else ""

@@ -90,10 +90,11 @@ def test_name_prefixes_the_tools_as_an_agent_sees_them_and_call_takes_the_prefix
 
 
 def _tool(name: str, description: str, parameters: dict[str, object]) -> SimpleNamespace:
+    """The three attributes of a lovia Tool the table reads."""
     return SimpleNamespace(name=name, description=description, parameters=parameters)
 
 
-FORECAST_SCHEMA = {
+FORECAST_SCHEMA: dict[str, object] = {
     "type": "object",
     "properties": {
         "city": {"type": "string"},
@@ -159,12 +160,41 @@ def test_call_json_with_arguments_from_stdin_shows_content_error_flag_and_struct
 
 
 
+def test_url_reaches_a_streamable_http_server_with_headers() -> None:
+    pytest.importorskip("uvicorn")
+    script = ROOT / "tests" / "servers" / "http_server.py"
+    if not script.exists():
+        pytest.skip("tests/servers/http_server.py is not there")
+    server = subprocess.Popen([PY, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()  # "PORT <n>" once it serves; bounded by pytest-timeout
+        assert line.startswith("PORT "), line
+        url = f"http://127.0.0.1:{line.split()[1]}/mcp"
+        listed, called = lovia_mcp_all(
+            ["tools", "--url", url],
+            ["call", "add", '{"a": 1, "b": 2}', "--json", "--url", url, "--header", "X-Test=yes"],
+        )
+    finally:
+        server.terminate()
+        server.wait(RUN_TIMEOUT)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:] if line[:1].strip()] == [
+        "echo", "add", "pixel", "pid",
+    ]
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout)["structured_content"] == {"sum": 3.0}
+
+
 # --------------------------------------------------------------------------- #
 # server options
 # --------------------------------------------------------------------------- #
-def test_env_and_inherit_env_reach_the_server_and_other_variables_do_not() -> None:
+def test_cwd_env_and_inherit_env_shape_the_server_process() -> None:
+    # The script path is relative to --cwd: the server only starts if the cwd was applied.
     r = lovia_mcp(
-        "call", "pid", "--env", "GREETING=hello=world", "--inherit-env", "CLI_TEST_PASSED", *RAW,
+        "call", "pid", "--cwd", str(ROOT / "tests" / "servers"),
+        "--env", "GREETING=hello=world", "--inherit-env", "CLI_TEST_PASSED",
+        "--", PY, "raw_server.py",
         env={"CLI_TEST_PASSED": "yes", "CLI_TEST_SECRET": "no"},
     )
     assert r.returncode == 0, r.stderr
@@ -172,11 +202,6 @@ def test_env_and_inherit_env_reach_the_server_and_other_variables_do_not() -> No
     assert env["GREETING"] == "hello=world"
     assert env["CLI_TEST_PASSED"] == "yes"
     assert "CLI_TEST_SECRET" not in env
-
-
-def test_cwd_sets_the_server_working_directory(tmp_path: os.PathLike[str]) -> None:
-    r = lovia_mcp("call", "cwd", "--cwd", os.fspath(tmp_path), *RAW)
-    assert (r.returncode, r.stdout.strip()) == (0, os.path.realpath(tmp_path)), r.stderr
 
 
 def test_isolation_none_runs_the_same_server_in_the_command_process() -> None:
