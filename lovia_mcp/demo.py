@@ -29,7 +29,7 @@ from typing import Any, Final
 import psutil
 from lovia import Agent, Runner
 from lovia.events import RunCompleted, RunFailed, ToolCallCompleted, ToolCallFailed, ToolCallStarted
-from lovia.exceptions import LoviaError
+from lovia.exceptions import LoviaError, MCPError
 from lovia.testing import ScriptedProvider, call, text
 
 from .config import MCPServerStdio
@@ -180,7 +180,7 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
         check(call_id not in seen.exceptions, "nothing raised: the model can correct itself")
     elif step.tool == "crash":
         exc = seen.exceptions.get(call_id)
-        check(failed and type(exc).__name__ == "MCPError", "the call failed with an MCPError",
+        check(failed and isinstance(exc, MCPError), "the call failed with an MCPError",
               f"raised {type(exc).__name__}" if exc is not None else "nothing raised")
         check("exited with code 1" in out and "crashing on purpose" in out,
               "the model sees the exit code and the server's last stderr lines")
