@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""An MCP SDK ``MCPServer`` served over streamable HTTP on 127.0.0.1.
+
+Binds a free port itself (port 0) and prints ``PORT <n>`` on stdout once
+uvicorn has finished start-up, so a test can connect at once: synchronise on
+that line, never on sleep. Runs until terminated.
+
+Tools: ``echo {text}``, ``add {a, b}`` (structured output), ``pixel`` (a PNG
+image), ``pid`` (this process's pid: many connections share one server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+
+import uvicorn
+from pydantic import BaseModel
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.utilities.types import Image
+
+PIXEL_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+)
+
+mcp = MCPServer("http")
+
+
+class Sum(BaseModel):
+    sum: float
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+@mcp.tool()
+def add(a: float, b: float) -> Sum:
+    """Add two numbers, as structured output."""
+    return Sum(sum=a + b)
+
+
+@mcp.tool()
+def pixel() -> Image:
+    """A one-pixel PNG image."""
+    return Image(data=PIXEL_PNG, format="png")
+
+
+@mcp.tool()
+def pid() -> str:
+    """This server process's pid."""
+    return str(os.getpid())
+
+
+class _Server(uvicorn.Server):
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        # Start-up done (lifespan included): requests are served from now on.
+        assert sockets is not None
+        print(f"PORT {sockets[0].getsockname()[1]}", flush=True)
+
+
+async def main() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    app = mcp.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    await _Server(config).serve(sockets=[sock])
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.exit(0)

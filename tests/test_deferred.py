@@ -1,0 +1,203 @@
+"""Deferred servers (``defer=True``) end to end, in both isolation modes.
+
+Their tools leave the agent's tool list; one shared ``search_mcp_tools`` /
+``call_mcp_tool`` pair reaches them; a system-prompt section names them; and
+approval, retries, timeout, renderer and output cap are delegated to the
+underlying tool exactly as lovia's own plugin does it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import PY, raw_args, run
+from lovia import Agent, Runner
+from lovia.messages import ToolCall
+from lovia.plugins.mcp import _deferred_instructions
+from lovia.run_context import RunContext
+from lovia.runtime.result import RunResult
+from lovia.testing import ScriptedProvider, call, text
+from lovia.tools.base import truncate_tool_output
+from lovia.transcript import ToolResultEntry
+
+from lovia_mcp import MCP, MCPServerStdio, MCPToolResult, UserError
+
+ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
+
+RAW_TOOLS = sorted([
+    "echo", "add", "fail", "big", "mixed", "hang", "exit", "signal", "stderr_then_exit", "garbage",
+    "flood", "chatty", "alloc", "spawn", "burn", "pid", "cwd", "counter",
+])
+
+
+class Model(ScriptedProvider):
+    """A ScriptedProvider that also records the tool schemas offered on each turn."""
+
+    def __init__(self, *script: Any) -> None:
+        super().__init__(list(script))
+        self.offered: list[dict[str, Any]] = []
+
+    async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
+        self.offered.append({t["function"]["name"]: t["function"] for t in tools or []})
+        async for delta in super().stream(entries, tools=tools, **kw):
+            yield delta
+
+
+def raw(isolation: str, name: str | None = "d", *, defer: bool = True, **options: Any) -> MCPServerStdio:
+    return MCPServerStdio(command=PY, args=raw_args(), name=name, isolation=isolation, defer=defer, **options)  # type: ignore[arg-type]
+
+
+async def drive(plugin: MCP, *script: Any, **agent_options: Any) -> tuple[RunResult, Model]:
+    model = Model(*script, text("done"))
+    agent = Agent(name="tester", model=model, plugins=[plugin], **agent_options)
+    result = await Runner.run(agent, "go")
+    assert result.output == "done"
+    return result, model
+
+
+def deferred_call(tool: str, arguments: dict[str, Any]) -> Any:
+    return call("call_mcp_tool", {"tool": tool, "arguments": arguments})
+
+
+def outputs(result: RunResult) -> list[str]:
+    return [e.output for e in result.entries if isinstance(e, ToolResultEntry)]
+
+
+@ISOLATIONS
+def test_deferred_tools_leave_the_tool_list_and_two_servers_share_one_search_and_call_pair(isolation: str) -> None:
+    plugin = MCP(raw(isolation, "alpha"), raw(isolation, "beta"))
+    result, model = run(drive(
+        plugin,
+        deferred_call("beta__echo", {"text": "via beta"}),
+        deferred_call("alpha__add", {"a": 1, "b": 1}),
+    ))
+
+    offered = list(model.offered[0])
+    assert offered.count("search_mcp_tools") == 1 and offered.count("call_mcp_tool") == 1
+    assert not [n for n in offered if n.startswith(("alpha__", "beta__"))]
+    system = model.calls[0][0]
+    assert system.role == "system"
+    assert _deferred_instructions([
+        ("alpha", [f"alpha__{t}" for t in RAW_TOOLS]),
+        ("beta", [f"beta__{t}" for t in RAW_TOOLS]),
+    ]) in str(system.content)
+    assert outputs(result) == ["via beta", "2"]
+
+
+@ISOLATIONS
+def test_search_finds_a_deferred_tools_definition_and_call_invokes_it_beside_an_exposed_server(
+    isolation: str,
+) -> None:
+    result, model = run(drive(
+        MCP(raw(isolation), raw(isolation, "x", defer=False, include_tools=["add"])),
+        call("search_mcp_tools", {"query": "echo"}),
+        deferred_call("d__echo", {"text": "found"}),
+        deferred_call("d__ecko", {"text": "typo"}),
+        call("x__add", {"a": 1, "b": 2}),
+    ))
+
+    offered = set(model.offered[0])
+    assert {"x__add", "search_mcp_tools", "call_mcp_tool"} <= offered
+    assert not [n for n in offered if n.startswith("d__")]
+    system = str(model.calls[0][0].content)
+    assert "- d (18 tools): d__add, d__alloc, d__big" in system and "x__add" not in system
+    search, found, typo, added = outputs(result)
+    (match,) = [m for m in json.loads(search) if m["name"] == "d__echo"]
+    assert match["description"] == "Echo the text back."
+    assert match["parameters"]["properties"] == {"text": {"type": "string"}}
+    assert found == "found"
+    assert "unknown deferred MCP tool: 'd__ecko'" in typo and "d__echo" in typo
+    assert added == "3"
+
+
+@ISOLATIONS
+def test_approval_of_a_deferred_tool_is_delegated_to_its_own_needs_approval(isolation: str) -> None:
+    asked: list[tuple[str, str]] = []
+
+    def handler(tool_call: ToolCall, ctx: RunContext[Any]) -> bool:
+        asked.append((tool_call.name, tool_call.arguments))
+        return False
+
+    plugin = MCP(raw(isolation, needs_approval=lambda args, ctx: args.get("text") == "secret"))
+    result, _ = run(drive(
+        plugin,
+        deferred_call("d__echo", {"text": "secret"}),
+        deferred_call("d__echo", {"text": "public"}),
+        deferred_call("d__counter", {}),
+        approval_handler=handler,
+    ))
+
+    assert [name for name, _ in asked] == ["call_mcp_tool"]
+    assert "secret" in asked[0][1]
+    # The denied call never reached the server: it counted two calls.
+    assert outputs(result) == ["Tool call_mcp_tool was not approved.", "public", "2"]
+
+
+@ISOLATIONS
+def test_retries_of_a_deferred_tool_are_delegated(isolation: str) -> None:
+    async def main() -> tuple[RunResult, int]:
+        async with raw(isolation, retries=2, auto_reconnect=False).session() as conn:
+            result, _ = await drive(MCP(conn), deferred_call("d__exit", {"code": 7}))
+            return result, (await conn.stats()).calls
+
+    result, calls = run(main())
+
+    (output,) = outputs(result)
+    assert output.startswith("Tool error: MCP tool 'exit' failed: the server exited with code 7")
+    assert calls == 3
+
+
+@ISOLATIONS
+def test_the_timeout_of_a_deferred_tool_is_delegated_and_kills_the_hung_server(isolation: str) -> None:
+    async def main() -> tuple[RunResult, Any]:
+        async with raw(isolation, timeout=0.3, kill_grace=0.1).session() as conn:
+            result, _ = await drive(MCP(conn), deferred_call("d__hang", {}))
+            return result, await conn.stats()
+
+    result, stats = run(main())
+
+    assert outputs(result) == ["Tool error: TimeoutError"]
+    assert stats.timeouts == 1
+
+
+@ISOLATIONS
+def test_the_renderer_and_output_cap_of_a_deferred_tool_are_delegated(isolation: str) -> None:
+    received: list[Any] = []
+
+    def renderer(result: Any, ctx: RunContext[Any]) -> str:
+        received.append(result)
+        return "[" + ";".join(block.type for block in result.content) + "]" + "z" * 500
+
+    plugin = MCP(raw(isolation, result_renderer=renderer, max_output_chars=100))
+    result, model = run(drive(plugin, deferred_call("d__mixed", {})))
+
+    (shown,) = outputs(result)
+    (raw_result,) = received
+    assert isinstance(raw_result, MCPToolResult) and raw_result.content[1].mime_type == "image/png"
+    assert shown == truncate_tool_output("[text;image;audio;resource;resource;resource_link]" + "z" * 500, 100)
+    assert "aGVsbG8gd29ybGQ=" not in repr(model.calls)
+
+
+@ISOLATIONS
+def test_two_deferred_servers_with_clashing_tool_names_are_refused_at_setup(isolation: str) -> None:
+    model = Model(text("never reached"))
+    agent = Agent(name="tester", model=model, plugins=[MCP(raw(isolation, None), raw(isolation, None))])
+
+    with pytest.raises(UserError, match="deferred MCP tool name clash: 'echo'") as info:
+        run(Runner.run(agent, "go"))
+
+    assert "name=" in (info.value.hint or "")
+    assert model.calls == []
+    # The first server, opened before the clash was found, was closed (the
+    # no-leak fixture checks its processes are gone).
+
+
+@ISOLATIONS
+def test_a_deferred_tool_named_like_an_exposed_tool_is_refused_at_setup(isolation: str) -> None:
+    plugin = MCP(raw(isolation, "same"), raw(isolation, "same", defer=False, include_tools=["echo"]))
+    agent = Agent(name="tester", model=Model(text("never reached")), plugins=[plugin])
+
+    with pytest.raises(UserError, match="deferred MCP tool name clash with exposed tools: same__echo"):
+        run(Runner.run(agent, "go"))

@@ -1,0 +1,285 @@
+"""The plugin surface end to end: a real lovia ``Agent``, ``Runner.run`` and
+real server processes, in both isolation modes.
+
+Tool naming and filtering, name clashes, and lovia's per-tool policies
+(approval, retries, timeout, output cap, result renderer) applied to MCP tools
+exactly as lovia applies them to any tool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import PY, pid_alive, raw_args, run
+from lovia import Agent, Runner
+from lovia.messages import ToolCall
+from lovia.plugins.mcp import MCPToolResult as LoviaMCPToolResult
+from lovia.run_context import RunContext
+from lovia.runtime.result import RunResult
+from lovia.testing import ScriptedProvider, call, text
+from lovia.tools.base import truncate_tool_output
+from lovia.transcript import ToolResultEntry
+
+from lovia_mcp import MCP, MCPServerStdio, MCPToolResult, UserError
+
+ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
+
+RAW_TOOLS = {
+    "echo", "add", "fail", "big", "mixed", "hang", "exit", "signal", "stderr_then_exit", "garbage",
+    "flood", "chatty", "alloc", "spawn", "burn", "pid", "cwd", "counter",
+}
+
+
+class Model(ScriptedProvider):
+    """A ScriptedProvider that also records the tool schemas offered on each turn."""
+
+    def __init__(self, *script: Any) -> None:
+        super().__init__(list(script))
+        self.offered: list[dict[str, Any]] = []
+
+    async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
+        self.offered.append({t["function"]["name"]: t["function"] for t in tools or []})
+        async for delta in super().stream(entries, tools=tools, **kw):
+            yield delta
+
+
+def raw(isolation: str, *flags: str, **options: Any) -> MCPServerStdio:
+    return MCPServerStdio(command=PY, args=raw_args(*flags), isolation=isolation, **options)  # type: ignore[arg-type]
+
+
+async def drive(plugin: MCP, *script: Any, **agent_options: Any) -> tuple[RunResult, Model]:
+    model = Model(*script, text("done"))
+    agent = Agent(name="tester", model=model, plugins=[plugin], **agent_options)
+    result = await Runner.run(agent, "go")
+    assert result.output == "done"
+    return result, model
+
+
+def results(result: RunResult) -> list[ToolResultEntry]:
+    return [e for e in result.entries if isinstance(e, ToolResultEntry)]
+
+
+def outputs(result: RunResult) -> list[str]:
+    return [e.output for e in results(result)]
+
+
+# --------------------------------------------------------------------------- #
+# Naming, filtering, clashes
+# --------------------------------------------------------------------------- #
+@ISOLATIONS
+def test_a_named_server_offers_its_tools_as_name__tool_and_calls_them_by_raw_name(isolation: str) -> None:
+    result, model = run(drive(MCP(raw(isolation, name="raw")), call("raw__echo", {"text": "hi there"})))
+
+    offered = set(model.offered[0])
+    assert {f"raw__{t}" for t in RAW_TOOLS} <= offered
+    assert not RAW_TOOLS & offered
+    assert model.offered[0]["raw__add"]["parameters"]["properties"] == {
+        "a": {"type": "number"}, "b": {"type": "number"},
+    }
+    assert outputs(result) == ["hi there"]
+
+
+@ISOLATIONS
+def test_an_unnamed_server_offers_its_tools_under_their_raw_names(isolation: str) -> None:
+    result, model = run(drive(MCP(raw(isolation)), call("echo", {"text": "plain"})))
+
+    assert RAW_TOOLS <= set(model.offered[0])
+    assert outputs(result) == ["plain"]
+
+
+@ISOLATIONS
+def test_include_and_exclude_tools_filter_on_raw_names_before_prefixing(isolation: str) -> None:
+    server = raw(
+        isolation, name="raw",
+        include_tools=["echo", "add", "fail", "raw__counter"],  # a prefixed name matches nothing
+        exclude_tools=["fail"],
+    )
+    _, model = run(drive(MCP(server), call("raw__add", {"a": 1, "b": 2})))
+
+    assert {n for n in model.offered[0] if n.startswith("raw__")} == {"raw__echo", "raw__add"}
+
+
+@ISOLATIONS
+def test_two_servers_offering_the_same_tool_name_fail_the_run_at_start_like_any_duplicate_tool(
+    isolation: str,
+) -> None:
+    model = Model(text("never reached"))
+    agent = Agent(name="tester", model=model, plugins=[MCP(raw(isolation), raw(isolation))])
+
+    with pytest.raises(UserError, match=r"Tool name conflict for '\w+'") as info:
+        run(Runner.run(agent, "go"))
+
+    assert "MCPServer.name" in (info.value.hint or "")
+    assert model.calls == []  # refused before the first model call
+
+
+# --------------------------------------------------------------------------- #
+# Approval
+# --------------------------------------------------------------------------- #
+@ISOLATIONS
+def test_needs_approval_true_runs_a_tool_only_when_the_approval_flow_allows_it(isolation: str) -> None:
+    asked: list[str] = []
+
+    def handler(tool_call: ToolCall, ctx: RunContext[Any]) -> bool:
+        asked.append(tool_call.name)
+        return tool_call.name == "raw__echo"
+
+    plugin = MCP(raw(isolation, name="raw", needs_approval=True))
+    result, _ = run(drive(
+        plugin,
+        call("raw__add", {"a": 1, "b": 1}),
+        call("raw__echo", {"text": "allowed"}),
+        call("raw__counter", {}),
+        approval_handler=handler,
+    ))
+
+    assert asked == ["raw__add", "raw__echo", "raw__counter"]
+    assert outputs(result) == [
+        "Tool raw__add was not approved.",
+        "allowed",
+        "Tool raw__counter was not approved.",
+    ]
+
+
+@ISOLATIONS
+def test_a_needs_approval_predicate_gates_only_the_calls_it_flags_and_denied_calls_never_reach_the_server(
+    isolation: str,
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def risky(args: dict[str, Any], ctx: RunContext[Any]) -> bool:
+        seen.append(args)
+        return args.get("text") == "rm -rf"
+
+    plugin = MCP(raw(isolation, name="raw", needs_approval=risky))
+    result, _ = run(drive(
+        plugin,
+        call("raw__echo", {"text": "rm -rf"}),
+        call("raw__echo", {"text": "ls"}),
+        call("raw__counter", {}),
+        approval_handler=lambda tool_call, ctx: False,
+    ))
+
+    assert seen == [{"text": "rm -rf"}, {"text": "ls"}, {}]
+    # The server counted two calls (ls, counter): the denied one never crossed.
+    assert outputs(result) == ["Tool raw__echo was not approved.", "ls", "2"]
+
+
+# --------------------------------------------------------------------------- #
+# Retries, timeout, output cap, renderer
+# --------------------------------------------------------------------------- #
+@ISOLATIONS
+def test_retries_re_run_a_failing_call_as_lovia_does_for_any_tool(isolation: str) -> None:
+    async def main() -> tuple[RunResult, int]:
+        server = raw(isolation, name="raw", retries=2, auto_reconnect=False)
+        async with server.session() as conn:
+            result, _ = await drive(MCP(conn), call("raw__exit", {"code": 7}))
+            return result, (await conn.stats()).calls
+
+    result, calls = run(main())
+
+    (entry,) = results(result)
+    assert entry.is_error
+    assert entry.output.startswith("Tool error: MCP tool 'exit' failed: the server exited with code 7")
+    assert calls == 3  # the first attempt and two retries, each on a fresh server
+
+
+@ISOLATIONS
+def test_a_timeout_reports_lovias_timeout_error_kills_the_hung_server_and_the_next_call_works(
+    isolation: str,
+) -> None:
+    async def main() -> tuple[RunResult, Any, Any]:
+        # The next call waits for the hung tree to be killed (kill_grace, then
+        # SIGTERM grace, then SIGKILL): its timeout must cover that.
+        server = raw(isolation, name="raw", timeout=1.5, kill_grace=0.1)
+        async with server.session() as conn:
+            before = await conn.stats()
+            result, _ = await drive(MCP(conn), call("raw__hang", {}), call("raw__echo", {"text": "alive"}))
+            return result, before, await conn.stats()
+
+    result, before, after = run(main())
+
+    hang, echo = results(result)
+    assert hang.is_error and hang.output == "Tool error: TimeoutError"
+    assert echo.output == "alive"
+    assert after.timeouts == 1 and after.restarts == 1
+    assert after.server_pid != before.server_pid
+    assert before.server_pid is not None and not pid_alive(before.server_pid)
+
+
+@ISOLATIONS
+def test_the_agents_default_tool_timeout_applies_to_mcp_tools_without_their_own(isolation: str) -> None:
+    async def main() -> tuple[RunResult, Any]:
+        async with raw(isolation, name="raw", kill_grace=0.1).session() as conn:
+            result, _ = await drive(MCP(conn), call("raw__hang", {}), default_tool_timeout=0.3)
+            return result, await conn.stats()
+
+    result, stats = run(main())
+
+    assert outputs(result) == ["Tool error: TimeoutError"]
+    # Classified as a timeout (the server is killed), not a plain cancellation.
+    assert stats.timeouts == 1
+
+
+@ISOLATIONS
+def test_max_output_chars_truncates_a_tool_result_exactly_as_lovia_does(isolation: str) -> None:
+    plugin = MCP(raw(isolation, name="raw", max_output_chars=1000))
+    result, _ = run(drive(plugin, call("raw__big", {"size": 5000}), call("raw__echo", {"text": "short"})))
+
+    big, short = outputs(result)
+    assert big == truncate_tool_output("x" * 5000, 1000)
+    assert "kept 1,000 of 5,000 chars" in big
+    assert short == "short"
+
+
+@ISOLATIONS
+def test_a_custom_result_renderer_receives_the_raw_mcp_tool_result_with_sdk_attribute_names(
+    isolation: str,
+) -> None:
+    received: list[tuple[Any, Any]] = []
+
+    async def renderer(result: Any, ctx: RunContext[Any]) -> str:
+        received.append((result, ctx))
+        return "rendered: " + ",".join(block.type for block in result.content)
+
+    plugin = MCP(raw(isolation, name="raw", result_renderer=renderer))
+    result, model = run(drive(plugin, call("raw__mixed", {}), call("raw__add", {"a": 2, "b": 3})))
+
+    assert outputs(result) == [
+        "rendered: text,image,audio,resource,resource,resource_link",
+        "rendered: text",
+    ]
+    (mixed, ctx), (added, _) = received
+    assert isinstance(ctx, RunContext)
+    assert isinstance(mixed, MCPToolResult) and isinstance(mixed, LoviaMCPToolResult)
+    assert mixed.is_error is False and mixed.structured_content is None
+    text_block, image, audio, embedded, blob, link = mixed.content
+    assert text_block.text == "hello"
+    assert (image.mime_type, image.data) == ("image/png", "aGVsbG8gd29ybGQ=")
+    assert (audio.mime_type, audio.data) == ("audio/wav", "AAAA")
+    assert embedded.resource.uri == "file:///a.txt"
+    assert (embedded.resource.mime_type, embedded.resource.text) == ("text/plain", "inline text")
+    assert (blob.resource.blob, blob.resource.text) == ("AAAAAAAA", None)
+    assert (link.uri, link.name) == ("file:///c.txt", "c.txt")
+    assert added.structured_content == {"sum": 5}
+    assert [b.text for b in added.content] == ["5"]
+    # The model saw only what the renderer returned.
+    assert "aGVsbG8gd29ybGQ=" not in repr(model.calls)
+
+
+@ISOLATIONS
+def test_two_named_servers_with_the_same_tools_coexist_and_each_keeps_its_own_options(isolation: str) -> None:
+    plugin = MCP(
+        raw(isolation, name="capped", max_output_chars=100, needs_approval=True),
+        raw(isolation, name="free"),
+    )
+    result, _ = run(drive(
+        plugin,
+        call("capped__echo", {"text": "y"}),
+        call("free__big", {"size": 500}),
+        call("free__echo", {"text": "free"}),
+        approval_handler=lambda tool_call, ctx: False,
+    ))
+
+    assert outputs(result) == ["Tool capped__echo was not approved.", "x" * 500, "free"]
