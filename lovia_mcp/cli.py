@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -39,6 +40,7 @@ EXIT_TOOL_ERROR: Final = 1  # the tool answered with an isError result
 EXIT_USAGE: Final = 2  # argparse's own status for bad command lines
 EXIT_FAILED: Final = 3  # the server could not be reached, or the call failed
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE: Final = 141  # 128 + SIGPIPE: stdout's reader went away (| head)
 
 PROG: Final = "lovia-mcp"
 # Narrowest description column before the table falls back to one block per tool.
@@ -447,6 +449,15 @@ def _configure_logging(verbosity: int) -> None:
     log.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
 
 
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as a shell tool does."""
+    # Python flushes stdout again at exit; point it at /dev/null so that
+    # flush cannot fail with a second BrokenPipeError.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
 def _with_hint(exc: _UsageError) -> str:
     return f"{exc}\n  hint: {exc.hint}" if exc.hint else str(exc)
 
@@ -476,7 +487,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("demo takes no server command")
         from .demo import main as demo_main
 
-        return demo_main()
+        try:
+            return demo_main()
+        except BrokenPipeError:
+            return _stdout_closed()
 
     try:
         # Mistakes in the command line, caught before anything starts.
@@ -496,6 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _stdout_closed()
     except Exception as exc:  # noqa: BLE001 - the command's promise: a message, never a traceback
         if verbosity > 1:
             traceback.print_exc()

@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         asyncio.run(_demo(check))
+    except BrokenPipeError:
+        raise  # stdout's reader went away: the caller's to handle, not a demo failure
     except (LoviaError, asyncio.TimeoutError, OSError) as exc:
         what = f"timed out after {RUN_TIMEOUT:g} s" if isinstance(exc, asyncio.TimeoutError) else str(exc)
         print(f"\ndemo failed: {what}", file=sys.stderr)
