@@ -14,6 +14,8 @@ The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
 repository); its ``protocol`` module is the only one both sides import.
 """
 
+import logging
+
 from lovia.exceptions import MCPError, UserError
 
 from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
@@ -21,6 +23,10 @@ from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
 from lovia_mcp_worker.protocol import Limits, Stats
+
+# A library logs, it does not print: without the application's own logging
+# set-up, records stop here instead of reaching stderr via the last resort.
+logging.getLogger("lovia_mcp").addHandler(logging.NullHandler())
 
 __all__ = [
     "MCP",
