@@ -1,0 +1,206 @@
+"""Streamable HTTP end to end: an SDK ``MCPServer`` served by uvicorn
+(``tests/servers/http_server.py``, started once per session), reached through
+``MCPServerStreamableHTTP`` and ``Runner.run`` in both isolation modes.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import select
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import PY, SERVERS, pid_alive, register_shared, run
+from lovia import Agent, Runner
+from lovia.run_context import RunContext
+from lovia.runtime.result import RunResult
+from lovia.testing import ScriptedProvider, call, text
+from lovia.transcript import ToolResultEntry
+
+from lovia_mcp import MCP, MCPError, MCPServerStreamableHTTP, MCPToolResult
+
+ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
+
+# Importing the SDK and starting uvicorn takes about a second; on a loaded
+# machine several. Past this the fixture fails rather than hang the session.
+SERVER_READY_WAIT = 30.0
+# How long the server gets to exit on SIGTERM at session end before SIGKILL.
+SERVER_EXIT_WAIT = 5.0
+
+
+def _read_port(proc: subprocess.Popen[bytes]) -> int:
+    """Wait, bounded, for the ``PORT <n>`` line the server prints once it serves."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + SERVER_READY_WAIT
+    fd = proc.stdout.fileno()
+    buf = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"http_server.py did not report its port within {SERVER_READY_WAIT:g} s")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise RuntimeError(f"http_server.py exited before serving (code {proc.wait()})")
+        buf += chunk
+        for line in buf.split(b"\n")[:-1]:
+            if line.startswith(b"PORT "):
+                return int(line.split()[1])
+
+
+@pytest.fixture(scope="session")
+def http_url() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    register_shared(proc.pid)
+    try:
+        port = _read_port(proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(SERVER_EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(SERVER_EXIT_WAIT)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def web(url: str, isolation: str, **options: Any) -> MCPServerStreamableHTTP:
+    return MCPServerStreamableHTTP(url=url, name="web", isolation=isolation, **options)  # type: ignore[arg-type]
+
+
+async def drive(plugin: MCP, *script: Any) -> RunResult:
+    agent = Agent(name="tester", model=ScriptedProvider([*script, text("done")]), plugins=[plugin])
+    result = await Runner.run(agent, "go")
+    assert result.output == "done"
+    return result
+
+
+def results(result: RunResult) -> list[ToolResultEntry]:
+    return [e for e in result.entries if isinstance(e, ToolResultEntry)]
+
+
+@ISOLATIONS
+def test_a_streamable_http_server_serves_text_structured_output_and_images_through_a_run(
+    http_url: str, isolation: str
+) -> None:
+    result = run(drive(
+        MCP(web(http_url, isolation)),
+        call("web__echo", {"text": "over http"}),
+        call("web__add", {"a": 1.5, "b": 2}),
+        call("web__pixel", {}),
+    ))
+
+    echo, add, pixel = results(result)
+    assert echo.output == "over http"
+    assert isinstance(add.raw, MCPToolResult) and add.raw.structured_content == {"sum": 3.5}
+    assert pixel.output == "[image: image/png, 67 B]"
+
+
+@ISOLATIONS
+def test_an_http_config_is_opened_per_run_and_its_worker_is_gone_when_the_run_returns(
+    http_url: str, isolation: str
+) -> None:
+    workers: list[int | None] = []
+
+    def renderer(result: Any, ctx: RunContext[Any]) -> str:
+        (conn,) = plugin.connections()
+        workers.append(conn.worker_pid)
+        return str(result)
+
+    plugin = MCP(web(http_url, isolation, result_renderer=renderer, include_tools=["echo"]))
+    result = run(drive(plugin, call("web__echo", {"text": "once"})))
+
+    assert [e.output for e in results(result)] == ["once"]
+    assert plugin.connections() == []
+    (worker,) = workers
+    if isolation == "process":
+        assert worker is not None and not pid_alive(worker)
+    else:
+        assert worker is None
+
+
+@ISOLATIONS
+def test_a_persistent_http_connection_is_reused_across_runs(http_url: str, isolation: str) -> None:
+    async def main() -> list[str]:
+        async with web(http_url, isolation).session() as conn:
+            first = await drive(MCP(conn), call("web__echo", {"text": "first"}))
+            second = await drive(MCP(conn), call("web__echo", {"text": "second"}), call("web__pid", {}))
+            return [e.output for e in results(first) + results(second)]
+
+    first, second, pid = run(main())
+
+    assert (first, second) == ("first", "second")
+    assert json.loads(pid) > 0
+
+
+def _unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@ISOLATIONS
+def test_an_http_url_where_nothing_listens_fails_at_open_time_naming_the_url(isolation: str) -> None:
+    url = f"http://127.0.0.1:{_unused_port()}/mcp"
+    model = ScriptedProvider([text("never reached")])
+
+    with pytest.raises(MCPError) as info:
+        run(Runner.run(Agent(name="tester", model=model, plugins=[MCP(web(url, isolation))]), "go"))
+
+    assert "web" in str(info.value)
+    assert model.calls == []
+    # In-process, the failed open leaves a task whose exception nobody
+    # retrieved (a worker bug, pinned below); collect it now, while no
+    # ast.parse is running: its log record formats a traceback, and on
+    # CPython 3.11 that nested inside pytest's own ast.parse corrupts it.
+    gc.collect()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="worker bug: the host reports 'lost the connection to the server: ExceptionGroup: "
+    "unhandled errors in a TaskGroup' instead of the ConnectError inside it; see the report",
+)
+@ISOLATIONS
+def test_an_http_url_where_nothing_listens_says_the_connection_failed(isolation: str) -> None:
+    async def open_error(url: str) -> str:
+        try:
+            await web(url, isolation).open()
+        except MCPError as exc:
+            return str(exc)
+        return "opened"
+
+    message = run(open_error(f"http://127.0.0.1:{_unused_port()}/mcp"))
+    gc.collect()  # see the test above
+
+    assert "All connection attempts failed" in message
+
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="worker bug: Host._race leaves the SDK's initialize() task with an exception "
+    "nobody retrieves when the transport fails; see the report",
+)
+def test_a_failed_in_process_http_open_leaves_no_task_exception_unretrieved(caplog: pytest.LogCaptureFixture) -> None:
+    url = f"http://127.0.0.1:{_unused_port()}/mcp"
+    with pytest.raises(MCPError):
+        run(web(url, "none").open())
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        gc.collect()
+
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
