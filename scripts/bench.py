@@ -30,6 +30,10 @@ Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
 - stall_max / stall_total: lateness of a 1 ms ticker on the agent loop while
   the big result arrives, minus the ticker's idle overshoot measured just
   before (so timer slack is not counted as stall);
+- stall_cpu_max / loop_cpu (not goals): the loop thread's CPU time in the
+  worst tick, and in total, during that call (the ticker's own idle cost
+  subtracted): the work behind the stall, without the time a busy shared
+  machine merely preempted the agent;
 - rss_per_server: agent RSS delta when N (default 5) more connections are
   opened after a first one, divided by N;
 - worker_uss: unique memory (USS) of each worker process (process mode only).
@@ -99,6 +103,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("big", "one {big} text result", "ms", ("raw", "sdk"), "big", 0.5, "ratio", 1e3),
     Figure("stall_max", "agent loop stall during it, max", "ms", ("raw", "sdk"), "big", 5.0, "abs", 1e3),
     Figure("stall_total", "agent loop stall during it, total", "ms", ("raw", "sdk"), "big", 20.0, "abs", 1e3),
+    Figure("stall_cpu_max", "agent loop CPU in one tick during it, max (not a goal)", "ms", ("raw", "sdk"), "big",
+           None, None, 1e3),
+    Figure("loop_cpu", "agent loop CPU during it, total (not a goal)", "ms", ("raw", "sdk"), "big", None, None, 1e3),
     Figure("rss_per_server", "agent RSS per extra server (N={n})", "MB", ("raw",), "memory", 2.0, "abs", 1 / 2**20),
     Figure("worker_uss", "worker USS per connection", "MB", ("raw",), "memory", 20.0, "abs", 1 / 2**20),
 )
@@ -141,34 +148,48 @@ def _tools(conn: Any) -> dict[str, Any]:
     return {t.name: t for t in conn.tools()}
 
 
-async def _ticker(lates: list[float], stop: asyncio.Event) -> None:
-    clock = time.perf_counter
+async def _ticker(lates: list[float], cpus: list[float], stop: asyncio.Event) -> None:
+    """Lateness of each 1 ms sleep, and the loop thread's CPU time during it.
+
+    Wall lateness is what the goal is about, but on a shared machine it also
+    counts time the agent was merely preempted; the thread's CPU time per tick
+    separates work done on the loop from that noise.
+    """
+    clock, cpu = time.perf_counter, time.thread_time
     while not stop.is_set():
-        t0 = clock()
+        t0, c0 = clock(), cpu()
         await asyncio.sleep(TICK)
         lates.append(clock() - t0 - TICK)
+        cpus.append(cpu() - c0)
 
 
-async def _with_ticker(aw: Any) -> tuple[Any, list[float]]:
+async def _with_ticker(aw: Any) -> tuple[Any, list[float], list[float], float]:
     lates: list[float] = []
+    cpus: list[float] = []
     stop = asyncio.Event()
-    task = asyncio.ensure_future(_ticker(lates, stop))
+    task = asyncio.ensure_future(_ticker(lates, cpus, stop))
+    c0 = time.thread_time()
     try:
         result = await aw
     finally:
+        loop_cpu = time.thread_time() - c0
         stop.set()
         await task
-    return result, lates
+    return result, lates, cpus, loop_cpu
 
 
-async def _idle_overshoot() -> float:
+async def _idle_overshoot() -> tuple[float, float]:
+    """The idle ticker's median lateness and CPU per tick (timer slack, ticker cost)."""
     lates: list[float] = []
+    cpus: list[float] = []
     stop = asyncio.Event()
-    task = asyncio.ensure_future(_ticker(lates, stop))
+    task = asyncio.ensure_future(_ticker(lates, cpus, stop))
     await asyncio.sleep(STALL_BASELINE_SECONDS)
     stop.set()
     await task
-    return statistics.median(lates) if lates else 0.0
+    if not lates:
+        return 0.0, 0.0
+    return statistics.median(lates), statistics.median(cpus)
 
 
 def _rss() -> int:
@@ -217,15 +238,17 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
                 await big.invoke({"size": p.big}, None)
                 for _ in range(p.per_round(p.repeat)):
                     gc.collect()
-                    base = await _idle_overshoot()
+                    base, cpu_base = await _idle_overshoot()
                     t0 = time.perf_counter()
-                    result, lates = await _with_ticker(big.invoke({"size": p.big}, None))
+                    result, lates, cpus, loop_cpu = await _with_ticker(big.invoke({"size": p.big}, None))
                     add("big", time.perf_counter() - t0)
                     assert len(result.content[0].text) == p.big
                     del result
                     excess = [max(0.0, late - base) for late in lates]
                     add("stall_max", max(excess, default=0.0))
                     add("stall_total", sum(excess))
+                    add("stall_cpu_max", max((max(0.0, c - cpu_base) for c in cpus), default=0.0))
+                    add("loop_cpu", max(0.0, loop_cpu - cpu_base * len(cpus)))
 
     if "open" in groups:
         if not warmed:
@@ -541,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"first open {i + 1}/{n} in {time.monotonic() - t0:.1f} s")
     rows = _summarise(samples, p, wanted)
     report = {
-        "command": " ".join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable,
+        "command": ("PYTHONPATH=" + os.environ["PYTHONPATH"] + " " if os.environ.get("PYTHONPATH") else "") + " ".join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable,
                              os.path.relpath(__file__, ROOT), *(sys.argv[1:] if argv is None else argv)]),
         "machine": _machine(),
         "load_average": {"before": load_before, "after": os.getloadavg()},

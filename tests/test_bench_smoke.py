@@ -27,6 +27,8 @@ EXPECTED = {
     "big": ("raw", "sdk"),
     "stall_max": ("raw", "sdk"),
     "stall_total": ("raw", "sdk"),
+    "stall_cpu_max": ("raw", "sdk"),
+    "loop_cpu": ("raw", "sdk"),
     "rss_per_server": ("raw",),
     "worker_uss": ("raw",),
 }
