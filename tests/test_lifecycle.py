@@ -104,6 +104,20 @@ def test_a_persistent_connection_is_not_closed_by_runs_and_is_reused_across_them
 
 
 @ISOLATIONS
+def test_a_persistent_connection_refuses_calls_once_its_session_has_ended(isolation: str) -> None:
+    async def main() -> RunResult:
+        async with raw(isolation).session() as conn:
+            pass
+        with pytest.raises(MCPError, match="MCP connection is closed") as info:
+            await conn.call_tool("echo", {"text": "late"})
+        assert "session()" in (info.value.hint or "")
+        return await drive(MCP(conn), call("raw__echo", {"text": "late"}))
+
+    (output,) = outputs(run(main()))
+    assert output.startswith("Tool error: MCP connection is closed.")
+
+
+@ISOLATIONS
 def test_a_persistent_connection_serves_concurrent_runs_each_getting_its_own_results(isolation: str) -> None:
     runs = 8
 

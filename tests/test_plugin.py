@@ -14,6 +14,7 @@ import pytest
 from conftest import PY, pid_alive, raw_args, run
 from lovia import Agent, Runner
 from lovia.messages import ToolCall
+from lovia.plugins import mcp as lovia_plugin
 from lovia.plugins.mcp import MCPToolResult as LoviaMCPToolResult
 from lovia.run_context import RunContext
 from lovia.runtime.result import RunResult
@@ -189,13 +190,17 @@ def test_retries_re_run_a_failing_call_as_lovia_does_for_any_tool(isolation: str
 def test_a_timeout_reports_lovias_timeout_error_kills_the_hung_server_and_the_next_call_works(
     isolation: str,
 ) -> None:
+    server_pid_seen = None
+
     async def main() -> tuple[RunResult, Any, Any]:
+        nonlocal server_pid_seen
         # The next call waits for the hung tree to be killed (kill_grace, then
         # SIGTERM grace, then SIGKILL): its timeout must cover that.
         server = raw(isolation, name="raw", timeout=1.5, kill_grace=0.1)
         async with server.session() as conn:
             before = await conn.stats()
             result, _ = await drive(MCP(conn), call("raw__hang", {}), call("raw__echo", {"text": "alive"}))
+            server_pid_seen = conn.server_pid
             return result, before, await conn.stats()
 
     result, before, after = run(main())
@@ -205,6 +210,7 @@ def test_a_timeout_reports_lovias_timeout_error_kills_the_hung_server_and_the_ne
     assert echo.output == "alive"
     assert after.timeouts == 1 and after.restarts == 1
     assert after.server_pid != before.server_pid
+    assert after.server_pid == server_pid_seen  # the connection follows the restart
     assert before.server_pid is not None and not pid_alive(before.server_pid)
 
 
@@ -283,3 +289,56 @@ def test_two_named_servers_with_the_same_tools_coexist_and_each_keeps_its_own_op
     ))
 
     assert outputs(result) == ["Tool capped__echo was not approved.", "x" * 500, "free"]
+
+
+# --------------------------------------------------------------------------- #
+# Parity with lovia's own plugin
+# --------------------------------------------------------------------------- #
+def _sdk_view(block: Any) -> tuple[Any, ...]:
+    """What a renderer written against the SDK's models reads from a block."""
+    res = getattr(block, "resource", None)
+    uri = getattr(block, "uri", None)
+    return (
+        block.type, getattr(block, "text", None), getattr(block, "mime_type", None), getattr(block, "data", None),
+        None if uri is None else str(uri),
+        None if res is None else (str(res.uri), res.mime_type, getattr(res, "text", None), getattr(res, "blob", None)),
+    )
+
+
+@ISOLATIONS
+def test_a_renderer_written_against_the_sdk_models_reads_the_same_values_as_under_lovias_own_plugin(
+    isolation: str,
+) -> None:
+    script = [call("raw__mixed", {}), call("raw__fail", {}), call("raw__add", {"a": 1, "b": 2})]
+
+    def recording(into: list[Any]) -> Any:
+        def renderer(result: Any, ctx: RunContext[Any]) -> str:
+            into.append(([_sdk_view(b) for b in result.content], result.is_error))
+            return "ok"
+
+        return renderer
+
+    theirs: list[Any] = []
+    ours: list[Any] = []
+    lovia_server = lovia_plugin.MCPServerStdio(command=PY, args=raw_args(), name="raw", result_renderer=recording(theirs))
+    run(drive(lovia_plugin.MCP(lovia_server), *script))
+    run(drive(MCP(raw(isolation, name="raw", result_renderer=recording(ours))), *script))
+
+    assert len(ours) == 3
+    assert ours == theirs
+
+
+@ISOLATIONS
+def test_the_model_sees_exactly_what_lovias_own_plugin_shows_it(isolation: str) -> None:
+    script = [
+        call("raw__echo", {"text": "plain"}),
+        call("raw__mixed", {}),
+        call("raw__fail", {}),
+        call("raw__add", {"a": 1, "b": 2}),
+        call("raw__big", {"size": 300}),
+    ]
+    lovia_server = lovia_plugin.MCPServerStdio(command=PY, args=raw_args(), name="raw", max_output_chars=100)
+    theirs, _ = run(drive(lovia_plugin.MCP(lovia_server), *script))
+    ours, _ = run(drive(MCP(raw(isolation, name="raw", max_output_chars=100)), *script))
+
+    assert [(e.output, e.is_error) for e in results(ours)] == [(e.output, e.is_error) for e in results(theirs)]
