@@ -7,6 +7,7 @@ servers and the servers' grandchildren with it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -17,9 +18,10 @@ import time
 
 import psutil
 import pytest
+from _sup_helpers import alive_after_sync
 from conftest import PY, SERVERS, pid_alive, raw_args, run
 
-from lovia_mcp import MCPServerStdio
+from lovia_mcp import MCPError, MCPServerStdio
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -31,22 +33,12 @@ REPORT_WAIT = 15.0
 AGENT_DEATH_CLEANUP = 2.0
 
 
-def _alive_after(pids: list[int], seconds: float) -> tuple[list[int], float]:
-    """Wait up to ``seconds`` for ``pids`` to exit; return (still alive, time taken)."""
-    started = time.monotonic()
-    deadline = started + seconds
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            continue
-    while True:
-        alive = [p.pid for p in procs if pid_alive(p.pid)]
-        left = deadline - time.monotonic()
-        if not alive or left <= 0:
-            return alive, time.monotonic() - started
-        psutil.wait_procs([p for p in procs if p.pid in alive], timeout=min(0.02, left))
+def _describe(pid: int) -> str:
+    try:
+        p = psutil.Process(pid)
+        return f"{pid} {p.status()} ppid={p.ppid()} pgid={os.getpgid(pid)} {' '.join(p.cmdline())[:80]}"
+    except (psutil.Error, OSError) as exc:
+        return f"{pid} {exc!r}"
 
 
 @pytest.mark.parametrize("isolation", ["process", "none"])
@@ -70,7 +62,7 @@ def test_closing_a_connection_ends_the_server_its_grandchildren_and_its_orphans(
 
     tree, worker = run(main())
     # close() waits for the worker's tree kill, so this is a formality.
-    alive, took = _alive_after(tree + ([worker] if worker else []), 1.0)
+    alive, took = alive_after_sync(tree + ([worker] if worker else []), 1.0)
     assert alive == [], alive
     assert took < 0.5, took
 
@@ -89,7 +81,7 @@ def test_agent_killed_with_sigkill_takes_worker_server_and_grandchildren_within_
         assert len(pids) == 5 and all(pid_alive(p) for p in pids), report
         os.kill(agent.pid, signal.SIGKILL)
         agent.wait(5)
-        alive, took = _alive_after(pids, AGENT_DEATH_CLEANUP)
+        alive, took = alive_after_sync(pids, AGENT_DEATH_CLEANUP)
         assert alive == [], f"still alive {took:.2f} s after SIGKILL: {alive}"
         print(f"agent SIGKILL: worker, server and grandchildren gone in {took:.3f} s")
     finally:
@@ -99,3 +91,27 @@ def test_agent_killed_with_sigkill_takes_worker_server_and_grandchildren_within_
         for stream in (agent.stdin, agent.stdout, agent.stderr):
             if stream is not None:
                 stream.close()
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_closing_with_a_call_in_flight_fails_the_call_and_still_ends_the_tree(isolation: str) -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", isolation=isolation)  # type: ignore[arg-type]
+        conn = await server.open()
+        server_pid = json.loads(str(await conn.call_tool("pid")))["pid"]
+        children = json.loads(str(await conn.call_tool("spawn", {"n": 1, "orphan": True})))
+        in_flight = asyncio.ensure_future(conn.call_tool("hang"))  # ignores SIGTERM too
+        while not conn._pending:  # noqa: SLF001 - close once the call is in flight
+            await asyncio.sleep(0)
+        started = time.monotonic()
+        await conn.close()
+        took = time.monotonic() - started
+        with pytest.raises(MCPError) as info:
+            await asyncio.wait_for(in_flight, 1.0)
+        assert info.value.kind == "closed" and info.value.tool_name == "hang"
+        alive = [p for p in [server_pid, *children] if pid_alive(p)]
+        assert alive == [], (server_pid, children, took, [_describe(p) for p in alive])
+        # SIGTERM, TERM_GRACE (0.5 s), SIGKILL: bounded well below CLOSE_WAIT.
+        assert took < 2.0, took
+
+    run(main())
