@@ -78,6 +78,7 @@ def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_o
             # The next call runs on a fresh server.
             assert await _server_pid(conn) != old
             assert not pid_alive(old)
+            print(f"[{isolation}] {tool} {args}: MCPError after {elapsed * 1000:.1f} ms")
 
     run(main())
 
@@ -144,6 +145,7 @@ def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves
             assert str(await conn.call_tool("echo", {"text": "again"})) == "again"
             assert conn.worker_pid not in (None, worker)
             assert conn.worker_restarts == 1
+            print(f"worker SIGKILL: in-flight call failed after {elapsed * 1000:.1f} ms")
 
     run(main())
 
