@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -190,7 +191,10 @@ class Host:
             return
         task = asyncio.ensure_future(self._serve(msg))
         self._tasks[msg.id] = task
-        task.add_done_callback(lambda _t, i=msg.id: self._tasks.pop(i, None))
+        task.add_done_callback(functools.partial(self._forget, msg.id))
+
+    def _forget(self, request_id: int, _task: asyncio.Task[None]) -> None:
+        self._tasks.pop(request_id, None)
 
     async def _serve(self, msg: AgentMessage) -> None:
         try:
@@ -405,7 +409,7 @@ class Host:
         read_writer, read_stream = anyio.create_memory_object_stream[Any](64)
         write_stream, write_reader = anyio.create_memory_object_stream[Any](64)
         stderr_pump = asyncio.ensure_future(self._stderr_pump(gen, spec, proc))
-        pumps = [
+        pumps: list[asyncio.Future[None]] = [
             stderr_pump,
             asyncio.ensure_future(self._stdout_pump(gen, spec, proc, read_writer, SessionMessage)),
             asyncio.ensure_future(self._stdin_pump(proc, write_reader)),
