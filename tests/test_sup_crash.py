@@ -224,3 +224,28 @@ def test_worker_killed_after_a_server_restart_still_takes_the_new_servers_grandc
             assert str(await conn.call_tool("echo", {"text": "fresh"})) == "fresh"
 
     run(main())
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_server_exit_is_noticed_while_a_grandchild_still_holds_its_pipes(isolation: str) -> None:
+    # raw_server's sleepers inherit its stdout and stderr: no EOF arrives when
+    # the server exits, and before Python 3.12 asyncio's Process.wait() waited
+    # for those pipes too.
+    async def main() -> None:
+        server = MCPServerStdio(
+            command=PY, args=raw_args(), name="raw", auto_reconnect=False, isolation=isolation  # type: ignore[arg-type]
+        )
+        async with server.session() as conn:
+            grandchildren = json.loads(str(await conn.call_tool("spawn", {"n": 2})))
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await asyncio.wait_for(conn.call_tool("exit", {"code": 5}), 10)
+            elapsed = time.monotonic() - started
+            assert info.value.exit_code == 5 and "about to exit" in info.value.stderr_tail
+            assert elapsed < DEATH_NOTICED_WITHIN, elapsed
+            # The rest of the dead server's tree is killed, and a fresh one serves.
+            assert (await alive_after(grandchildren, 2.0))[0] == []
+            assert str(await conn.call_tool("echo", {"text": "fresh"})) == "fresh"
+            print(f"[{isolation}] exit with pipes held by grandchildren: MCPError after {elapsed * 1000:.1f} ms")
+
+    run(main())

@@ -33,7 +33,7 @@ from typing import Any, Final
 import msgspec
 
 from . import guard
-from .launch import READ_CHUNK, LaunchError, spawn
+from .launch import READ_CHUNK, LaunchError, spawn, wait_exit
 from .protocol import (
     AgentMessage,
     CallTool,
@@ -643,7 +643,7 @@ class Host:
         proc: asyncio.subprocess.Process,
         stderr_pump: asyncio.Future[None],
     ) -> None:
-        rc = await proc.wait()
+        rc = await wait_exit(proc)
         # Let the stderr pump take the last lines the server wrote (a
         # grandchild may hold stderr open, hence the bound).
         await asyncio.wait({stderr_pump}, timeout=STDERR_FLUSH_WAIT)

@@ -49,6 +49,37 @@ class LaunchError(Exception):
         self.hint = hint
 
 
+class _ServerProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """The standard stream protocol, plus a future set the moment the process exits.
+
+    Before Python 3.12, ``Process.wait()`` returns only once the process has
+    exited *and* all its pipes have closed; a grandchild that inherited the
+    server's stdout or stderr keeps them open, so a server that died would
+    look alive until the grandchild went too. :func:`wait_exit` uses this
+    future instead.
+    """
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+async def wait_exit(proc: asyncio.subprocess.Process) -> int:
+    """The server's exit status as soon as it exits, whoever holds its pipes."""
+    protocol = getattr(proc, "_protocol", None)
+    if isinstance(protocol, _ServerProtocol):
+        await asyncio.shield(protocol.exited)
+        rc = proc.returncode
+        if rc is not None:
+            return rc
+    return await proc.wait()
+
+
 def server_environment(extra: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
     source = os.environ if base is None else base
     env = {k: v for k, v in source.items() if k in ENV_ALLOWLIST or k.startswith("LC_")}
@@ -99,8 +130,10 @@ async def spawn(spec: ServerSpec) -> asyncio.subprocess.Process:
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     executable = resolve_command(spec, env)
+    loop = asyncio.get_running_loop()
     try:
-        return await asyncio.create_subprocess_exec(
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _ServerProtocol(READ_CHUNK, loop),
             executable,
             *spec.args,
             stdin=asyncio.subprocess.PIPE,
@@ -110,8 +143,8 @@ async def spawn(spec: ServerSpec) -> asyncio.subprocess.Process:
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=_preexec(spec.limits),
-            limit=READ_CHUNK,
         )
+        return asyncio.subprocess.Process(transport, protocol, loop)
     except PermissionError as exc:
         raise LaunchError(
             f"command is not executable: {spec.command!r} ({exc.strerror})",
@@ -124,4 +157,12 @@ async def spawn(spec: ServerSpec) -> asyncio.subprocess.Process:
         ) from exc
 
 
-__all__ = ["ENV_ALLOWLIST", "READ_CHUNK", "LaunchError", "resolve_command", "server_environment", "spawn"]
+__all__ = [
+    "ENV_ALLOWLIST",
+    "READ_CHUNK",
+    "LaunchError",
+    "resolve_command",
+    "server_environment",
+    "spawn",
+    "wait_exit",
+]
