@@ -241,7 +241,7 @@ def test_an_endless_stderr_line_is_cut_to_one_bounded_line() -> None:
     run(main())
 
 
-def test_last_stderr_lines_are_attached_to_errors_and_long_lines_are_bounded() -> None:
+def test_last_stderr_lines_are_attached_to_errors_and_the_tail_is_bounded() -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
         async with server.session() as conn:

@@ -10,7 +10,8 @@ Tools:
 - ``wait``: never answers, but keeps reading stdin (a server that honours the
   protocol and would see a cancel notification).
 - ``cancelled``: ``{"waiting": [ids of wait calls], "cancelled": [requestIds
-  from notifications/cancelled]}`` as JSON text.
+  from notifications/cancelled]}`` as JSON text. Each cancel notification is
+  also written to stderr as ``cancelled request <id>``.
 - ``pid``: its pid.
 - ``hold {mb}``: touches ``mb`` MB of memory one MB at a time, then blocks.
 - ``fork {n, interval}``: forks up to ``n`` children, one every ``interval``
@@ -121,6 +122,8 @@ def main() -> None:
             call(rid, msg["params"]["name"], msg["params"].get("arguments") or {})
         elif method == "notifications/cancelled":
             CANCELLED.append((msg.get("params") or {}).get("requestId"))
+            sys.stderr.write(f"cancelled request {CANCELLED[-1]}\n")
+            sys.stderr.flush()
         elif rid is not None:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
 
