@@ -26,6 +26,7 @@ from lovia_mcp import MCPError, MCPServerStdio
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
 AGENT_PROC = str(SERVERS / "agent_proc.py")
+SUP_SERVER = str(SERVERS / "sup_server.py")
 # The agent reports its pids after starting a worker, a server and three
 # sleepers: seconds when the forkserver is cold.
 REPORT_WAIT = 15.0
@@ -115,3 +116,31 @@ def test_closing_with_a_call_in_flight_fails_the_call_and_still_ends_the_tree(is
         assert took < 2.0, took
 
     run(main())
+
+
+def test_orphans_that_exit_are_reaped_by_the_worker_while_the_connection_lives() -> None:
+    # The worker is a subreaper: orphans become its children, and their exit
+    # must not leave zombies piling up for the connection's lifetime.
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=[SUP_SERVER], name="sup")
+        async with server.session() as conn:
+            worker = conn.worker_pid
+            assert worker is not None
+            assert str(await conn.call_tool("orphans", {"n": 20})) == "done"
+            deadline = time.monotonic() + 3.0
+            while True:
+                zombies = [p.pid for p in psutil.Process(worker).children() if _is_zombie(p)]
+                if not zombies or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert zombies == [], f"{len(zombies)} zombies left in the worker"
+            assert str(await conn.call_tool("echo", {"text": "ok"})) == "ok"
+
+    run(main())
+
+
+def _is_zombie(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

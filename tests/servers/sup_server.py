@@ -21,6 +21,8 @@ Tools:
 - ``burn_in_subprocesses {n, seconds}``: runs ``n`` short-lived child processes
   one after another, each burning ``seconds`` of CPU and reaped by this server,
   then answers ``"done"`` (if it gets that far).
+- ``orphans {n}``: double-forks ``n`` children that exit at once (orphans that
+  the worker, a subreaper, inherits and must reap), then answers.
 - ``echo {text}``: returns text.
 """
 
@@ -43,6 +45,7 @@ TOOLS = [
         ("fork", "Fork children, never answer.", {"n": {"type": "integer"}, "interval": {"type": "number"}}),
         ("hold_in_children", "Children hold memory, never answer.", {"n": {"type": "integer"}, "mb": {"type": "integer"}}),
         ("burn_in_subprocesses", "Short-lived CPU burners.", {"n": {"type": "integer"}, "seconds": {"type": "number"}}),
+        ("orphans", "Short-lived orphans.", {"n": {"type": "integer"}}),
         ("echo", "Echo.", {"text": {"type": "string"}}),
     ]
 ]
@@ -93,6 +96,15 @@ def call(rid: object, name: str, args: dict) -> None:
         )
         for _ in range(int(args.get("n", 4))):
             subprocess.run([sys.executable, "-c", burn], check=False)
+        answer(rid, "done")
+    elif name == "orphans":
+        for _ in range(int(args.get("n", 5))):
+            pid = os.fork()
+            if pid == 0:
+                if os.fork() == 0:
+                    os._exit(0)  # the orphan: exits once its parent is gone
+                os._exit(0)
+            os.waitpid(pid, 0)
         answer(rid, "done")
     elif name == "fork":
         for _ in range(int(args.get("n", 10))):

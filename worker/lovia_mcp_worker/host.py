@@ -67,6 +67,10 @@ STDERR_LOG_RATE: Final = 200
 # How often the guard samples the tree when a memory, CPU or process limit is
 # set. 0.1 s bounds overshoot while costing ~1 % of a core.
 GUARD_INTERVAL: Final = 0.1
+# How often a worker without limits reaps the orphans it inherited (exited
+# double-forked helpers). Zombies hold only a pid each, so this can be slow;
+# one reap costs a few /proc reads.
+REAP_INTERVAL: Final = 1.0
 # After the server closes stdout, how long to wait for its exit status before
 # reporting the end without one (a server can close stdout and linger).
 EXIT_STATUS_WAIT: Final = 1.0
@@ -418,6 +422,9 @@ class Host:
         limits = spec.limits
         if limits.memory_mb is not None or limits.cpu_seconds is not None or limits.max_processes is not None:
             pumps.append(asyncio.ensure_future(self._guard(gen, spec, proc)))
+        elif self._subreaper:
+            # No limits to watch, but inherited orphans still need reaping.
+            pumps.append(asyncio.ensure_future(self._reaper(gen, proc)))
         try:
             yield read_stream, write_stream
         finally:
@@ -718,6 +725,12 @@ class Host:
                 guard.reap_orphans(keep={proc.pid})
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(gen.stop.wait(), GUARD_INTERVAL)
+
+    async def _reaper(self, gen: Generation, proc: asyncio.subprocess.Process) -> None:
+        while not gen.stop.is_set():
+            guard.reap_orphans(keep={proc.pid})
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(gen.stop.wait(), REAP_INTERVAL)
 
     # -- requests ------------------------------------------------------------ #
     async def _list_tools(self, gen: Generation) -> list[ToolSpec]:
