@@ -169,11 +169,12 @@ def test_crash_loop_opens_the_circuit_fails_fast_and_recovers_after_the_window(t
             first_restart: float | None = None
             # Generation 1 crashes, then two restarts (the limit) crash too.
             for i in range(3):
+                if i == 1:
+                    # No later than the worker's own record of the first restart.
+                    first_restart = time.monotonic()
                 with pytest.raises(MCPError) as info:
                     await conn.call_tool("echo", {"text": "x"})
                 assert info.value.kind == "server_exited" and info.value.exit_code == 4, info.value
-                if i == 1:
-                    first_restart = time.monotonic()
             assert first_restart is not None
             # The next start would be restart 3 within the window: fail fast.
             started = time.monotonic()
@@ -198,7 +199,7 @@ def test_crash_loop_opens_the_circuit_fails_fast_and_recovers_after_the_window(t
                     await asyncio.sleep(0.05)
             recovered_after = time.monotonic() - first_restart
             assert str(reply) == "back"
-            assert recovered_after >= window - 0.1
+            assert recovered_after >= window
             print(f"circuit failed fast in {fail_fast * 1000:.1f} ms, closed {recovered_after:.2f} s after first restart")
 
     run(main())

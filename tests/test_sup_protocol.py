@@ -144,6 +144,23 @@ def test_command_that_is_not_executable_fails_at_open_with_a_chmod_hint(tmp_path
     run(main())
 
 
+def test_script_with_a_missing_interpreter_fails_at_open_naming_the_interpreter_line(tmp_path: object) -> None:
+    script = os.path.join(str(tmp_path), "server")
+    with open(script, "w") as f:
+        f.write("#!/nonexistent/python3\nprint('hi')\n")
+    os.chmod(script, 0o755)
+
+    async def main() -> None:
+        with pytest.raises(MCPError) as info:
+            await MCPServerStdio(command=script, name="badshebang").open()
+        err = info.value
+        assert err.kind == "open"
+        assert "could not start" in str(err) and "No such file or directory" in str(err)
+        assert "interpreter line" in (err.hint or "")
+
+    run(main())
+
+
 @pytest.mark.parametrize("isolation", ["process", "none"])
 def test_server_that_never_answers_the_handshake_fails_at_open_within_open_timeout_with_stderr_tail(
     isolation: str,
