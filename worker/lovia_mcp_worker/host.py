@@ -172,6 +172,9 @@ class Host:
         self._generations = 0
         self._restart_times: collections.deque[float] = collections.deque()
         self._created = time.monotonic()
+        # Strong references to this host's generation tasks (asyncio keeps
+        # only weak ones); aclose waits for them.
+        self._runners: set[asyncio.Future[None]] = set()
         self._closing = False
         self.calls = 0
         self.errors = 0
@@ -291,8 +294,8 @@ class Host:
         gen = Generation(self._generations)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         runner = asyncio.ensure_future(self._run(gen, ready))
-        gen_task_holder.add(runner)
-        runner.add_done_callback(gen_task_holder.discard)
+        self._runners.add(runner)
+        runner.add_done_callback(self._runners.discard)
         try:
             await asyncio.wait_for(asyncio.shield(ready), spec.open_timeout)
         except asyncio.TimeoutError:
@@ -838,13 +841,11 @@ class Host:
         if gen is not None:
             gen.retire(HostError("closed", "the connection was closed"))
             await self._wait_down(gen)
-        for runner in list(gen_task_holder):
+        # This host's generations only: in isolation="none" several hosts
+        # share the agent's loop, and one closing must not wait on another's.
+        for runner in list(self._runners):
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
-
-
-# Strong references to generation tasks: asyncio keeps only weak ones.
-gen_task_holder: set[asyncio.Future[None]] = set()
 
 
 def _children_cpu() -> float:
