@@ -162,18 +162,8 @@ def test_an_http_url_where_nothing_listens_fails_at_open_time_naming_the_url(iso
 
     assert "web" in str(info.value)
     assert model.calls == []
-    # In-process, the failed open leaves a task whose exception nobody
-    # retrieved (a worker bug, pinned below); collect it now, while no
-    # ast.parse is running: its log record formats a traceback, and on
-    # CPython 3.11 that nested inside pytest's own ast.parse corrupts it.
-    gc.collect()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="worker bug: the host reports 'lost the connection to the server: ExceptionGroup: "
-    "unhandled errors in a TaskGroup' instead of the ConnectError inside it; see the report",
-)
 @ISOLATIONS
 def test_an_http_url_where_nothing_listens_says_the_connection_failed(isolation: str) -> None:
     async def open_error(url: str) -> str:
@@ -184,17 +174,10 @@ def test_an_http_url_where_nothing_listens_says_the_connection_failed(isolation:
         return "opened"
 
     message = run(open_error(f"http://127.0.0.1:{_unused_port()}/mcp"))
-    gc.collect()  # see the test above
 
     assert "All connection attempts failed" in message
 
 
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="worker bug: Host._race leaves the SDK's initialize() task with an exception "
-    "nobody retrieves when the transport fails; see the report",
-)
 def test_a_failed_in_process_http_open_leaves_no_task_exception_unretrieved(caplog: pytest.LogCaptureFixture) -> None:
     url = f"http://127.0.0.1:{_unused_port()}/mcp"
     with pytest.raises(MCPError):

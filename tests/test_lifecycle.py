@@ -278,11 +278,6 @@ def test_lovias_own_in_process_plugin_never_recovers_after_a_server_crash_while_
 # --------------------------------------------------------------------------- #
 # In-process close (isolation="none")
 # --------------------------------------------------------------------------- #
-@pytest.mark.xfail(
-    strict=True,
-    reason="worker bug: Host.aclose awaits the module-global gen_task_holder, i.e. every "
-    "in-process connection's generation, each for up to SHUTDOWN_WAIT (3.5 s); see the report",
-)
 def test_closing_an_in_process_connection_does_not_wait_for_another_that_stays_open() -> None:
     async def main() -> float:
         async with raw("none", name="stays").session():

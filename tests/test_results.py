@@ -143,12 +143,6 @@ def test_an_sdk_server_serves_text_structured_output_images_and_tool_errors(isol
 LOOSE = ["loose_null", "loose_empty", "loose_noprops", "loose_broken", "loose_missing"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=MCPError,
-    reason="worker bug: the MCP SDK 2.x validates tools/list results (and call_tool re-lists "
-    "typed for output schemas), so one loose schema fails the open; see the report",
-)
 @ISOLATIONS
 def test_a_server_listing_loose_schemas_has_every_tool_offered_with_a_valid_schema_and_callable(
     isolation: str,

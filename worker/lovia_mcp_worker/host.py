@@ -84,6 +84,8 @@ ID_SCAN_BYTES: Final = 4096
 # Request id of the unsolicited ``Opened`` sent when a generation starts; the
 # agent numbers its requests from 1.
 ANNOUNCE_ID: Final = 0
+# The MCP SDK's JSON-RPC code for "the connection closed" (mcp_types.CONNECTION_CLOSED).
+CONNECTION_CLOSED: Final = -32000
 # JSON-RPC error code the host uses for a result over max_result_bytes.
 TOO_LARGE_CODE: Final = -32099
 
@@ -343,9 +345,16 @@ class Host:
                 ) from exc
             async with self._transport(gen, spec) as (read, write):
                 async with ClientSession(read, write) as session:
-                    await self._race(gen, session.initialize())
-                    gen.session = session
-                    gen.tools = await self._race(gen, self._list_tools(gen))
+                    try:
+                        await self._race(gen, session.initialize())
+                        gen.session = session
+                        gen.tools = await self._race(gen, self._list_tools(gen))
+                    except Exception as exc:  # noqa: BLE001 - recorded before teardown, re-raised
+                        # Record the real cause now: the teardown below kills
+                        # the server, and its exit must not be what is reported.
+                        if gen.reason is None:
+                            gen.retire(self._failed(gen, spec, exc, opened=False))
+                        raise
                     if not ready.done():
                         ready.set_result(None)
                     await gen.stop.wait()
@@ -355,7 +364,7 @@ class Host:
             gen.retire(HostError("open", str(exc), hint=exc.hint))
         except BaseException as exc:  # noqa: BLE001 - every ending is reported, cancellation re-raised below
             if gen.reason is None:
-                gen.retire(self._lost(gen, f"{type(exc).__name__}: {exc}"))
+                gen.retire(self._failed(gen, spec, exc, opened=ready.done()))
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
@@ -380,6 +389,11 @@ class Host:
             await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+            if not work.done():
+                # Cancelled from outside (the session's task group failing):
+                # the work's own exception is then the caller's to ignore.
+                work.cancel()
+                work.add_done_callback(_retrieve)
         if work.done():
             return work.result()
         work.cancel()
@@ -387,6 +401,27 @@ class Host:
             await work
         assert gen.reason is not None
         raise gen.reason
+
+    def _failed(self, gen: Generation, spec: ServerSpec, exc: BaseException, *, opened: bool) -> HostError:
+        """The HostError for an exception that ended a generation."""
+        if isinstance(exc, HostError):
+            return exc
+        leaf = _leaf(exc)
+        detail = f"{type(leaf).__name__}: {leaf}"
+        if spec.transport == "http":
+            return HostError(
+                "server_exited" if opened else "open",
+                f"could not talk to {spec.url}: {detail}",
+                hint="Check the URL and that the server is running and reachable.",
+            )
+        if not opened:
+            return HostError(
+                "open",
+                f"the server failed during start-up (handshake or tool listing): {detail}",
+                hint="Check that the command is an MCP server speaking stdio (stderr tail below).",
+                stderr_tail=list(gen.stderr_tail),
+            )
+        return self._lost(gen, detail)
 
     def _lost(self, gen: Generation, detail: str) -> HostError:
         return HostError(
@@ -445,7 +480,7 @@ class Host:
                 proc.stdin.close()
         if proc.returncode is None:
             root, include_root = self._tree_root(proc.pid)
-            grace = 0.0 if gen.reason is not None and gen.reason.kind in ("limit", "protocol") else guard.TERM_GRACE
+            grace = 0.0 if gen.reason is not None and gen.reason.kind in ("limit", "protocol", "timeout") else guard.TERM_GRACE
             await asyncio.to_thread(guard.kill_tree, root, proc.pid, include_root=include_root, term_grace=grace)
         else:
             # The server is gone; its orphans (if any) are still in the tree.
@@ -736,11 +771,35 @@ class Host:
                 await asyncio.wait_for(gen.stop.wait(), REAP_INTERVAL)
 
     # -- requests ------------------------------------------------------------ #
+    async def _raw(self, gen: Generation, request: Any) -> dict[str, Any]:
+        """Send a request through the session and return the raw result dict.
+
+        ``ClientSession.send_request`` validates every result against the
+        protocol models (and ``call_tool`` re-lists tools to validate output
+        schemas), so one loose schema from the server would fail the whole
+        listing and every call. This is its front half (stamping, the
+        ``Mcp-Name`` header) without the validation; results are checked
+        field by field where they are used.
+        """
+        from mcp.shared.inbound import MCP_NAME_HEADER, encode_header_value
+
+        session = gen.session
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        opts: dict[str, Any] = {}
+        session._stamp(data, opts)
+        headers = opts.setdefault("headers", {})
+        key = type(request).name_param
+        name = (data.get("params") or {}).get(key) if key is not None else None
+        if isinstance(name, str) and MCP_NAME_HEADER not in headers:
+            headers[MCP_NAME_HEADER] = encode_header_value(name)
+        raw = await session._dispatcher.send_raw_request(data["method"], data.get("params"), opts)
+        if not isinstance(raw, dict):
+            raise HostError("remote", f"the server answered {data['method']} with a non-object result",
+                            hint="The server is not speaking MCP correctly.")
+        return raw
+
     async def _list_tools(self, gen: Generation) -> list[ToolSpec]:
         """List every page of tools, raw: one loose schema must not sink the list."""
-        from pydantic import TypeAdapter
-
-        raw_adapter = TypeAdapter(dict[str, Any])
         import mcp_types as types
 
         out: list[ToolSpec] = []
@@ -748,7 +807,9 @@ class Host:
         while True:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             try:
-                page = await gen.session.send_request(types.ListToolsRequest(params=params), raw_adapter)
+                page = await self._raw(gen, types.ListToolsRequest(params=params))
+            except HostError:
+                raise
             except Exception as exc:  # noqa: BLE001 - classified below
                 raise self._classify(gen, exc, "tools/list") from exc
             for entry in page.get("tools") or []:
@@ -764,24 +825,27 @@ class Host:
                     )
                 )
             cursor = page.get("nextCursor")
-            if not cursor:
+            if not cursor or not isinstance(cursor, str):
                 return out
 
     async def _call(self, msg: CallTool) -> Result:
+        import mcp_types as types
+
         gen = await self._live()
         self.calls += 1
         arguments = _json.decode(msg.arguments) if msg.arguments else {}
+        request = types.CallToolRequest(params=types.CallToolRequestParams(name=msg.name, arguments=arguments))
         try:
-            result = await gen.session.call_tool(msg.name, arguments)
-        except asyncio.CancelledError:
+            raw = await self._raw(gen, request)
+        except (asyncio.CancelledError, HostError):
             raise
         except Exception as exc:  # noqa: BLE001 - classified below
             raise self._classify(gen, exc, msg.name) from exc
-        structured = getattr(result, "structured_content", None)
+        structured = raw.get("structuredContent")
         return Result(
             id=msg.id,
-            content=[_block(b) for b in result.content],
-            is_error=bool(result.is_error),
+            content=_blocks(raw.get("content")),
+            is_error=bool(raw.get("isError")),
             structured_content=None if structured is None else msgspec.json.encode(structured),
         )
 
@@ -796,12 +860,17 @@ class Host:
             )
         if gen.reason is not None or gen.stop.is_set():
             return gen.reason or self._lost(gen, str(exc))
-        if code is not None and code != -32000 and "closed" not in str(exc).lower():
+        if code == CONNECTION_CLOSED:
+            # The transport reports the loss before the exit status is known.
+            return HostError("server_exited", f"{what} failed: the connection to the server closed",
+                             hint="Check the server's log.", stderr_tail=list(gen.stderr_tail))
+        if code is not None:
             return HostError("remote", f"the server answered {what} with an error: {exc} (code {code})",
-                             hint="Check the tool's arguments against its schema.")
-        # The transport reports the loss before the exit status is known.
-        return HostError("server_exited", f"{what} failed: {type(exc).__name__}: {exc}",
-                         hint="Check the server's log.", stderr_tail=list(gen.stderr_tail))
+                             hint="Check the tool's name and arguments against its schema.")
+        # A failure on this side with the server alive: not a lost
+        # connection, so never retried on a fresh server.
+        return HostError("internal", f"{what} failed in the MCP client: {type(exc).__name__}: {exc}",
+                         hint="This looks like a bug in lovia-mcp or the MCP SDK; please report it.")
 
     # -- stats, logs, close -------------------------------------------------- #
     def stats(self) -> Stats:
@@ -853,36 +922,68 @@ def _children_cpu() -> float:
     return t.children_user + t.children_system
 
 
-def _block(block: Any) -> ContentBlock:
-    """Copy an SDK content block into the wire struct (SDK field names kept)."""
-    btype = getattr(block, "type", "unknown")
-    if btype == "text":
-        return ContentBlock(type="text", text=block.text)
-    if btype in ("image", "audio"):
-        return ContentBlock(type=btype, data=block.data, mime_type=block.mime_type)
-    if btype == "resource_link":
-        return ContentBlock(
-            type=btype,
-            uri=str(block.uri),
-            name=getattr(block, "name", None),
-            title=getattr(block, "title", None),
-            description=getattr(block, "description", None),
-            mime_type=getattr(block, "mime_type", None),
-        )
-    if btype == "resource":
-        res = block.resource
-        return ContentBlock(
-            type=btype,
-            resource=Resource(
-                uri=str(getattr(res, "uri", "")),
-                mime_type=getattr(res, "mime_type", None),
-                text=getattr(res, "text", None),
-                blob=getattr(res, "blob", None),
-            ),
-        )
-    dump = getattr(block, "model_dump", None)
-    extra = msgspec.json.encode(dump(mode="json", by_alias=True)) if callable(dump) else None
-    return ContentBlock(type=str(btype), extra=extra)
+def _str(d: dict[str, Any], key: str) -> str | None:
+    value = d.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _blocks(raw: object) -> list[ContentBlock]:
+    """Copy raw content blocks into wire structs with the SDK's attribute names.
+
+    Field by field and lenient: a malformed field becomes ``None`` rather than
+    failing the result; an unknown block type keeps its JSON in ``extra``.
+    """
+    if not isinstance(raw, list):
+        return []
+    out: list[ContentBlock] = []
+    for b in raw:
+        if not isinstance(b, dict):
+            out.append(ContentBlock(type="unknown", extra=msgspec.json.encode(b)))
+            continue
+        btype = _str(b, "type") or "unknown"
+        if btype == "text":
+            out.append(ContentBlock(type="text", text=_str(b, "text") or ""))
+        elif btype in ("image", "audio"):
+            out.append(ContentBlock(type=btype, data=_str(b, "data"), mime_type=_str(b, "mimeType")))
+        elif btype == "resource_link":
+            out.append(
+                ContentBlock(
+                    type=btype,
+                    uri=_str(b, "uri") or "",
+                    name=_str(b, "name"),
+                    title=_str(b, "title"),
+                    description=_str(b, "description"),
+                    mime_type=_str(b, "mimeType"),
+                )
+            )
+        elif btype == "resource" and isinstance(b.get("resource"), dict):
+            res = b["resource"]
+            out.append(
+                ContentBlock(
+                    type=btype,
+                    resource=Resource(
+                        uri=_str(res, "uri") or "",
+                        mime_type=_str(res, "mimeType"),
+                        text=_str(res, "text"),
+                        blob=_str(res, "blob"),
+                    ),
+                )
+            )
+        else:
+            out.append(ContentBlock(type=btype, extra=msgspec.json.encode(b)))
+    return out
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 @contextlib.asynccontextmanager
