@@ -271,7 +271,10 @@ class MCPConnection:
             self.worker_restarts += 1
             await old.aclose()
         channel: ProcessChannel | LocalChannel = ProcessChannel() if self.isolation == "process" else LocalChannel()
-        await channel.start(self._on_message, lambda why, ch=channel: self._on_lost(ch, why))
+        def lost(why: str) -> None:
+            self._on_lost(channel, why)
+
+        await channel.start(self._on_message, lost)
         self._channel = channel
         rid = next(self._ids)
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
@@ -334,9 +337,10 @@ class MCPConnection:
             lines = [line[:300] for line in failure.stderr_tail[-HINT_STDERR_LINES:]]
             hint += "\n  last stderr lines:\n    " + "\n    ".join(lines)
         if failure.kind == "missing_mcp":
-            return UserError(failure.message, hint=failure.hint)
+            user_error: Exception = UserError(failure.message, hint=failure.hint)
+            return user_error
         subject = f"MCP tool {tool_name!r}" if tool_name else f"MCP server {self._spec.name!r}"
-        return MCPError(
+        error: Exception = MCPError(
             f"{subject} failed: {failure.message}",
             hint=hint,
             tool_name=tool_name,
@@ -345,6 +349,7 @@ class MCPConnection:
             signal=failure.signal,
             stderr_tail=list(failure.stderr_tail),
         )
+        return error
 
     # -- open, stats, close -------------------------------------------------- #
     async def _connect(self) -> None:

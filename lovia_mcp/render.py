@@ -34,7 +34,7 @@ class MCPToolResult(_LoviaMCPToolResult):
 def default_renderer(result: Any, ctx: RunContext[Any]) -> str:
     _ = ctx
     if isinstance(result, _LoviaMCPToolResult):
-        return render_mcp_content(result.content, is_error=result.is_error)
+        return str(render_mcp_content(result.content, is_error=result.is_error))
     return result if isinstance(result, str) else str(result)
 
 
