@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ from typing import Any, Final
 
 from . import guard
 from .host import Host
-from .protocol import HEADER, Closed, WorkerMessage, encoder, worker_decoder
+from .protocol import HEADER, Closed, Log, WorkerMessage, encoder, worker_decoder
 
 # The largest frame the worker accepts from the agent (tool arguments).
 MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
@@ -83,6 +84,24 @@ class _Channel(asyncio.Protocol):
             self.done.set_result(None)
 
 
+class _ForwardLogs(logging.Handler):
+    """Library warnings in the worker (SDK, asyncio) go to the agent's logging.
+
+    Without it they would reach the worker's stderr, which is the agent's, by
+    the last-resort handler: lovia-mcp never prints by itself.
+    """
+
+    def __init__(self, emit: Any) -> None:
+        super().__init__(logging.WARNING)
+        self._send = emit
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._send(Log(level=record.levelno, message=f"{record.name}: {record.getMessage()}"))
+        except Exception:  # noqa: BLE001 - logging must never take the worker down
+            pass
+
+
 async def serve(sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
     closed_by_agent = asyncio.Event()
@@ -96,6 +115,7 @@ async def serve(sock: socket.socket) -> None:
         return Host(tracking_emit, subreaper=guard.become_subreaper())
 
     _, channel = await loop.create_connection(lambda: _Channel(make_host), sock=sock)
+    logging.getLogger().addHandler(_ForwardLogs(channel.emit))
     stop = asyncio.ensure_future(closed_by_agent.wait())
     await asyncio.wait({channel.done, stop}, return_when=asyncio.FIRST_COMPLETED)
     stop.cancel()
