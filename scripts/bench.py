@@ -44,6 +44,12 @@ Usage::
     .venv/bin/python scripts/bench.py --json       # machine-readable
     .venv/bin/python scripts/bench.py --quick      # smoke sizes (< ~20 s)
     .venv/bin/python scripts/bench.py --only big --repeat 15
+
+To measure another copy of the code (a snapshot, a prototype), put it first
+on PYTHONPATH: ``PYTHONPATH=DIR:DIR/worker``. An environment variable, not a
+``sys.path`` edit: multiprocess's forkserver ignores the parent's sys.path
+and would import the installed worker package instead. The report names the
+source it measured.
 """
 
 from __future__ import annotations
@@ -293,8 +299,9 @@ async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None
             for conn in reversed(everything):
                 await conn.close()
         else:
-            # Concurrently: with isolation="none" a sequential close waits
-            # for every other open connection's host (see the report).
+            # Concurrently, as a plugin's teardown of several servers may.
+            # (Before b994689, with isolation="none", each sequential close
+            # waited seconds for every other open connection's host.)
             await asyncio.gather(*(conn.close() for conn in everything))
 
 
