@@ -131,13 +131,13 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     received = [0]
-    original = _channel._Reader.data_received
+    original = _channel._Reader.buffer_updated
 
-    def counting(self: _channel._Reader, data: bytes) -> None:
-        received[0] += len(data)
-        original(self, data)
+    def counting(self: _channel._Reader, nbytes: int) -> None:
+        received[0] += nbytes
+        original(self, nbytes)
 
-    monkeypatch.setattr(_channel._Reader, "data_received", counting)
+    monkeypatch.setattr(_channel._Reader, "buffer_updated", counting)
     size = 20 * 1024 * 1024
     cap = 1024 * 1024
 
