@@ -38,7 +38,12 @@ from lovia_mcp_worker.protocol import (
 # Modules the forkserver imports once so every worker starts with them loaded.
 # A missing module (no ``mcp``) is skipped by the forkserver; the worker then
 # reports it at open time with the install hint.
-PRELOAD: Final = ["lovia_mcp_worker.process", "lovia_mcp_worker.main", "lovia_mcp_worker._warm"]
+PRELOAD: Final = [
+    "lovia_mcp_worker._preload_begin",
+    "lovia_mcp_worker.process",
+    "lovia_mcp_worker.main",
+    "lovia_mcp_worker._warm",
+]
 # The reader's buffer for small frames; larger frames get their own.
 READ_BUFFER: Final = 64 * 1024
 # How long a worker gets to exit after its pipe closed or Close was answered.

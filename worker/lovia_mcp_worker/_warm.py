@@ -3,7 +3,8 @@
 ``gc.freeze()`` moves everything imported so far into the permanent
 generation, so a worker's garbage collections never touch (and so never
 copy) the pages it shares with the forkserver; that keeps a worker's unique
-memory small.
+memory small. Collection stays off in the forkserver (``_preload_begin``);
+each worker turns it back on (``main.run``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import mcp_types  # noqa: F401 - preloaded for workers
 
 from . import host, main  # noqa: F401 - preloaded for workers
 
-gc.collect()
+# No gc.collect() first: nothing imported is garbage worth the walk.
 gc.freeze()
 
 __all__: list[str] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -133,6 +134,7 @@ def run(conn: Any, environ: dict[str, str] | None = None) -> None:
     allowlisted variables (and the HTTP transport's proxy settings) must
     follow the agent's, as they do in-process.
     """
+    gc.enable()  # off in the forkserver during the preload (_preload_begin)
     if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
