@@ -99,6 +99,7 @@ class MCPConnection:
         self._closed = False
         self._server_pid: int | None = None
         self.worker_restarts = 0
+        self._last_worker_loss: str | None = None
         self._server_log = logging.getLogger(f"lovia_mcp.server.{self._spec.name}")
         self._renderer = server.result_renderer or default_renderer
 
@@ -318,6 +319,7 @@ class MCPConnection:
         if channel is not self._channel or self._closed:
             return
         logger.warning("%s: %s", self._spec.name, why)
+        self._last_worker_loss = why
         # The worker's parent-death signal takes the server; its group may
         # still hold grandchildren.
         if self._server_pid is not None:
@@ -363,10 +365,22 @@ class MCPConnection:
             raise
 
     async def stats(self) -> Stats:
-        """Counters and the server tree's usage, from the worker (one round trip)."""
+        """Counters and the server tree's usage: one round trip to the worker.
+
+        ``restarts`` counts server restarts and worker replacements over the
+        connection's life; ``last_restart_reason`` is the latest of either.
+        A replaced worker's own counters (calls, errors, timeouts) start anew.
+        """
         reply = await self._request(lambda i: GetStats(id=i), tool_name=None)
         assert isinstance(reply, StatsReply)
-        return reply.stats
+        stats = reply.stats
+        if self.worker_restarts:
+            stats = msgspec.structs.replace(
+                stats,
+                restarts=stats.restarts + self.worker_restarts,
+                last_restart_reason=stats.last_restart_reason or self._last_worker_loss,
+            )
+        return stats
 
     async def close(self) -> None:
         """Stop the server tree and the worker; shielded and bounded."""
