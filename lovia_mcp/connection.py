@@ -37,7 +37,6 @@ from lovia_mcp_worker.protocol import (
     CallTool,
     Cancel,
     Close,
-    Closed,
     Failure,
     GetStats,
     ListTools,

@@ -12,57 +12,25 @@ import json
 from typing import Any
 
 import pytest
+from _agent import ISOLATIONS, Model, RAW_TOOLS, drive, outputs
 from conftest import PY, raw_args, run
 from lovia import Agent, Runner
 from lovia.messages import ToolCall
 from lovia.plugins.mcp import _deferred_instructions
 from lovia.run_context import RunContext
 from lovia.runtime.result import RunResult
-from lovia.testing import ScriptedProvider, call, text
+from lovia.testing import call, text
 from lovia.tools.base import truncate_tool_output
-from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPServerStdio, MCPToolResult, UserError
-
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
-
-RAW_TOOLS = sorted([
-    "echo", "add", "fail", "big", "mixed", "hang", "exit", "signal", "stderr_then_exit", "garbage",
-    "flood", "chatty", "alloc", "spawn", "burn", "pid", "cwd", "counter",
-])
-
-
-class Model(ScriptedProvider):
-    """A ScriptedProvider that also records the tool schemas offered on each turn."""
-
-    def __init__(self, *script: Any) -> None:
-        super().__init__(list(script))
-        self.offered: list[dict[str, Any]] = []
-
-    async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
-        self.offered.append({t["function"]["name"]: t["function"] for t in tools or []})
-        async for delta in super().stream(entries, tools=tools, **kw):
-            yield delta
 
 
 def raw(isolation: str, name: str | None = "d", *, defer: bool = True, **options: Any) -> MCPServerStdio:
     return MCPServerStdio(command=PY, args=raw_args(), name=name, isolation=isolation, defer=defer, **options)  # type: ignore[arg-type]
 
 
-async def drive(plugin: MCP, *script: Any, **agent_options: Any) -> tuple[RunResult, Model]:
-    model = Model(*script, text("done"))
-    agent = Agent(name="tester", model=model, plugins=[plugin], **agent_options)
-    result = await Runner.run(agent, "go")
-    assert result.output == "done"
-    return result, model
-
-
 def deferred_call(tool: str, arguments: dict[str, Any]) -> Any:
     return call("call_mcp_tool", {"tool": tool, "arguments": arguments})
-
-
-def outputs(result: RunResult) -> list[str]:
-    return [e.output for e in result.entries if isinstance(e, ToolResultEntry)]
 
 
 @ISOLATIONS
@@ -80,8 +48,8 @@ def test_deferred_tools_leave_the_tool_list_and_two_servers_share_one_search_and
     system = model.calls[0][0]
     assert system.role == "system"
     assert _deferred_instructions([
-        ("alpha", [f"alpha__{t}" for t in RAW_TOOLS]),
-        ("beta", [f"beta__{t}" for t in RAW_TOOLS]),
+        ("alpha", [f"alpha__{t}" for t in sorted(RAW_TOOLS)]),
+        ("beta", [f"beta__{t}" for t in sorted(RAW_TOOLS)]),
     ]) in str(system.content)
     assert outputs(result) == ["via beta", "2"]
 

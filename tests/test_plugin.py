@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _agent import ISOLATIONS, Model, RAW_TOOLS, drive, outputs, results
 from conftest import PY, pid_alive, raw_args, run
 from lovia import Agent, Runner
 from lovia.messages import ToolCall
@@ -18,51 +19,14 @@ from lovia.plugins import mcp as lovia_plugin
 from lovia.plugins.mcp import MCPToolResult as LoviaMCPToolResult
 from lovia.run_context import RunContext
 from lovia.runtime.result import RunResult
-from lovia.testing import ScriptedProvider, call, text
+from lovia.testing import call, text
 from lovia.tools.base import truncate_tool_output
-from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPServerStdio, MCPToolResult, UserError
-
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
-
-RAW_TOOLS = {
-    "echo", "add", "fail", "big", "mixed", "hang", "exit", "signal", "stderr_then_exit", "garbage",
-    "flood", "chatty", "alloc", "spawn", "burn", "pid", "cwd", "counter",
-}
-
-
-class Model(ScriptedProvider):
-    """A ScriptedProvider that also records the tool schemas offered on each turn."""
-
-    def __init__(self, *script: Any) -> None:
-        super().__init__(list(script))
-        self.offered: list[dict[str, Any]] = []
-
-    async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
-        self.offered.append({t["function"]["name"]: t["function"] for t in tools or []})
-        async for delta in super().stream(entries, tools=tools, **kw):
-            yield delta
 
 
 def raw(isolation: str, *flags: str, **options: Any) -> MCPServerStdio:
     return MCPServerStdio(command=PY, args=raw_args(*flags), isolation=isolation, **options)  # type: ignore[arg-type]
-
-
-async def drive(plugin: MCP, *script: Any, **agent_options: Any) -> tuple[RunResult, Model]:
-    model = Model(*script, text("done"))
-    agent = Agent(name="tester", model=model, plugins=[plugin], **agent_options)
-    result = await Runner.run(agent, "go")
-    assert result.output == "done"
-    return result, model
-
-
-def results(result: RunResult) -> list[ToolResultEntry]:
-    return [e for e in result.entries if isinstance(e, ToolResultEntry)]
-
-
-def outputs(result: RunResult) -> list[str]:
-    return [e.output for e in results(result)]
 
 
 # --------------------------------------------------------------------------- #

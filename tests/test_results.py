@@ -13,44 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _agent import ISOLATIONS, Model, drive, results
 from conftest import PY, SERVERS, raw_args, run
-from lovia import Agent, Runner
 from lovia.plugins.mcp import normalize_schema as lovia_normalize_schema
-from lovia.runtime.result import RunResult
-from lovia.testing import ScriptedProvider, call, text
-from lovia.transcript import ToolResultEntry
+from lovia.testing import call
 
-from lovia_mcp import MCP, MCPError, MCPServerStdio, MCPToolResult, normalize_schema, render_mcp_content
+from lovia_mcp import MCPServerStdio, MCPToolResult, normalize_schema, render_mcp_content
 
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
 
 # Base64 payloads raw_server's `mixed` tool returns: the model must never see them.
 IMAGE_B64 = "aGVsbG8gd29ybGQ="
 BLOB_B64 = "AAAAAAAA"
-
-
-class Model(ScriptedProvider):
-    """A ScriptedProvider that also records the tool schemas offered on each turn."""
-
-    def __init__(self, *script: Any) -> None:
-        super().__init__(list(script))
-        self.offered: list[dict[str, Any]] = []
-
-    async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
-        self.offered.append({t["function"]["name"]: t["function"] for t in tools or []})
-        async for delta in super().stream(entries, tools=tools, **kw):
-            yield delta
-
-
-async def drive(server: MCPServerStdio, *script: Any) -> tuple[RunResult, Model]:
-    model = Model(*script, text("done"))
-    result = await Runner.run(Agent(name="tester", model=model, plugins=[MCP(server)]), "go")
-    assert result.output == "done"
-    return result, model
-
-
-def results(result: RunResult) -> list[ToolResultEntry]:
-    return [e for e in result.entries if isinstance(e, ToolResultEntry)]
 
 
 def seen_by_model(model: Model) -> str:
