@@ -197,7 +197,7 @@ class MCPConnection:
         while True:
             try:
                 reply = await self._request(
-                    lambda i: CallTool(id=i, name=name, arguments=body), tool_name=name, timeout=timeout
+                    lambda i: CallTool(id=i, name=name, arguments=body), tool_name=name, timeout=timeout, retry=True
                 )
             except _Retry as r:
                 if not self.server.auto_reconnect or retried:
@@ -210,15 +210,26 @@ class MCPConnection:
             return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured)
 
     async def _request(
-        self, make: Any, *, tool_name: str | None, timeout: float | None = None
+        self, make: Any, *, tool_name: str | None, timeout: float | None = None, retry: bool = False
     ) -> WorkerMessage:
+        """Send one request and wait for its answer.
+
+        With ``retry``, a failure after which a fresh server may succeed is
+        raised as ``_Retry`` (for ``call_tool``'s one retry); otherwise every
+        failure is raised as the lovia error itself.
+        """
         if self._closed:
             raise MCPError(
                 "MCP connection is closed.",
                 hint="Open it per run, or keep it alive with 'async with server.session()'.",
                 tool_name=tool_name,
             )
-        channel = await self._ready(tool_name)
+        try:
+            channel = await self._ready(tool_name)
+        except _Retry as r:
+            if retry:
+                raise
+            raise r.error from None
         rid = next(self._ids)
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
@@ -239,7 +250,7 @@ class MCPConnection:
             self._pending.pop(rid, None)
         if isinstance(reply, Failure):
             error = self._error(reply, tool_name)
-            if reply.kind in RETRYABLE:
+            if retry and reply.kind in RETRYABLE:
                 raise _Retry(error)
             raise error
         return reply

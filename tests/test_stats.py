@@ -13,6 +13,13 @@ from conftest import PY, raw_args, run
 from lovia_mcp import MCP, MCPError, MCPServerStdio, Stats
 
 
+def wait_gone(pid: int) -> None:
+    try:
+        psutil.wait_procs([psutil.Process(pid)], timeout=5)
+    except psutil.NoSuchProcess:
+        pass  # already gone
+
+
 def test_stats_report_the_processes_their_usage_and_every_counter() -> None:
     async def main() -> tuple[Stats, Stats, int | None, int | None]:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False, timeout=0.5)
@@ -46,7 +53,7 @@ def test_stats_count_a_replaced_worker_as_a_restart_with_its_reason() -> None:
             worker = conn.worker_pid
             assert worker is not None
             os.kill(worker, signal.SIGKILL)
-            psutil.wait_procs([psutil.Process(worker)], timeout=5)
+            wait_gone(worker)
             await conn.call_tool("echo", {"text": "after"})
             return await conn.stats()
 
@@ -69,3 +76,25 @@ def test_a_plugin_lists_the_connections_it_opened_for_a_run_until_they_close() -
 
     assert during == 2 and all(pids) and len(set(pids)) == 2
     assert after == 0
+
+
+def test_stats_and_refresh_after_a_worker_death_start_a_fresh_worker_or_raise_a_plain_mcp_error() -> None:
+    async def main() -> tuple[int, int]:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw")
+        async with server.session() as conn:
+            for _ in range(2):
+                worker = conn.worker_pid
+                assert worker is not None
+                os.kill(worker, signal.SIGKILL)
+                wait_gone(worker)
+                # Whatever the timing, these never leak an internal exception.
+                try:
+                    tools = await conn.refresh_tools()
+                except MCPError:
+                    tools = await conn.refresh_tools()
+            stats = await conn.stats()
+            return len(tools), stats.restarts
+
+    n_tools, restarts = run(main())
+
+    assert n_tools > 10 and restarts == 2
