@@ -220,6 +220,7 @@ class ProcessChannel:
             await asyncio.to_thread(proc.start)
         finally:
             child_conn.close()
+        _untrack(proc)
         self._proc = proc
         self.pid = proc.pid
         sock = socket.socket(fileno=os.dup(parent_conn.fileno()))
@@ -283,6 +284,21 @@ class ProcessChannel:
         if proc is not None and proc.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(proc.pid, signal.SIGKILL)
+
+
+def _untrack(proc: Any) -> None:
+    """Keep multiprocess's exit handler from joining this worker.
+
+    At interpreter exit multiprocess joins every non-daemon child it started;
+    a worker ends only when its pipe closes, which happens only once the
+    agent has exited, so a connection left open would hang the agent's exit
+    for ever. Untracked, the worker sees the pipe close at exit, kills its
+    server tree and exits, as when the agent dies. (A daemon worker would be
+    sent SIGTERM instead, leaving its server's orphans behind.)
+    """
+    from multiprocess import process
+
+    process._children.discard(proc)
 
 
 def _reap(proc: Any) -> None:

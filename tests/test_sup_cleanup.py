@@ -144,3 +144,24 @@ def _is_zombie(p: psutil.Process) -> bool:
         return p.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def test_an_agent_that_exits_without_closing_its_connection_exits_promptly_and_leaves_nothing() -> None:
+    # multiprocess joins the children it started at interpreter exit; a worker
+    # only ends when its pipe closes, so a tracked worker would hang the exit.
+    script = (
+        "import asyncio, json, sys\n"
+        "from lovia_mcp import MCPServerStdio\n"
+        "async def main():\n"
+        f"    conn = await MCPServerStdio(command={PY!r}, args={raw_args()!r}).open()\n"
+        "    print(json.dumps([conn.worker_pid, conn.server_pid]), flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=20)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    worker, server = json.loads(done.stdout.splitlines()[-1])
+    assert elapsed < 10, elapsed
+    alive, _ = alive_after_sync([worker, server], 2.0)
+    assert alive == []
