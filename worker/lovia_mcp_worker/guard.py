@@ -17,13 +17,12 @@ there are found only through the process group.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import psutil
 
@@ -44,15 +43,30 @@ _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
 
 
-def _prctl(option: int, value: int) -> bool:
+def _load_prctl() -> Any:
+    """libc's prctl, resolved once at import (the forkserver preloads this).
+
+    ``ctypes.util.find_library`` would run ``ldconfig`` in a subprocess on
+    every call: milliseconds per worker start, and a fork inside the server's
+    pre-exec hook. The running program's own symbols already include libc.
+    """
     if not sys.platform.startswith("linux"):
+        return None
+    for name in (None, "libc.so.6"):
+        try:
+            return ctypes.CDLL(name, use_errno=True).prctl
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+_PRCTL = _load_prctl()
+
+
+def _prctl(option: int, value: int) -> bool:
+    if _PRCTL is None:
         return False
-    libc_name = ctypes.util.find_library("c") or "libc.so.6"
-    try:
-        libc = ctypes.CDLL(libc_name, use_errno=True)
-        return int(libc.prctl(option, value, 0, 0, 0)) == 0
-    except OSError:
-        return False
+    return int(_PRCTL(option, value, 0, 0, 0)) == 0
 
 
 def become_subreaper() -> bool:
