@@ -34,7 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from . import guard
-from .launch import READ_CHUNK, LaunchError, spawn, wait_exit
+from .launch import READ_CHUNK, LaunchError, spawn, wrapper_exec_error, wait_exit
 from .protocol import (
     AgentMessage,
     CallTool,
@@ -726,7 +726,15 @@ class Host:
         await asyncio.wait({stderr_pump}, timeout=STDERR_FLUSH_WAIT)
         if gen.reason is None and not self._closing:
             tail = list(gen.stderr_tail)
-            if rc < 0 and -rc == getattr(signal, "SIGXCPU", -1):
+            exec_error = wrapper_exec_error(rc, tail) if gen.session is None else None
+            if exec_error is not None:
+                gen.reason = HostError(
+                    "open",
+                    f"could not start {spec.command!r}: {exec_error}",
+                    hint="Check the command, its interpreter line and cwd.",
+                    exit_code=rc,
+                )
+            elif rc < 0 and -rc == getattr(signal, "SIGXCPU", -1):
                 gen.reason = HostError(
                     "limit",
                     f"the server passed its CPU limit (cpu_seconds={spec.limits.cpu_seconds:g}) and was killed by SIGXCPU",
