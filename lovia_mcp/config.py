@@ -96,6 +96,15 @@ class MCPServer:
         if self.limits is not None and not isinstance(self.limits, Limits):
             raise UserError(f"limits must be a Limits(...), got {type(self.limits).__name__}",
                             hint="from lovia_mcp import Limits; limits=Limits(memory_mb=512)")
+        if self.limits is not None:
+            for field in ("memory_mb", "cpu_seconds", "max_processes", "max_open_files", "max_result_bytes"):
+                value = getattr(self.limits, field)
+                if value is not None and (isinstance(value, bool) or not value > 0):
+                    raise UserError(
+                        f"Limits({field}={value!r}) must be a positive number",
+                        hint="Use a positive byte count (the default is 32 MiB)." if field == "max_result_bytes"
+                        else f"Leave {field} out (None) for no limit.",
+                    )
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise UserError(f"name must be a non-empty string, got {self.name!r}", hint="name='github', say.")
         _names(self.include_tools, "include_tools")

@@ -88,8 +88,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     - ``memory_mb``: resident memory (RSS) of the tree, watched by the worker.
     - ``cpu_seconds``: CPU time of the tree (RLIMIT_CPU per process, and watched).
-    - ``max_processes``: live processes in the tree (RLIMIT_NPROC where it binds,
-      and watched: it does not bind root).
+    - ``max_processes``: live processes in the tree, watched (RLIMIT_NPROC is not
+      used: it does not bind root and counts all of a user's processes).
     - ``max_open_files``: RLIMIT_NOFILE for each process of the tree.
     - ``max_result_bytes``: the largest single message the worker accepts from
       the server; a larger result never crosses the pipe.
