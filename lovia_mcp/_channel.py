@@ -203,6 +203,7 @@ class ProcessChannel:
         self._proc: Any = None
         self._transport: asyncio.Transport | None = None
         self._lost = False
+        self._losing = False
         self.pid: int | None = None
 
     async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
@@ -228,16 +229,25 @@ class ProcessChannel:
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
 
-        def lost(why: str | None) -> None:
-            if self._lost:
-                return
-            self._lost = True
-            if why is not None:
+        def report(why: str) -> None:
+            # The channel reads as dead only now, with the report: requests
+            # sent meanwhile went to this channel, and the report fails them
+            # with the rest. (Marked dead earlier, a new channel could take
+            # over first, and this one's requests would never be answered.)
+            if not self._lost:
+                self._lost = True
                 on_lost(why)
+
+        def lost(why: str | None) -> None:
+            if self._lost or self._losing:
+                return
+            self._losing = True
+            if why is not None:
+                report(why)
                 return
             # The exit status takes a join; never on the loop.
             task = loop.create_task(asyncio.to_thread(self._exit_description))
-            task.add_done_callback(lambda t: on_lost(t.result()))
+            task.add_done_callback(lambda t: report(t.result()))
 
         self._transport, _ = await loop.create_connection(lambda: _Reader(on_message, lost), sock=sock)
 

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -250,3 +251,38 @@ def test_server_exit_is_noticed_while_a_grandchild_still_holds_its_pipes(isolati
             print(f"[{isolation}] exit with pipes held by grandchildren: MCPError after {elapsed * 1000:.1f} ms")
 
     run(main())
+
+
+def test_calls_made_while_a_dead_workers_exit_status_is_read_are_failed_over_not_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Reading a dead worker's exit status takes a join on a thread. A call made
+    # in that window must still be answered: failed over to a fresh worker,
+    # not left waiting on a channel nobody reports on any more.
+    from lovia_mcp import _channel
+
+    release = threading.Event()
+    original = _channel.ProcessChannel._exit_description
+
+    def slow_exit_description(self: _channel.ProcessChannel) -> str:
+        release.wait(10)
+        return original(self)
+
+    monkeypatch.setattr(_channel.ProcessChannel, "_exit_description", slow_exit_description)
+
+    async def main() -> tuple[str, str]:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw")
+        async with server.session() as conn:
+            worker = conn.worker_pid
+            assert worker is not None
+            channel = conn._channel  # noqa: SLF001 - to see the loss begin
+            os.kill(worker, signal.SIGKILL)
+            while not channel._losing:  # noqa: SLF001
+                await asyncio.sleep(0.01)
+            late = asyncio.ensure_future(conn.call_tool("echo", {"text": "late"}))
+            await asyncio.sleep(0)  # the late call is sent into the dead channel
+            release.set()
+            first = str(await asyncio.wait_for(late, 10))
+            return first, str(await conn.call_tool("echo", {"text": "next"}))
+
+    assert run(main()) == ("late", "next")

@@ -158,7 +158,6 @@ class Generation:
         self.exited = asyncio.Event()
         self.down = asyncio.Event()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self.started = time.monotonic()
 
     @property
     def server_pid(self) -> int | None:
@@ -198,7 +197,6 @@ class Host:
         # Direct tools/call requests in flight, by their string id.
         self._direct: dict[str, asyncio.Future[bytes]] = {}
         self._direct_ids = itertools.count(1)
-        self._cpu_of_dead = 0.0
 
     # -- dispatch ------------------------------------------------------------ #
     def handle(self, msg: AgentMessage) -> None:
