@@ -30,6 +30,7 @@ from lovia_mcp_worker.protocol import (
     HEADER,
     MAX_FRAME_BYTES,
     AgentMessage,
+    Open,
     WorkerMessage,
     agent_decoder,
     encoder,
@@ -207,21 +208,9 @@ class ProcessChannel:
         self.pid: int | None = None
 
     async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
-        ctx = _context()
-        parent_conn, child_conn = ctx.Pipe(duplex=True)
-        from lovia_mcp_worker.main import run
-
-        # The agent's environment now, not the forkserver's copy from when it
-        # started: the worker builds the server's environment from it.
-        environ = dict(os.environ)
-        proc = _process_class()(target=run, args=(child_conn, environ), name="lovia-mcp-worker", daemon=False)
-        try:
-            # Blocking (a forkserver round trip; the first one waits for the
-            # preload), so it runs on a thread, never on the agent's loop.
-            await asyncio.to_thread(proc.start)
-        finally:
-            child_conn.close()
-        _untrack(proc)
+        # Blocking (a forkserver round trip; the first one waits for the
+        # preload), so it runs on a thread, never on the agent's loop.
+        proc, parent_conn = await asyncio.to_thread(_start_worker)
         self._proc = proc
         self.pid = proc.pid
         sock = socket.socket(fileno=os.dup(parent_conn.fileno()))
@@ -276,6 +265,10 @@ class ProcessChannel:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        if isinstance(msg, Open):
+            # The agent's environment now, not the forkserver's copy from
+            # when it started.
+            msg = Open(id=msg.id, spec=msg.spec, environ=dict(os.environ))
         body = self._enc.encode(msg)
         transport.writelines((HEADER.pack(len(body)), body))
 
@@ -294,6 +287,21 @@ class ProcessChannel:
         if proc is not None and proc.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(proc.pid, signal.SIGKILL)
+
+
+def _start_worker() -> tuple[Any, Any]:
+    """Start a worker (blocking); returns the process and the agent's pipe end."""
+    from lovia_mcp_worker.main import run
+
+    ctx = _context()
+    parent_conn, child_conn = ctx.Pipe(duplex=True)
+    proc = _process_class()(target=run, args=(child_conn,), name="lovia-mcp-worker", daemon=False)
+    try:
+        proc.start()
+    finally:
+        child_conn.close()
+    _untrack(proc)
+    return proc, parent_conn
 
 
 def _untrack(proc: Any) -> None:

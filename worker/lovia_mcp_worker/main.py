@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from . import guard
 from .host import Host
-from .protocol import HEADER, Closed, Log, WorkerMessage, encoder, worker_decoder
+from .protocol import HEADER, Closed, Log, Open, WorkerMessage, encoder, worker_decoder
 
 # The largest frame the worker accepts from the agent (tool arguments).
 MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
@@ -71,7 +71,12 @@ class _Channel(asyncio.Protocol):
             buf = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
             body, rest = buf[: self._need], buf[self._need :]
             self._chunks, self._have, self._need = ([rest] if rest else []), len(rest), None
-            self.host.handle(self._dec.decode(body))
+            msg = self._dec.decode(body)
+            if isinstance(msg, Open) and msg.environ is not None:
+                # The agent's environment at open time (see Open.environ).
+                os.environ.clear()
+                os.environ.update(msg.environ)
+            self.host.handle(msg)
 
     def eof_received(self) -> bool | None:
         self._finish()
@@ -126,18 +131,13 @@ async def serve(sock: socket.socket) -> None:
         channel.transport.close()
 
 
-def run(conn: Any, environ: dict[str, str] | None = None) -> None:
+def run(conn: Any) -> None:
     """Process entry point; ``conn`` is the worker's end of a multiprocess Pipe.
 
-    ``environ`` is the agent's environment when it started this worker. The
-    forkserver's own copy dates from when *it* started; the server's
-    allowlisted variables (and the HTTP transport's proxy settings) must
-    follow the agent's, as they do in-process.
+    The environment inherited from the forkserver dates from when *it*
+    started; the agent's current one arrives with ``Open``.
     """
     gc.enable()  # off in the forkserver during the preload (_preload_begin)
-    if environ is not None:
-        os.environ.clear()
-        os.environ.update(environ)
     # The agent's terminal signals are the agent's to handle; the worker ends
     # when its pipe closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -139,11 +139,17 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
 # --------------------------------------------------------------------------- #
 # Agent -> worker
 # --------------------------------------------------------------------------- #
-class Open(msgspec.Struct, frozen=True, tag=True):
-    """Start the server, do the handshake and list its tools."""
+class Open(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Start the server, do the handshake and list its tools.
+
+    ``environ`` is the agent's environment at open time, for a worker process
+    (the forkserver's copy dates from when it started); the server's
+    allowlisted variables and the HTTP client's proxy settings come from it.
+    """
 
     id: int
     spec: ServerSpec
+    environ: dict[str, str] | None = None
 
 
 class ListTools(msgspec.Struct, frozen=True, tag=True):
