@@ -472,8 +472,8 @@ class Host:
         limits = spec.limits
         if limits.memory_mb is not None or limits.cpu_seconds is not None or limits.max_processes is not None:
             pumps.append(asyncio.ensure_future(self._guard(gen, spec, proc)))
-        elif self._subreaper:
-            # No limits to watch, but inherited orphans still need reaping.
+        if self._subreaper:
+            # Inherited orphans that exit must not stay zombies until close.
             pumps.append(asyncio.ensure_future(self._reaper(gen, proc)))
         try:
             yield read_stream, write_stream
@@ -765,8 +765,7 @@ class Host:
         root, include_root = self._tree_root(proc.pid)
         base_cpu = _children_cpu()
         while not gen.stop.is_set():
-            procs = await asyncio.to_thread(guard.tree, root, include_root=include_root)
-            use = await asyncio.to_thread(guard.usage, procs)
+            use = await asyncio.to_thread(_tree_usage, root, include_root)
             # CPU of descendants that already exited and were reaped by us.
             cpu = use.cpu_seconds + (_children_cpu() - base_cpu if self._subreaper else 0.0)
             mb = use.rss_bytes / (1024 * 1024)
@@ -797,8 +796,6 @@ class Host:
                 self._log(logging.WARNING, f"server {spec.name!r}: {reason.message}")
                 gen.retire(reason)
                 return
-            if self._subreaper:
-                guard.reap_orphans(keep={proc.pid})
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(gen.stop.wait(), GUARD_INTERVAL)
 
@@ -980,7 +977,7 @@ class Host:
         use = guard.TreeUsage(0, 0.0, 0)
         if pid is not None:
             root, include_root = self._tree_root(pid)
-            use = guard.usage(guard.tree(root, include_root=include_root))
+            use = _tree_usage(root, include_root)
         return Stats(
             worker_pid=os.getpid(),
             server_pid=pid,
@@ -1016,6 +1013,10 @@ class Host:
         for runner in list(self._runners):
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
+
+
+def _tree_usage(root: int, include_root: bool) -> guard.TreeUsage:
+    return guard.usage(guard.tree(root, include_root=include_root))
 
 
 def _children_cpu() -> float:
