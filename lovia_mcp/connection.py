@@ -147,7 +147,8 @@ class MCPConnection:
 
     def _build_tools(self, specs: list[ToolSpec]) -> list[Tool]:
         server = self.server
-        include = set(server.include_tools) if server.include_tools is not None else None
+        # An empty include list means "no filter", as in lovia's plugin.
+        include = set(server.include_tools) if server.include_tools else None
         exclude = set(server.exclude_tools or ())
         tools: list[Tool] = []
         for spec in specs:

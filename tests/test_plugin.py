@@ -306,3 +306,17 @@ def test_the_model_sees_exactly_what_lovias_own_plugin_shows_it(isolation: str) 
     ours, _ = run(drive(MCP(raw(isolation, name="raw", max_output_chars=100)), *script))
 
     assert [(e.output, e.is_error) for e in results(ours)] == [(e.output, e.is_error) for e in results(theirs)]
+
+
+def test_an_empty_include_list_filters_nothing_as_in_lovias_plugin() -> None:
+    async def main() -> tuple[set[str], set[str]]:
+        theirs = await lovia_plugin.MCPServerStdio(command=PY, args=raw_args(), include_tools=[]).open()
+        try:
+            their_names = {t.name for t in theirs.tools()}
+        finally:
+            await theirs.close()
+        async with raw("process", include_tools=[]).session() as ours:
+            return their_names, {t.name for t in ours.tools()}
+
+    theirs, ours = run(main())
+    assert ours == theirs == set(RAW_TOOLS)
