@@ -320,3 +320,12 @@ def test_an_empty_include_list_filters_nothing_as_in_lovias_plugin() -> None:
 
     theirs, ours = run(main())
     assert ours == theirs == set(RAW_TOOLS)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_parallel_is_passed_to_every_tool_of_the_server(parallel: bool) -> None:
+    async def main() -> set[bool]:
+        async with raw("process", name="raw", parallel=parallel).session() as conn:
+            return {t.parallel for t in conn.tools()}
+
+    assert run(main()) == {parallel}
