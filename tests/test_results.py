@@ -163,3 +163,12 @@ def test_normalize_schema_turns_any_listed_schema_into_a_valid_object_schema(sch
 def test_normalize_schema_agrees_with_lovias_on_every_schema_lovia_already_repairs() -> None:
     for schema in (None, {}, {"type": "object"}, {"properties": {"a": {}}}, {"type": "object", "properties": {"a": {}}}):
         assert normalize_schema(schema) == lovia_normalize_schema(schema)
+
+
+@ISOLATIONS
+def test_a_server_request_whose_id_looks_like_a_call_id_is_not_taken_for_the_calls_reply(isolation: str) -> None:
+    async def main() -> list[str]:
+        async with raw(isolation).session() as conn:
+            return [str(await conn.call_tool("ping_client")), str(await conn.call_tool("echo", {"text": "next"}))]
+
+    assert run(main()) == ["pinged", "next"]

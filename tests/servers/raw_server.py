@@ -22,6 +22,8 @@ Standard library only. Tools (each a way a server can behave or misbehave):
 - ``pid``: its own pid and environment as JSON.
 - ``cwd``: its working directory.
 - ``counter``: how many calls this process has served.
+- ``ping_client``: sends the client a ``ping`` request whose id looks like one of
+  lovia-mcp's own request ids (``"lm-1"``, ``"lm-2"``, ...), then answers.
 
 Flags: ``--loose-schemas`` lists tools with null, {}, and broken schemas;
 ``--many N`` lists N extra tools; ``--no-handshake`` never answers initialize;
@@ -92,6 +94,7 @@ TOOLS = [
     tool("pid", "Pid and environment."),
     tool("cwd", "Working directory."),
     tool("counter", "Calls served by this process."),
+    tool("ping_client", "Ping the client with a look-alike id, then answer."),
 ]
 if flag("--loose-schemas") is not None:
     TOOLS += [
@@ -231,6 +234,10 @@ def call(rid: object, name: str, args: dict) -> None:
         result(rid, text(os.getcwd()))
     elif name == "counter":
         result(rid, text(str(CALLS)))
+    elif name == "ping_client":
+        for i in range(1, 4):
+            send({"jsonrpc": "2.0", "id": f"lm-{i}", "method": "ping"})
+        result(rid, text("pinged"))
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
 
@@ -263,7 +270,7 @@ def main() -> None:
             call(rid, p["name"], p.get("arguments") or {})
         elif method == "ping":
             result(rid, {})
-        elif rid is not None:
+        elif method is not None and rid is not None:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
 
 

@@ -96,9 +96,10 @@ _json_encode = msgspec.json.Encoder().encode
 
 
 class _Envelope(msgspec.Struct):
-    """Just the id of a JSON-RPC message; msgspec skips the rest unparsed."""
+    """A JSON-RPC message's id and method; msgspec skips the rest unparsed."""
 
     id: int | str | None = None
+    method: str | None = None  # set on the server's own requests: never a reply
 
 
 _envelope = msgspec.json.Decoder(_Envelope)
@@ -542,7 +543,8 @@ class Host:
                 return
             if self._direct:
                 try:
-                    rid = _envelope.decode(line).id
+                    envelope = _envelope.decode(line)
+                    rid = envelope.id if envelope.method is None else None
                 except msgspec.DecodeError:
                     rid = None
                 if isinstance(rid, str):
