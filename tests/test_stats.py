@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 
 import psutil
 import pytest
-from conftest import PY, raw_args, run
+from conftest import PY, SERVERS, raw_args, run
 
 from lovia_mcp import MCP, MCPError, MCPServerStdio, Stats
+
+
+SUP_SERVER = str(SERVERS / "sup_server.py")
 
 
 def wait_gone(pid: int) -> None:
@@ -98,3 +102,28 @@ def test_stats_and_refresh_after_a_worker_death_start_a_fresh_worker_or_raise_a_
     n_tools, restarts = run(main())
 
     assert n_tools > 10 and restarts == 2
+
+
+def test_the_lovia_mcp_logger_reports_starts_exits_restarts_and_limit_kills(caplog: pytest.LogCaptureFixture) -> None:
+    from lovia_mcp import Limits
+
+    async def main() -> None:
+        async with MCPServerStdio(command=PY, args=raw_args(), name="logged").session() as conn:
+            with pytest.raises(MCPError):
+                await conn.call_tool("exit", {"code": 9})  # retried once: two exits
+            await conn.call_tool("echo", {"text": "still here"})
+        limited = MCPServerStdio(command=PY, args=[SUP_SERVER], name="limited", limits=Limits(memory_mb=60))
+        async with limited.session() as conn:
+            with pytest.raises(MCPError):
+                await conn.call_tool("hold", {"mb": 150})  # holds it until killed
+
+    with caplog.at_level(logging.INFO, logger="lovia_mcp"):
+        run(main())
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "lovia_mcp"]
+    text = "\n".join(lines)
+    assert "connected (process isolation, worker pid" in text
+    assert "server 'logged' started (pid" in text
+    assert "ended: the server exited with code 9" in text
+    assert "retrying 'exit' once on a fresh server" in text
+    assert "passed its memory limit" in text
