@@ -19,7 +19,6 @@ import contextlib
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Final
@@ -54,41 +53,30 @@ OnMessage = Callable[[WorkerMessage], None]
 OnLost = Callable[[str], None]
 
 _ctx_lock = threading.Lock()
-_ctx: Any = None
+_ctx: tuple[Any, Any] | None = None  # (multiprocess context, worker process class)
 
 
-def _context() -> Any:
+def _context() -> tuple[Any, Any]:
     global _ctx
     with _ctx_lock:
         if _ctx is None:
             import multiprocess
 
-            methods = multiprocess.get_all_start_methods()
-            if "forkserver" in methods:
+            if "forkserver" in multiprocess.get_all_start_methods():
+                from lovia_mcp_worker.process import WorkerProcess
+
                 ctx = multiprocess.get_context("forkserver")
                 ctx.set_forkserver_preload(PRELOAD)
+                _ctx = (ctx, WorkerProcess)
             else:  # pragma: no cover - non-POSIX
                 ctx = multiprocess.get_context("spawn")
-            _ctx = (ctx, _worker_process_class(ctx))
-        return _ctx[0]
-
-
-def _process_class() -> Any:
-    _context()
-    return _ctx[1]
-
-
-def _worker_process_class(ctx: Any) -> Any:
-    if ctx.get_start_method() != "forkserver":
-        return ctx.Process
-    from lovia_mcp_worker.process import WorkerProcess
-
-    return WorkerProcess
+                _ctx = (ctx, ctx.Process)
+        return _ctx
 
 
 def warm_up() -> None:
     """Start the forkserver now (it imports ``mcp`` in the background)."""
-    ctx = _context()
+    ctx, _ = _context()
     if ctx.get_start_method() == "forkserver":
         from multiprocess import forkserver
 
@@ -282,20 +270,14 @@ class ProcessChannel:
             return
         await asyncio.to_thread(_reap, proc)
 
-    def kill(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(proc.pid, signal.SIGKILL)
-
 
 def _start_worker() -> tuple[Any, Any]:
     """Start a worker (blocking); returns the process and the agent's pipe end."""
     from lovia_mcp_worker.main import run
 
-    ctx = _context()
+    ctx, process_class = _context()
     parent_conn, child_conn = ctx.Pipe(duplex=True)
-    proc = _process_class()(target=run, args=(child_conn,), name="lovia-mcp-worker", daemon=False)
+    proc = process_class(target=run, args=(child_conn,), name="lovia-mcp-worker", daemon=False)
     try:
         proc.start()
     finally:
@@ -347,15 +329,6 @@ class LocalChannel:
         self.alive = False
         if self._host is not None:
             await self._host.aclose()
-
-    def kill(self) -> None:  # pragma: no cover - nothing to kill in-process
-        pass
-
-
-def supports_process_isolation() -> tuple[bool, str]:
-    if sys.platform.startswith("linux"):
-        return True, ""
-    return False, f"full supervision (subreaper, parent-death signal) is Linux-only; this is {sys.platform}"
 
 
 __all__ = ["LocalChannel", "ProcessChannel", "warm_up", "warm_up_soon"]
