@@ -1,5 +1,10 @@
 """Imported last by the forkserver: load what every worker needs, then freeze.
 
+Stdio workers speak JSON-RPC with the worker's own client, so nothing of the
+MCP SDK is loaded here: that keeps the forkserver's start (on the path of the
+first open) short. An HTTP worker imports the SDK itself, or the forkserver
+preloads it through :mod:`._warm_http` when the application uses HTTP servers.
+
 ``gc.freeze()`` moves everything imported so far into the permanent
 generation, so a worker's garbage collections never touch (and so never
 copy) the pages it shares with the forkserver; that keeps a worker's unique
@@ -11,14 +16,7 @@ from __future__ import annotations
 
 import gc
 
-import anyio  # noqa: F401 - preloaded for workers
-import mcp  # noqa: F401 - preloaded for workers
-import mcp.client.stdio  # noqa: F401 - preloaded for workers
-import mcp.client.streamable_http  # noqa: F401 - preloaded for workers
-import mcp.shared._httpx_utils  # noqa: F401 - preloaded for workers
-import mcp_types  # noqa: F401 - preloaded for workers
-
-from . import host, main  # noqa: F401 - preloaded for workers
+from . import host, jsonrpc, main, stdio  # noqa: F401 - preloaded for workers
 
 # No gc.collect() first: nothing imported is garbage worth the walk.
 gc.freeze()

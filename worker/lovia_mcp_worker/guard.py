@@ -16,15 +16,20 @@ there are found only through the process group.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import psutil
+
+from .protocol import Limits
 
 # How long the tree gets between SIGTERM and SIGKILL. Short: by the time we
 # escalate the server already ignored a cancel notification or passed a limit.
@@ -223,15 +228,81 @@ def kill_tree(
         pgid = None  # the group is gone or done; walk the stragglers only
 
 
+
+
+
+# --------------------------------------------------------------------------- #
+# The watch: limits the kernel does not enforce for us, sampled
+# --------------------------------------------------------------------------- #
+Breach = Callable[[str, str, str, str], None]
+
+
+def _children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+async def watch_limits(
+    limits: Limits,
+    root: int,
+    *,
+    include_root: bool,
+    subreaper: bool,
+    stop: asyncio.Event,
+    on_breach: Breach,
+    interval: float,
+) -> None:
+    """Sample the tree every ``interval`` s until ``stop``; report the first limit passed.
+
+    ``on_breach(what, figure, setting, hint)`` is called once, then the watch
+    ends (the caller kills the tree).
+    """
+    base_cpu = _children_cpu()
+    while not stop.is_set():
+        use = await asyncio.to_thread(lambda: usage(tree(root, include_root=include_root)))
+        # CPU of descendants that already exited and were reaped by this process.
+        cpu = use.cpu_seconds + (_children_cpu() - base_cpu if subreaper else 0.0)
+        mb = use.rss_bytes / (1024 * 1024)
+        if limits.memory_mb is not None and mb > limits.memory_mb:
+            on_breach("memory", f"{mb:.1f} MB resident in its process tree", f"memory_mb={limits.memory_mb:g}",
+                      "Raise Limits(memory_mb=...) or make the tool use less memory.")
+            return
+        if limits.max_processes is not None and use.processes > limits.max_processes:
+            on_breach("process", f"{use.processes} processes in its tree", f"max_processes={limits.max_processes}",
+                      "Raise Limits(max_processes=...) or stop the server from forking.")
+            return
+        if limits.cpu_seconds is not None and cpu > limits.cpu_seconds:
+            on_breach("CPU", f"{cpu:.1f} s of CPU in its process tree", f"cpu_seconds={limits.cpu_seconds:g}",
+                      "Raise Limits(cpu_seconds=...) or make the tool do less work.")
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+
+
+async def reap_loop(keep: int, stop: asyncio.Event, interval: float) -> None:
+    """Reap exited orphans (not ``keep``, the server) every ``interval`` s until ``stop``."""
+    while not stop.is_set():
+        reap_orphans(keep={keep})
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+
+
+def limits_watched(limits: Limits) -> bool:
+    return limits.memory_mb is not None or limits.cpu_seconds is not None or limits.max_processes is not None
+
+
 __all__ = [
     "KILL_WAIT",
     "TERM_GRACE",
     "TreeUsage",
     "become_subreaper",
     "die_with_parent",
-    "wait_gone",
     "kill_tree",
+    "limits_watched",
+    "reap_loop",
     "reap_orphans",
     "tree",
     "usage",
+    "wait_gone",
+    "watch_limits",
 ]

@@ -19,9 +19,10 @@ import math
 import os
 import resource
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeVar
 
 from .guard import die_with_parent
 from .protocol import Limits, ServerSpec
@@ -37,10 +38,6 @@ ENV_ALLOWLIST: Final = (
     "TMPDIR",
 )
 
-# Pipe reads from the server's stdout. Large enough that a 10 MB line needs
-# few loop iterations, small enough not to matter per connection.
-READ_CHUNK: Final = 1 << 18
-
 
 class LaunchError(Exception):
     """The server could not be started; ``hint`` says what to do."""
@@ -48,37 +45,6 @@ class LaunchError(Exception):
     def __init__(self, message: str, hint: str) -> None:
         super().__init__(message)
         self.hint = hint
-
-
-class _ServerProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """The standard stream protocol, plus a future set the moment the process exits.
-
-    Before Python 3.12, ``Process.wait()`` returns only once the process has
-    exited *and* all its pipes have closed; a grandchild that inherited the
-    server's stdout or stderr keeps them open, so a server that died would
-    look alive until the grandchild went too. :func:`wait_exit` uses this
-    future instead.
-    """
-
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
-        self.exited: asyncio.Future[None] = loop.create_future()
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
-async def wait_exit(proc: asyncio.subprocess.Process) -> int:
-    """The server's exit status as soon as it exits, whoever holds its pipes."""
-    protocol = getattr(proc, "_protocol", None)
-    if isinstance(protocol, _ServerProtocol):
-        await asyncio.shield(protocol.exited)
-        rc = proc.returncode
-        if rc is not None:
-            return rc
-    return await proc.wait()
 
 
 def server_environment(extra: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
@@ -142,9 +108,14 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
     if not command:
         raise LaunchError("no command given", hint="Pass MCPServerStdio(command=...).")
     if os.sep in command:
-        path = command if os.path.isabs(command) or spec.cwd is None else os.path.join(spec.cwd, command)
+        # Absolute, because the server is then started with cwd=spec.cwd: a
+        # path still relative would be resolved against that cwd a second time.
+        path = os.path.abspath(command if spec.cwd is None else os.path.join(spec.cwd, command))
         if not os.path.exists(path):
-            raise LaunchError(f"command not found: {command!r}", hint="Check the path to the server executable.")
+            raise LaunchError(
+                f"command not found: {command!r}",
+                hint=f"Check the path to the server executable (a relative one is taken from cwd: {path!r}).",
+            )
         if not os.access(path, os.X_OK) or os.path.isdir(path):
             raise LaunchError(
                 f"command is not executable: {command!r}",
@@ -160,25 +131,28 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
     return found
 
 
-async def spawn(spec: ServerSpec) -> asyncio.subprocess.Process:
+P = TypeVar("P", bound=asyncio.SubprocessProtocol)
+
+
+async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[asyncio.SubprocessTransport, P]:
+    """Start the server with its pipes attached to ``protocol_factory()``; raises LaunchError."""
     env = server_environment(spec.env)
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     argv, preexec = _launch_plan(spec.limits, [resolve_command(spec, env), *spec.args])
     loop = asyncio.get_running_loop()
     try:
-        transport, protocol = await loop.subprocess_exec(
-            lambda: _ServerProtocol(READ_CHUNK, loop),
+        return await loop.subprocess_exec(
+            protocol_factory,
             *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=env,
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=preexec,
         )
-        return asyncio.subprocess.Process(transport, protocol, loop)
     except PermissionError as exc:
         raise LaunchError(
             f"command is not executable: {spec.command!r} ({exc.strerror})",
@@ -193,11 +167,9 @@ async def spawn(spec: ServerSpec) -> asyncio.subprocess.Process:
 
 __all__ = [
     "ENV_ALLOWLIST",
-    "READ_CHUNK",
     "LaunchError",
     "resolve_command",
     "server_environment",
     "spawn",
-    "wait_exit",
     "wrapper_exec_error",
 ]

@@ -2,8 +2,13 @@
 
 Lifecycle: the agent starts the worker (from the forkserver) with one end of a
 socket pair. The worker becomes a child subreaper, then serves until it
-receives ``Close`` or the pipe reaches EOF, which is how it learns the agent
-died, even by SIGKILL; either way it kills the server tree before exiting.
+receives ``Close``, the pipe reaches EOF (which is how it learns the agent
+died, even by SIGKILL) or it is sent SIGTERM; in every case it kills the
+server tree before exiting.
+
+Frames: requests over ``MAX_REQUEST_BYTES`` are skipped, not fatal (see
+:mod:`.framing`); replies never pass the cap the agent reads with, which
+arrives with ``Open``: an oversized reply becomes a ``too_large`` failure.
 """
 
 from __future__ import annotations
@@ -19,73 +24,90 @@ import sys
 from typing import Any, Final
 
 from . import guard
+from .framing import MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
 from .host import Host
-from .protocol import HEADER, Closed, Log, Open, WorkerMessage, encoder, worker_decoder
+from .protocol import AgentMessage, Closed, Failure, Log, Open, WorkerMessage, encoder, worker_decoder
 
-# The largest frame the worker accepts from the agent (tool arguments).
-MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 # How long the worker gives its own shutdown (server tree kill) before exiting
 # anyway; the kill escalation inside is bounded well below this.
 EXIT_WAIT: Final = 5.0
 
+logger = logging.getLogger("lovia_mcp_worker")
 
-class _Channel(asyncio.Protocol):
-    """Length-framed msgpack in both directions over the worker's socket."""
+
+class _Channel:
+    """Length-framed msgpack in both directions over the worker's socket.
+
+    Outgoing frames never pass the cap the agent reads with: until ``Open``
+    says otherwise, the smallest one an agent can have (``frame_cap(0)``).
+    """
 
     def __init__(self, host_factory: Any) -> None:
         self._enc = encoder()
-        self._dec = worker_decoder()
-        self._chunks: list[bytes] = []
-        self._have = 0
-        self._need: int | None = None
-        self.transport: asyncio.Transport | None = None
+        self.cap = frame_cap(0)
+        self.reader: FrameReader[AgentMessage] = FrameReader(
+            worker_decoder(),
+            self._received,
+            self._lost,
+            cap=MAX_REQUEST_BYTES,
+            peer="the agent",
+            on_skip=self._skipped,
+        )
         self.done = asyncio.get_running_loop().create_future()
         self.host: Host = host_factory(self.emit)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self.reader.transport
 
     def emit(self, msg: WorkerMessage) -> None:
-        if self.transport is None or self.transport.is_closing():
+        transport = self.reader.transport
+        if transport is None or transport.is_closing():
             return
         body = self._enc.encode(msg)
-        self.transport.writelines((HEADER.pack(len(body)), body))
+        if len(body) > self.cap:
+            rid = getattr(msg, "id", None)
+            if not isinstance(rid, int):
+                return  # a Log: dropped (the agent would drop the worker)
+            body = self._enc.encode(
+                Failure(
+                    id=rid,
+                    kind="too_large",
+                    message=f"the reply was {len(body):,} bytes, over the frame cap of {self.cap:,} bytes",
+                    hint="Raise Limits(max_result_bytes=...) or ask the tool for less.",
+                )
+            )
+        send_frame(transport, body)
 
-    def data_received(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._have += len(data)
-        while True:
-            if self._need is None:
-                if self._have < HEADER.size:
-                    return
-                buf = b"".join(self._chunks)
-                (self._need,) = HEADER.unpack_from(buf)
-                if self._need > MAX_REQUEST_BYTES:
-                    self._finish()
-                    return
-                buf = buf[HEADER.size :]
-                self._chunks, self._have = ([buf] if buf else []), len(buf)
-            if self._have < self._need:
-                return
-            buf = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-            body, rest = buf[: self._need], buf[self._need :]
-            self._chunks, self._have, self._need = ([rest] if rest else []), len(rest), None
-            msg = self._dec.decode(body)
-            if isinstance(msg, Open) and msg.environ is not None:
+    def _received(self, msg: AgentMessage) -> None:
+        if isinstance(msg, Open):
+            self.cap = frame_cap(msg.spec.limits.max_result_bytes)
+            if msg.environ is not None:
                 # The agent's environment at open time (see Open.environ).
                 os.environ.clear()
                 os.environ.update(msg.environ)
-            self.host.handle(msg)
+        self.host.handle(msg)
 
-    def eof_received(self) -> bool | None:
-        self._finish()
-        return None
+    def _skipped(self, size: int, why: str, head: bytes) -> None:
+        # The agent checks sizes before sending, so this is a bug or a
+        # mismatch; answer the request if its id is readable, and carry on.
+        logger.warning("skipped a request: %s", why)
+        rid = peek_id(head)
+        if rid is None:
+            return
+        if size > self.reader.cap:
+            message = f"the request was {size:,} bytes, over the worker's cap of {self.reader.cap:,} bytes"
+            failure = Failure(id=rid, kind="too_large", message=message, hint="Send smaller tool arguments.")
+        else:
+            failure = Failure(
+                id=rid,
+                kind="internal",
+                message=f"the worker could not decode the request: {why}",
+                hint="The agent and the worker disagree on the wire protocol: reinstall lovia-mcp.",
+            )
+        self.emit(failure)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._finish()
-
-    def _finish(self) -> None:
+    def _lost(self, why: str | None) -> None:
         if not self.done.done():
             self.done.set_result(None)
 
@@ -120,8 +142,13 @@ async def serve(sock: socket.socket) -> None:
 
         return Host(tracking_emit, subreaper=guard.become_subreaper())
 
-    _, channel = await loop.create_connection(lambda: _Channel(make_host), sock=sock)
+    channel = _Channel(make_host)
+    await loop.create_connection(lambda: channel.reader, sock=sock)
     logging.getLogger().addHandler(_ForwardLogs(channel.emit))
+    # SIGTERM (someone stopping the worker) ends it as the agent's exit does:
+    # the server tree is killed first, not left to its parent-death signal.
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, closed_by_agent.set)
     stop = asyncio.ensure_future(closed_by_agent.wait())
     await asyncio.wait({channel.done, stop}, return_when=asyncio.FIRST_COMPLETED)
     stop.cancel()
@@ -132,7 +159,10 @@ async def serve(sock: socket.socket) -> None:
 
 
 def run(conn: Any) -> None:
-    """Process entry point; ``conn`` is the worker's end of a multiprocess Pipe.
+    """Process entry point; ``conn`` is the worker's end of its socket pair.
+
+    Anything with ``fileno()`` and ``close()`` will do (a ``socket``, as the
+    forkserver passes, or a connected pipe-like object).
 
     The environment inherited from the forkserver dates from when *it*
     started; the agent's current one arrives with ``Open``.
@@ -155,4 +185,4 @@ def run(conn: Any) -> None:
     os._exit(0)
 
 
-__all__ = ["run", "serve"]
+__all__ = ["EXIT_WAIT", "run", "serve"]

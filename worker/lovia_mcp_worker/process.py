@@ -1,51 +1,384 @@
-"""The worker's process class, started from a ``multiprocess`` forkserver.
+"""Starting worker processes: a small forkserver of our own.
 
-Defined at module level in the worker package (which the forkserver
-preloads) so the process object pickles by reference: a class built inside a
-function would be pickled by value and rebuilt in every worker, which costs
-memory and time there.
+A fresh interpreter per worker would cost the ~0.7 s of importing the worker
+package and ``mcp``; forking a process that already has them loaded costs
+milliseconds. This module is that process (:func:`serve`, run in it) and the
+agent's handle on it (:class:`ForkServer`, :class:`WorkerProcess`), standard
+library only.
 
-multiprocessing's preparation data also tells a child to re-import the
-parent's ``__main__`` (the "safe importing of main module" rule). A worker
-needs nothing from it, and importing it would run an unguarded script again
-and pay its import time on every worker start, so those entries are dropped.
+Why not ``multiprocess``'s forkserver: its child re-imports the agent's
+``__main__`` (paying its import time on every worker start, and running an
+unguarded script's top level again), and its exit handler joins every child
+it started, so an agent leaving a connection open would hang at exit for
+ever. Both can be worked around only through its private names. A daemon
+worker would dodge the join, but then the agent's exit sends SIGTERM to
+every worker, and it still re-imports ``__main__``. The forkserver below is
+~150 lines that do only what a worker needs, so neither problem exists:
+nothing of the agent is imported in a worker, and no exit handler knows the
+workers (each ends when its own socket closes, agent alive or not).
+
+Lifecycle: :meth:`ForkServer.ensure_running` starts ``python -c`` with the
+agent's ``sys.path`` and interpreter flags, stdin on ``/dev/null``; it
+imports the preload list, then waits on a *control* socket pair. To start a
+worker, the agent sends one byte with the worker's end of the worker's
+socket pair, the forkserver's end of a *status* socket pair, and the agent's
+working directory (a directory fd). The forkserver forks; the child closes
+everything of the forkserver's, changes to that directory and runs
+:func:`lovia_mcp_worker.main.run`. The forkserver writes the child's pid to
+the status socket and, once it has reaped the child, its exit code (negative:
+the signal): the worker is the forkserver's child, not the agent's, so that
+is how the agent joins it. When the control socket reaches EOF (the agent
+exited or died) the forkserver exits; the workers do not need it any more.
+
+Caveats: POSIX only (``fork``, descriptor passing); the agent refuses process
+isolation elsewhere. The environment a worker inherits is the forkserver's,
+from when it started; the agent's current one arrives with ``Open``. A child
+the agent forks without exec keeps the control socket open, and with it the
+forkserver, until it exits.
 """
 
 from __future__ import annotations
 
-import io
+import atexit
+import contextlib
+import importlib
 import os
-from typing import Any
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Final, NoReturn, Protocol
 
-from multiprocess import forkserver, popen_forkserver, spawn, util
-from multiprocess.context import ForkServerProcess, reduction, set_spawning_popen
+# A pid or an exit code on the status socket (pid_t fits).
+_SIGNED: Final = struct.Struct("q")
+# Bound on the first worker start: the forkserver imports the preload list
+# (``mcp`` takes ~0.7 s on an idle machine) before it forks; a loaded CI box
+# can be ten times slower. Past this something is wrong, not slow.
+FORKSERVER_START_WAIT: Final = 60.0
+# Bound on waiting for an idle forkserver to exit once its control socket is
+# closed (it exits at once; this only keeps the agent's exit bounded).
+FORKSERVER_EXIT_WAIT: Final = 1.0
+# No MSG_NOSIGNAL (macOS): Python ignores SIGPIPE unless the program changed it.
+_NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
+
+SUPPORTED: Final = hasattr(os, "fork") and hasattr(socket, "send_fds")
 
 
-class _Popen(popen_forkserver.Popen):  # type: ignore[misc]
-    def _launch(self, process_obj: Any) -> None:
-        # popen_forkserver.Popen._launch, minus the main-module entries.
-        prep_data = spawn.get_preparation_data(process_obj._name)
-        prep_data.pop("init_main_from_path", None)
-        prep_data.pop("init_main_from_name", None)
-        buf = io.BytesIO()
-        set_spawning_popen(self)
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class WorkerStartError(RuntimeError):
+    """The forkserver could not start a worker."""
+
+
+class WorkerProcess:
+    """A worker as the agent sees it: ``pid``, ``join``, ``exitcode``, ``kill``.
+
+    The worker is the forkserver's child, so its exit code comes over the
+    status socket. If the forkserver dies first the exit code stays unknown
+    (``None``) and ``join`` returns at once.
+    """
+
+    def __init__(self, pid: int, status: socket.socket) -> None:
+        self.pid = pid
+        self.exitcode: int | None = None
+        self._status: socket.socket | None = status
+        self._got = b""
+        self._lock = threading.Lock()  # join runs on threads, maybe two at once
+
+    def join(self, timeout: float | None = None) -> None:
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return
         try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
+            self._read_status(timeout)
         finally:
-            set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
-        parent_w = os.dup(w)
-        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
+            self._lock.release()
+
+    def _read_status(self, timeout: float | None) -> None:
+        status = self._status
+        if status is None:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._got) < _SIGNED.size:
+            status.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            try:
+                chunk = status.recv(_SIGNED.size - len(self._got))
+            except TimeoutError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:  # the forkserver is gone: the exit code is unknown
+                break
+            self._got += chunk
+        else:
+            (self.exitcode,) = _SIGNED.unpack(self._got)
+        self.close()
+
+    def kill(self) -> None:
+        """SIGKILL the worker, unless it is known to have exited."""
+        if self.exitcode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        status, self._status = self._status, None
+        if status is not None:
+            status.close()
 
 
-class WorkerProcess(ForkServerProcess):  # type: ignore[misc]
-    @staticmethod
-    def _Popen(process_obj: Any) -> Any:
-        return _Popen(process_obj)
+class ForkServer:
+    """The agent's handle on its forkserver: started on first use, one per process."""
+
+    def __init__(self, preload: Sequence[str]) -> None:
+        self._preload = list(preload)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ctrl: socket.socket | None = None
+        self._owner = 0  # the pid that started it (a forked agent starts its own)
+        self._atexit = False
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and self._owner == os.getpid() else None
+
+    def ensure_running(self) -> None:
+        """Start the forkserver unless it runs (it preloads in the background)."""
+        with self._lock:
+            self._ensure_running()
+
+    def start_worker(self) -> tuple[WorkerProcess, socket.socket]:
+        """Fork a worker (blocking); returns it and the agent's end of its socket pair."""
+        ours, theirs = socket.socketpair()
+        status_ours, status_theirs = socket.socketpair()
+        fds = [theirs.fileno(), status_theirs.fileno()]
+        cwd = _open_cwd()
+        if cwd is not None:
+            fds.append(cwd)
+        try:
+            with self._lock:
+                self._ensure_running()
+                try:
+                    self._send(fds)
+                except OSError:
+                    # It died since the check: once more on a fresh one.
+                    self._stop()
+                    self._ensure_running()
+                    self._send(fds)
+        except BaseException:
+            ours.close()
+            status_ours.close()
+            raise
+        finally:
+            theirs.close()
+            status_theirs.close()
+            if cwd is not None:
+                os.close(cwd)
+        try:
+            pid = _read_pid(status_ours)
+        except BaseException:
+            ours.close()
+            status_ours.close()
+            raise
+        return WorkerProcess(pid, status_ours), ours
+
+    def _send(self, fds: list[int]) -> None:
+        assert self._ctrl is not None
+        socket.send_fds(self._ctrl, [b"W"], fds, _NOSIGNAL)
+
+    def _ensure_running(self) -> None:
+        if self._owner != os.getpid():
+            # A forked copy of the agent: that forkserver is the parent's.
+            if self._ctrl is not None:
+                self._ctrl.close()
+            self._proc = self._ctrl = None
+        elif self._proc is not None and self._proc.poll() is None:
+            return
+        self._stop()
+        ours, theirs = socket.socketpair()
+        sys_path = [p or os.getcwd() for p in sys.path]
+        code = (
+            f"import sys; sys.path[:] = {sys_path!r}; "
+            f"from lovia_mcp_worker.process import serve; serve({theirs.fileno()}, {self._preload!r})"
+        )
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, *_interpreter_flags(), "-c", code],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._ctrl, self._owner = ours, os.getpid()
+        if not self._atexit:
+            atexit.register(self.stop)
+            self._atexit = True
+
+    def stop(self) -> None:
+        """Ask the forkserver to exit and reap it (bounded); workers live on."""
+        with self._lock:
+            if self._owner == os.getpid():
+                self._stop()
+
+    def _stop(self) -> None:
+        ctrl, proc = self._ctrl, self._proc
+        self._ctrl = self._proc = None
+        if ctrl is not None:
+            ctrl.close()  # EOF: the forkserver exits
+        if proc is not None:
+            try:
+                proc.wait(FORKSERVER_EXIT_WAIT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(FORKSERVER_EXIT_WAIT)
 
 
-__all__ = ["WorkerProcess"]
+def _open_cwd() -> int | None:
+    """The agent's working directory as an fd (a worker starts where the agent is)."""
+    try:
+        return os.open(os.getcwd(), getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
+    except OSError:
+        return None  # deleted or unreadable: the worker stays in the forkserver's
+
+
+def _read_pid(status: socket.socket) -> int:
+    status.settimeout(FORKSERVER_START_WAIT)
+    got = b""
+    try:
+        while len(got) < _SIGNED.size:
+            chunk = status.recv(_SIGNED.size - len(got))
+            if not chunk:
+                raise WorkerStartError("the worker forkserver exited before starting the worker")
+            got += chunk
+    except TimeoutError:
+        raise WorkerStartError(
+            f"the worker forkserver did not start a worker within {FORKSERVER_START_WAIT:.0f} s"
+        ) from None
+    (pid,) = _SIGNED.unpack(got)
+    return int(pid)
+
+
+def _interpreter_flags() -> list[str]:
+    """The agent's interpreter flags that change how the forkserver imports."""
+    f = sys.flags
+    out = ["-" + "O" * f.optimize] if f.optimize else []
+    if f.dont_write_bytecode:
+        out.append("-B")
+    if f.isolated:
+        out.append("-I")
+    else:
+        if f.ignore_environment:
+            out.append("-E")
+        if f.no_user_site:
+            out.append("-s")
+    if f.dev_mode:
+        out += ["-X", "dev"]
+    if f.utf8_mode:
+        out += ["-X", "utf8"]
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# In the forkserver process
+# --------------------------------------------------------------------------- #
+def serve(ctrl_fd: int, preload: list[str]) -> None:
+    """The forkserver's loop: preload, then fork a worker per request; never returns."""
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a worker that needs it reports the error itself
+            pass
+    ctrl = socket.socket(fileno=ctrl_fd)
+    ctrl.set_inheritable(False)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    # A handler, not SIG_IGN (which would reap children unseen): it only has
+    # to exist for the wakeup fd to be written.
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C is the agent's
+    signal.set_wakeup_fd(wake_w)
+    status: dict[int, socket.socket] = {}  # live workers' status sockets
+    with selectors.DefaultSelector() as sel:
+        sel.register(ctrl, selectors.EVENT_READ)
+        sel.register(wake_r, selectors.EVENT_READ)
+        while True:
+            for key, _ in sel.select():
+                if key.fd == wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(wake_r, 4096):
+                            pass
+                    _reap(status)
+                    continue
+                msg, fds, _, _ = socket.recv_fds(ctrl, 1, 3)
+                if not msg:
+                    os._exit(0)  # the agent is gone
+                if len(fds) < 2:
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                chan, st, *rest = fds
+                pid = os.fork()
+                if pid == 0:
+                    _child(chan, rest[0] if rest else None, [sel, ctrl, *status.values()], [wake_r, wake_w, st])
+                status[pid] = sock = socket.socket(fileno=st)
+                os.close(chan)
+                for fd in rest:
+                    os.close(fd)
+                with contextlib.suppress(OSError):
+                    sock.sendall(_SIGNED.pack(pid))
+
+
+def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int]) -> NoReturn:
+    """A freshly forked worker: drop the forkserver's state, then serve ``chan``."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for obj in objects:
+            obj.close()
+        for fd in fds:
+            os.close(fd)
+        if cwd is not None:
+            with contextlib.suppress(OSError):
+                os.fchdir(cwd)
+            os.close(cwd)
+        from .main import run
+
+        run(socket.socket(fileno=chan))
+        code = 0
+    except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _reap(status: dict[int, socket.socket]) -> None:
+    while True:
+        try:
+            pid, sts = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        sock = status.pop(pid, None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.sendall(_SIGNED.pack(os.waitstatus_to_exitcode(sts)))
+            sock.close()
+
+
+__all__ = ["FORKSERVER_START_WAIT", "SUPPORTED", "ForkServer", "WorkerProcess", "WorkerStartError", "serve"]

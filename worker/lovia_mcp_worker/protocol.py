@@ -22,7 +22,10 @@ from typing import Any, Final, Literal, Union
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 1
+# The wire protocol's version: the agent sends it with Open and a worker that
+# speaks another refuses the connection (an agent and a forkserver from two
+# installs of different versions).
+PROTOCOL_VERSION: Final = 2
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -150,6 +153,7 @@ class Open(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     id: int
     spec: ServerSpec
     environ: dict[str, str] | None = None
+    protocol: int = PROTOCOL_VERSION
 
 
 class ListTools(msgspec.Struct, frozen=True, tag=True):
@@ -193,6 +197,17 @@ class Opened(msgspec.Struct, frozen=True, tag=True):
     tools: list[ToolSpec]
 
 
+class Started(msgspec.Struct, frozen=True, tag=True):
+    """Unsolicited: the worker started a fresh server generation (a restart).
+
+    The agent follows ``server_pid`` so that, if this worker dies, it kills
+    the right process group itself.
+    """
+
+    server_pid: int | None
+    generation: int
+
+
 class Tools(msgspec.Struct, frozen=True, tag=True):
     id: int
     tools: list[ToolSpec]
@@ -215,6 +230,8 @@ FailureKind = Literal[
     "circuit_open",  # too many restarts in the window: failing fast
     "remote",  # the server answered with a JSON-RPC error
     "closed",  # the connection is closing
+    "worker_died",  # the worker process ended (set by the agent side)
+    "missing_mcp",  # an HTTP server needs the mcp package, which is not installed
     "internal",  # a bug in the worker
 ]
 
@@ -223,7 +240,7 @@ class Failure(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     """A request failed; the agent turns this into an ``MCPError`` in one place."""
 
     id: int
-    kind: str
+    kind: FailureKind
     message: str
     hint: str | None = None
     exit_code: int | None = None
@@ -248,7 +265,7 @@ class Log(msgspec.Struct, frozen=True, tag=True):
     stderr: bool = False
 
 
-WorkerMessage = Union[Opened, Tools, Result, Failure, StatsReply, Closed, Log]
+WorkerMessage = Union[Opened, Started, Tools, Result, Failure, StatsReply, Closed, Log]
 
 
 def encoder() -> msgspec.msgpack.Encoder:
@@ -285,6 +302,7 @@ __all__ = [
     "Resource",
     "Result",
     "ServerSpec",
+    "Started",
     "Stats",
     "StatsReply",
     "ToolSpec",

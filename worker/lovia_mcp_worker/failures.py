@@ -1,0 +1,255 @@
+"""Every way a server can fail, as a :class:`HostError`: pure functions, no I/O.
+
+The host decides *when* something failed; this module says *what* the
+caller is told: the ``kind`` (one of :data:`~lovia_mcp_worker.protocol.FailureKind`,
+which the agent maps to ``MCPError.kind`` and its retry policy), the message,
+the hint, the exit code or signal and the stderr tail. Keeping them here
+makes the wording testable without starting a process, and keeps one
+spelling of each failure.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+
+from .protocol import Failure, FailureKind, Limits
+
+# Hints, each said in one place.
+HINT_LOG = "Check the server's log (stderr tail below)."
+HINT_STDIO = "Check that the command is an MCP server speaking stdio (stderr tail below)."
+HINT_TOO_LARGE = "Raise Limits(max_result_bytes=...) or ask the tool for less."
+HINT_ARGS = "Check the tool's name and arguments against its schema."
+HINT_NOT_MCP = "The server is not speaking MCP correctly."
+
+
+class HostError(Exception):
+    """A request failure with everything the agent needs to explain it."""
+
+    def __init__(
+        self,
+        kind: FailureKind,
+        message: str,
+        *,
+        hint: str | None = None,
+        exit_code: int | None = None,
+        signal_name: str | None = None,
+        stderr_tail: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
+        self.message = message
+        self.hint = hint
+        self.exit_code = exit_code
+        self.signal_name = signal_name
+        self.stderr_tail = list(stderr_tail)
+
+    def failure(self, request_id: int) -> Failure:
+        return Failure(
+            id=request_id,
+            kind=self.kind,
+            message=self.message,
+            hint=self.hint,
+            exit_code=self.exit_code,
+            signal=self.signal_name,
+            stderr_tail=self.stderr_tail,
+        )
+
+
+class RemoteError(Exception):
+    """The server answered a request with a JSON-RPC error object."""
+
+    def __init__(self, code: object, message: object) -> None:
+        super().__init__(f"{message} (code {code})")
+        self.code = code
+        self.message = message
+
+
+def signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def exited(returncode: int, stderr_tail: Sequence[str], limits: Limits) -> HostError:
+    """The server process ended with ``returncode`` (negative: killed by that signal)."""
+    if returncode < 0 and -returncode == getattr(signal, "SIGXCPU", -1):
+        return HostError(
+            "limit",
+            f"the server passed its CPU limit (cpu_seconds={limits.cpu_seconds:g}) and was killed by SIGXCPU",
+            hint="Raise Limits(cpu_seconds=...) or make the tool do less work.",
+            signal_name="SIGXCPU",
+            stderr_tail=stderr_tail,
+        )
+    if returncode < 0:
+        name = signal_name(-returncode)
+        return HostError(
+            "server_exited",
+            f"the server was killed by {name}",
+            hint=HINT_LOG,
+            signal_name=name,
+            stderr_tail=stderr_tail,
+        )
+    return HostError(
+        "server_exited",
+        f"the server exited with code {returncode}",
+        hint=HINT_LOG,
+        exit_code=returncode,
+        stderr_tail=stderr_tail,
+    )
+
+
+def exec_failed(command: str | None, why: str, returncode: int) -> HostError:
+    return HostError(
+        "open",
+        f"could not start {command!r}: {why}",
+        hint="Check the command, its interpreter line and cwd.",
+        exit_code=returncode,
+    )
+
+
+def pipe_closed(which: str, stderr_tail: Sequence[str]) -> HostError:
+    """The server closed its stdout or stdin but did not exit."""
+    return HostError(
+        "server_exited",
+        f"the server closed its {which} and did not exit; it was stopped",
+        hint=f"Check the server's log; an MCP stdio server must keep its {which} open.",
+        stderr_tail=stderr_tail,
+    )
+
+
+def open_timed_out(name: str, open_timeout: float, stderr_tail: Sequence[str]) -> HostError:
+    return HostError(
+        "open",
+        f"server {name!r} did not finish start-up (spawn, handshake, tool listing) "
+        f"within open_timeout={open_timeout:g} s",
+        hint="Check that the command is an MCP server speaking stdio, or raise open_timeout.",
+        stderr_tail=stderr_tail,
+    )
+
+
+def start_failed(detail: str, stderr_tail: Sequence[str]) -> HostError:
+    """The handshake or the first listing failed with the server still running."""
+    return HostError(
+        "open",
+        f"the server failed during start-up (handshake or tool listing): {detail}",
+        hint=HINT_STDIO,
+        stderr_tail=stderr_tail,
+    )
+
+
+def lost(detail: str, stderr_tail: Sequence[str]) -> HostError:
+    return HostError(
+        "server_exited", f"lost the connection to the server: {detail}", hint=HINT_LOG, stderr_tail=stderr_tail
+    )
+
+
+def http_failed(url: str | None, detail: str, *, opened: bool) -> HostError:
+    return HostError(
+        "server_exited" if opened else "open",
+        f"could not talk to {url}: {detail}",
+        hint="Check the URL and that the server is running and reachable.",
+    )
+
+
+def remote(what: str, error: RemoteError) -> HostError:
+    return HostError(
+        "remote",
+        f"the server answered {what} with an error: {error.message} (code {error.code})",
+        hint=HINT_ARGS,
+    )
+
+
+def bad_reply(what: str, detail: str) -> HostError:
+    return HostError("protocol", f"the server's reply to {what} {detail}", hint=HINT_NOT_MCP)
+
+
+def too_large(cap: int, size: int, *, complete: bool) -> HostError:
+    shown = f"{size:,} bytes" if complete else f"{size:,} bytes or more"
+    return HostError(
+        "too_large",
+        f"the server's message was larger than max_result_bytes={cap:,} ({shown}); it was dropped in the worker",
+        hint=HINT_TOO_LARGE,
+    )
+
+
+def unattributable(cap: int, size: int, stderr_tail: Sequence[str]) -> HostError:
+    """An over-long line that cannot be a reply to any request: the stream is lost."""
+    return HostError(
+        "protocol",
+        f"the server's message was larger than max_result_bytes={cap:,} ({size:,} bytes or more) "
+        "and carried no readable request id, so the server was restarted",
+        hint="Raise Limits(max_result_bytes=...) or make the tool return less.",
+        stderr_tail=stderr_tail,
+    )
+
+
+def timed_out_kill() -> HostError:
+    return HostError(
+        "timeout",
+        "the server was killed after a call passed its timeout",
+        hint="Raise the tool timeout, or use on_timeout='cancel' for servers that honour cancellation.",
+    )
+
+
+def limit(what: str, figure: str, setting: str, hint: str, stderr_tail: Sequence[str]) -> HostError:
+    return HostError(
+        "limit",
+        f"the server passed its {what} limit: {figure} ({setting}); it was killed",
+        hint=hint,
+        stderr_tail=stderr_tail,
+    )
+
+
+def closed(message: str = "the connection was closed") -> HostError:
+    return HostError("closed", message)
+
+
+def circuit_open(name: str, restarts: int, window: float, last: str | None, wait: float) -> HostError:
+    return HostError(
+        "circuit_open",
+        f"server {name!r} restarted {restarts} times in {window:g} s (last: {last}); failing fast",
+        hint=f"Fix the server; calls are tried again in {wait:.0f} s.",
+    )
+
+
+def leaf(exc: BaseException) -> BaseException:
+    """The first real exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe(exc: BaseException) -> str:
+    inner = leaf(exc)
+    return f"{type(inner).__name__}: {inner}"
+
+
+__all__ = [
+    "HINT_ARGS",
+    "HINT_LOG",
+    "HINT_NOT_MCP",
+    "HINT_STDIO",
+    "HINT_TOO_LARGE",
+    "HostError",
+    "RemoteError",
+    "bad_reply",
+    "circuit_open",
+    "closed",
+    "describe",
+    "exec_failed",
+    "exited",
+    "leaf",
+    "http_failed",
+    "limit",
+    "lost",
+    "open_timed_out",
+    "pipe_closed",
+    "remote",
+    "signal_name",
+    "start_failed",
+    "timed_out_kill",
+    "too_large",
+    "unattributable",
+]

@@ -1,0 +1,155 @@
+"""Streamable HTTP servers, through the MCP SDK's public API (the one place it is used).
+
+The SDK's ``ClientSession`` and ``streamable_http_client`` do the HTTP
+transport (sessions, SSE, redirects within the origin); this module adapts
+them to the interface :class:`~lovia_mcp_worker.stdio.StdioSession` offers
+the host: ``start`` (handshake and listing), ``list_tools``, ``call`` and
+``end``. anyio wants its contexts entered and left in one task, so the
+session lives inside :meth:`HttpSession.running`, held by the generation's
+own task.
+
+Caveats: results are validated by the SDK against the protocol models, as in
+lovia's in-process plugin, so a server whose tool listing breaks the schema
+fails here where the stdio client (which validates nothing it does not use)
+would read it. Process limits do not apply (there is no local tree).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from . import failures
+from .content import call_result, tool_specs
+from .failures import HostError
+from .protocol import ContentBlock, ServerSpec, ToolSpec
+
+# The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
+# and pool; 5 min to read, since a server may hold a response stream open.
+CONNECT_TIMEOUT: Final = 30.0
+READ_TIMEOUT: Final = 300.0
+
+T = TypeVar("T")
+
+
+def _missing_mcp(exc: ImportError) -> HostError:
+    return HostError(
+        "missing_mcp",
+        f"MCP over HTTP requires the 'mcp' package, which could not be imported ({exc})",
+        hint="Install it with: pip install 'mcp>=2.3'",
+    )
+
+
+class HttpSession:
+    """One connection to a streamable-HTTP MCP endpoint."""
+
+    pid: int | None = None
+    stderr_tail: list[str] = []  # no local process: no stderr
+
+    def __init__(self, spec: ServerSpec, *, on_end: Callable[[HostError], None], warn: Callable[[str], None]) -> None:
+        self.spec = spec
+        self._on_end = on_end
+        self._warn = warn
+        self._session: Any = None
+        self._ended: asyncio.Future[HostError] = asyncio.get_running_loop().create_future()
+        self.initialized = False
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The SDK's transport and session, open for the body's duration."""
+        try:
+            import httpx2
+            from mcp import ClientSession
+            from mcp.client.streamable_http import streamable_http_client
+        except ImportError as exc:
+            raise _missing_mcp(exc) from exc
+        assert self.spec.url is not None
+        client = httpx2.AsyncClient(
+            headers=dict(self.spec.headers) or None,
+            timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=READ_TIMEOUT),
+        )
+        async with client:
+            async with streamable_http_client(self.spec.url, http_client=client) as streams:
+                async with ClientSession(streams[0], streams[1]) as session:
+                    self._session = session
+                    try:
+                        yield
+                    finally:
+                        self._session = None
+
+    async def start(self) -> list[ToolSpec]:
+        await self._race(self._session.initialize(), "initialize")
+        self.initialized = True
+        return await self.list_tools()
+
+    async def list_tools(self) -> list[ToolSpec]:
+        from mcp_types import PaginatedRequestParams
+
+        tools: list[ToolSpec] = []
+        seen: set[str] = set()
+        cursor: str | None = None
+        while True:
+            params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
+            page = await self._race(self._session.list_tools(params=params), "tools/list")
+            tools.extend(tool_specs(page.model_dump(by_alias=True, mode="json", exclude_none=True), self._warn))
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+            if cursor in seen:
+                self._warn(f"tools/list repeated the cursor {cursor[:80]!r}; listing stopped at {len(tools)} tools")
+                return tools
+            seen.add(cursor)
+
+    async def call(self, name: str, arguments: bytes) -> tuple[list[ContentBlock], bool, bytes | None]:
+        import msgspec
+
+        args = msgspec.json.decode(arguments) if arguments else {}
+        result = await self._race(self._session.call_tool(name, args), name)
+        return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    def end(self, reason: HostError) -> None:
+        if not self._ended.done():
+            self._ended.set_result(reason)
+            self._on_end(reason)
+
+    async def _race(self, aw: Awaitable[T], what: str) -> T:
+        """Await the SDK unless the session ends first; SDK errors become HostErrors."""
+        if self._ended.done():
+            raise self._ended.result()
+        work: asyncio.Future[T] = asyncio.ensure_future(aw)
+        ended: asyncio.Future[Any] = self._ended
+        try:
+            await asyncio.wait((work, ended), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+            raise self._ended.result()
+        try:
+            return work.result()
+        except HostError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified here, in one place
+            raise self._classify(exc, what) from exc
+
+    def _classify(self, exc: Exception, what: str) -> HostError:
+        from mcp.shared.exceptions import MCPError as SdkError
+
+        if isinstance(exc, SdkError):
+            code = exc.error.code
+            if code == -32000:  # the SDK's "connection closed"
+                return HostError(
+                    "server_exited" if self.initialized else "open",
+                    f"{what} failed: the connection to {self.spec.url} closed",
+                    hint="Check that the server is running and reachable.",
+                )
+            return failures.remote(what, failures.RemoteError(code, exc.error.message))
+        return failures.http_failed(self.spec.url, failures.describe(exc), opened=self.initialized)
+
+
+__all__ = ["CONNECT_TIMEOUT", "READ_TIMEOUT", "HttpSession"]

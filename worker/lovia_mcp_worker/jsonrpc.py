@@ -1,0 +1,301 @@
+"""The worker's own JSON-RPC 2.0 client for MCP over stdio.
+
+One client per server generation, fed whole lines by the stdio transport
+and writing whole lines back through it. It does what an MCP client needs of
+a tool server and nothing more:
+
+- ``initialize`` / ``notifications/initialized`` with version negotiation
+  (:data:`PROTOCOL_VERSIONS`; the server's counter-offer must be one of them);
+- paginated ``tools/list`` (a cursor seen before ends the listing with a
+  warning instead of spinning), ``tools/call``;
+- ``notifications/cancelled`` when a caller abandons a request;
+- the server's own requests: ``ping`` is answered, everything else
+  (sampling, roots, elicitation) gets ``-32601``, so a server waiting on one
+  moves on instead of hanging.
+
+Request ids are integers, as the SDK numbers them (some servers accept
+nothing else). Replies are matched by their *top-level* id whatever the key
+order; a line that cannot be decoded still answers its request through
+:func:`~lovia_mcp_worker._jsonscan.top_level_id`. Results are decoded only
+as far as they are used: no model validation, so one loose schema or an
+extra field never fails a call.
+
+Non-goals: resources, prompts, sampling, subscriptions; batches (MCP dropped
+them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.http`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from . import failures
+from ._jsonscan import MISSING, repair_surrogates, top_level_id
+from .failures import HostError, RemoteError
+from .protocol import ToolSpec
+
+# Newest first: the first is offered, any is accepted back (the SDK's
+# handshake versions; the 2026 stateless era is not spoken over stdio here).
+PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+CLIENT_INFO: Final = {"name": "lovia-mcp", "version": "0.1.0"}
+# A listing longer than this many pages is cut (with a warning): a server
+# whose cursors never repeat but never end must not spin until open_timeout.
+MAX_LIST_PAGES: Final = 1000
+METHOD_NOT_FOUND: Final = -32601
+
+# MCP logging levels to Python's, for notifications/message.
+_LOG_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL,
+    "emergency": logging.CRITICAL,
+}
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.decode
+
+
+class _Message(msgspec.Struct):
+    """Any JSON-RPC message; the payload stays raw until it is used."""
+
+    id: int | float | str | None = None
+    method: str | None = None
+    params: msgspec.Raw = msgspec.Raw()
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
+class _Error(msgspec.Struct):
+    code: object = None
+    message: object = None
+
+
+_message = msgspec.json.Decoder(_Message)
+_error = msgspec.json.Decoder(_Error)
+# Decode failures of a line: syntax, shape, nesting beyond the decoder's stack.
+_UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError)
+
+
+def _key(rid: object) -> int | None:
+    """A reply id as the int we sent, if it can be one (5, 5.0, "5")."""
+    if isinstance(rid, bool):
+        return None
+    if isinstance(rid, int):
+        return rid
+    if isinstance(rid, float) and rid.is_integer():
+        return int(rid)
+    if isinstance(rid, str) and rid.isdigit():
+        return int(rid)
+    return None
+
+
+class Client:
+    """JSON-RPC over one server's stdin/stdout lines.
+
+    ``write`` sends one line (newline included); ``on_garbage`` is told of
+    each line that is not JSON-RPC; ``log`` takes ``(level, message)`` for the
+    connection's log and ``server_log`` the server's own log notifications.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[bytes], None],
+        *,
+        on_garbage: Callable[[bytes], None],
+        log: Callable[[int, str], None],
+        server_log: Callable[[int, str], None],
+    ) -> None:
+        self._write = write
+        self._on_garbage = on_garbage
+        self._log = log
+        self._server_log = server_log
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[asyncio.Future[msgspec.Raw], str]] = {}
+        self._closed: HostError | None = None
+        self.protocol_version: str | None = None
+
+    # -- incoming ------------------------------------------------------------ #
+    def feed(self, line: bytes | bytearray | memoryview) -> None:
+        """Handle one line from the server's stdout."""
+        data = bytes(line)
+        try:
+            msg = _message.decode(data)
+        except _UNDECODABLE as exc:
+            repaired = repair_surrogates(data)
+            if repaired != data:
+                self.feed(repaired)
+                return
+            self._undecodable(data, exc)
+            return
+        if msg.method is not None:
+            if msg.id is None:
+                self._notification(msg)
+            else:
+                self._server_request(msg)
+            return
+        key = _key(msg.id)
+        pending = self._pending.pop(key, None) if key is not None else None
+        if pending is None:
+            if msg.id is None and not msg.result and not msg.error:
+                self._on_garbage(data)  # an object, but no JSON-RPC message
+            else:
+                self._log(logging.DEBUG, f"ignored a reply to no pending request (id {msg.id!r})")
+            return
+        fut, what = pending
+        if fut.done():
+            return
+        if msg.error:
+            try:
+                err = _error.decode(msg.error)
+            except _UNDECODABLE:
+                err = _Error(message=bytes(msg.error)[:200].decode("utf-8", "replace"))
+            fut.set_exception(RemoteError(err.code, err.message))
+        elif msg.result:
+            fut.set_result(msg.result)
+        else:
+            fut.set_exception(failures.bad_reply(what, "had neither a result nor an error"))
+
+    def _undecodable(self, data: bytes, exc: BaseException) -> None:
+        rid = top_level_id(data)
+        key = _key(rid) if rid is not MISSING else None
+        pending = self._pending.pop(key, None) if key is not None else None
+        if pending is None:
+            self._on_garbage(data)
+            return
+        fut, what = pending
+        why = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        if not fut.done():
+            fut.set_exception(failures.bad_reply(what, f"could not be decoded ({why})"))
+
+    def fail(self, rid: object, error: HostError) -> bool:
+        """Fail the pending request ``rid`` (an over-long reply); False if none matches."""
+        key = _key(rid)
+        pending = self._pending.pop(key, None) if key is not None else None
+        if pending is None:
+            return False
+        if not pending[0].done():
+            pending[0].set_exception(error)
+        return True
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def _notification(self, msg: _Message) -> None:
+        if msg.method == "notifications/message":
+            try:
+                params = _decode(msg.params) if msg.params else {}
+            except _UNDECODABLE:
+                return
+            if isinstance(params, dict):
+                level = _LOG_LEVELS.get(str(params.get("level")), logging.INFO)
+                data = params.get("data")
+                text = data if isinstance(data, str) else _encode(data).decode("utf-8", "replace")
+                self._server_log(level, text[:2000])
+
+    def _server_request(self, msg: _Message) -> None:
+        rid = _encode(msg.id)
+        if msg.method == "ping":
+            self._write(b'{"jsonrpc":"2.0","id":' + rid + b',"result":{}}\n')
+            return
+        self._log(logging.INFO, f"refused the server's {msg.method!r} request (not supported by lovia-mcp)")
+        error = _encode({"code": METHOD_NOT_FOUND, "message": f"Method not found: {msg.method} is not supported by this client"})
+        self._write(b'{"jsonrpc":"2.0","id":' + rid + b',"error":' + error + b"}\n")
+
+    # -- outgoing ------------------------------------------------------------ #
+    def close(self, error: HostError) -> None:
+        """Fail every pending request with ``error``; later requests fail at once."""
+        if self._closed is None:
+            self._closed = error
+        pending, self._pending = self._pending, {}
+        for fut, _ in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+
+    def notify(self, method: str, params: bytes | None = None) -> None:
+        body = b"" if params is None else b',"params":' + params
+        self._write(b'{"jsonrpc":"2.0","method":' + _encode(method) + body + b"}\n")
+
+    async def request(self, method: str, params: bytes | None, *, what: str, cancellable: bool = True) -> msgspec.Raw:
+        """Send a request and wait for its raw result; errors raise ``RemoteError`` or ``HostError``."""
+        if self._closed is not None:
+            raise self._closed
+        rid = next(self._ids)
+        fut: asyncio.Future[msgspec.Raw] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = (fut, what)
+        body = b"" if params is None else b',"params":' + params
+        self._write(b'{"jsonrpc":"2.0","id":%d,"method":%s%s}\n' % (rid, _encode(method), body))
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if self._pending.pop(rid, None) is not None and cancellable and self._closed is None:
+                self.notify(
+                    "notifications/cancelled",
+                    b'{"requestId":%d,"reason":"cancelled by the client"}' % rid,
+                )
+            raise
+
+    async def _object(self, method: str, params: bytes | None, *, what: str, cancellable: bool = True) -> dict[str, Any]:
+        raw = await self.request(method, params, what=what, cancellable=cancellable)
+        try:
+            value = _decode(raw)
+        except _UNDECODABLE as exc:
+            why = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise failures.bad_reply(what, f"could not be decoded ({why})") from None
+        if not isinstance(value, dict):
+            raise failures.bad_reply(what, f"was a {type(value).__name__}, not an object")
+        return value
+
+    # -- MCP ----------------------------------------------------------------- #
+    async def initialize(self) -> dict[str, Any]:
+        params = _encode({"protocolVersion": PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO})
+        # The spec forbids cancelling initialize.
+        result = await self._object("initialize", params, what="initialize", cancellable=False)
+        version = result.get("protocolVersion")
+        if version not in PROTOCOL_VERSIONS:
+            raise HostError(
+                "open",
+                f"the server chose MCP protocol version {version!r}, which lovia-mcp does not speak "
+                f"(it speaks {', '.join(PROTOCOL_VERSIONS)})",
+                hint="Use a server release that supports one of these versions.",
+            )
+        self.protocol_version = version
+        self.notify("notifications/initialized")
+        return result
+
+    async def list_tools(self, warn: Callable[[str], None]) -> list[ToolSpec]:
+        from .content import tool_specs
+
+        tools: list[ToolSpec] = []
+        seen: set[str] = set()
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            params = None if cursor is None else _encode({"cursor": cursor})
+            page = await self._object("tools/list", params, what="tools/list")
+            tools.extend(tool_specs(page, warn))
+            cursor = page.get("nextCursor")
+            if not cursor or not isinstance(cursor, str):
+                return tools
+            if cursor in seen:
+                warn(f"tools/list repeated the cursor {cursor[:80]!r}; listing stopped at {len(tools)} tools")
+                return tools
+            seen.add(cursor)
+        warn(f"tools/list had more than {MAX_LIST_PAGES} pages; listing stopped at {len(tools)} tools")
+        return tools
+
+    async def call_tool(self, name: str, arguments: bytes) -> dict[str, Any]:
+        """``tools/call`` with the agent's argument bytes as they are (a JSON object)."""
+        params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}") + b"}"
+        return await self._object("tools/call", params, what=name)
+
+
+__all__ = ["CLIENT_INFO", "MAX_LIST_PAGES", "PROTOCOL_VERSIONS", "Client"]

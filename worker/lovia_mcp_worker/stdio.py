@@ -1,0 +1,384 @@
+"""The stdio transport: one server process, its three pipes, and how it ends.
+
+- :class:`LineFramer` cuts stdout into lines in linear time with the
+  ``max_result_bytes`` cap. A line over the cap is never held: it is dropped
+  as it streams past while an :class:`~lovia_mcp_worker._jsonscan.IdScanner`
+  looks for its top-level id, so the request it answers gets a clear error
+  and the server lives on.
+- :class:`StderrLines` keeps the last lines for error messages and forwards
+  lines to the agent's logging at a bounded rate; stderr is always drained.
+- :class:`StdioSession` owns the process (an ``asyncio.SubprocessProtocol``
+  of our own, so the exit status is known the moment the process exits,
+  whoever still holds its pipes) and the JSON-RPC client on top, and says
+  once why the server ended: its exit status, or a closed stdout or stdin
+  while it lives on.
+
+The framer and the stderr handler are pure (fed bytes, no I/O) and tested
+without processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+from . import failures
+from ._jsonscan import MISSING, IdScanner
+from .content import call_result
+from .failures import HostError, RemoteError
+from .jsonrpc import Client
+from .launch import spawn, wrapper_exec_error
+from .protocol import ContentBlock, ServerSpec, ToolSpec
+
+# Lines of server stderr kept for error messages.
+STDERR_TAIL_LINES: Final = 20
+# Longest stderr line kept or forwarded; the rest of a longer line is dropped.
+STDERR_LINE_MAX: Final = 2000
+# Stderr lines forwarded to the agent's logging per second; a chatty server
+# must not flood the agent, and the pipe is drained either way.
+STDERR_LOG_RATE: Final = 200
+# After stdout or stdin closes, how long to wait for the exit status before
+# saying the server closed the pipe and lives on (it is then stopped).
+EXIT_STATUS_WAIT: Final = 1.0
+# After the server exits, how long its last stderr lines may take to arrive;
+# a grandchild can keep stderr open, so this is bounded and short.
+STDERR_FLUSH_WAIT: Final = 0.2
+
+Oversize = Callable[[object, int, bool], None]
+
+
+class LineFramer:
+    """Stdout bytes in, whole lines (or over-long-line reports) out.
+
+    ``on_oversize(rid, size, complete)`` is called once per line over
+    ``cap``: with the line's top-level id as soon as it is found, with
+    :data:`~lovia_mcp_worker._jsonscan.MISSING` and ``complete=True`` when the
+    line ended (or its object closed) without one, and with ``MISSING`` and
+    ``complete=False`` as soon as the line cannot be JSON at all.
+    """
+
+    def __init__(self, cap: int, on_line: Callable[[bytes], None], on_oversize: Oversize) -> None:
+        self._cap = cap
+        self._on_line = on_line
+        self._on_oversize = on_oversize
+        self._buf = bytearray()
+        self._scanner: IdScanner | None = None  # set while dropping an over-long line
+        self._size = 0  # bytes of the over-long line so far
+        self._reported = False
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        view = memoryview(chunk)
+        while True:
+            nl = chunk.find(b"\n", start)
+            end = len(chunk) if nl < 0 else nl
+            if self._scanner is not None:
+                self._size += end - start
+                if not self._reported:
+                    self._scanner.feed(view[start:end])
+                    self._report_if_known()
+            elif len(self._buf) + end - start > self._cap:
+                # Report the moment the cap is passed where the id allows: an
+                # unterminated line may never end.
+                self._scanner = IdScanner()
+                self._scanner.feed(self._buf)
+                self._scanner.feed(view[start:end])
+                self._size = len(self._buf) + end - start
+                self._buf = bytearray()
+                self._reported = False
+                self._report_if_known()
+            elif nl < 0:
+                self._buf += view[start:]
+            elif self._buf:
+                self._buf += view[start:nl]
+                line, self._buf = bytes(self._buf), bytearray()
+                self._deliver(line)
+            else:
+                self._deliver(chunk[start:nl])
+            if nl < 0:
+                return
+            if self._scanner is not None:
+                if not self._reported:
+                    self._on_oversize(self._scanner.id if self._scanner.found else MISSING, self._size, True)
+                self._scanner = None
+            start = nl + 1
+
+    def eof(self) -> None:
+        """The stream ended: a last line without a newline still counts."""
+        if self._scanner is None and self._buf:
+            line, self._buf = bytes(self._buf), bytearray()
+            self._deliver(line)
+
+    def _deliver(self, line: bytes) -> None:
+        if line.strip():
+            self._on_line(line)
+
+    def _report_if_known(self) -> None:
+        scanner = self._scanner
+        assert scanner is not None
+        if scanner.found:
+            self._reported = True
+            self._on_oversize(scanner.id, self._size, False)
+        elif scanner.hopeless:
+            self._reported = True
+            self._on_oversize(MISSING, self._size, scanner.ended)
+
+
+class StderrLines:
+    """The server's stderr: a bounded tail, and lines forwarded at a bounded rate."""
+
+    def __init__(
+        self,
+        forward: Callable[[int, str], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        later: Callable[[float, Callable[[], None]], Any] | None = None,
+    ) -> None:
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._forward = forward
+        self._clock = clock
+        self._later = later
+        self._pending = b""
+        self._cutting = False  # past STDERR_LINE_MAX of a line: drop the rest of it
+        self._window = clock()
+        self._sent = 0
+        self._suppressed = 0
+        self._note: Any = None
+
+    def feed(self, chunk: bytes) -> None:
+        now = self._clock()
+        if now - self._window >= 1.0:
+            self.flush_note()
+            self._window, self._sent = now, 0
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            piece = chunk[start:] if nl < 0 else chunk[start:nl]
+            if not self._cutting:
+                self._pending += piece
+                if nl >= 0 or len(self._pending) > STDERR_LINE_MAX:
+                    self._take(self._pending)
+                    self._cutting = nl < 0
+                    self._pending = b""
+            if nl < 0:
+                return
+            self._cutting = False
+            start = nl + 1
+
+    def eof(self) -> None:
+        if self._pending:
+            self._take(self._pending)
+            self._pending = b""
+        self.flush_note()
+
+    def flush_note(self) -> None:
+        """Say how many lines were not forwarded (when the rate window ends)."""
+        if self._note is not None:
+            with contextlib.suppress(Exception):
+                self._note.cancel()
+            self._note = None
+        if self._suppressed:
+            self._forward(logging.WARNING, f"{self._suppressed} stderr lines not forwarded (over {STDERR_LOG_RATE}/s)")
+            self._suppressed = 0
+
+    def _take(self, raw: bytes) -> None:
+        text = raw[:STDERR_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
+        self.tail.append(text)
+        if self._sent < STDERR_LOG_RATE:
+            self._sent += 1
+            self._forward(logging.INFO, text)
+            return
+        self._suppressed += 1
+        if self._note is None and self._later is not None:
+            # Said when the window ends even if the server goes quiet.
+            self._note = self._later(max(0.0, self._window + 1.0 - self._clock()), self.flush_note)
+
+
+class _Pipes(asyncio.SubprocessProtocol):
+    def __init__(self, session: StdioSession) -> None:
+        self._session = session
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd == 1:
+            self._session.framer.feed(data)
+        elif fd == 2:
+            self._session.stderr.feed(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._session._pipe_lost(fd)
+
+    def process_exited(self) -> None:
+        self._session._process_exited()
+
+
+class StdioSession:
+    """One launched stdio server and its JSON-RPC client.
+
+    ``on_end(reason)`` is called once the server is gone or unusable (the
+    generation then stops); ``log(level, message, stderr)`` reaches the
+    agent's logging; ``on_garbage(line)`` counts lines that are not JSON-RPC.
+    """
+
+    def __init__(
+        self,
+        spec: ServerSpec,
+        *,
+        on_end: Callable[[HostError], None],
+        log: Callable[[int, str, bool], None],
+        on_garbage: Callable[[bytes], None],
+    ) -> None:
+        self.spec = spec
+        self._on_end = on_end
+        self._log = log
+        self._on_garbage = on_garbage
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.framer = LineFramer(spec.limits.max_result_bytes, self._line, self._oversize)
+        self.stderr = StderrLines(lambda level, text: log(level, text, True), later=loop.call_later)
+        self.client = Client(
+            self._write,
+            on_garbage=on_garbage,
+            log=lambda level, text: log(level, text, False),
+            server_log=lambda level, text: log(level, text, True),
+        )
+        self.transport: asyncio.SubprocessTransport | None = None
+        self.exited: asyncio.Future[int] = loop.create_future()
+        self._stderr_closed = asyncio.Event()
+        self.initialized = False
+        self._ended = False
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.transport is None else self.transport.get_pid()
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        return list(self.stderr.tail)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Spawn the server (raises LaunchError); the host tears the tree down after."""
+        self.transport, _ = await spawn(self.spec, lambda: _Pipes(self))
+        yield
+
+    async def start(self) -> list[ToolSpec]:
+        """Handshake and list the tools. Raises HostError."""
+        what = "initialize"
+        try:
+            await self.client.initialize()
+            self.initialized = True
+            what = "tools/list"
+            return await self.client.list_tools(self._warn)
+        except RemoteError as exc:
+            raise failures.start_failed(f"{what} was answered with an error: {exc}", list(self.stderr.tail)) from None
+
+    async def list_tools(self) -> list[ToolSpec]:
+        try:
+            return await self.client.list_tools(self._warn)
+        except RemoteError as exc:
+            raise failures.remote("tools/list", exc) from None
+
+    def _warn(self, text: str) -> None:
+        self._log(logging.WARNING, text, False)
+
+    async def call(self, name: str, arguments: bytes) -> tuple[list[ContentBlock], bool, bytes | None]:
+        try:
+            return call_result(await self.client.call_tool(name, arguments))
+        except RemoteError as exc:
+            raise failures.remote(name, exc) from None
+
+    # -- the process's side -------------------------------------------------- #
+    def _write(self, line: bytes) -> None:
+        if self.transport is None:
+            return
+        stdin = self.transport.get_pipe_transport(0)
+        if stdin is not None and not stdin.is_closing():
+            stdin.write(line)  # type: ignore[attr-defined]
+
+    def _line(self, line: bytes) -> None:
+        self.client.feed(line)
+
+    def _oversize(self, rid: object, size: int, complete: bool) -> None:
+        cap = self.spec.limits.max_result_bytes
+        if rid is not MISSING and self.client.fail(rid, failures.too_large(cap, size, complete=complete)):
+            return
+        if complete:
+            # A whole JSON object that answers nothing of ours (a notification,
+            # a stale reply): dropped, the stream is intact.
+            self._log(logging.WARNING, f"dropped a {size:,}-byte message over max_result_bytes={cap:,} that answered no pending request", False)
+            return
+        self.end(failures.unattributable(cap, size, list(self.stderr.tail)))
+
+    def _pipe_lost(self, fd: int) -> None:
+        if fd == 1:
+            self.framer.eof()
+            self._loop.create_task(self._closed_pipe("stdout"))
+        elif fd == 0:
+            self._loop.create_task(self._closed_pipe("stdin"))
+        elif fd == 2:
+            self.stderr.eof()
+            self._stderr_closed.set()
+
+    async def _closed_pipe(self, which: str) -> None:
+        # Usually the process is exiting: its exit status is the better reason.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), EXIT_STATUS_WAIT)
+        if not self.exited.done():
+            self.end(failures.pipe_closed(which, list(self.stderr.tail)))
+
+    def _process_exited(self) -> None:
+        assert self.transport is not None
+        rc = self.transport.get_returncode()
+        self._loop.create_task(self._report_exit(-1 if rc is None else rc))
+
+    async def _report_exit(self, rc: int) -> None:
+        # Let the last stderr lines arrive (a grandchild may hold stderr open).
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stderr_closed.wait(), STDERR_FLUSH_WAIT)
+        if not self.exited.done():
+            self.exited.set_result(rc)
+        tail = list(self.stderr.tail)
+        exec_error = wrapper_exec_error(rc, tail) if not self.initialized else None
+        if exec_error is not None:
+            self.end(failures.exec_failed(self.spec.command, exec_error, rc))
+        else:
+            self.end(failures.exited(rc, tail, self.spec.limits))
+
+    def end(self, reason: HostError) -> None:
+        """The server is gone or unusable: fail what is in flight, tell the owner once."""
+        self.client.close(reason)
+        if not self._ended:
+            self._ended = True
+            self._on_end(reason)
+
+    async def wait_exited(self, timeout: float) -> bool:
+        if self.transport is None:
+            return True
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), timeout)
+        return self.exited.done()
+
+    def close_transport(self) -> None:
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                stdin = self.transport.get_pipe_transport(0)
+                if stdin is not None:
+                    stdin.close()
+            self.transport.close()
+        self.stderr.flush_note()
+
+
+__all__ = [
+    "EXIT_STATUS_WAIT",
+    "STDERR_LINE_MAX",
+    "STDERR_LOG_RATE",
+    "STDERR_TAIL_LINES",
+    "LineFramer",
+    "StderrLines",
+    "StdioSession",
+]
