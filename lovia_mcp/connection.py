@@ -32,6 +32,7 @@ from lovia.exceptions import MCPError, UserError
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
+from lovia_mcp_worker.framing import MAX_REQUEST_BYTES
 from lovia_mcp_worker.protocol import (
     AgentMessage,
     CallTool,
@@ -44,6 +45,7 @@ from lovia_mcp_worker.protocol import (
     Open,
     Opened,
     Result,
+    Started,
     Stats,
     StatsReply,
     ToolSpec,
@@ -52,6 +54,7 @@ from lovia_mcp_worker.protocol import (
 )
 
 from ._channel import LocalChannel, ProcessChannel
+from ._names import tool_names
 from .render import MCPToolResult, default_renderer, normalize_schema
 
 if TYPE_CHECKING:
@@ -63,6 +66,9 @@ logger = logging.getLogger("lovia_mcp")
 CLOSE_WAIT: Final = 8.0
 # Failure kinds after which one retry on a fresh server can succeed.
 RETRYABLE: Final = frozenset({"server_exited", "worker_died", "protocol"})
+# The largest tool-call arguments sent (JSON bytes): a worker takes frames up
+# to MAX_REQUEST_BYTES, and the rest of the CallTool message needs room.
+ARGUMENTS_CAP: Final = MAX_REQUEST_BYTES - 64 * 1024
 # Stderr lines quoted in an error's hint.
 HINT_STDERR_LINES: Final = 8
 
@@ -95,6 +101,10 @@ class MCPConnection:
         self._pending: dict[int, asyncio.Future[WorkerMessage]] = {}
         self._ids = itertools.count(1)
         self._tools: list[Tool] | None = None
+        # Visible tool name -> the server's raw name (what calls are sent as).
+        self.raw_names: dict[str, str] = {}
+        # Raw names already reported as listed twice: a refresh repeats no warning.
+        self._duplicates_reported: set[str] = set()
         self._closed = False
         self._server_pid: int | None = None
         self.worker_restarts = 0
@@ -150,17 +160,32 @@ class MCPConnection:
         # An empty include list means "no filter", as in lovia's plugin.
         include = set(server.include_tools) if server.include_tools else None
         exclude = set(server.exclude_tools or ())
+        # Named over the whole listing, before filtering: a tool's visible
+        # name must not change when a filter keeps or drops another tool.
+        visible = tool_names(self.prefix, [spec.name for spec in specs])
         tools: list[Tool] = []
-        for spec in specs:
+        raw_names: dict[str, str] = {}
+        for spec, name in zip(specs, visible):
+            if name is None:
+                # lovia fails every run on two tools of one name, and a call
+                # names its tool, so a second listing was unreachable anyway.
+                if spec.name not in self._duplicates_reported:
+                    self._duplicates_reported.add(spec.name)
+                    logger.warning(
+                        "%s: the server lists the tool %r more than once; the first listing is used",
+                        self._spec.name, spec.name,
+                    )
+                continue
             if (include is not None and spec.name not in include) or spec.name in exclude:
                 continue
             try:
                 schema = _json_decode(spec.input_schema)
             except msgspec.DecodeError:
                 schema = None
+            raw_names[name] = spec.name
             tools.append(
                 Tool(
-                    name=f"{self.prefix}__{spec.name}" if self.prefix else spec.name,
+                    name=name,
                     description=spec.description or "",
                     parameters=normalize_schema(schema),
                     invoke=self._make_invoke(spec.name),
@@ -172,6 +197,7 @@ class MCPConnection:
                     parallel=server.parallel,
                 )
             )
+        self.raw_names = raw_names
         return tools
 
     def _make_invoke(self, tool_name: str) -> Any:
@@ -194,6 +220,16 @@ class MCPConnection:
         ``timeout`` seconds, the worker applies ``on_timeout``.
         """
         body = _json_encode(arguments or {})
+        if len(body) > ARGUMENTS_CAP:
+            # Never sent: the worker takes no frame over MAX_REQUEST_BYTES, and
+            # a bigger one is no more likely to succeed on a fresh server.
+            raise MCPError(
+                f"MCP tool {name!r} failed: its arguments are {len(body):,} bytes of JSON, "
+                f"over the {ARGUMENTS_CAP:,}-byte cap on a request",
+                hint="Pass large data by reference (a path or a URL) rather than inline.",
+                tool_name=name,
+                kind="too_large",
+            )
         retried = False
         while True:
             try:
@@ -282,7 +318,14 @@ class MCPConnection:
         if old is not None:
             self.worker_restarts += 1
             await old.aclose()
-        channel: ProcessChannel | LocalChannel = ProcessChannel() if self.isolation == "process" else LocalChannel()
+        channel: ProcessChannel | LocalChannel
+        if self.isolation == "process":
+            from lovia_mcp_worker.framing import frame_cap
+
+            # The largest frame this worker may send: never allocate past it.
+            channel = ProcessChannel(frame_cap(self._spec.limits.max_result_bytes))
+        else:
+            channel = LocalChannel()
         def lost(why: str) -> None:
             self._on_lost(channel, why)
 
@@ -317,9 +360,9 @@ class MCPConnection:
             else:
                 logger.log(msg.level, "%s: %s", self._spec.name, msg.message)
             return
-        if isinstance(msg, Opened) and msg.id == 0:
-            # Unsolicited: the worker started a fresh server (a restart).
-            # Follow its pid, so a worker death kills the right group.
+        if isinstance(msg, Started):
+            # The worker started a fresh server (a restart). Follow its pid,
+            # so a worker death kills the right group.
             self._server_pid = msg.server_pid
             return
         fut = self._pending.pop(msg.id, None)
@@ -415,9 +458,21 @@ class MCPConnection:
             fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
             self._pending[rid] = fut
             channel.send(Close(id=rid))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(fut, CLOSE_WAIT)
-            self._pending.pop(rid, None)
+            # The reply or the channel's loss, whichever comes first: a worker
+            # that dies while closing never answers.
+            lost = asyncio.ensure_future(channel.wait_lost())
+            either: set[asyncio.Future[Any]] = {fut, lost}
+            try:
+                await asyncio.wait(either, timeout=CLOSE_WAIT, return_when=asyncio.FIRST_COMPLETED)
+                died = lost.done() and not fut.done()
+            finally:
+                lost.cancel()
+                self._pending.pop(rid, None)
+            if died and self._server_pid is not None:
+                # As in _on_lost (which ignores a closed connection): the
+                # parent-death signal takes the server, not its group.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self._server_pid, signal.SIGKILL)
         await channel.aclose()
 
 

@@ -325,20 +325,25 @@ def test_import_lovia_mcp_never_imports_mcp_and_an_isolated_run_leaves_it_unload
     assert proc.stdout.splitlines() == ["isolated", "loaded: []"]
 
 
-def test_a_missing_mcp_package_is_a_user_error_with_the_install_hint_at_open_time() -> None:
+def test_stdio_servers_never_need_mcp_and_an_http_server_without_it_is_a_user_error_with_the_install_hint() -> None:
     proc = _python(f"""
         import asyncio, sys
         sys.modules["mcp"] = None  # `import mcp` now raises ImportError
         from lovia import Agent, Runner
         from lovia.exceptions import UserError
-        from lovia.testing import ScriptedProvider, text
-        from lovia_mcp import MCP, MCPServerStdio
+        from lovia.testing import ScriptedProvider, call, text
+        from lovia_mcp import MCP, MCPServerStdio, MCPServerStreamableHTTP
 
         async def main():
-            server = MCPServerStdio(command=sys.executable, args={raw_args()!r}, isolation="none")
+            # The host runs in this process: the stdio path is the worker's own client.
+            server = MCPServerStdio(command=sys.executable, args={raw_args()!r}, name="raw", isolation="none")
+            model = ScriptedProvider([call("raw__echo", {{"text": "no sdk"}}), text("done")])
+            result = await Runner.run(Agent(name="a", model=model, plugins=[MCP(server)]), "go")
+            print(result.entries[-2].output)
+            http = MCPServerStreamableHTTP(url="http://127.0.0.1:9/mcp", isolation="none")
             model = ScriptedProvider([text("never reached")])
             try:
-                await Runner.run(Agent(name="a", model=model, plugins=[MCP(server)]), "go")
+                await Runner.run(Agent(name="a", model=model, plugins=[MCP(http)]), "go")
             except UserError as exc:
                 print("UserError:", str(exc).replace("\\n", " | "))
             print("model calls:", len(model.calls))
@@ -347,7 +352,8 @@ def test_a_missing_mcp_package_is_a_user_error_with_the_install_hint_at_open_tim
     """)
 
     assert proc.returncode == 0, proc.stderr
-    first, second = proc.stdout.splitlines()
-    assert first.startswith("UserError: MCP support requires the 'mcp' package")
+    echoed, first, second = proc.stdout.splitlines()
+    assert echoed == "no sdk"
+    assert first.startswith("UserError: MCP over HTTP requires the 'mcp' package")
     assert "hint: Install it with: pip install" in first
     assert second == "model calls: 0"

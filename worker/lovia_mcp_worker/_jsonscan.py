@@ -19,7 +19,7 @@ JSON object.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -69,12 +69,14 @@ class IdScanner:
         return self.found or self.hopeless
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        buf = bytes(data) if not isinstance(data, bytes) else data
+        # Scanned in place (regular expressions take any buffer): a copy of a
+        # cap-sized line would double the worker's memory at the worst moment.
+        buf: Any = data
         pos, end = 0, len(buf)
         while pos < end and not self.done:
             pos = self._step(buf, pos, end)
 
-    def _step(self, buf: bytes, pos: int, end: int) -> int:
+    def _step(self, buf: Any, pos: int, end: int) -> int:
         phase = self._phase
         if phase in (_STRING, _KEY_STRING):
             return self._in_string(buf, pos, end)
@@ -96,7 +98,7 @@ class IdScanner:
         if phase == _ID_VALUE:
             m = _SCALAR_END.search(buf, pos)
             stop = end if m is None else m.start()
-            self._value += buf[pos:stop]
+            self._value += bytes(buf[pos : min(stop, pos + _ID_MAX + 1)])
             if len(self._value) > _ID_MAX:
                 self.hopeless = True
             elif m is not None:
@@ -157,7 +159,7 @@ class IdScanner:
         self._string_return = then
         self._phase = _STRING
 
-    def _in_string(self, buf: bytes, pos: int, end: int) -> int:
+    def _in_string(self, buf: Any, pos: int, end: int) -> int:
         start = pos
         if self._escape:
             self._escape = False
@@ -189,11 +191,11 @@ class IdScanner:
             self._phase = self._string_return
         return stop + 1
 
-    def _keep(self, piece: bytes) -> None:
+    def _keep(self, piece: Any) -> None:
         if self._phase == _KEY_STRING:
-            self._key = (self._key + piece)[: _KEY_MAX + 1]
+            self._key = (self._key + bytes(piece[: _KEY_MAX + 1]))[: _KEY_MAX + 1]
         else:
-            self._value += piece
+            self._value += bytes(piece[: _ID_MAX + 1])
             if len(self._value) > _ID_MAX:
                 self.hopeless = True
 
