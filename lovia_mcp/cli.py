@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from lovia.exceptions import LoviaError, MCPError, UserError
 
+from ._names import prefix_head
 from .config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .render import render_mcp_content
 
@@ -395,24 +396,42 @@ def _same_server(ns: argparse.Namespace, command: list[str] | None) -> str:
     return f"{PROG} tools{' --name ' + shlex.quote(ns.name) if ns.name else ''} {where}"
 
 
+def _raw_tool_name(wanted: str, raw_names: dict[str, str], head: str) -> str | None:
+    """The server's name for the tool the user typed, or None.
+
+    Takes the name as an agent sees it, the same without the ``--name``
+    prefix, or the server's own raw name (names the server lists with spaces
+    or dots are offered under a made-safe name, but typing the raw one works).
+    """
+    for visible in (wanted, head + wanted):
+        if visible in raw_names:
+            return raw_names[visible]
+    return wanted if wanted in raw_names.values() else None
+
+
 async def _call(
     ns: argparse.Namespace, server: MCPServer, arguments: dict[str, Any], command: list[str] | None
 ) -> int:
     async with server.session() as conn:
-        names = {t.name for t in conn.tools()}
-        prefix = f"{conn.prefix}__" if conn.prefix else ""
-        listed = ns.tool if ns.tool.startswith(prefix) and ns.tool in names else prefix + ns.tool
-        if listed not in names:
+        head = prefix_head(conn.prefix)
+        found = _raw_tool_name(ns.tool, conn.raw_names, head)
+        if found is None:
             import difflib
 
-            raw_names = sorted(n[len(prefix):] for n in names)
-            close = [prefix + c for c in difflib.get_close_matches(listed[len(prefix):], raw_names, n=3)]
+            # Matched on the tool parts and the raw names, suggested as the
+            # visible names: what this command and an agent both take.
+            keys: dict[str, str] = {}
+            for visible, raw_name in sorted(conn.raw_names.items()):
+                keys.setdefault(visible[len(head):], visible)
+                keys.setdefault(raw_name, visible)
+            typed = ns.tool[len(head):] if head and ns.tool.startswith(head) else ns.tool
+            close = list(dict.fromkeys(keys[c] for c in difflib.get_close_matches(typed, sorted(keys), n=3)))
             raise _UsageError(
                 f"the server has no tool {ns.tool!r}",
                 hint=(f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else "")
                 + f"List them with: {_same_server(ns, command)}",
             )
-        raw = listed[len(prefix):]
+        raw = found
         call = conn.call_tool(raw, arguments, timeout=ns.timeout)
         try:
             result = await (call if ns.timeout is None else asyncio.wait_for(call, ns.timeout))

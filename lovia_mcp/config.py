@@ -187,12 +187,22 @@ class MCPServerStdio(MCPServer):
         return os.path.basename(self.command)
 
     def _spec(self) -> ServerSpec:
+        # Absolute and fixed here, at open time: the worker's own cwd is the
+        # forkserver's (whatever it was when it started), and lovia's plugin
+        # starts a server in the agent's cwd, relative cwd= included.
+        try:
+            cwd = os.path.abspath(os.getcwd() if self.cwd is None else os.fspath(self.cwd))
+        except FileNotFoundError:
+            raise UserError(
+                "the agent's working directory no longer exists, so the server has none to start in",
+                hint="Pass cwd= an existing absolute directory, or change to one before opening.",
+            ) from None
         return ServerSpec(
             transport="stdio",
             command=self.command,
             args=list(self.args or []),
             env=self._env(self.env),
-            cwd=None if self.cwd is None else os.fspath(self.cwd),
+            cwd=cwd,
             **self._common(),
         )
 
