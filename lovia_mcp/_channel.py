@@ -1,15 +1,18 @@
 """Channels from a connection to its session host.
 
-- :class:`ProcessChannel`: a worker process forked from a ``multiprocess``
-  forkserver that has the worker package and ``mcp`` preloaded; frames over a
-  socket pair, read without ever blocking the agent's event loop, decoded
-  only as typed msgspec with a size cap.
+- :class:`ProcessChannel`: a worker process forked from lovia-mcp's own
+  forkserver (:mod:`lovia_mcp_worker.process`), which has the worker package
+  and ``mcp`` preloaded; frames over a socket pair, read without ever
+  blocking the agent's event loop, decoded only as typed msgspec and never
+  past the frame cap agreed for the connection (:mod:`lovia_mcp_worker.framing`).
 - :class:`LocalChannel`: the same :class:`~lovia_mcp_worker.host.Host` in
   the agent's own loop (``isolation="none"``); messages are passed as objects.
 
-Caveats: the forkserver is process-global (one per agent process, shared with
-any other ``multiprocess`` forkserver user). Where it does not exist (not
-POSIX) workers are spawned, which costs a fresh interpreter per worker.
+Both can be awaited for their loss (:meth:`wait_lost`), so that a close
+never waits for a reply from a worker that is already gone.
+
+Caveats: the forkserver is process-global (one per agent process, started
+on first use). Process isolation needs POSIX (fork, descriptor passing).
 """
 
 from __future__ import annotations
@@ -18,69 +21,40 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
+from lovia.exceptions import UserError
 
-from lovia_mcp_worker.protocol import (
-    HEADER,
-    MAX_FRAME_BYTES,
-    AgentMessage,
-    Open,
-    WorkerMessage,
-    agent_decoder,
-    encoder,
-)
+from lovia_mcp_worker.framing import FrameReader, send_frame
+from lovia_mcp_worker.process import SUPPORTED, ForkServer, WorkerProcess
+from lovia_mcp_worker.protocol import AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
 # Modules the forkserver imports once so every worker starts with them loaded.
 # A missing module (no ``mcp``) is skipped by the forkserver; the worker then
 # reports it at open time with the install hint.
 PRELOAD: Final = [
     "lovia_mcp_worker._preload_begin",
-    "lovia_mcp_worker.process",
     "lovia_mcp_worker.main",
     "lovia_mcp_worker._warm",
 ]
-# The reader's buffer for small frames; larger frames get their own.
-READ_BUFFER: Final = 64 * 1024
 # How long a worker gets to exit after its pipe closed or Close was answered.
 WORKER_EXIT_WAIT: Final = 5.0
 
 OnMessage = Callable[[WorkerMessage], None]
 OnLost = Callable[[str], None]
 
-_ctx_lock = threading.Lock()
-_ctx: tuple[Any, Any] | None = None  # (multiprocess context, worker process class)
-
-
-def _context() -> tuple[Any, Any]:
-    global _ctx
-    with _ctx_lock:
-        if _ctx is None:
-            import multiprocess
-
-            if "forkserver" in multiprocess.get_all_start_methods():
-                from lovia_mcp_worker.process import WorkerProcess
-
-                ctx = multiprocess.get_context("forkserver")
-                ctx.set_forkserver_preload(PRELOAD)
-                _ctx = (ctx, WorkerProcess)
-            else:  # pragma: no cover - non-POSIX
-                ctx = multiprocess.get_context("spawn")
-                _ctx = (ctx, ctx.Process)
-        return _ctx
+_forkserver = ForkServer(PRELOAD)
+# The reader under its former name (tests count the bytes it reads).
+_Reader = FrameReader
 
 
 def warm_up() -> None:
     """Start the forkserver now (it imports ``mcp`` in the background)."""
-    ctx, _ = _context()
-    if ctx.get_start_method() == "forkserver":
-        from multiprocess import forkserver
-
-        forkserver.ensure_running()
+    if SUPPORTED:
+        _forkserver.ensure_running()
 
 
 def warm_up_soon() -> None:
@@ -93,116 +67,40 @@ def _quiet_warm_up() -> None:
         warm_up()
 
 
-class _Reader(asyncio.BufferedProtocol):
-    """Length-prefixed frames from the worker, read without stalling the loop.
-
-    Small frames are parsed in place from one fixed buffer. A frame larger than
-    that buffer gets a buffer of its exact size, which the socket reads fill
-    directly: the copying (and the page faults of fresh memory) happen inside
-    the ``recv_into`` system calls, spread over many loop iterations, instead
-    of in one Python step that joins chunks at the end.
-    """
-
-    def __init__(self, on_message: OnMessage, on_lost: Callable[[str | None], None]) -> None:
-        self._on_message = on_message
-        self._on_lost = on_lost
-        self._dec = agent_decoder()
-        self._buf = bytearray(READ_BUFFER)
-        self._view = memoryview(self._buf)
-        self._start = 0  # first unparsed byte in _buf
-        self._end = 0  # end of the data in _buf
-        self._big: memoryview | None = None  # the body of a frame larger than _buf
-        self._big_have = 0
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._big is not None:
-            return self._big[self._big_have :]
-        if self._end == len(self._buf):
-            # Full: move the partial frame to the front (it fits: frames
-            # larger than the buffer go to their own).
-            rest = self._end - self._start
-            self._buf[:rest] = self._view[self._start : self._end]
-            self._start, self._end = 0, rest
-        return self._view[self._end :]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._big is not None:
-            self._big_have += nbytes
-            if self._big_have == len(self._big):
-                body, self._big = self._big, None
-                self._deliver(body)
-            return
-        self._end += nbytes
-        self._parse()
-
-    def _parse(self) -> None:
-        size = HEADER.size
-        while self._end - self._start >= size:
-            (need,) = HEADER.unpack_from(self._buf, self._start)
-            if need > MAX_FRAME_BYTES:
-                self._fail(f"the worker sent a {need:,}-byte frame (cap {MAX_FRAME_BYTES:,})")
-                return
-            body_start = self._start + size
-            if self._end - body_start >= need:
-                self._start = body_start + need
-                if not self._deliver(self._view[body_start : self._start]):
-                    return
-                continue
-            if size + need > len(self._buf):
-                have = self._end - body_start
-                big = memoryview(bytearray(need))
-                big[:have] = self._view[body_start : self._end]
-                self._big, self._big_have = big, have
-                self._start = self._end = 0
-            return
-        if self._start == self._end:
-            self._start = self._end = 0
-
-    def _deliver(self, body: memoryview) -> bool:
-        try:
-            msg = self._dec.decode(body)
-        except msgspec.DecodeError as exc:
-            self._fail(f"the worker sent an undecodable message: {exc}")
-            return False
-        self._on_message(msg)
-        return True
-
-    def _fail(self, why: str) -> None:
-        if self.transport is not None:
-            self.transport.abort()
-        self._on_lost(why)
-
-    def eof_received(self) -> bool | None:
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._on_lost(None)
+def helper_pids() -> set[int]:
+    """Pids of this process's long-lived helpers (the forkserver), shared by every connection."""
+    pid = _forkserver.pid
+    return set() if pid is None else {pid}
 
 
 class ProcessChannel:
-    """A worker process reached over a socket pair."""
+    """A worker process reached over a socket pair.
 
-    def __init__(self) -> None:
+    ``cap`` is the largest frame accepted from the worker
+    (``frame_cap(max_result_bytes)``); a larger one drops the worker.
+    """
+
+    def __init__(self, cap: int) -> None:
         self._enc = encoder()
-        self._proc: Any = None
+        self.cap = cap
+        self._proc: WorkerProcess | None = None
         self._transport: asyncio.Transport | None = None
         self._lost = False
         self._losing = False
+        self._gone = asyncio.Event()  # the pipe is lost or closed
         self.pid: int | None = None
 
     async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
+        if not SUPPORTED:
+            raise UserError(
+                "Process isolation needs a POSIX system (fork and descriptor passing).",
+                hint="Use isolation='none' on this platform.",
+            )
         # Blocking (a forkserver round trip; the first one waits for the
         # preload), so it runs on a thread, never on the agent's loop.
-        proc, parent_conn = await asyncio.to_thread(_start_worker)
+        proc, sock = await asyncio.to_thread(_forkserver.start_worker)
         self._proc = proc
         self.pid = proc.pid
-        sock = socket.socket(fileno=os.dup(parent_conn.fileno()))
-        parent_conn.close()
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
 
@@ -216,6 +114,7 @@ class ProcessChannel:
                 on_lost(why)
 
         def lost(why: str | None) -> None:
+            self._gone.set()
             if self._lost or self._losing:
                 return
             self._losing = True
@@ -226,7 +125,8 @@ class ProcessChannel:
             task = loop.create_task(asyncio.to_thread(self._exit_description))
             task.add_done_callback(lambda t: report(t.result()))
 
-        self._transport, _ = await loop.create_connection(lambda: _Reader(on_message, lost), sock=sock)
+        reader = FrameReader(agent_decoder(), on_message, lost, cap=self.cap, peer="the worker")
+        self._transport, _ = await loop.create_connection(lambda: reader, sock=sock)
 
     def _exit_description(self) -> str:
         proc = self._proc
@@ -249,6 +149,10 @@ class ProcessChannel:
     def alive(self) -> bool:
         return not self._lost
 
+    async def wait_lost(self) -> None:
+        """Return once the pipe to the worker is lost (or the channel closed)."""
+        await self._gone.wait()
+
     def send(self, msg: AgentMessage) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
@@ -256,13 +160,13 @@ class ProcessChannel:
         if isinstance(msg, Open):
             # The agent's environment now, not the forkserver's copy from
             # when it started.
-            msg = Open(id=msg.id, spec=msg.spec, environ=dict(os.environ))
-        body = self._enc.encode(msg)
-        transport.writelines((HEADER.pack(len(body)), body))
+            msg = msgspec.structs.replace(msg, environ=dict(os.environ))
+        send_frame(transport, self._enc.encode(msg))
 
     async def aclose(self) -> None:
         """Drop the pipe and make sure the worker is gone (bounded)."""
         self._lost = True
+        self._gone.set()
         if self._transport is not None:
             self._transport.close()
         proc = self._proc
@@ -271,42 +175,12 @@ class ProcessChannel:
         await asyncio.to_thread(_reap, proc)
 
 
-def _start_worker() -> tuple[Any, Any]:
-    """Start a worker (blocking); returns the process and the agent's pipe end."""
-    from lovia_mcp_worker.main import run
-
-    ctx, process_class = _context()
-    parent_conn, child_conn = ctx.Pipe(duplex=True)
-    proc = process_class(target=run, args=(child_conn,), name="lovia-mcp-worker", daemon=False)
-    try:
-        proc.start()
-    finally:
-        child_conn.close()
-    _untrack(proc)
-    return proc, parent_conn
-
-
-def _untrack(proc: Any) -> None:
-    """Keep multiprocess's exit handler from joining this worker.
-
-    At interpreter exit multiprocess joins every non-daemon child it started;
-    a worker ends only when its pipe closes, which happens only once the
-    agent has exited, so a connection left open would hang the agent's exit
-    for ever. Untracked, the worker sees the pipe close at exit, kills its
-    server tree and exits, as when the agent dies. (A daemon worker would be
-    sent SIGTERM instead, leaving its server's orphans behind.)
-    """
-    from multiprocess import process
-
-    process._children.discard(proc)
-
-
-def _reap(proc: Any) -> None:
+def _reap(proc: WorkerProcess) -> None:
     proc.join(WORKER_EXIT_WAIT)
     if proc.exitcode is None:
-        with contextlib.suppress(Exception):
-            proc.kill()
+        proc.kill()
         proc.join(WORKER_EXIT_WAIT)
+    proc.close()
 
 
 class LocalChannel:
@@ -316,6 +190,7 @@ class LocalChannel:
         self._host: Any = None
         self.pid: int | None = os.getpid()
         self.alive = True
+        self._gone = asyncio.Event()
 
     async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
         from lovia_mcp_worker.host import Host
@@ -325,10 +200,15 @@ class LocalChannel:
     def send(self, msg: AgentMessage) -> None:
         self._host.handle(msg)
 
+    async def wait_lost(self) -> None:
+        """Return once the channel is closed (the host cannot be lost otherwise)."""
+        await self._gone.wait()
+
     async def aclose(self) -> None:
         self.alive = False
+        self._gone.set()
         if self._host is not None:
             await self._host.aclose()
 
 
-__all__ = ["LocalChannel", "ProcessChannel", "warm_up", "warm_up_soon"]
+__all__ = ["PRELOAD", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon"]

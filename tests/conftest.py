@@ -51,20 +51,10 @@ def register_shared(pid: int) -> None:
 
 
 def _shared_helper_pids() -> set[int]:
-    """The forkserver and multiprocess's resource tracker: shared by design."""
-    out: set[int] = set()
-    try:
-        from multiprocess import forkserver, resource_tracker
+    """lovia-mcp's forkserver: one per agent process, shared by design."""
+    from lovia_mcp._channel import helper_pids
 
-        for pid in (
-            forkserver._forkserver._forkserver_pid,  # type: ignore[attr-defined]
-            resource_tracker._resource_tracker._pid,  # type: ignore[attr-defined]
-        ):
-            if pid is not None:
-                out.add(pid)
-    except Exception:  # noqa: BLE001 - not started yet
-        pass
-    return out
+    return helper_pids()
 
 
 def _exempt() -> set[int]:

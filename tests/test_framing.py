@@ -1,21 +1,53 @@
-"""The agent's frame reader, fed the way asyncio feeds a BufferedProtocol.
+"""The frame reader both sides use, fed the way asyncio feeds a BufferedProtocol.
 
 Pure logic, so driven directly: every frame must come out whole and in
 order whatever the read boundaries, small frames parsed in place and large
-ones through their own buffer.
+ones through their own buffer. The agent's reader drops a worker that sends
+a frame over the cap without allocating it; the worker's reader skips such a
+frame and carries on. One process test at the end: a real worker survives
+an oversized frame from the agent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+import sys
+from typing import Any
 
+import msgspec
 import pytest
+from conftest import PY, RAW_SERVER, run
 
-from lovia_mcp import _channel
-from lovia_mcp_worker.protocol import HEADER, ContentBlock, Log, Result, WorkerMessage, encoder
+from lovia_mcp import MCPServerStdio
+from lovia_mcp_worker.framing import (
+    FRAME_OVERHEAD,
+    HEAD_BYTES,
+    MAX_REQUEST_BYTES,
+    READ_BUFFER,
+    FrameReader,
+    frame_cap,
+    peek_id,
+)
+from lovia_mcp_worker.protocol import (
+    HEADER,
+    AgentMessage,
+    CallTool,
+    Close,
+    ContentBlock,
+    GetStats,
+    Log,
+    Result,
+    WorkerMessage,
+    agent_decoder,
+    encoder,
+    worker_decoder,
+)
+
+Skipped = tuple[int, str, bytes]
 
 
-def frames(messages: list[WorkerMessage]) -> bytes:
+def frames(messages: list[Any]) -> bytes:
     enc = encoder()
     out = b""
     for m in messages:
@@ -24,14 +56,41 @@ def frames(messages: list[WorkerMessage]) -> bytes:
     return out
 
 
-def feed(reader: _channel._Reader, data: bytes, sizes: random.Random) -> None:
+def feed(reader: FrameReader[Any], data: bytes, sizes: random.Random, most: int = 300_000) -> int:
+    """Feed ``data`` in random-sized reads; returns the largest buffer ``get_buffer`` gave."""
     pos = 0
+    largest = 0
     while pos < len(data):
         buf = reader.get_buffer(-1)
-        n = min(len(buf), len(data) - pos, sizes.randint(1, 300_000))
+        largest = max(largest, len(buf))
+        n = min(len(buf), len(data) - pos, sizes.randint(1, most))
         buf[:n] = data[pos : pos + n]
         reader.buffer_updated(n)
         pos += n
+    return largest
+
+
+def agent_reader(
+    got: list[WorkerMessage], lost: list[str | None], cap: int = frame_cap(32 * 1024 * 1024)
+) -> FrameReader[WorkerMessage]:
+    return FrameReader(agent_decoder(), got.append, lost.append, cap=cap, peer="the worker")
+
+
+def worker_reader(
+    got: list[AgentMessage], lost: list[str | None], skipped: list[Skipped], cap: int = MAX_REQUEST_BYTES
+) -> FrameReader[AgentMessage]:
+    def on_skip(size: int, why: str, head: bytes) -> None:
+        skipped.append((size, why, head))
+
+    return FrameReader(worker_decoder(), got.append, lost.append, cap=cap, peer="the agent", on_skip=on_skip)
+
+
+def result_of(size: int, rid: int = 1) -> Result:
+    return Result(id=rid, content=[ContentBlock(type="text", text="x" * size)])
+
+
+def body_size(msg: Any) -> int:
+    return len(encoder().encode(msg))
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -43,29 +102,147 @@ def test_frames_come_out_whole_and_in_order_whatever_the_read_boundaries(seed: i
         if i % 3 == 0:
             sent.append(Log(level=20, message=f"line {i}"))
         else:
-            sent.append(Result(id=i, content=[ContentBlock(type="text", text="x" * size)]))
+            sent.append(result_of(size, rid=i))
     got: list[WorkerMessage] = []
     lost: list[str | None] = []
-    reader = _channel._Reader(got.append, lost.append)
-    feed(reader, frames(sent), rng)
+    feed(agent_reader(got, lost), frames(sent), rng)
     assert got == sent
     assert lost == []
 
 
-def test_a_frame_over_the_cap_drops_the_worker_instead_of_allocating() -> None:
+def test_a_frame_over_the_cap_drops_the_worker_before_allocating_anything() -> None:
+    cap = frame_cap(1000)
     lost: list[str | None] = []
-    reader = _channel._Reader(lambda m: None, lost.append)
+    reader = agent_reader([], lost, cap=cap)
     buf = reader.get_buffer(-1)
-    buf[:4] = HEADER.pack(_channel.MAX_FRAME_BYTES + 1)
+    buf[:4] = HEADER.pack(cap + 1)
+    reader.buffer_updated(4)
+    assert lost and f"{cap + 1:,}-byte frame (cap {cap:,})" in str(lost[0])
+    # Nothing was allocated for the frame: the next buffer is the fixed one.
+    assert len(reader.get_buffer(-1)) <= READ_BUFFER
+
+
+def test_the_agent_never_allocates_past_the_cap_it_agreed_to() -> None:
+    # 512 MiB used to be the one cap for every connection; a header alone
+    # then bought a buffer of that size.
+    cap = frame_cap(2 * 1024 * 1024)
+    lost: list[str | None] = []
+    got: list[WorkerMessage] = []
+    reader = agent_reader(got, lost, cap=cap)
+    at_cap = result_of(2 * 1024 * 1024)
+    largest = feed(reader, frames([at_cap]), random.Random(1))
+    assert got == [at_cap] and lost == []
+    assert largest <= max(cap, READ_BUFFER)
+    buf = reader.get_buffer(-1)
+    buf[:4] = HEADER.pack(512 * 1024 * 1024)
     reader.buffer_updated(4)
     assert lost and "frame" in str(lost[0])
+    assert len(reader.get_buffer(-1)) <= READ_BUFFER
+
+
+@pytest.mark.parametrize("side", ["agent", "worker"])
+def test_a_frame_exactly_at_the_cap_passes(side: str) -> None:
+    rng = random.Random(7)
+    lost: list[str | None] = []
+    skipped: list[Skipped] = []
+    if side == "agent":
+        msg: Any = result_of(100_000)
+        cap = body_size(msg)
+        got_w: list[WorkerMessage] = []
+        largest = feed(agent_reader(got_w, lost, cap=cap), frames([msg, msg]), rng)
+        got: list[Any] = list(got_w)
+    else:
+        msg = CallTool(id=3, name="echo", arguments=b'{"text": "' + b"y" * 100_000 + b'"}')
+        cap = body_size(msg)
+        got_a: list[AgentMessage] = []
+        largest = feed(worker_reader(got_a, lost, skipped, cap=cap), frames([msg, msg]), rng)
+        got = list(got_a)
+    assert got == [msg, msg]
+    assert lost == [] and skipped == []
+    assert largest <= max(cap, READ_BUFFER)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_worker_skips_an_oversized_frame_in_any_pieces_and_the_next_comes_out_whole(seed: int) -> None:
+    rng = random.Random(seed)
+    cap = 200_000
+    big = CallTool(id=41, name="echo", arguments=b'{"text": "' + b"z" * 1_000_000 + b'"}')
+    after = [CallTool(id=42, name="echo", arguments=b'{"text": "hi"}'), Close(id=43)]
+    before = [GetStats(id=40)]
+    got: list[AgentMessage] = []
+    lost: list[str | None] = []
+    skipped: list[Skipped] = []
+    reader = worker_reader(got, lost, skipped, cap=cap)
+    largest = feed(reader, frames([*before, big, *after]), rng, most=rng.choice([7, 5000, 300_000]))
+    assert got == [*before, *after]
+    assert lost == []
+    [(size, why, head)] = skipped
+    assert size == body_size(big) and f"{size:,}-byte frame (cap {cap:,})" in why
+    assert len(head) == HEAD_BYTES and peek_id(head) == 41
+    # Skipped through the fixed buffer: never a buffer for the big frame.
+    assert largest <= READ_BUFFER
+
+
+def test_the_worker_skips_an_undecodable_frame_and_reports_it() -> None:
+    got: list[AgentMessage] = []
+    lost: list[str | None] = []
+    skipped: list[Skipped] = []
+    reader = worker_reader(got, lost, skipped)
+    data = HEADER.pack(3) + b"\xc1\xc1\xc1" + frames([Close(id=9)])
+    feed(reader, data, random.Random(3))
+    assert got == [Close(id=9)] and lost == []
+    [(size, why, _)] = skipped
+    assert size == 3 and "undecodable" in why
 
 
 def test_an_undecodable_frame_drops_the_worker_with_a_clear_reason() -> None:
     lost: list[str | None] = []
-    reader = _channel._Reader(lambda m: None, lost.append)
+    reader = agent_reader([], lost)
     data = HEADER.pack(3) + b"\xc1\xc1\xc1"
     buf = reader.get_buffer(-1)
     buf[: len(data)] = data
     reader.buffer_updated(len(data))
     assert lost and "undecodable" in str(lost[0])
+
+
+@pytest.mark.parametrize("rid", [0, 1, 127, 128, 255, 256, 65_535, 65_536, 2**32, 2**63])
+def test_peek_id_reads_the_id_of_any_request_from_its_first_bytes(rid: int) -> None:
+    for msg in (CallTool(id=rid, name="n" * 200, arguments=b"{}"), Close(id=rid), GetStats(id=rid)):
+        assert peek_id(encoder().encode(msg)[:HEAD_BYTES]) == rid
+
+
+def test_peek_id_gives_none_for_anything_else() -> None:
+    assert peek_id(b"") is None
+    assert peek_id(b"\xc1\xc1\xc1") is None
+    assert peek_id(encoder().encode(Log(level=20, message="x"))) is None
+    assert peek_id(encoder().encode(CallTool(id=5, name="x", arguments=b"{}"))[:12]) is None
+
+
+def test_frame_cap_is_the_result_limit_plus_a_fixed_overhead() -> None:
+    assert frame_cap(0) == FRAME_OVERHEAD
+    assert frame_cap(32 * 1024 * 1024) == 32 * 1024 * 1024 + FRAME_OVERHEAD
+    # A result at the limit, in the envelope the worker sends it in, fits.
+    assert body_size(result_of(32 * 1024 * 1024)) <= frame_cap(32 * 1024 * 1024)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process test, Linux-only")
+def test_a_worker_survives_an_oversized_frame_from_the_agent_and_answers_it() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw")
+        async with server.session() as conn:
+            worker = conn.worker_pid
+            channel: Any = conn._channel  # noqa: SLF001 - the test writes past the connection's checks
+            rid = 10_000
+            fut = asyncio.get_running_loop().create_future()
+            conn._pending[rid] = fut  # noqa: SLF001 - to see the worker's answer to the raw frame
+            big = CallTool(id=rid, name="echo", arguments=msgspec.json.encode({"text": "x" * (MAX_REQUEST_BYTES + 1)}))
+            body = encoder().encode(big)
+            channel._transport.writelines((HEADER.pack(len(body)), body))  # noqa: SLF001
+            reply = await asyncio.wait_for(fut, 20)
+            assert reply.kind == "too_large" and f"{len(body):,} bytes" in reply.message, reply
+            assert str(await conn.call_tool("echo", {"text": "hi"})) == "hi"
+            assert conn.worker_pid == worker
+            print(f"worker skipped a {len(body):,}-byte frame and answered; same pid {worker}")
+
+    run(main())

@@ -119,7 +119,7 @@ class WorkerProcess:
             self._got += chunk
         else:
             (self.exitcode,) = _SIGNED.unpack(self._got)
-        self.close()
+        self._close()
 
     def kill(self) -> None:
         """SIGKILL the worker, unless it is known to have exited."""
@@ -128,6 +128,10 @@ class WorkerProcess:
                 os.kill(self.pid, signal.SIGKILL)
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         status, self._status = self._status, None
         if status is not None:
             status.close()
