@@ -32,9 +32,10 @@ exited or died) the forkserver exits; the workers do not need it any more.
 
 Caveats: POSIX only (``fork``, descriptor passing); the agent refuses process
 isolation elsewhere. The environment a worker inherits is the forkserver's,
-from when it started; the agent's current one arrives with ``Open``. A child
-the agent forks without exec keeps the control socket open, and with it the
-forkserver, until it exits.
+from when it started; the agent's current one arrives with ``Open``. A copy
+of the agent made by ``os.fork`` closes its copy of the control socket at
+once (so it does not keep the forkserver alive) and starts a forkserver of
+its own if it needs workers.
 """
 
 from __future__ import annotations
@@ -145,13 +146,26 @@ class ForkServer:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
-        self._owner = 0  # the pid that started it (a forked agent starts its own)
         self._atexit = False
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
 
     @property
     def pid(self) -> int | None:
         proc = self._proc
-        return proc.pid if proc is not None and self._owner == os.getpid() else None
+        return None if proc is None else proc.pid
+
+    def _forget(self) -> None:
+        """In a forked copy of the agent: that forkserver is the parent's.
+
+        Its control socket is closed here, so the copy does not keep it
+        alive; the copy starts its own if it needs workers.
+        """
+        self._lock = threading.Lock()
+        if self._ctrl is not None:
+            with contextlib.suppress(OSError):
+                self._ctrl.close()
+        self._ctrl = self._proc = None
 
     def ensure_running(self) -> None:
         """Start the forkserver unless it runs (it preloads in the background)."""
@@ -198,12 +212,7 @@ class ForkServer:
         socket.send_fds(self._ctrl, [b"W"], fds, _NOSIGNAL)
 
     def _ensure_running(self) -> None:
-        if self._owner != os.getpid():
-            # A forked copy of the agent: that forkserver is the parent's.
-            if self._ctrl is not None:
-                self._ctrl.close()
-            self._proc = self._ctrl = None
-        elif self._proc is not None and self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None:
             return
         self._stop()
         ours, theirs = socket.socketpair()
@@ -223,7 +232,7 @@ class ForkServer:
             raise
         finally:
             theirs.close()
-        self._ctrl, self._owner = ours, os.getpid()
+        self._ctrl = ours
         if not self._atexit:
             atexit.register(self.stop)
             self._atexit = True
@@ -231,8 +240,7 @@ class ForkServer:
     def stop(self) -> None:
         """Ask the forkserver to exit and reap it (bounded); workers live on."""
         with self._lock:
-            if self._owner == os.getpid():
-                self._stop()
+            self._stop()
 
     def _stop(self) -> None:
         ctrl, proc = self._ctrl, self._proc

@@ -1,0 +1,86 @@
+"""lovia-mcp's own forkserver (lovia_mcp_worker.process), through real agent processes.
+
+A worker never re-imports the agent's ``__main__`` (an unguarded script's
+top level runs once, however many workers start), and the forkserver goes
+with the agent, even one killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _sup_helpers import alive_after_sync
+from conftest import PY, RAW_SERVER
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
+
+# An agent process reports once its workers run: seconds on a loaded machine.
+REPORT_WAIT = 15.0
+
+
+def _agent_script(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import asyncio, json, sys\n"
+        "from lovia_mcp import MCPServerStdio\n"
+        "from lovia_mcp._channel import helper_pids\n"
+        f"open({str(tmp_path / 'imports.log')!r}, 'a').write('imported\\n')  # unguarded\n"
+        "async def main():\n"
+        f"    server = MCPServerStdio(command={PY!r}, args=[{RAW_SERVER!r}], name='raw')\n"
+        f"{body}"
+        "asyncio.run(main())\n"
+    )
+    return str(script)
+
+
+@pytest.mark.timeout(30)
+def test_an_unguarded_agent_script_runs_once_however_many_workers_start(tmp_path: Path) -> None:
+    script = _agent_script(
+        tmp_path,
+        "    conns = [await server.open() for _ in range(3)]\n"
+        "    print(json.dumps([c.worker_pid for c in conns]), flush=True)\n"
+        "    assert str(await conns[0].call_tool('echo', {'text': 'hi'})) == 'hi'\n"
+        "    for c in conns:\n"
+        "        await c.close()\n",
+    )
+    done = subprocess.run([PY, script], capture_output=True, text=True, timeout=25)
+    assert done.returncode == 0, done.stderr
+    workers = json.loads(done.stdout.splitlines()[-1])
+    assert len(set(workers)) == 3
+    assert (tmp_path / "imports.log").read_text() == "imported\n"
+
+
+@pytest.mark.timeout(30)
+def test_the_forkserver_goes_with_an_agent_killed_by_sigkill(tmp_path: Path) -> None:
+    script = _agent_script(
+        tmp_path,
+        "    conn = await server.open()\n"
+        "    print(json.dumps({'forkserver': sorted(helper_pids()), 'worker': conn.worker_pid}), flush=True)\n"
+        "    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)\n",
+    )
+    agent = subprocess.Popen([PY, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert agent.stdout is not None
+        ready, _, _ = select.select([agent.stdout], [], [], REPORT_WAIT)
+        assert ready, "the agent process did not report its pids"
+        report = json.loads(agent.stdout.readline())
+        [forkserver] = report["forkserver"]
+        assert forkserver not in (agent.pid, report["worker"])
+        os.kill(agent.pid, signal.SIGKILL)
+        agent.wait(5)
+        alive, took = alive_after_sync([forkserver, report["worker"]], 2.0)
+        assert alive == [], f"still alive {took:.2f} s after the agent's SIGKILL: {alive}"
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(5)
+        for stream in (agent.stdin, agent.stdout, agent.stderr):
+            if stream is not None:
+                stream.close()
