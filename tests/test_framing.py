@@ -35,9 +35,13 @@ from lovia_mcp_worker.protocol import (
     CallTool,
     Close,
     ContentBlock,
+    Failure,
     GetStats,
+    Limits,
     Log,
+    Open,
     Result,
+    ServerSpec,
     WorkerMessage,
     agent_decoder,
     encoder,
@@ -223,6 +227,61 @@ def test_frame_cap_is_the_result_limit_plus_a_fixed_overhead() -> None:
     assert frame_cap(32 * 1024 * 1024) == 32 * 1024 * 1024 + FRAME_OVERHEAD
     # A result at the limit, in the envelope the worker sends it in, fits.
     assert body_size(result_of(32 * 1024 * 1024)) <= frame_cap(32 * 1024 * 1024)
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[bytes] = []
+
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, list_of_data: Any) -> None:
+        data = b"".join(list_of_data)
+        (n,) = HEADER.unpack_from(data)
+        assert len(data) == HEADER.size + n
+        self.frames.append(data[HEADER.size :])
+
+
+def test_the_worker_never_sends_a_frame_over_the_cap_that_came_with_open() -> None:
+    from lovia_mcp_worker.main import _Channel
+
+    async def main() -> None:
+        handled: list[AgentMessage] = []
+
+        class Host:
+            def handle(self, msg: AgentMessage) -> None:
+                handled.append(msg)
+
+        channel = _Channel(lambda emit: Host())
+        transport = _Transport()
+        channel.reader.connection_made(transport)
+        dec = agent_decoder()
+        assert channel.cap == frame_cap(0)  # the smallest an agent can read with, until Open
+        spec = ServerSpec(name="s", transport="stdio", limits=Limits(max_result_bytes=1000))
+        data = frames([Open(id=1, spec=spec)])
+        channel.reader.get_buffer(-1)[: len(data)] = data
+        channel.reader.buffer_updated(len(data))
+        assert [type(m) for m in handled] == [Open]
+        cap = frame_cap(1000)
+        assert channel.cap == cap
+        at_cap = result_of(100_000, rid=2)
+        at_cap = result_of(100_000 + cap - body_size(at_cap), rid=2)
+        assert body_size(at_cap) == cap
+        channel.emit(at_cap)
+        channel.emit(result_of(cap, rid=3))
+        channel.emit(Log(level=30, message="x" * cap))
+        channel.emit(Log(level=30, message="small"))
+        got = [dec.decode(f) for f in transport.frames]
+        assert all(len(f) <= cap for f in transport.frames)
+        assert got[0] == at_cap
+        failure = got[1]
+        assert isinstance(failure, Failure) and failure.id == 3 and failure.kind == "too_large"
+        assert "over the frame cap" in failure.message and failure.hint and "max_result_bytes" in failure.hint
+        assert got[2:] == [Log(level=30, message="small")]  # the oversized Log was dropped
+
+    run(main())
 
 
 @pytest.mark.timeout(30)
