@@ -40,6 +40,9 @@ PRELOAD: Final = [
     "lovia_mcp_worker.main",
     "lovia_mcp_worker._warm",
 ]
+# Put before ``_warm`` (which freezes what is loaded) when HTTP servers are
+# used: every HTTP worker then starts with the SDK loaded.
+PRELOAD_HTTP: Final = [*PRELOAD[:-1], "lovia_mcp_worker._warm_http", PRELOAD[-1]]
 # How long a worker gets to exit after its pipe closed or Close was answered.
 WORKER_EXIT_WAIT: Final = 5.0
 
@@ -51,20 +54,23 @@ _forkserver = ForkServer(PRELOAD)
 _Reader = FrameReader
 
 
-def warm_up() -> None:
-    """Start the forkserver now (it imports ``mcp`` in the background)."""
+def warm_up(*, http: bool = False) -> None:
+    """Start the forkserver now (it preloads in the background).
+
+    With ``http``, it preloads the MCP SDK too, if it is not running yet.
+    """
     if SUPPORTED:
-        _forkserver.ensure_running()
+        _forkserver.ensure_running(PRELOAD_HTTP if http else None)
 
 
-def warm_up_soon() -> None:
+def warm_up_soon(*, http: bool = False) -> None:
     """:func:`warm_up` on a daemon thread, so building a plugin never blocks."""
-    threading.Thread(target=_quiet_warm_up, name="lovia-mcp-warm-up", daemon=True).start()
+    threading.Thread(target=_quiet_warm_up, args=(http,), name="lovia-mcp-warm-up", daemon=True).start()
 
 
-def _quiet_warm_up() -> None:
+def _quiet_warm_up(http: bool) -> None:
     with contextlib.suppress(Exception):
-        warm_up()
+        warm_up(http=http)
 
 
 def helper_pids() -> set[int]:
@@ -211,4 +217,4 @@ class LocalChannel:
             await self._host.aclose()
 
 
-__all__ = ["PRELOAD", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon"]
+__all__ = ["PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon"]

@@ -167,9 +167,15 @@ class ForkServer:
                 self._ctrl.close()
         self._ctrl = self._proc = None
 
-    def ensure_running(self) -> None:
-        """Start the forkserver unless it runs (it preloads in the background)."""
+    def ensure_running(self, preload: Sequence[str] | None = None) -> None:
+        """Start the forkserver unless it runs (it preloads in the background).
+
+        ``preload``, if given, replaces the preload list for this start and
+        later ones; a forkserver already running keeps what it loaded.
+        """
         with self._lock:
+            if preload is not None:
+                self._preload = list(preload)
             self._ensure_running()
 
     def start_worker(self) -> tuple[WorkerProcess, socket.socket]:
