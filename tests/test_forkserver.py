@@ -84,3 +84,35 @@ def test_the_forkserver_goes_with_an_agent_killed_by_sigkill(tmp_path: Path) -> 
         for stream in (agent.stdin, agent.stdout, agent.stderr):
             if stream is not None:
                 stream.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_workers_exit_status_reaches_the_agent_through_the_forkserver() -> None:
+    # The worker is the forkserver's child: the agent learns how it ended
+    # from the status socket, not from waitpid.
+    import asyncio
+
+    from lovia_mcp._channel import ProcessChannel
+    from lovia_mcp_worker.framing import frame_cap
+    from lovia_mcp_worker.protocol import Close, Closed
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        killed = ProcessChannel(frame_cap(0))
+        why: asyncio.Future[str] = loop.create_future()
+        await killed.start(lambda m: None, why.set_result)
+        assert killed.pid is not None
+        os.kill(killed.pid, signal.SIGKILL)
+        assert await asyncio.wait_for(why, 10) == "the worker process was killed by SIGKILL"
+        await asyncio.wait_for(killed.wait_lost(), 1)
+        await killed.aclose()
+
+        closed = ProcessChannel(frame_cap(0))
+        replied: asyncio.Future[object] = loop.create_future()
+        await closed.start(lambda m: replied.set_result(m) if isinstance(m, Closed) else None, lambda w: None)
+        closed.send(Close(id=1))
+        assert await asyncio.wait_for(replied, 10) == Closed(id=1)
+        await closed.aclose()
+        assert closed._proc is not None and closed._proc.exitcode == 0  # noqa: SLF001
+
+    asyncio.run(main())
