@@ -2,7 +2,8 @@
 
 - :class:`ProcessChannel`: a worker process forked from lovia-mcp's own
   forkserver (:mod:`lovia_mcp_worker.process`), which has the worker package
-  and ``mcp`` preloaded; frames over a socket pair, read without ever
+  preloaded (and the MCP SDK where HTTP servers are used, see
+  :func:`warm_up`); frames over a socket pair, read without ever
   blocking the agent's event loop, decoded only as typed msgspec and never
   past the frame cap agreed for the connection (:mod:`lovia_mcp_worker.framing`).
 - :class:`LocalChannel`: the same :class:`~lovia_mcp_worker.host.Host` in
