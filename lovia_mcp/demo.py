@@ -198,20 +198,10 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
 
 
 def _shared_helpers() -> dict[int, str]:
-    """The multiprocess forkserver and resource tracker: one per agent process, by design."""
-    out: dict[int, str] = {}
-    try:
-        from multiprocess import forkserver, resource_tracker
+    """The forkserver: one per agent process, by design."""
+    from ._channel import helper_pids
 
-        for pid, what in (
-            (getattr(forkserver._forkserver, "_forkserver_pid", None), "forkserver"),
-            (getattr(resource_tracker._resource_tracker, "_pid", None), "resource tracker"),
-        ):
-            if pid is not None:
-                out[pid] = what
-    except Exception:  # noqa: BLE001 - private attributes; a missing one only widens the check
-        pass
-    return out
+    return {pid: "forkserver" for pid in helper_pids()}
 
 
 def _alive(pid: int) -> bool:

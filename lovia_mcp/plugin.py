@@ -22,7 +22,7 @@ from lovia.run_context import RunContext
 from lovia.tools import Tool
 
 from ._channel import warm_up_soon
-from .config import ISOLATIONS, Isolation, MCPServer
+from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStreamableHTTP
 from .connection import MCPConnection
 
 logger = logging.getLogger("lovia_mcp")
@@ -62,9 +62,12 @@ class MCP:
         self.name = name
         self.isolation: Isolation = isolation
         self._open: weakref.WeakSet[MCPConnection] = weakref.WeakSet()
-        if any(isinstance(s, MCPServer) and (s.isolation or isolation) == "process" for s in servers):
-            # The first worker then forks from a warm forkserver.
-            warm_up_soon()
+        isolated = [s for s in servers if isinstance(s, MCPServer) and (s.isolation or isolation) == "process"]
+        if isolated:
+            # The first worker then forks from a warm forkserver; with the MCP
+            # SDK preloaded only if an HTTP server will need it (stdio workers
+            # never import it).
+            warm_up_soon(http=any(isinstance(s, MCPServerStreamableHTTP) for s in isolated))
 
     def connections(self) -> list[MCPConnection]:
         """The connections this plugin opened that are still open (for ``stats()``)."""
