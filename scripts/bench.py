@@ -47,9 +47,9 @@ Usage::
 
 To measure another copy of the code (a snapshot, a prototype), put it first
 on PYTHONPATH: ``PYTHONPATH=DIR:DIR/worker``. An environment variable, not a
-``sys.path`` edit: multiprocess's forkserver ignores the parent's sys.path
-and would import the installed worker package instead. The report names the
-source it measured.
+``sys.path`` edit: every client runs in a fresh child interpreter, which
+would import the installed packages instead. The report names the source it
+measured.
 """
 
 from __future__ import annotations
