@@ -210,3 +210,22 @@ def test_a_generation_moves_only_along_its_drawn_transitions() -> None:
         assert gen.state is State.DOWN and gen.down.is_set()
 
     asyncio.run(main())
+
+
+def test_a_host_refuses_an_open_from_an_agent_speaking_another_wire_protocol() -> None:
+    from lovia_mcp_worker.host import Host
+    from lovia_mcp_worker.protocol import PROTOCOL_VERSION, Failure, Open, ServerSpec, WorkerMessage
+
+    async def main() -> None:
+        out: list[WorkerMessage] = []
+        host = Host(out.append, subreaper=False)
+        spec = ServerSpec(name="x", transport="stdio", command="true")
+        host.handle(Open(id=1, spec=spec, protocol=PROTOCOL_VERSION + 1))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        await host.aclose()
+        [failure] = [m for m in out if isinstance(m, Failure)]
+        assert failure.id == 1 and "wire protocol" in failure.message
+        assert "restart the agent" in (failure.hint or "")
+
+    asyncio.run(main())

@@ -200,20 +200,20 @@ class StderrLines:
 
 
 class _Pipes(asyncio.SubprocessProtocol):
-    def __init__(self, session: StdioSession) -> None:
-        self._session = session
+    def __init__(self, owner: StdioSession) -> None:
+        self._owner = owner
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
-            self._session.framer.feed(data)
+            self._owner.framer.feed(data)
         elif fd == 2:
-            self._session.stderr.feed(data)
+            self._owner.stderr.feed(data)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self._session._pipe_lost(fd)
+        self._owner.pipe_lost(fd)
 
     def process_exited(self) -> None:
-        self._session._process_exited()
+        self._owner.process_exited()
 
 
 class StdioSession:
@@ -314,7 +314,7 @@ class StdioSession:
             return
         self.end(failures.unattributable(cap, size, list(self.stderr.tail)))
 
-    def _pipe_lost(self, fd: int) -> None:
+    def pipe_lost(self, fd: int) -> None:
         if fd == 1:
             self.framer.eof()
             self._loop.create_task(self._closed_pipe("stdout"))
@@ -331,7 +331,7 @@ class StdioSession:
         if not self.exited.done():
             self.end(failures.pipe_closed(which, list(self.stderr.tail)))
 
-    def _process_exited(self) -> None:
+    def process_exited(self) -> None:
         assert self.transport is not None
         rc = self.transport.get_returncode()
         self._loop.create_task(self._report_exit(-1 if rc is None else rc))
