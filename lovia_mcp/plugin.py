@@ -3,9 +3,9 @@
 Per run, ``setup`` opens every server config (closing them at run end) and
 uses every live connection as is (never closing it). Servers with
 ``defer=True`` are reached through one shared ``search_mcp_tools`` /
-``call_mcp_tool`` pair, built by lovia's own code so behaviour matches
-exactly. When setup fails half-way, exactly the connections it opened are
-closed.
+``call_mcp_tool`` pair, built by a copy of lovia's own code (``_deferred``)
+so behaviour matches exactly. When setup fails half-way, exactly the
+connections it opened are closed.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 from lovia.exceptions import UserError
 from lovia.plugins.base import PluginInstance
-from lovia.plugins.mcp import _deferred_instructions, _make_call_tool, _make_search_tool
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
 from ._channel import warm_up_soon
+from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStreamableHTTP
 from .connection import MCPConnection
 
@@ -124,9 +124,9 @@ class MCP:
             raise
         instructions: str | None = None
         if deferred:
-            exposed.append(_make_search_tool(deferred))
-            exposed.append(_make_call_tool(deferred))
-            instructions = _deferred_instructions(deferred_by_server)
+            exposed.append(make_search_tool(deferred))
+            exposed.append(make_call_tool(deferred))
+            instructions = deferred_instructions(deferred_by_server)
         return PluginInstance(tools=exposed, instructions=instructions, aclose=aclose)
 
 

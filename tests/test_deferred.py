@@ -3,7 +3,8 @@
 Their tools leave the agent's tool list; one shared ``search_mcp_tools`` /
 ``call_mcp_tool`` pair reaches them; a system-prompt section names them; and
 approval, retries, timeout, renderer and output cap are delegated to the
-underlying tool exactly as lovia's own plugin does it.
+underlying tool exactly as lovia's own plugin does it. lovia-mcp's copy of
+lovia's (private) deferred helpers is checked against the originals.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ import pytest
 from _agent import ISOLATIONS, Model, RAW_TOOLS, drive, outputs
 from conftest import PY, raw_args, run
 from lovia import Agent, Runner
+from lovia.exceptions import ToolError
 from lovia.messages import ToolCall
-from lovia.plugins.mcp import _deferred_instructions
+from lovia.plugins.mcp import _deferred_instructions, _make_call_tool, _make_search_tool
 from lovia.run_context import RunContext
 from lovia.runtime.result import RunResult
 from lovia.testing import call, text
-from lovia.tools.base import truncate_tool_output
+from lovia.tools import Tool, tool
+from lovia.tools.base import run_tool, truncate_tool_output
 
 from lovia_mcp import MCP, MCPServerStdio, MCPToolResult, UserError
+from lovia_mcp._deferred import deferred_instructions, make_call_tool, make_search_tool
 
 
 def raw(isolation: str, name: str | None = "d", *, defer: bool = True, **options: Any) -> MCPServerStdio:
@@ -169,3 +173,65 @@ def test_a_deferred_tool_named_like_an_exposed_tool_is_refused_at_setup(isolatio
 
     with pytest.raises(UserError, match="deferred MCP tool name clash with exposed tools: same__echo"):
         run(Runner.run(agent, "go"))
+
+
+def _catalog() -> dict[str, Tool]:
+    @tool(name="d__echo", description="Echo the text back.", needs_approval=lambda args, ctx: args.get("text") == "secret")
+    async def echo(text: str) -> str:
+        return text
+
+    @tool(name="d__add", description="Add two integers.")
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    @tool(name="d__shout", description="Echo the text back in capitals.", max_output_chars=8)
+    async def shout(text: str) -> str:
+        return text.upper()
+
+    return {t.name: t for t in (echo, add, shout)}
+
+
+async def _answers(search: Tool, invoke: Tool) -> list[Any]:
+    ctx = RunContext(deps=None, entries=[], agent=Agent(name="tester", model=Model()))
+    answers: list[Any] = [
+        invoke.requires_approval(args, ctx)
+        for args in (
+            {"tool": "d__echo", "arguments": {"text": "secret"}},
+            {"tool": "d__echo", "arguments": "not an object"},
+            {"tool": "d__nope"},
+        )
+    ]
+    for query in ({"query": "echo"}, {"query": "d__add"}, {"query": "nothing here"}, {"query": "d", "max_results": 1}):
+        answers.append(await run_tool(search, query, ctx))
+    for arguments in (
+        {"tool": "d__add", "arguments": {"a": 1, "b": 2}},
+        {"tool": "d__shout", "arguments": {"text": "much too long"}},
+        {"tool": "d__ecko"},
+        {"tool": "zzz"},
+        {"tool": "d__add", "arguments": {"a": "x"}},
+    ):
+        try:
+            answers.append(await run_tool(invoke, arguments, ctx))
+        except ToolError as exc:
+            answers.append((type(exc).__name__, str(exc), exc.hint))
+    return answers
+
+
+def test_the_copied_deferred_helpers_show_the_model_exactly_what_lovias_own_plugin_shows() -> None:
+    catalog = _catalog()
+    ours = (make_search_tool(catalog), make_call_tool(catalog))
+    lovias = (_make_search_tool(catalog), _make_call_tool(catalog))
+    by_server = [("beta", ["beta__z", "beta__a"]), (None, ["echo"])]
+
+    for mine, theirs in zip(ours, lovias):
+        assert mine.openai_schema() == theirs.openai_schema()
+        assert (mine.retries, mine.timeout, mine.max_output_chars, mine.parallel, mine.policies) == (
+            theirs.retries, theirs.timeout, theirs.max_output_chars, theirs.parallel, theirs.policies,
+        )
+    assert deferred_instructions(by_server) == _deferred_instructions(by_server)
+    answers = run(_answers(*ours))
+    assert answers == run(_answers(*lovias))
+    # The comparison covered approval, hits, misses, overflow, delegation and errors.
+    assert answers[:3] == [True, False, False] and answers[7] == "3"
+    assert answers[8] == truncate_tool_output("MUCH TOO LONG", 8)
+    assert [a[0] for a in answers[9:]] == ["ToolError", "ToolError", "InvalidToolArguments"]

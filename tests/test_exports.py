@@ -1,16 +1,19 @@
 """The public surface: complete top-level exports, an ``__all__`` on every
 public module that names only what exists, and clean imports on both sides
-of the process boundary.
+of the process boundary, which use only the public names of the packages
+they build on.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import ModuleType
 
 import lovia.exceptions
@@ -112,3 +115,118 @@ def test_the_worker_package_imports_cleanly_and_never_imports_lovia() -> None:
 
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.strip() == "[]"
+
+
+# Packages whose private names (any module or name segment with a leading
+# underscore) may change in any release, so neither side may use them.
+FOREIGN = frozenset({"lovia", "mcp", "mcp_types", "multiprocess"})
+
+
+def _is_private(segment: str) -> bool:
+    # Dunders (``__version__``) are public by convention.
+    return segment.startswith("_") and not (segment.startswith("__") and segment.endswith("__"))
+
+
+def _chain(node: ast.expr) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]``; None unless it is a plain dotted name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(parts)]
+
+
+def private_foreign_names(source: str) -> list[str]:
+    """Every use of a private name of a FOREIGN package in ``source``, as ``line: what``."""
+    tree = ast.parse(source)
+    found: list[str] = []
+    # Local names bound to a foreign module or object: private attributes
+    # reached through them count too.
+    roots = set(FOREIGN)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] in FOREIGN:
+                    roots.add(alias.asname or parts[0])
+                    if any(map(_is_private, parts)):
+                        found.append(f"{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = node.module.split(".")
+            if parts[0] in FOREIGN:
+                for alias in node.names:
+                    roots.add(alias.asname or alias.name)
+                    # The local alias may be private (``as _Lovia...``); what
+                    # matters is the foreign name.
+                    if any(map(_is_private, parts)) or _is_private(alias.name):
+                        found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            chain = _chain(node)
+            if chain is not None and chain[0] in roots:
+                found.append(f"{node.lineno}: {'.'.join(chain)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _is_private(node.args[1].value)
+        ):
+            chain = _chain(node.args[0])
+            if chain is not None and chain[0] in roots:
+                found.append(f"{node.lineno}: {node.func.id}({'.'.join(chain)}, {node.args[1].value!r})")
+    return sorted(found, key=lambda f: int(f.split(":")[0]))
+
+
+def _package_sources() -> list[Path]:
+    return sorted([*(ROOT / "lovia_mcp").rglob("*.py"), *(ROOT / "worker" / "lovia_mcp_worker").rglob("*.py")])
+
+
+def test_the_private_name_scan_flags_every_form_of_private_use_and_nothing_public() -> None:
+    source = textwrap.dedent("""
+        import mcp.shared._httpx_utils
+        import multiprocess as mp
+        from lovia.plugins.mcp import _make_call_tool
+        from lovia.tools._http import HttpClient
+        from lovia.plugins import mcp as lovia_plugin
+        from lovia.plugins.mcp import MCPToolResult as _LoviaMCPToolResult
+        from lovia.tools import Tool
+        from mypkg import _fine
+        from ._local import _fine_too
+        mcp.shared._x
+        mp.context._default_context
+        lovia_plugin._deferred_instructions
+        Tool._handoff
+        getattr(mp, "_private")
+        mp.__version__
+        _LoviaMCPToolResult.content
+        self._closed
+    """)
+
+    assert private_foreign_names(source) == [
+        "2: import mcp.shared._httpx_utils",
+        "4: from lovia.plugins.mcp import _make_call_tool",
+        "5: from lovia.tools._http import HttpClient",
+        "11: mcp.shared._x",
+        "12: mp.context._default_context",
+        "13: lovia_plugin._deferred_instructions",
+        "14: Tool._handoff",
+        "15: getattr(mp, '_private')",
+    ]
+
+
+def test_neither_side_uses_a_private_name_of_lovia_the_mcp_sdk_or_multiprocess() -> None:
+    sources = _package_sources()
+    assert any(p.name == "plugin.py" for p in sources) and any(p.name == "host.py" for p in sources)
+
+    found = [
+        f"{path.relative_to(ROOT)}:{use}"
+        for path in sources
+        for use in private_foreign_names(path.read_text(encoding="utf-8"))
+    ]
+
+    assert found == []
