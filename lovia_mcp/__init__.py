@@ -22,7 +22,7 @@ from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
-from lovia_mcp_worker.protocol import Limits, Stats
+from lovia_mcp_worker.protocol import Limits, Sandbox, Stats
 
 # A library logs, it does not print: without the application's own logging
 # set-up, records stop here instead of reaching stderr via the last resort.
@@ -38,6 +38,7 @@ __all__ = [
     "MCPServerStdio",
     "MCPServerStreamableHTTP",
     "MCPToolResult",
+    "Sandbox",
     "Stats",
     "UserError",
     "normalize_schema",

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from lovia.exceptions import UserError
 from lovia.tools.base import ApprovalPredicate, ToolResultRenderer
-from lovia_mcp_worker.protocol import Limits, ServerSpec
+from lovia_mcp_worker.protocol import Limits, Sandbox, ServerSpec
+
+from . import _sandbox_config
 
 if TYPE_CHECKING:
     from .connection import MCPConnection
@@ -169,9 +171,12 @@ class MCPServerStdio(MCPServer):
     args: list[str] | None = None
     env: dict[str, str] | None = None
     cwd: str | os.PathLike[str] | None = None
+    sandbox: Sandbox | bool | dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        # Normalised once: a dict (VS Code's "sandbox" block) or True becomes a Sandbox.
+        object.__setattr__(self, "sandbox", _sandbox_config.coerce(self.sandbox))
         if not isinstance(self.command, str) or not self.command.strip():
             raise UserError(f"command must be a non-empty string, got {self.command!r}",
                             hint="MCPServerStdio(command='uvx', args=['mcp-server-time'])")
@@ -203,6 +208,7 @@ class MCPServerStdio(MCPServer):
             args=list(self.args or []),
             env=self._env(self.env),
             cwd=cwd,
+            sandbox=None if not isinstance(self.sandbox, Sandbox) else _sandbox_config.resolved(self.sandbox, cwd),
             **self._common(),
         )
 
@@ -243,4 +249,5 @@ __all__ = [
     "MCPServer",
     "MCPServerStdio",
     "MCPServerStreamableHTTP",
+    "Sandbox",
 ]

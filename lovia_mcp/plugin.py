@@ -10,6 +10,7 @@ connections it opened are closed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,10 @@ from lovia.tools import Tool
 
 from ._channel import warm_up_soon
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
-from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStreamableHTTP
+from lovia_mcp_worker.protocol import Sandbox
+
+from . import _sandbox_config
+from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .connection import MCPConnection
 
 logger = logging.getLogger("lovia_mcp")
@@ -49,7 +53,13 @@ class MCP:
 
     name: str
 
-    def __init__(self, *servers: MCPServerLike, name: str = "mcp", isolation: Isolation = "process") -> None:
+    def __init__(
+        self,
+        *servers: MCPServerLike,
+        name: str = "mcp",
+        isolation: Isolation = "process",
+        sandbox: Sandbox | bool | dict[str, Any] | None = None,
+    ) -> None:
         if isolation not in ISOLATIONS:
             raise UserError(f"unknown isolation {isolation!r}", hint="Use isolation='process' or 'none'.")
         for s in servers:
@@ -61,6 +71,16 @@ class MCP:
         self.servers = tuple(servers)
         self.name = name
         self.isolation: Isolation = isolation
+        # The default for stdio configs that set no sandbox of their own.
+        self.sandbox = _sandbox_config.coerce(sandbox)
+        if self.sandbox is not None:
+            servers = tuple(
+                dataclasses.replace(s, sandbox=self.sandbox)
+                if isinstance(s, MCPServerStdio) and s.sandbox is None
+                else s
+                for s in servers
+            )
+            self.servers = servers
         self._open: weakref.WeakSet[MCPConnection] = weakref.WeakSet()
         isolated = [s for s in servers if isinstance(s, MCPServer) and (s.isolation or isolation) == "process"]
         if isolated:

@@ -24,8 +24,9 @@ import sys
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from . import sandbox
 from .guard import die_with_parent
-from .protocol import Limits, ServerSpec
+from .protocol import Limits, Sandbox, ServerSpec
 
 ENV_ALLOWLIST: Final = (
     "PATH",
@@ -95,6 +96,9 @@ def wrapper_exec_error(returncode: int, stderr_tail: list[str]) -> str | None:
     line, say) raises in the worker; with it, setpriv exits 126 or 127 and
     says why on stderr. This reads that back so the error is the same.
     """
+    sandboxed = sandbox.setup_error(returncode, stderr_tail)
+    if sandboxed is not None:
+        return sandboxed
     if _SETPRIV is None or returncode not in (126, 127) or not stderr_tail:
         return None
     last = stderr_tail[-1]
@@ -131,6 +135,19 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
     return found
 
 
+async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> list[str]:
+    """``argv`` inside the sandbox; with a network allowlist, behind the worker's proxy (sets ``env``)."""
+    proxy_socket: str | None = None
+    if isinstance(box.network, list):
+        from . import netroute
+
+        proxy_socket, argv = await netroute.route(box.network, argv, env)
+    try:
+        return sandbox.command(box, argv, cwd=spec.cwd, env=env, proxy_socket=proxy_socket)
+    except sandbox.SandboxError as exc:
+        raise LaunchError(str(exc), hint=exc.hint) from exc
+
+
 P = TypeVar("P", bound=asyncio.SubprocessProtocol)
 
 
@@ -139,7 +156,10 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
     env = server_environment(spec.env)
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
-    argv, preexec = _launch_plan(spec.limits, [resolve_command(spec, env), *spec.args])
+    argv = [resolve_command(spec, env), *spec.args]
+    if spec.sandbox is not None:
+        argv = await _sandboxed(spec, spec.sandbox, argv, env)
+    argv, preexec = _launch_plan(spec.limits, argv)
     loop = asyncio.get_running_loop()
     try:
         return await loop.subprocess_exec(

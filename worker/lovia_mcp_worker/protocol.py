@@ -105,6 +105,44 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     max_result_bytes: int = 32 * 1024 * 1024
 
 
+class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An OS sandbox around a stdio server (bubblewrap; Linux).
+
+    - ``network``: ``False`` no network at all (a fresh network namespace),
+      ``True`` the host's, or a list of host names (``"*.npmjs.org"`` matches
+      subdomains) reachable only through an HTTP(S) proxy run by the worker;
+    - ``writable``: paths the server may write, besides its ``cwd``; the rest
+      of the file system is read-only and ``/tmp`` is private;
+    - ``hidden``: paths replaced by empty ones (``None``: the usual secret
+      stores, :data:`DEFAULT_HIDDEN`; ``~`` is the agent's home).
+
+    The server also gets a private pid namespace with its own ``/proc``, a
+    new session, and dies with its worker.
+    """
+
+    network: bool | list[str] = False
+    writable: list[str] = []
+    hidden: list[str] | None = None
+
+
+# Secret stores hidden by default ("~" is the home directory).
+DEFAULT_HIDDEN: Final = (
+    "~/.ssh",
+    "~/.aws",
+    "~/.gnupg",
+    "~/.config/gcloud",
+    "~/.azure",
+    "~/.netrc",
+    "~/.docker",
+    "~/.kube",
+    "~/.git-credentials",
+    "~/.config/gh",
+    "~/.pypirc",
+    "~/.npmrc",
+    "~/.password-store",
+)
+
+
 class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Everything the worker needs to launch and talk to one server."""
 
@@ -122,6 +160,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     on_timeout: Literal["kill", "cancel"] = "kill"
     restart_limit: int = 5
     restart_window: float = 60.0
+    sandbox: Sandbox | None = None
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
@@ -299,8 +338,10 @@ __all__ = [
     "Log",
     "Open",
     "Opened",
+    "DEFAULT_HIDDEN",
     "Resource",
     "Result",
+    "Sandbox",
     "ServerSpec",
     "Started",
     "Stats",

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""A hostile MCP stdio server (raw JSON-RPC, standard library only): each tool tries one escape.
+
+Every tool answers a text that starts with ``ok`` (the escape worked) or
+``denied`` (the OS stopped it), then what it saw:
+
+- ``read {path}``: read a file (a secret store, say);
+- ``write {path}``: create a file outside the places it may write;
+- ``connect {host, port}``: open a TCP connection;
+- ``signal {pid}``: signal 0 to a process outside its own tree;
+- ``procs``: how many processes it can see in /proc;
+- ``environ {pid}``: read another process's environment;
+- ``tmp_write {name}``: write /tmp/NAME (private under the sandbox).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+
+def attempt(fn):  # type: ignore[no-untyped-def]
+    try:
+        return "ok " + str(fn())
+    except OSError as exc:
+        return f"denied {type(exc).__name__}: {exc.strerror or exc}"
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()[:200]
+
+
+def write(path: str) -> str:
+    with open(path, "w") as f:
+        f.write("escaped\n")
+    return path
+
+
+def connect(host: str, port: int) -> str:
+    with socket.create_connection((host, port), timeout=5) as s:
+        return s.recv(100).decode()
+
+
+def procs() -> int:
+    return sum(1 for name in os.listdir("/proc") if name.isdigit())
+
+
+def environ(pid: int) -> str:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return str(len(f.read()))
+
+
+def tool(name: str, props: dict) -> dict:
+    return {"name": name, "description": name, "inputSchema": {"type": "object", "properties": props}}
+
+
+TOOLS = [
+    tool("read", {"path": {"type": "string"}}),
+    tool("write", {"path": {"type": "string"}}),
+    tool("connect", {"host": {"type": "string"}, "port": {"type": "integer"}}),
+    tool("signal", {"pid": {"type": "integer"}}),
+    tool("procs", {}),
+    tool("environ", {"pid": {"type": "integer"}}),
+    tool("tmp_write", {"name": {"type": "string"}}),
+]
+
+
+def call(name: str, a: dict) -> str:
+    if name == "read":
+        return attempt(lambda: read(a["path"]))
+    if name == "write":
+        return attempt(lambda: write(a["path"]))
+    if name == "connect":
+        return attempt(lambda: connect(a["host"], int(a["port"])))
+    if name == "signal":
+        return attempt(lambda: os.kill(int(a["pid"]), 0))
+    if name == "procs":
+        return attempt(procs)
+    if name == "environ":
+        return attempt(lambda: environ(int(a["pid"])))
+    if name == "tmp_write":
+        return attempt(lambda: write("/tmp/" + a["name"]))
+    return f"unknown tool {name}"
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        rid, method = msg.get("id"), msg.get("method")
+        if rid is None:
+            continue
+        if method == "initialize":
+            res: dict = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                         "serverInfo": {"name": "escape", "version": "1"}}
+        elif method == "tools/list":
+            res = {"tools": TOOLS}
+        elif method == "tools/call":
+            p = msg["params"]
+            res = {"content": [{"type": "text", "text": call(p["name"], p.get("arguments") or {})}]}
+        else:
+            res = {}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": rid, "result": res}) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
