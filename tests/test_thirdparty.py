@@ -40,7 +40,7 @@ from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, batch, text
 from lovia.transcript import ToolResultEntry
 
-from lovia_mcp import MCP, MCPConnection, MCPServerStdio, MCPToolResult
+from lovia_mcp import MCP, MCPConnection, MCPServerStdio, MCPToolResult, Sandbox
 from lovia_mcp.render import default_renderer
 from lovia_mcp_worker.launch import ENV_ALLOWLIST
 
@@ -404,3 +404,91 @@ def test_git_server_reports_status_and_log_of_a_temporary_repository(loop: LoopT
     assert re.search(r"modified:\s+tracked\.txt", out), out
     assert "Untracked files" in out and "untracked.txt" in out
     assert not log.is_error and "first commit from the test" in rendered(log)
+
+
+# --------------------------------------------------------------------------- #
+# The same servers inside the sandbox
+# --------------------------------------------------------------------------- #
+def _need_sandbox() -> None:
+    from lovia_mcp_worker.sandbox import BWRAP
+
+    if BWRAP is None:
+        pytest.skip("bubblewrap is not available (Linux only)")
+
+
+def test_everything_server_works_in_a_sandbox_without_network(loop: LoopThread) -> None:
+    _need_sandbox()
+    server = everything(sandbox=Sandbox(network=False))
+
+    async def main() -> str:
+        async with server.session() as conn:
+            assert len(conn.tools()) > 5
+            return rendered(await conn.call_tool("echo", {"message": "boxed"}))
+
+    assert "boxed" in loop.run(main())
+
+
+def test_filesystem_server_in_a_sandbox_writes_only_its_directory_even_when_it_allows_everything(
+    loop: LoopThread, tmp_path: Path
+) -> None:
+    _need_node()
+    _need(FILESYSTEM_JS)
+    _need_sandbox()
+    assert NODE is not None
+    root = tmp_path / "root"
+    root.mkdir()
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("SECRET KEY\n")
+    outside = ROOT / ".cache" / f"fs-outside-{os.getpid()}"
+    outside.mkdir(parents=True, exist_ok=True)
+    # The server itself is told it may use the whole file system ("/"): the
+    # sandbox is what keeps it to root.
+    server = MCPServerStdio(command=NODE, args=[str(FILESYSTEM_JS), "/"], cwd=root, name="fs",
+                            env={"HOME": str(home)}, sandbox=Sandbox())
+
+    async def main() -> dict[str, MCPToolResult]:
+        async with server.session() as conn:
+            calls = {
+                "inside": ("write_file", {"path": str(root / "in.txt"), "content": "ok"}),
+                "read_back": ("read_text_file", {"path": str(root / "in.txt")}),
+                "outside": ("write_file", {"path": str(outside / "escaped.txt"), "content": "x"}),
+                "secret": ("read_text_file", {"path": str(home / ".ssh" / "id_rsa")}),
+            }
+            return {k: await conn.call_tool(name, args) for k, (name, args) in calls.items()}
+
+    try:
+        r = loop.run(main())
+        assert not r["inside"].is_error and rendered(r["read_back"]).strip() == "ok"
+        assert r["outside"].is_error, rendered(r["outside"])
+        assert not (outside / "escaped.txt").exists()
+        assert r["secret"].is_error and "SECRET" not in rendered(r["secret"])
+        print("outside write:", rendered(r["outside"])[:120], "| secret:", rendered(r["secret"])[:120])
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_git_server_in_a_sandbox_commits_to_a_repository_passed_as_writable(loop: LoopThread, tmp_path: Path) -> None:
+    _need(GIT_BIN)
+    _need_sandbox()
+    if shutil.which("git") is None:
+        pytest.skip("git is not on PATH: mcp-server-git needs it")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "a.txt").write_text("one\n")
+    ident = {"GIT_AUTHOR_NAME": "Boxed", "GIT_AUTHOR_EMAIL": "boxed@example.invalid",
+             "GIT_COMMITTER_NAME": "Boxed", "GIT_COMMITTER_EMAIL": "boxed@example.invalid"}
+    server = MCPServerStdio(command=str(GIT_BIN), name="git", env=ident, sandbox=Sandbox(writable=[str(repo)]))
+
+    async def main() -> tuple[MCPToolResult, MCPToolResult]:
+        async with server.session() as conn:
+            added = await conn.call_tool("git_add", {"repo_path": str(repo), "files": ["a.txt"]})
+            committed = await conn.call_tool("git_commit", {"repo_path": str(repo), "message": "from the sandbox"})
+            return added, committed
+
+    added, committed = loop.run(main())
+    assert not added.is_error, rendered(added)
+    assert not committed.is_error, rendered(committed)
+    log = subprocess.run(["git", "log", "--format=%s %an"], cwd=repo, capture_output=True, text=True, timeout=RUN_WAIT)
+    assert log.stdout.strip() == "from the sandbox Boxed"
