@@ -103,6 +103,8 @@ class Figure:
 FIGURES: tuple[Figure, ...] = (
     Figure("open", "open (spawn, handshake, list), warm", "ms", ("raw", "sdk"), "open", 1.5, "ratio", 1e3),
     Figure("close", "close, warm (not a goal)", "ms", ("raw", "sdk"), "open", None, None, 1e3),
+    # Paired: each sample is one sandboxed open minus the plain open just before it.
+    Figure("sandbox_cost", "open in Sandbox() minus a plain open, warm", "ms", ("raw",), "open", 10.0, "abs", 1e3),
     Figure("first_open", "first open in a fresh agent process", "ms", ("raw",), "first_open", 1.0, "ratio", 1e3),
     Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.3, "ratio", 1e3),
     Figure("concurrent", "{conc} concurrent small calls", "ms", ("raw", "sdk"), "concurrent", 1.0, "ratio", 1e3),
@@ -140,14 +142,26 @@ def _human_bytes(n: int) -> str:
 # --------------------------------------------------------------------------- #
 # Child side: one client, measured in its own process
 # --------------------------------------------------------------------------- #
-def _make_server(client: str, script: str) -> Any:
+def _make_server(client: str, script: str, *, sandbox: bool = False) -> Any:
     if client == "lovia":
         from lovia.plugins.mcp import MCPServerStdio as LoviaStdio
 
         return LoviaStdio(command=sys.executable, args=[script])
     import lovia_mcp
 
-    return lovia_mcp.MCPServerStdio(command=sys.executable, args=[script], isolation=client)
+    return lovia_mcp.MCPServerStdio(command=sys.executable, args=[script], isolation=client,
+                                    sandbox=lovia_mcp.Sandbox() if sandbox else None)
+
+
+async def _timed_open(client: str, script: str, *, sandbox: bool = False) -> tuple[float, float]:
+    cm = _make_server(client, script, sandbox=sandbox).session()
+    t0 = time.perf_counter()
+    conn = await cm.__aenter__()
+    t1 = time.perf_counter()
+    await cm.__aexit__(None, None, None)
+    t2 = time.perf_counter()
+    assert conn.tools()
+    return t1 - t0, t2 - t1
 
 
 def _tools(conn: Any) -> dict[str, Any]:
@@ -260,16 +274,24 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
         if not warmed:
             async with _make_server(client, script).session() as conn:
                 warmed = True
+        boxed = client != "lovia" and server == "raw" and _sandbox_available()
+        if boxed:
+            await _timed_open(client, script, sandbox=True)  # warm the sandbox path too
         for _ in range(reps):
-            cm = _make_server(client, script).session()
-            t0 = time.perf_counter()
-            conn = await cm.__aenter__()
-            t1 = time.perf_counter()
-            await cm.__aexit__(None, None, None)
-            t2 = time.perf_counter()
-            assert conn.tools()
-            add("open", t1 - t0)
-            add("close", t2 - t1)
+            opened, closed = await _timed_open(client, script)
+            add("open", opened)
+            add("close", closed)
+            if boxed:
+                opened_boxed, _ = await _timed_open(client, script, sandbox=True)
+                add("sandbox_cost", opened_boxed - opened)
+
+
+def _sandbox_available() -> bool:
+    try:
+        from lovia_mcp_worker.sandbox import BWRAP
+    except ImportError:  # an older snapshot without the sandbox
+        return False
+    return BWRAP is not None
 
 async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None:
     import psutil
