@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from lovia.exceptions import UserError
 from lovia.plugins.base import PluginInstance
@@ -62,6 +62,7 @@ class MCP:
     ) -> None:
         if isolation not in ISOLATIONS:
             raise UserError(f"unknown isolation {isolation!r}", hint="Use isolation='process' or 'none'.")
+        servers = tuple(_from_lovia(s) for s in servers)
         for s in servers:
             if not (isinstance(s, (MCPServer, MCPConnection)) or hasattr(s, "open")):
                 raise UserError(
@@ -148,6 +149,41 @@ class MCP:
             exposed.append(make_call_tool(deferred))
             instructions = deferred_instructions(deferred_by_server)
         return PluginInstance(tools=exposed, instructions=instructions, aclose=aclose)
+
+
+# The options lovia's own server configs share with ours, copied as they are.
+_LOVIA_SHARED: Final = (
+    "name", "include_tools", "exclude_tools", "needs_approval", "retries", "timeout",
+    "max_output_chars", "result_renderer", "auto_reconnect", "close_after_run", "defer",
+)
+
+
+def _from_lovia(server: object) -> object:
+    """lovia's own ``MCPServerStdio`` / ``MCPServerStreamableHTTP`` as lovia-mcp's configs.
+
+    Someone replacing the import one server at a time hands us lovia's
+    configs; they are converted (and so isolated). A live lovia connection
+    cannot be taken over: it is refused, before anything is opened.
+    """
+    from lovia.plugins import mcp as lovia_mcp_plugin
+
+    if isinstance(server, lovia_mcp_plugin.MCPConnection):
+        raise UserError(
+            "MCP() got a live connection of lovia's own plugin (lovia.plugins.mcp), which runs in this process",
+            hint="Pass the server config instead, or open it with lovia_mcp: "
+            "lovia_mcp.MCPServerStdio(...).session().",
+        )
+    if not isinstance(server, lovia_mcp_plugin.MCPServer):
+        return server
+    shared = {f: getattr(server, f) for f in _LOVIA_SHARED}
+    if isinstance(server, lovia_mcp_plugin.MCPServerStdio):
+        return MCPServerStdio(command=server.command, args=server.args, env=server.env, **shared)
+    if isinstance(server, lovia_mcp_plugin.MCPServerStreamableHTTP):
+        return MCPServerStreamableHTTP(url=server.url, headers=server.headers, **shared)
+    raise UserError(
+        f"MCP() cannot convert lovia's {type(server).__name__}",
+        hint="Use lovia_mcp.MCPServerStdio(...) or lovia_mcp.MCPServerStreamableHTTP(...).",
+    )
 
 
 __all__ = ["MCP", "MCPServerLike"]
