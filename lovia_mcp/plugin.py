@@ -158,7 +158,7 @@ _LOVIA_SHARED: Final = (
 )
 
 
-def _from_lovia(server: object) -> object:
+def _from_lovia(server: Any) -> Any:
     """lovia's own ``MCPServerStdio`` / ``MCPServerStreamableHTTP`` as lovia-mcp's configs.
 
     Someone replacing the import one server at a time hands us lovia's
