@@ -15,6 +15,7 @@ repository); its ``protocol`` module is the only one both sides import.
 """
 
 import logging
+from importlib import metadata as _metadata
 
 from lovia.exceptions import MCPError, UserError
 
@@ -24,11 +25,17 @@ from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
 from lovia_mcp_worker.protocol import Limits, Sandbox, Stats
 
+try:
+    __version__ = _metadata.version("lovia-mcp")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
 # A library logs, it does not print: without the application's own logging
 # set-up, records stop here instead of reaching stderr via the last resort.
 logging.getLogger("lovia_mcp").addHandler(logging.NullHandler())
 
 __all__ = [
+    "__version__",
     "MCP",
     "Limits",
     "MCPConnection",

@@ -66,7 +66,7 @@ examples:
   {PROG} tools --json -- python my_server.py --root /tmp
   {PROG} call echo '{{"message": "hi"}}' -- npx -y @modelcontextprotocol/server-everything
   {PROG} call get_time '{{}}' --timeout 10 --memory-mb 512 -- uvx mcp-server-time
-  {PROG} tools --url http://127.0.0.1:8000/mcp --header 'Authorization=Bearer ...'
+  {PROG} tools --url http://127.0.0.1:8000/mcp --header 'Authorization: Bearer ...'
   {PROG} demo
 """
 
@@ -112,6 +112,22 @@ def _pair(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _header(text: str) -> tuple[str, str]:
+    """``Name: value`` (curl's form) or ``NAME=VALUE``; a colon before any '=' wins.
+
+    A token value often ends in '=' (base64 padding), so splitting
+    ``Authorization: Bearer abc==`` at the '=' would be wrong.
+    """
+    colon, equals = text.find(":"), text.find("=")
+    if colon > 0 and (equals < 0 or colon < equals):
+        name, value = text[:colon].strip(), text[colon + 1 :].strip()
+        if name and " " not in name:
+            return name, value
+    if equals > 0:
+        return text[:equals].strip(), text[equals + 1 :]
+    raise argparse.ArgumentTypeError(f"expected 'Name: value' or NAME=VALUE, got {text!r}")
+
+
 def _verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0 if top else argparse.SUPPRESS,
@@ -124,8 +140,8 @@ def _server_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("server (a command after '--', or --url)")
     g.add_argument("--url", help="a streamable-HTTP MCP endpoint instead of a command")
-    g.add_argument("--header", metavar="NAME=VALUE", type=_pair, action="append", default=[],
-                   help="an HTTP header for --url (repeatable)")
+    g.add_argument("--header", metavar="'NAME: VALUE'", type=_header, action="append", default=[],
+                   help="an HTTP header for --url (repeatable; NAME=VALUE also works)")
     g.add_argument("--name", help="the server's name: prefixes its tools as NAME__tool, as in an agent")
     g = p.add_argument_group("how the server runs")
     g.add_argument("--cwd", metavar="DIR", help="the server's working directory")

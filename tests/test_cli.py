@@ -160,6 +160,18 @@ def test_call_json_with_arguments_from_stdin_shows_content_error_flag_and_struct
 
 
 
+def test_header_takes_curls_name_colon_value_form_and_name_equals_value() -> None:
+    from lovia_mcp.cli import _header
+
+    assert _header("Authorization: Bearer abc==") == ("Authorization", "Bearer abc==")
+    assert _header("X-Test=yes") == ("X-Test", "yes")
+    assert _header("X-Url=http://a:b") == ("X-Url", "http://a:b")
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        _header("no separator")
+
+
 def test_url_reaches_a_streamable_http_server_with_headers() -> None:
     pytest.importorskip("uvicorn")
     script = ROOT / "tests" / "servers" / "http_server.py"

@@ -230,3 +230,11 @@ def test_neither_side_uses_a_private_name_of_lovia_the_mcp_sdk_or_multiprocess()
     ]
 
     assert found == []
+
+
+def test_the_package_says_its_installed_version() -> None:
+    from importlib import metadata
+
+    import lovia_mcp
+
+    assert lovia_mcp.__version__ == metadata.version("lovia-mcp")
