@@ -1,0 +1,589 @@
+"""The worker's allowlist proxy: a sandboxed server's only way to the network.
+
+A server under ``Sandbox(network=["api.github.com", "*.npmjs.org"])`` runs in
+a fresh network namespace with only its own loopback. Its proxy variables
+(:func:`proxy_env`) point at ``127.0.0.1:BRIDGE_PORT`` inside the sandbox,
+where ``_netbridge.py`` (:func:`bridge_argv`) forwards each TCP connection to
+this proxy's unix socket, bound into the sandbox. The proxy, running in the
+worker outside the sandbox, answers:
+
+- ``CONNECT host:port``: ``200 Connection established``, then a byte tunnel,
+  when ``host`` is allowed;
+- an absolute-form request (``GET http://host/path``): forwarded in origin
+  form with ``Connection: close``, then bytes piped both ways;
+- anything else: ``403`` for a host that is not allowed (the body names it),
+  ``400`` for a malformed request, ``431``/``408`` for an oversized or
+  unfinished request head, ``502``/``504`` when the upstream cannot be
+  reached.
+
+Matching (:func:`host_allowed`): exact names, case-insensitive, trailing dot
+ignored; ``*.example.com`` matches every subdomain of ``example.com`` but not
+``example.com`` itself; IP literals (and names that end in a numeric label,
+which resolvers read as addresses: ``0x7f.1``) only when listed verbatim.
+
+Lifecycle: :func:`start` binds the unix socket (mode 0600) and serves;
+:meth:`Proxy.aclose` stops accepting, aborts every open connection, waits a
+bounded time for their tasks and removes the socket file.
+
+Caveats:
+
+- Names, not addresses, are checked: an allowed name is resolved by the
+  worker's resolver, and whatever it resolves to is reached (an allowed name
+  that resolves to a private address reaches that address). Allowing
+  ``localhost`` reaches the worker's loopback, not the sandbox's.
+- Ports are not filtered: an allowed host is reachable on any port.
+- A tunnel is opaque: TLS is not inspected, so the SNI or ``Host`` inside it
+  is not checked against the name of the ``CONNECT``.
+- Only the first request of a plain-HTTP connection is read; the proxy sends
+  it with ``Connection: close`` and pipes the rest, so a further request on
+  the same connection can only reach the same upstream.
+
+Non-goals: caching, authentication, HTTP/2 towards the proxy, ``Upgrade``
+over plain HTTP (WebSocket clients use ``CONNECT`` through a proxy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import re
+import stat
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+# Bound on a request head (request line and headers). Real clients send a
+# few hundred bytes to a proxy; 16 KiB leaves room for long URLs and cookies
+# and keeps a misbehaving client from growing the worker's memory.
+MAX_HEAD: Final = 16 * 1024
+
+# How long a client gets to send its request head after connecting. Clients
+# send it at once; the bound only frees connections that never will.
+HEAD_TIMEOUT: Final = 30.0
+
+# Bound on resolving and connecting to an upstream. Covers a slow resolver
+# and a lost SYN or two (Linux retransmits after 1 s, then 3 s), and is short
+# enough that the server gets a 504 well before a tool call times out.
+CONNECT_TIMEOUT: Final = 10.0
+
+# After a refusal (403, 400...), how long the proxy keeps reading what the
+# client still sends before closing: closing with unread data resets the
+# connection, which can destroy the answer before the client has read it.
+LINGER_TIMEOUT: Final = 2.0
+
+# Bound on flushing a finished connection's last bytes, and on waiting for
+# the connection tasks in aclose(): connections are aborted there, so their
+# tasks finish within a loop iteration or two unless something is wrong.
+CLOSE_TIMEOUT: Final = 2.0
+
+# The port the bridge listens on inside the sandbox. The sandbox has a fresh
+# network namespace, so any port is free there; 3128 is the customary proxy
+# port, which reads well in a server's logs.
+BRIDGE_PORT: Final = 3128
+
+# The bridge script, run inside the sandbox with the standard library only.
+BRIDGE_SCRIPT: Final = str(Path(__file__).with_name("_netbridge.py"))
+
+_CHUNK: Final = 64 * 1024
+
+_REASONS: Final = {
+    400: "Bad Request",
+    403: "Forbidden",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    504: "Gateway Timeout",
+}
+
+# Headers that belong to the hop between client and proxy, not to the request.
+_HOP_BY_HOP: Final = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "host"})
+
+_LABEL: Final = re.compile(r"[a-z0-9_-]{1,63}")
+# A last label that resolvers read as a number (inet_aton: 127.1, 0x7f.1, 2130706433).
+_NUMERIC_LABEL: Final = re.compile(r"[0-9]+|0x[0-9a-f]*")
+_TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VERSION: Final = re.compile(r"HTTP/1\.[0-9]")
+
+OnDecision = Callable[[str, int, bool], None]
+"""``on_decision(host, port, allowed)``: called once per request, for logging."""
+
+
+# --- host matching ---------------------------------------------------------
+
+
+def _canonical(host: str) -> str | None:
+    """``host`` lower-cased, without brackets or one trailing dot; None if it is no host."""
+    if host.startswith("[") and host.endswith("]"):
+        inner = host[1:-1]
+        try:
+            return str(ipaddress.IPv6Address(inner))
+        except ValueError:
+            return None
+    host = host.lower()
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(host))
+    if host.endswith("."):
+        host = host[:-1]
+    if not host or len(host) > 253 or not host.isascii():
+        return None
+    if not all(_LABEL.fullmatch(label) for label in host.split(".")):
+        return None
+    return host
+
+
+def _is_address(host: str) -> bool:
+    """An IP literal, or a name a resolver would read as one (canonical ``host``)."""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return True
+    return _NUMERIC_LABEL.fullmatch(host.rsplit(".", 1)[-1]) is not None
+
+
+def normalize_pattern(pattern: str) -> str:
+    """``pattern`` in the form :func:`host_allowed` compares; ValueError with a hint if invalid.
+
+    Non-ASCII names are converted to their IDNA (``xn--``) form, which is
+    what clients send.
+    """
+    hint = (
+        "List host names such as 'api.github.com', '*.npmjs.org' for every subdomain, "
+        "or an IP address, without scheme, port or path."
+    )
+    if not isinstance(pattern, str):
+        raise ValueError(f"a network allowlist entry must be a string, not {type(pattern).__name__}. {hint}")
+    wildcard = pattern.startswith("*.")
+    name = pattern[2:] if wildcard else pattern
+    if "*" in name:
+        raise ValueError(
+            f"invalid network allowlist entry {pattern!r}: '*' may only be the whole first label "
+            f"('*.example.com'). {hint}"
+        )
+    if not name.isascii():
+        try:
+            name = name.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ValueError(f"invalid network allowlist entry {pattern!r}: not a valid host name. {hint}") from None
+    canonical = _canonical(name)
+    if canonical is None:
+        raise ValueError(f"invalid network allowlist entry {pattern!r}: not a host name or IP address. {hint}")
+    if wildcard:
+        if _is_address(canonical):
+            raise ValueError(f"invalid network allowlist entry {pattern!r}: a wildcard needs a domain name. {hint}")
+        return "*." + canonical
+    return canonical
+
+
+def host_allowed(host: str, patterns: Sequence[str]) -> bool:
+    """Whether ``host`` (as a client names it) matches one of ``patterns``.
+
+    Exact names match case-insensitively, a trailing dot ignored;
+    ``*.example.com`` matches any subdomain but not ``example.com``; IP
+    literals, and names that end in a numeric label, match only a pattern
+    naming the same address. Invalid hosts and invalid patterns never match.
+    """
+    canonical = _canonical(host)
+    if canonical is None:
+        return False
+    address = _is_address(canonical)
+    for raw in patterns:
+        try:
+            pattern = normalize_pattern(raw)
+        except ValueError:
+            continue
+        if pattern.startswith("*."):
+            # Labels are never empty, so a match has at least one label before the suffix.
+            if not address and canonical.endswith(pattern[1:]):
+                return True
+        elif canonical == pattern:
+            return True
+    return False
+
+
+# --- request parsing -------------------------------------------------------
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    host: str  # canonical
+    port: int
+    authority: str  # as sent (absolute form), for the Host header
+    target: str  # origin form; "" for CONNECT
+    version: str
+    headers: list[tuple[str, str]]
+
+    def forward_head(self) -> bytes:
+        # Hop-by-hop: the fixed set, and whatever the client's Connection headers name.
+        drop = set(_HOP_BY_HOP)
+        for name, value in self.headers:
+            if name.lower() in ("connection", "proxy-connection"):
+                drop.update(token.strip().lower() for token in value.split(","))
+        lines = [f"{self.method} {self.target} {self.version}", f"Host: {self.authority}"]
+        lines += [f"{name}: {value}" for name, value in self.headers if name.lower() not in drop]
+        lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _bad(reason: str) -> _Refusal:
+    return _Refusal(400, f"lovia-mcp sandbox proxy: bad request: {reason}.")
+
+
+async def _read_head(reader: asyncio.StreamReader) -> list[bytes] | None:
+    """The lines of a request head, without line ends; None if the client sent nothing."""
+    lines: list[bytes] = []
+    size = 0
+    too_large = _Refusal(431, f"lovia-mcp sandbox proxy: the request head is larger than {MAX_HEAD} bytes.")
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as e:
+            if not lines and not e.partial.strip():
+                return None
+            raise _bad("the connection ended inside the request head") from None
+        except asyncio.LimitOverrunError:
+            raise too_large from None
+        size += len(line)
+        if size > MAX_HEAD:
+            raise too_large
+        line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        if not line:
+            if lines:
+                return lines
+            continue  # an empty line before the request line is tolerated (RFC 9112, 2.2)
+        lines.append(line)
+
+
+def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
+    if "@" in authority:
+        raise _bad("user information in the request target is not supported")
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            raise _bad(f"unterminated IPv6 address in {authority!r}")
+        host, rest = authority[: end + 1], authority[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise _bad(f"invalid authority {authority!r}")
+        port_text = rest[1:] if rest else None
+    elif authority.count(":") == 1:
+        host, port_text = authority.split(":")
+    elif ":" in authority:
+        raise _bad(f"an IPv6 address must be in brackets: {authority!r}")
+    else:
+        host, port_text = authority, None
+    if port_text is None or port_text == "":
+        if default_port is None:
+            raise _bad(f"CONNECT needs host:port, got {authority!r}")
+        port = default_port
+    elif port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536:
+        port = int(port_text)
+    else:
+        raise _bad(f"invalid port in {authority!r}")
+    canonical = _canonical(host)
+    if canonical is None:
+        raise _bad(f"invalid host name {host!r}")
+    return canonical, port
+
+
+def _parse(lines: list[bytes]) -> _Request:
+    try:
+        request_line = lines[0].decode("ascii")
+    except UnicodeDecodeError:
+        raise _bad("the request line is not ASCII") from None
+    parts = request_line.split(" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not _VERSION.fullmatch(parts[2]):
+        raise _bad(f"expected 'METHOD target HTTP/1.x', got {request_line[:100]!r}")
+    method, target, version = parts
+    headers: list[tuple[str, str]] = []
+    for raw in lines[1:]:
+        line = raw.decode("latin-1")
+        name, colon, value = line.partition(":")
+        if not colon or not _TOKEN.fullmatch(name):
+            raise _bad(f"malformed header line {line[:100]!r}")
+        headers.append((name, value.strip(" \t")))
+    if method == "CONNECT":
+        host, port = _split_authority(target, None)
+        return _Request(method, host, port, target, "", version, headers)
+    scheme, sep, rest = target.partition("://")
+    if not sep or scheme.lower() != "http":
+        if target.startswith("/"):
+            raise _bad("this is a proxy: send the absolute URL (GET http://host/path) or CONNECT host:port")
+        if sep and scheme.lower() == "https":
+            raise _bad("use CONNECT host:443 for https")
+        raise _bad(f"unsupported request target {target[:100]!r}")
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    authority, path = rest[:cut], rest[cut:].partition("#")[0]
+    if not path.startswith("/"):
+        path = "/" + path
+    host, port = _split_authority(authority, 80)
+    return _Request(method, host, port, authority, path, version, headers)
+
+
+# --- the proxy -------------------------------------------------------------
+
+
+class Proxy:
+    """A running allowlist proxy; made by :func:`start`, closed by :meth:`aclose`."""
+
+    def __init__(self, socket_path: str, patterns: tuple[str, ...], on_decision: OnDecision | None) -> None:
+        self.socket_path = socket_path
+        self.patterns = patterns
+        self.denied = 0
+        """Requests refused because their host is not allowed."""
+        self._on_decision = on_decision
+        self._server: asyncio.AbstractServer | None = None
+        self._socket_ino: int | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    @property
+    def active(self) -> int:
+        """Connections being served."""
+        return len(self._tasks)
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._accept, path=self.socket_path, limit=MAX_HEAD)
+        try:
+            os.chmod(self.socket_path, 0o600)
+            self._socket_ino = os.stat(self.socket_path).st_ino
+        except BaseException:
+            self._server.close()
+            raise
+
+    async def aclose(self) -> None:
+        """Stop serving, abort every connection, remove the socket file. Bounded; idempotent."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        self._remove_socket()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # Shielded: a cancelled caller still gets every connection closed.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(asyncio.wait(tasks, timeout=CLOSE_TIMEOUT))
+
+    async def __aenter__(self) -> Proxy:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _remove_socket(self) -> None:
+        # Only our own socket: another proxy may have been bound there since.
+        with contextlib.suppress(OSError):
+            st = os.stat(self.socket_path)
+            if stat.S_ISSOCK(st.st_mode) and st.st_ino == self._socket_ino:
+                os.unlink(self.socket_path)
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closing:
+            writer.transport.abort()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _decide(self, host: str, port: int, allowed: bool) -> None:
+        if not allowed:
+            self.denied += 1
+        if self._on_decision is None:
+            return
+        try:
+            self._on_decision(host, port, allowed)
+        except Exception as e:  # noqa: BLE001 - a logging hook must not break the proxy
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "netproxy: the on_decision callback raised", "exception": e}
+            )
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream: asyncio.StreamWriter | None = None
+        aborted = False
+        try:
+            try:
+                async with asyncio.timeout(HEAD_TIMEOUT):
+                    lines = await _read_head(reader)
+                if lines is None:
+                    return
+                request = _parse(lines)
+            except TimeoutError:
+                raise _Refusal(408, "lovia-mcp sandbox proxy: the request head did not arrive in time.") from None
+            allowed = host_allowed(request.host, self.patterns)
+            self._decide(request.host, request.port, allowed)
+            if not allowed:
+                raise _Refusal(
+                    403,
+                    f"lovia-mcp sandbox: {request.host} is not in the sandbox's network allowlist. "
+                    "To reach it, add it to Sandbox(network=[...]).",
+                )
+            where = f"[{request.host}]:{request.port}" if ":" in request.host else f"{request.host}:{request.port}"
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    up_reader, upstream = await asyncio.open_connection(request.host, request.port)
+            except TimeoutError:
+                raise _Refusal(504, f"lovia-mcp sandbox proxy: connecting to {where} timed out.") from None
+            except OSError as e:
+                raise _Refusal(502, f"lovia-mcp sandbox proxy: cannot connect to {where}: {e.strerror or e}.") from None
+            if request.method == "CONNECT":
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:
+                upstream.write(request.forward_head())
+            await _relay(reader, writer, up_reader, upstream)
+        except _Refusal as refusal:
+            await _refuse(reader, writer, refusal.status, refusal.text)
+        except asyncio.CancelledError:
+            aborted = True
+            raise
+        except OSError:
+            aborted = True  # a reset or broken pipe: nothing left to flush
+        except Exception as e:  # noqa: BLE001 - one connection's bug must not go unreported or stop the proxy
+            aborted = True
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "netproxy: a connection failed unexpectedly", "exception": e}
+            )
+        finally:
+            await _close([writer] if upstream is None else [writer, upstream], abort=aborted or self._closing)
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(_CHUNK):
+        writer.write(data)
+        await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+
+
+async def _relay(
+    a_reader: asyncio.StreamReader,
+    a_writer: asyncio.StreamWriter,
+    b_reader: asyncio.StreamReader,
+    b_writer: asyncio.StreamWriter,
+) -> None:
+    """Pipe both ways, passing each end-of-stream on, until both ends are done or one fails."""
+    pumps = [asyncio.create_task(_pump(a_reader, b_writer)), asyncio.create_task(_pump(b_reader, a_writer))]
+    try:
+        done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if (error := task.exception()) is not None:
+                raise error
+    finally:
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+
+
+async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, text: str) -> None:
+    body = (text + "\n").encode("utf-8")
+    head = (
+        f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError, TimeoutError):
+        writer.write(head.encode("latin-1") + body)
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(LINGER_TIMEOUT):
+            while await reader.read(_CHUNK):
+                pass
+
+
+async def _close(writers: list[asyncio.StreamWriter], *, abort: bool) -> None:
+    """Close gracefully (buffered bytes flushed) unless ``abort``; abort what does not close in time."""
+    flushed = False
+    try:
+        if not abort:
+            for w in writers:
+                w.close()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    for w in writers:
+                        with contextlib.suppress(OSError):
+                            await w.wait_closed()
+                    flushed = True
+    finally:
+        if not flushed:
+            for w in writers:
+                w.transport.abort()
+
+
+async def start(allowed: Sequence[str], socket_path: str, *, on_decision: OnDecision | None = None) -> Proxy:
+    """Serve an allowlist proxy on the unix socket ``socket_path``.
+
+    ``allowed`` holds host names, ``*.domain`` wildcards and IP addresses; a
+    malformed entry raises ValueError (with a hint) before anything is bound.
+    ``on_decision(host, port, allowed)`` is called once per request. The
+    path must be short (a unix socket path has at most 107 bytes on Linux) and
+    its directory private to the worker; a stale socket there is replaced.
+    """
+    patterns = tuple(dict.fromkeys(normalize_pattern(p) for p in allowed))
+    proxy = Proxy(socket_path, patterns, on_decision)
+    await proxy._start()
+    return proxy
+
+
+def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
+    """The variables that point a sandboxed server at the bridge on ``127.0.0.1:port``.
+
+    Both spellings, since tools differ in which they read. Loopback names
+    bypass the proxy: inside the sandbox they are the server's own loopback.
+    ``NODE_USE_ENV_PROXY=1`` makes Node (22.21+, 24+) honour the variables in
+    ``fetch`` and ``http``; older Node ignores it.
+    """
+    url = f"http://127.0.0.1:{port}"
+    no_proxy = "localhost,127.0.0.1,::1"
+    env = {"NODE_USE_ENV_PROXY": "1"}
+    for name, value in (("http_proxy", url), ("https_proxy", url), ("all_proxy", url), ("no_proxy", no_proxy)):
+        env[name] = value
+        env[name.upper()] = value
+    return env
+
+
+def bridge_argv(
+    argv: Sequence[str],
+    *,
+    socket_path: str,
+    port: int = BRIDGE_PORT,
+    python: str = sys.executable,
+    script: str = BRIDGE_SCRIPT,
+) -> list[str]:
+    """The argv that runs ``argv`` behind the bridge: put it after bwrap's ``--``.
+
+    ``socket_path`` and ``script`` are paths as seen inside the sandbox.
+    ``-I -S``: the bridge needs the standard library only, so neither the
+    environment nor site-packages (``.pth`` files run code) touch it.
+    """
+    return [python, "-I", "-S", script, "--port", str(port), "--socket", socket_path, "--", *argv]
+
+
+__all__ = [
+    "BRIDGE_PORT",
+    "BRIDGE_SCRIPT",
+    "CLOSE_TIMEOUT",
+    "CONNECT_TIMEOUT",
+    "HEAD_TIMEOUT",
+    "LINGER_TIMEOUT",
+    "MAX_HEAD",
+    "OnDecision",
+    "Proxy",
+    "bridge_argv",
+    "host_allowed",
+    "normalize_pattern",
+    "proxy_env",
+    "start",
+]
