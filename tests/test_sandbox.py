@@ -128,6 +128,60 @@ def test_a_host_listener_is_reachable_without_the_sandbox_and_not_inside_it(plac
     assert boxed.startswith("denied")
 
 
+@pytest.fixture
+def web() -> Iterator[int]:
+    """A loopback HTTP server answering every GET with 'hello from the host'."""
+    import http.server
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            body = b"hello from the host"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)
+
+
+def test_a_network_allowlist_lets_allowed_names_through_the_proxy_and_nothing_else(
+    place: Place, web: int, listener: int
+) -> None:
+    # "localhost" is allowed: the proxy, outside the sandbox, reaches the host's loopback.
+    box = Sandbox(network=["localhost"])
+
+    async def main() -> tuple[str, str, str]:
+        async with place.server(box).session() as conn:
+            allowed = str(await conn.call_tool("proxy_get", {"url": f"http://localhost:{web}/"}))
+            denied = str(await conn.call_tool("proxy_get", {"url": "http://denied.example.test/"}))
+            raw = str(await conn.call_tool("connect", {"host": "127.0.0.1", "port": listener}))
+            return allowed, denied, raw
+
+    allowed, denied, raw = run(main())
+    print(allowed, "|", denied, "|", raw)
+    assert allowed == "ok 200 hello from the host"
+    assert denied.startswith("ok 403") and "denied.example.test" in denied
+    assert raw.startswith("denied"), "a raw socket to a host port must not get out"
+
+
+def test_a_malformed_network_allowlist_fails_at_open_with_a_hint(place: Place) -> None:
+    async def main() -> None:
+        with pytest.raises(MCPError) as info:
+            await place.server(Sandbox(network=["https://api.github.com"])).open()
+        assert info.value.kind == "open" and "allowlist" in str(info.value)
+
+    run(main())
+
+
 def test_processes_outside_the_tree_are_visible_and_signalable_without_the_sandbox_only(place: Place) -> None:
     me = os.getpid()
     bare, boxed = both(place, "signal", {"pid": me})

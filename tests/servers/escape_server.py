@@ -10,7 +10,9 @@ Every tool answers a text that starts with ``ok`` (the escape worked) or
 - ``signal {pid}``: signal 0 to a process outside its own tree;
 - ``procs``: how many processes it can see in /proc;
 - ``environ {pid}``: read another process's environment;
-- ``tmp_write {name}``: write /tmp/NAME (private under the sandbox).
+- ``tmp_write {name}``: write /tmp/NAME (private under the sandbox);
+- ``proxy_get {url}``: GET the URL through the proxy named by ``HTTP_PROXY``
+  (what a program honouring the proxy variables does); ``ok STATUS BODY``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,20 @@ def environ(pid: int) -> str:
         return str(len(f.read()))
 
 
+def proxy_get(url: str) -> str:
+    import http.client
+    from urllib.parse import urlsplit
+
+    proxy = urlsplit(os.environ["HTTP_PROXY"])
+    conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=5)
+    try:
+        conn.request("GET", url)
+        reply = conn.getresponse()
+        return f"{reply.status} {reply.read().decode()[:200]}"
+    finally:
+        conn.close()
+
+
 def tool(name: str, props: dict) -> dict:
     return {"name": name, "description": name, "inputSchema": {"type": "object", "properties": props}}
 
@@ -65,6 +81,7 @@ TOOLS = [
     tool("procs", {}),
     tool("environ", {"pid": {"type": "integer"}}),
     tool("tmp_write", {"name": {"type": "string"}}),
+    tool("proxy_get", {"url": {"type": "string"}}),
 ]
 
 
@@ -81,6 +98,8 @@ def call(name: str, a: dict) -> str:
         return attempt(procs)
     if name == "environ":
         return attempt(lambda: environ(int(a["pid"])))
+    if name == "proxy_get":
+        return attempt(lambda: proxy_get(a["url"]))
     if name == "tmp_write":
         return attempt(lambda: write("/tmp/" + a["name"]))
     return f"unknown tool {name}"

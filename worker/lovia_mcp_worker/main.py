@@ -154,6 +154,10 @@ async def serve(sock: socket.socket) -> None:
     stop.cancel()
     with contextlib.suppress(asyncio.TimeoutError, Exception):
         await asyncio.wait_for(channel.host.aclose(), EXIT_WAIT)
+    route = sys.modules.get("lovia_mcp_worker.netroute")
+    if route is not None:  # a sandbox with a network allowlist ran: stop its proxy
+        with contextlib.suppress(asyncio.TimeoutError, Exception):
+            await asyncio.wait_for(route.aclose_all(), EXIT_WAIT)
     if channel.transport is not None:
         channel.transport.close()
 

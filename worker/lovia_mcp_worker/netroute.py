@@ -1,15 +1,73 @@
-"""Routing a sandboxed server's network through the worker's allowlist proxy."""
+"""A sandboxed server's way out: the worker's allowlist proxy, one per allowed set.
+
+``Sandbox(network=[...])`` gives the server a fresh network namespace (no
+route anywhere) plus the proxy variables pointing at a bridge inside the
+sandbox (:mod:`._netbridge`) that forwards to the worker's proxy
+(:mod:`.netproxy`) over a unix socket bound into the sandbox. The proxy
+lets through exactly the allowed host names; everything else gets a 403.
+
+Lifecycle: one proxy per distinct allowlist, started at the first sandboxed
+spawn that needs it and reused by later generations (a restart costs no new
+proxy); :func:`aclose_all` stops them and removes their socket directories
+when the worker ends.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import shutil
+import tempfile
+from typing import Final
+
+from . import netproxy
 from .sandbox import SandboxError
+
+logger = logging.getLogger("lovia_mcp.netproxy")
+
+# The socket lives in a directory of its own (bound into the sandbox whole);
+# short, because a unix socket path must fit in 108 bytes.
+SOCKET_NAME: Final = "proxy.sock"
+
+_proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, str]] = {}
+
+
+def _decision(host: str, port: int, allowed: bool) -> None:
+    if not allowed:
+        logger.warning("sandbox proxy refused %s:%d (not in the network allowlist)", host, port)
 
 
 async def route(allowed: list[str], argv: list[str], env: dict[str, str]) -> tuple[str, list[str]]:
-    raise SandboxError(
-        "network allowlists are not built yet in this commit",
-        hint="Use Sandbox(network=False) or network=True.",
-    )
+    """Start (or reuse) the proxy for ``allowed``; set the proxy variables in ``env``.
+
+    Returns the proxy's socket path (to bind into the sandbox) and ``argv``
+    behind the bridge. Raises SandboxError for a malformed allowlist entry.
+    """
+    key = tuple(allowed)
+    entry = _proxies.get(key)
+    if entry is None:
+        folder = tempfile.mkdtemp(prefix="lovia-mcp-net-", dir="/tmp")
+        path = f"{folder}/{SOCKET_NAME}"
+        try:
+            proxy = await netproxy.start(allowed, path, on_decision=_decision)
+        except ValueError as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise SandboxError(f"bad sandbox network allowlist: {exc}",
+                               hint="List host names, e.g. Sandbox(network=['api.github.com', '*.npmjs.org']).") from exc
+        entry = _proxies[key] = (proxy, path)
+    _, path = entry
+    env.update(netproxy.proxy_env())
+    return path, netproxy.bridge_argv(argv, socket_path=path)
 
 
-__all__ = ["route"]
+async def aclose_all() -> None:
+    """Stop every proxy and remove its socket directory (bounded by the proxies' own close)."""
+    entries = list(_proxies.values())
+    _proxies.clear()
+    for proxy, path in entries:
+        with contextlib.suppress(Exception):
+            await proxy.aclose()
+        shutil.rmtree(path.rsplit("/", 1)[0], ignore_errors=True)
+
+
+__all__ = ["SOCKET_NAME", "aclose_all", "route"]
