@@ -10,7 +10,9 @@ connections it opened are closed.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -102,6 +104,40 @@ class MCP:
         self._open.add(conn)
         return conn
 
+    async def _open_all(self, closers: list[Callable[[], Awaitable[None]]]) -> list[MCPConnection]:
+        """Open every server at once: a run waits for the slowest, not the sum.
+
+        When one fails, the opens still running are cancelled (an open closes
+        what it started) and the first failure is raised; ``closers`` then
+        holds the close of every per-run connection that did open.
+        """
+        tasks = [asyncio.ensure_future(self._open_server(s)) for s in self.servers]
+
+        def keep(server: MCPServerLike, task: asyncio.Task[MCPConnection]) -> None:
+            if server.close_after_run and not task.cancelled() and task.exception() is None:
+                closers.append(task.result().close)
+
+        for server, task in zip(self.servers, tasks):
+            task.add_done_callback(functools.partial(keep, server))
+        try:
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        except BaseException:
+            pending = set(tasks)
+            done = set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        failed = [t for t in tasks if t in done and not t.cancelled() and t.exception() is not None]
+        if failed:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            exc = failed[0].exception()
+            assert exc is not None
+            raise exc
+        return [t.result() for t in tasks]
+
     async def setup(self, ctx: RunContext[Any]) -> PluginInstance:
         _ = ctx
         exposed: list[Tool] = []
@@ -117,10 +153,8 @@ class MCP:
                     logger.debug("close failed during teardown", exc_info=True)
 
         try:
-            for server in self.servers:
-                conn = await self._open_server(server)
-                if server.close_after_run:
-                    closers.append(conn.close)
+            conns = await self._open_all(closers)
+            for server, conn in zip(self.servers, conns):
                 if server.defer:
                     names: list[str] = []
                     for t in conn.tools():
