@@ -58,6 +58,7 @@ exit status:
   3    the server could not be started or reached, or the call failed
        (server crash, timeout, resource limit, protocol error)
   130  interrupted
+  141  stdout was closed by its reader (e.g. piped into head)
 """
 
 EXAMPLES: Final = f"""\
@@ -65,7 +66,7 @@ examples:
   {PROG} tools -- npx -y @modelcontextprotocol/server-everything
   {PROG} tools --json -- python my_server.py --root /tmp
   {PROG} call echo '{{"message": "hi"}}' -- npx -y @modelcontextprotocol/server-everything
-  {PROG} call get_time '{{}}' --timeout 10 --memory-mb 512 -- uvx mcp-server-time
+  {PROG} call get_current_time '{{"timezone": "Asia/Tokyo"}}' --timeout 10 --memory-mb 512 -- uvx mcp-server-time
   {PROG} tools --url http://127.0.0.1:8000/mcp --header 'Authorization: Bearer ...'
   {PROG} demo
 """
@@ -497,6 +498,27 @@ def _with_hint(exc: _UsageError) -> str:
     return f"{exc}\n  hint: {exc.hint}" if exc.hint else str(exc)
 
 
+# The library's hints speak Python; the command line's user typed flags.
+_CLI_WORDS: Final = (
+    ("Raise Limits(memory_mb=...)", "Raise --memory-mb"),
+    ("Raise Limits(cpu_seconds=...)", "Raise --cpu-seconds"),
+    ("Raise Limits(max_processes=...)", "Raise --max-processes"),
+    ("(memory_mb=", "(--memory-mb "),
+    ("(cpu_seconds=", "(--cpu-seconds "),
+    ("(max_processes=", "(--max-processes "),
+    ("within open_timeout=", "within --open-timeout "),
+    ("or raise open_timeout", "or raise --open-timeout"),
+    ("Raise the tool timeout", "Raise --timeout"),
+)
+
+
+def cli_words(text: str) -> str:
+    """A library message with its option names as the command line spells them."""
+    for python, flag in _CLI_WORDS:
+        text = text.replace(python, flag)
+    return text
+
+
 def _fail(message: str, status: int) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr)
     return status
@@ -541,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:  # an unknown tool name
         return _fail(_with_hint(exc), EXIT_USAGE)
     except LoviaError as exc:
-        return _fail(str(exc), EXIT_FAILED)
+        return _fail(cli_words(str(exc)), EXIT_FAILED)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -225,7 +225,8 @@ def test_passing_the_memory_limit_fails_the_call_naming_the_limit() -> None:
     r = lovia_mcp("call", "alloc", '{"mb": 300}', "--memory-mb", "100", *RAW)
     assert r.returncode == 3
     message = error_of(r)
-    assert "memory limit" in message and "memory_mb=100" in message
+    # Said with the flag the user typed, not the library's option name.
+    assert "memory limit" in message and "--memory-mb 100" in message and "memory_mb" not in r.stderr
 
 
 def test_timeout_stops_a_hung_call_and_exits_three() -> None:
@@ -319,3 +320,8 @@ def test_demo_exits_zero_and_shows_the_agent_survived_the_server_crash() -> None
     assert "the agent process never imported mcp ('mcp' in sys.modules is False)" in out
     assert "no worker or server process is left behind" in out
     assert "FAIL" not in out and "demo passed" in out
+
+
+def test_an_open_timeout_error_names_the_open_timeout_flag() -> None:
+    r = lovia_mcp("tools", "--open-timeout", "0.5", "--", PY, "-c", "import time; time.sleep(30)")
+    assert r.returncode == 3 and "--open-timeout 0.5" in r.stderr and "open_timeout" not in r.stderr, r.stderr
