@@ -11,14 +11,23 @@ handshake, tool listing). A worker that dies is replaced on the next request;
 a server that dies is replaced by the worker. ``close`` is shielded from
 cancellation and bounded.
 
+The restart circuit is the connection's: server restarts (each ``Started``
+after a worker's first) and worker replacements count alike, so a server
+that keeps killing its worker is stopped as one that keeps crashing. Past
+``restart_limit`` restarts in ``restart_window`` a request that would need a
+restart fails fast (``circuit_open``) until the window has passed. (Each
+worker also keeps its own count of server restarts as a backstop.)
+
 Caveats: like lovia's plugin, the one retry after a lost connection is
 at-least-once: a server that died after doing the work but before answering
-does it twice. Use ``auto_reconnect=False`` for mutating tools.
+does it twice; so is a call retried because another call's timeout killed
+the server it ran on. Use ``auto_reconnect=False`` for mutating tools.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -32,6 +41,7 @@ from lovia.exceptions import MCPError, UserError
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
+from lovia_mcp_worker import failures
 from lovia_mcp_worker.framing import MAX_REQUEST_BYTES
 from lovia_mcp_worker.protocol import (
     AgentMessage,
@@ -66,9 +76,15 @@ logger = logging.getLogger("lovia_mcp")
 CLOSE_WAIT: Final = 8.0
 # Failure kinds after which one retry on a fresh server can succeed.
 RETRYABLE: Final = frozenset({"server_exited", "worker_died", "protocol"})
+# Failure kinds that mean the server generation ended: the next request
+# needs a restart, which the circuit may refuse.
+ENDED: Final = frozenset({"server_exited", "worker_died", "protocol", "limit"})
 # The largest tool-call arguments sent (JSON bytes): a worker takes frames up
 # to MAX_REQUEST_BYTES, and the rest of the CallTool message needs room.
 ARGUMENTS_CAP: Final = MAX_REQUEST_BYTES - 64 * 1024
+# After killing what a dead worker left in its cgroups, when to remove them:
+# SIGKILLed processes are gone within milliseconds.
+LEFTOVER_CLEANUP_DELAY: Final = 0.5
 # Stderr lines quoted in an error's hint.
 HINT_STDERR_LINES: Final = 8
 
@@ -109,6 +125,12 @@ class MCPConnection:
         self._server_pid: int | None = None
         self.worker_restarts = 0
         self._last_worker_loss: str | None = None
+        # The connection's restart circuit: when each restart (server or
+        # worker) happened, whether the server is known to need one, and why
+        # the last one ended.
+        self._restart_times: collections.deque[float] = collections.deque()
+        self._needs_restart = False
+        self._last_end: str | None = None
         self._server_log = logging.getLogger(f"lovia_mcp.server.{self._spec.name}")
         self._renderer = server.result_renderer or default_renderer
 
@@ -231,10 +253,15 @@ class MCPConnection:
                 kind="too_large",
             )
         retried = False
+        # The timeout runs from here (lovia's wait_for wraps this call):
+        # time spent replacing a worker or on a first attempt counts, so a
+        # cancel at the deadline is always recognised as a timeout.
+        started = time.monotonic()
         while True:
             try:
                 reply = await self._request(
-                    lambda i: CallTool(id=i, name=name, arguments=body), tool_name=name, timeout=timeout, retry=True
+                    lambda i: CallTool(id=i, name=name, arguments=body), tool_name=name, timeout=timeout, retry=True,
+                    started=started,
                 )
             except _Retry as r:
                 if not self.server.auto_reconnect or retried:
@@ -247,13 +274,20 @@ class MCPConnection:
             return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured)
 
     async def _request(
-        self, make: Any, *, tool_name: str | None, timeout: float | None = None, retry: bool = False
+        self,
+        make: Any,
+        *,
+        tool_name: str | None,
+        timeout: float | None = None,
+        retry: bool = False,
+        started: float | None = None,
     ) -> WorkerMessage:
         """Send one request and wait for its answer.
 
         With ``retry``, a failure after which a fresh server may succeed is
         raised as ``_Retry`` (for ``call_tool``'s one retry); otherwise every
-        failure is raised as the lovia error itself.
+        failure is raised as the lovia error itself. ``started``: when the
+        caller's ``timeout`` began (default: now).
         """
         if self._closed:
             raise MCPError(
@@ -261,6 +295,10 @@ class MCPConnection:
                 hint="Open it per run, or keep it alive with 'async with server.session()'.",
                 tool_name=tool_name,
             )
+        if started is None:
+            started = time.monotonic()
+        if self._needs_restart:
+            self._check_circuit(tool_name)
         try:
             channel = await self._ready(tool_name)
         except _Retry as r:
@@ -271,7 +309,6 @@ class MCPConnection:
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         msg: AgentMessage = make(rid)
-        started = time.monotonic()
         channel.send(msg)
         try:
             reply = await fut
@@ -282,10 +319,15 @@ class MCPConnection:
                 # the deadline, never meaningfully before it.
                 timed_out = timeout is not None and time.monotonic() - started >= timeout - 0.01
                 channel.send(Cancel(id=rid, timed_out=timed_out))
+                if timed_out and self._spec.on_timeout == "kill":
+                    self._needs_restart = True
             raise
         finally:
             self._pending.pop(rid, None)
         if isinstance(reply, Failure):
+            if reply.kind in ENDED:
+                self._needs_restart = True
+                self._last_end = reply.message
             error = self._error(reply, tool_name)
             if retry and reply.kind in RETRYABLE:
                 raise _Retry(error)
@@ -298,6 +340,8 @@ class MCPConnection:
             if ch is not None and ch.alive:
                 return ch
             if self._starting is None:
+                if ch is not None:
+                    self._check_circuit(tool_name)  # a replacement worker is a restart
                 self._starting = asyncio.ensure_future(self._start_channel())
                 self._starting.add_done_callback(self._start_done)
             try:
@@ -317,6 +361,7 @@ class MCPConnection:
         old = self._channel
         if old is not None:
             self.worker_restarts += 1
+            self._restart_times.append(time.monotonic())
             await old.aclose()
         channel: ProcessChannel | LocalChannel
         if self.isolation == "process":
@@ -361,9 +406,12 @@ class MCPConnection:
                 logger.log(msg.level, "%s: %s", self._spec.name, msg.message)
             return
         if isinstance(msg, Started):
-            # The worker started a fresh server (a restart). Follow its pid,
-            # so a worker death kills the right group.
+            # The worker started a fresh server (a restart after its first).
+            # Follow its pid, so a worker death kills the right group.
             self._server_pid = msg.server_pid
+            self._needs_restart = False
+            if msg.generation > 1:
+                self._restart_times.append(time.monotonic())
             return
         fut = self._pending.pop(msg.id, None)
         if fut is not None and not fut.done():
@@ -374,17 +422,32 @@ class MCPConnection:
             return
         logger.warning("%s: %s", self._spec.name, why)
         self._last_worker_loss = why
+        self._last_end = why
+        self._needs_restart = True
         # The worker's parent-death signal takes the server; its group may
         # still hold grandchildren.
         if self._server_pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._server_pid, signal.SIGKILL)
+        _kill_leftovers(channel)
         pending, self._pending = self._pending, {}
         for rid, fut in pending.items():
             if not fut.done():
                 fut.set_result(
                     Failure(id=rid, kind="worker_died", message=why, hint="A fresh worker serves the next call.")
                 )
+
+    def _check_circuit(self, tool_name: str | None) -> None:
+        """Raise ``circuit_open`` if ``restart_limit`` restarts fall in the window (the connection's circuit)."""
+        spec = self._spec
+        now = time.monotonic()
+        times = self._restart_times
+        while times and now - times[0] > spec.restart_window:
+            times.popleft()
+        if len(times) >= spec.restart_limit:
+            wait = spec.restart_window - (now - times[0])
+            reason = failures.circuit_open(spec.name, len(times), spec.restart_window, self._last_end, wait)
+            raise self._error(reason.failure(0), tool_name)
 
     def _error(self, failure: Failure, tool_name: str | None) -> Exception:
         """The one place a worker failure becomes a lovia error."""
@@ -473,7 +536,24 @@ class MCPConnection:
                 # parent-death signal takes the server, not its group.
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self._server_pid, signal.SIGKILL)
+            if died:
+                _kill_leftovers(channel)
         await channel.aclose()
+
+
+def _kill_leftovers(channel: ProcessChannel | LocalChannel) -> None:
+    """A dead worker's generations, escapees included, killed through their cgroups (where it had any)."""
+    if not isinstance(channel, ProcessChannel) or channel.pid is None:
+        return
+    from lovia_mcp_worker import cgroup
+
+    try:
+        if cgroup.kill_leftovers(channel.pid) or cgroup.remove_leftovers(channel.pid):
+            # Removable once the killed processes are gone; the next worker's
+            # start sweeps whatever is still there.
+            asyncio.get_running_loop().call_later(LEFTOVER_CLEANUP_DELAY, cgroup.remove_leftovers, channel.pid)
+    except Exception as exc:  # noqa: BLE001 - best effort: the worker is gone either way
+        logger.debug("could not clean up a dead worker's cgroups: %r", exc)
 
 
 class _StartFailed(Exception):

@@ -7,7 +7,9 @@ the figure; the next call gets a fresh server. A result over
 
 Every greedy tool used here never answers, so a call can only end by the
 supervisor stepping in. Allocations and forks are bounded so a 2-core CI
-machine stays healthy.
+machine stays healthy. Each limit is tested under both enforcement paths
+(the ``enforcement`` fixture): the kernel's, through a cgroup per server
+generation, and the watch's (cgroups turned off).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 import time
 
 import pytest
-from _sup_helpers import alive_after
+from _sup_helpers import alive_after, enforcement
 from conftest import PY, SERVERS, raw_args, run
 
 from lovia import Agent, Runner
@@ -30,6 +32,8 @@ from lovia_mcp import _channel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
+__all__ = ["enforcement"]  # the fixture, imported for pytest
+
 SUP_SERVER = str(SERVERS / "sup_server.py")
 # The guard samples every 0.1 s; killing takes one SIGKILL round.
 LIMIT_REACTION = 1.5
@@ -39,7 +43,7 @@ KILL_DONE_WITHIN = 1.0
 
 
 @pytest.mark.parametrize("isolation", ["process", "none"])
-def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_figure(isolation: str) -> None:
+def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_figure(isolation: str, enforcement: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
             command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
@@ -53,25 +57,30 @@ def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_fig
             elapsed = time.monotonic() - started
             err = info.value
             assert err.kind == "limit" and err.tool_name == "hold"
-            match = re.search(r"memory limit: ([\d.]+) MB resident .*\(memory_mb=60\)", str(err))
+            match = re.search(r"memory limit: ([\d.]+) MB (resident|in its process tree, where the kernel's OOM "
+                              r"killer stopped it) .*\(memory_mb=60\)", str(err))
             assert match, str(err)
             figure = float(match.group(1))
-            # Above the limit, and bounded by the allocation (150 MB plus the
-            # interpreter, when the guard's sample comes after the last MB).
-            assert 60 < figure <= 190, figure
+            if enforcement == "cgroup":
+                # The kernel's peak charge: never above the limit.
+                assert 0 < figure <= 60, figure
+            else:
+                # Above the limit, and bounded by the allocation (150 MB plus the
+                # interpreter, when the guard's sample comes after the last MB).
+                assert 60 < figure <= 190, figure
             assert "Raise Limits(memory_mb=...)" in str(err)
             assert elapsed < LIMIT_REACTION + 1.0, elapsed
             assert (await alive_after([old], KILL_DONE_WITHIN))[0] == []
             new = int(str(await conn.call_tool("pid")))
             assert new != old
             assert str(await conn.call_tool("echo", {"text": "ok"})) == "ok"
-            print(f"[{isolation}] memory limit: killed at {figure:.1f} MB, error after {elapsed:.3f} s")
+            print(f"[{isolation}, {enforcement}] memory limit: killed at {figure:.1f} MB, error after {elapsed:.3f} s")
 
     run(main())
 
 
 @pytest.mark.parametrize("isolation", ["process", "none"])
-def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str) -> None:
+def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str, enforcement: str) -> None:
     # RLIMIT_NPROC does not bind root (CI runs as root); the guard's count does.
     n = 40
 
@@ -89,21 +98,24 @@ def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str) -> 
             elapsed = time.monotonic() - started
             err = info.value
             assert err.kind == "limit"
-            match = re.search(r"process limit: (\d+) processes in its tree \(max_processes=5\)", str(err))
+            match = re.search(r"process limit: (\d+) (processes|tasks) in its tree.* \(max_processes=5\)", str(err))
             assert match, str(err)
             figure = int(match.group(1))
-            assert 5 < figure < n + 1, figure  # contained before the loop finished
+            if enforcement == "cgroup":
+                assert figure == 5, figure  # pids.max: the sixth fork was refused
+            else:
+                assert 5 < figure < n + 1, figure  # contained before the loop finished
             assert elapsed < LIMIT_REACTION, elapsed
             assert (await alive_after([old], KILL_DONE_WITHIN))[0] == []
             assert int(str(await conn.call_tool("pid"))) != old
             # Every forked child went with it: the tree is the fresh server alone.
             assert (await conn.stats()).processes == 1
-            print(f"[{isolation}, uid {os.getuid()}] process limit: killed at {figure} processes after {elapsed:.3f} s")
+            print(f"[{isolation}, {enforcement}, uid {os.getuid()}] process limit: killed at {figure} after {elapsed:.3f} s")
 
     run(main())
 
 
-def test_cpu_over_the_limit_is_killed_and_reported_as_a_cpu_limit() -> None:
+def test_cpu_over_the_limit_is_killed_and_reported_as_a_cpu_limit(enforcement: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
             command=PY, args=raw_args(), name="raw", auto_reconnect=False, limits=Limits(cpu_seconds=1)
@@ -163,7 +175,7 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
     run(main())
 
 
-def test_memory_limit_counts_the_whole_tree_not_one_process() -> None:
+def test_memory_limit_counts_the_whole_tree_not_one_process(enforcement: str) -> None:
     # Four children of 25 MB each: none is over 60 MB, the tree is.
     async def main() -> None:
         server = MCPServerStdio(
@@ -182,7 +194,7 @@ def test_memory_limit_counts_the_whole_tree_not_one_process() -> None:
 
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("isolation", ["process", "none"])
-def test_cpu_of_short_lived_subprocesses_counts_toward_the_cpu_limit(isolation: str) -> None:
+def test_cpu_of_short_lived_subprocesses_counts_toward_the_cpu_limit(isolation: str, enforcement: str) -> None:
     # Five children of 0.4 s CPU each, run one after another and reaped by the
     # server: each stays under RLIMIT_CPU, and none is alive for long; their
     # 2 s together pass cpu_seconds=1.

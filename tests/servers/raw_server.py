@@ -24,6 +24,17 @@ Standard library only. Tools (each a way a server can behave or misbehave):
 - ``counter``: how many calls this process has served.
 - ``ping_client``: sends the client a ``ping`` request whose id looks like one of
   lovia-mcp's own request ids (``"lm-1"``, ``"lm-2"``, ...), then answers.
+- ``alloc_fast {mb, progress}``: allocates ``mb`` MB in 1 MB chunks in a tight
+  loop, writing the MB count so far to the file ``progress`` after each one;
+  then holds it and never answers.
+- ``fork_storm {n, progress}``: forks up to ``n`` blocking children as fast as it
+  can, writing the count forked so far to ``progress`` after each; a refused
+  fork is retried (up to ``n`` refusals); then never answers.
+- ``escape``: starts a sleeper that leaves the session (``setsid``) and is
+  orphaned, ignoring SIGTERM; answers its pid.
+- ``kill_parent``: SIGKILLs its parent (the worker), then hangs.
+- ``answer_if_exists {path}``: answers its pid if ``path`` exists when the call
+  arrives; otherwise never answers (ignoring SIGTERM).
 
 Flags: ``--loose-schemas`` lists tools with null, {}, and broken schemas;
 ``--many N`` lists N extra tools; ``--no-handshake`` never answers initialize;
@@ -95,6 +106,11 @@ TOOLS = [
     tool("cwd", "Working directory."),
     tool("counter", "Calls served by this process."),
     tool("ping_client", "Ping the client with a look-alike id, then answer."),
+    tool("alloc_fast", "Allocate fast, never answer.", {"mb": {"type": "integer"}, "progress": {"type": "string"}}),
+    tool("fork_storm", "Fork fast, never answer.", {"n": {"type": "integer"}, "progress": {"type": "string"}}),
+    tool("escape", "Start a setsid orphan sleeper."),
+    tool("kill_parent", "SIGKILL the parent process."),
+    tool("answer_if_exists", "Answer only if the path exists.", {"path": {"type": "string"}}),
 ]
 if flag("--loose-schemas") is not None:
     TOOLS += [
@@ -238,8 +254,61 @@ def call(rid: object, name: str, args: dict) -> None:
         for i in range(1, 4):
             send({"jsonrpc": "2.0", "id": f"lm-{i}", "method": "ping"})
         result(rid, text("pinged"))
+    elif name == "alloc_fast":
+        fd = os.open(str(args["progress"]), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        for i in range(1, int(args.get("mb", 1024)) + 1):
+            HELD.append(b"\1" * (1 << 20))
+            os.pwrite(fd, b"%10d\n" % i, 0)
+        block_forever()
+    elif name == "fork_storm":
+        fd = os.open(str(args["progress"]), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        forked = refused = 0
+        while forked < int(args.get("n", 100)) and refused < int(args.get("n", 100)):
+            try:
+                pid = os.fork()
+            except BlockingIOError:
+                refused += 1
+                continue
+            if pid == 0:
+                block_forever()
+            forked += 1
+            os.pwrite(fd, b"%10d\n" % forked, 0)
+        block_forever()
+    elif name == "escape":
+        r, w = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            os.close(r)
+            os.setsid()
+            sleeper = os.fork()
+            if sleeper == 0:
+                os.close(w)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                while True:
+                    time.sleep(3600)
+            os.write(w, str(sleeper).encode())
+            os._exit(0)
+        os.close(w)
+        pid = int(os.read(r, 32))
+        os.close(r)
+        os.waitpid(middle, 0)
+        result(rid, text(json.dumps({"pid": pid})))
+    elif name == "kill_parent":
+        os.kill(os.getppid(), signal.SIGKILL)
+        block_forever()
+    elif name == "answer_if_exists":
+        if os.path.exists(str(args.get("path"))):
+            result(rid, text(json.dumps({"pid": os.getpid()})))
+        else:
+            block_forever()
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
+
+
+def block_forever() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(3600)
 
 
 def main() -> None:

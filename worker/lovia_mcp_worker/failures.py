@@ -186,10 +186,17 @@ def unattributable(cap: int, size: int, stderr_tail: Sequence[str]) -> HostError
 
 
 def timed_out_kill() -> HostError:
+    """What the other calls on a server killed for a timed-out call are told.
+
+    ``server_exited``, so that under ``auto_reconnect`` a call that merely ran
+    beside the one that timed out is retried once on the fresh server (the
+    timed-out call itself already got the caller's timeout error).
+    """
     return HostError(
-        "timeout",
-        "the server was killed after a call passed its timeout",
-        hint="Raise the tool timeout, or use on_timeout='cancel' for servers that honour cancellation.",
+        "server_exited",
+        "the server was killed after another call on it passed its timeout",
+        hint="A fresh server serves new calls. Raise the tool timeout, or use on_timeout='cancel' "
+        "for servers that honour cancellation.",
     )
 
 

@@ -10,6 +10,8 @@
 - ``READY``: serves calls.
 - ``DRAINING``: takes no new calls (a call timed out and the server is to
   be killed after ``kill_grace``); the calls in flight may still finish.
+  A fresh generation serves new calls meanwhile: each generation's processes
+  are its own :attr:`Generation.tree`, so two can overlap.
 - ``STOPPING``: the reason is known, in-flight calls have failed with it,
   the teardown (tree kill) runs.
 - ``DOWN``: every process of the generation is gone.
@@ -28,6 +30,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Final, Protocol
 
 from .failures import HostError
+from .guard import Tree
 from .protocol import ContentBlock, ToolSpec
 
 
@@ -74,6 +77,10 @@ class Generation:
         self.state = State.STARTING
         self.reason: HostError | None = None
         self.session: Session | None = None
+        # The generation's processes (stdio); None for HTTP (no local tree).
+        self.tree: Tree | None = None
+        # Retired after a timed-out call (its tree gets no SIGTERM grace).
+        self.drained = False
         self.tools: list[ToolSpec] = []
         self.stopping = asyncio.Event()
         self.down = asyncio.Event()
@@ -104,6 +111,7 @@ class Generation:
         if self.state is not State.READY:
             return
         self._move(State.DRAINING)
+        self.drained = True
         self._drain_timer = asyncio.get_running_loop().call_later(grace, self.stop, reason)
 
     def stop(self, reason: HostError) -> None:

@@ -1,17 +1,20 @@
-"""Watch and kill a server's process tree.
+"""Watch and kill one server generation's process tree.
 
-The tree is every descendant of the process that launched the server. In a
-worker that process is the worker itself, made a *child subreaper* so that
-grandchildren whose parent already exited are re-parented to it rather than
-to init: ``psutil.Process(worker).children(recursive=True)`` then is the whole
-tree, orphans included. The server also runs in its own session (process
-group), so a group signal reaches descendants that stayed in it even before
-the subreaper walk sees them.
+A generation's tree is a :class:`Tree`. Where the worker could make a cgroup
+for the generation, that is :class:`~lovia_mcp_worker.cgroup.CgroupTree`:
+membership, limits and kills by the kernel. Elsewhere it is
+:class:`WatchTree`: the server's descendants, found by parentage, and the
+orphans the worker adopted (it is a *child subreaper*, so grandchildren whose
+parent exited are re-parented to it rather than to init), attributed to one
+generation each; limits are sampled with psutil. The server also runs in its
+own session (process group), so a group signal reaches descendants that
+stayed in it even before a walk sees them.
 
-Caveats: a descendant that calls ``setsid`` *and* is orphaned before a worker
-became subreaper escapes both nets; in ``isolation="none"`` the agent process
-is not made a subreaper (that would change the host application), so orphans
-there are found only through the process group.
+Caveats (watch only): a descendant that calls ``setsid`` *and* is orphaned
+while two generations overlap may be attributed to the newer one; in
+``isolation="none"`` the agent process is not made a subreaper (that would
+change the host application), so orphans there are found only through the
+process group.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import psutil
 
@@ -208,13 +211,23 @@ def kill_tree(
     include_root: bool,
     term_grace: float = TERM_GRACE,
 ) -> None:
-    """SIGTERM the group and every descendant, wait ``term_grace``, then SIGKILL.
+    """SIGTERM the group and every descendant, wait ``term_grace``, then SIGKILL."""
+    kill_walk(lambda: tree(root_pid, include_root=include_root), pgid, term_grace=term_grace)
+
+
+def kill_walk(
+    walk: Callable[[], list[psutil.Process]],
+    pgid: int | None,
+    *,
+    term_grace: float = TERM_GRACE,
+) -> None:
+    """SIGTERM the group and every process ``walk()`` finds, wait ``term_grace``, then SIGKILL.
 
     Blocking and bounded (at most ``term_grace + KILL_WAIT`` plus the walks);
     callers on an event loop run it in a thread. Repeats the SIGKILL walk until
     nothing is left, so a tree that forks while being killed is still emptied.
     """
-    procs = tree(root_pid, include_root=include_root)
+    procs = walk()
     if term_grace > 0:
         _signal_all(pgid, procs, signal.SIGTERM)
         procs = wait_gone(procs, term_grace)
@@ -222,7 +235,7 @@ def kill_tree(
     while True:
         _signal_all(pgid, procs, signal.SIGKILL)
         wait_gone(procs, 0.2)
-        procs = tree(root_pid, include_root=include_root)
+        procs = walk()
         if not procs or time.monotonic() > deadline:
             break
         pgid = None  # the group is gone or done; walk the stragglers only
@@ -232,9 +245,43 @@ def kill_tree(
 
 
 # --------------------------------------------------------------------------- #
-# The watch: limits the kernel does not enforce for us, sampled
+# One generation's tree, and the watch over it
 # --------------------------------------------------------------------------- #
-Breach = Callable[[str, str, str, str], None]
+Breach = tuple[str, str, str, str]  # what, figure, setting, hint
+OnBreach = Callable[[str, str, str, str], None]
+
+HINT_MEMORY: Final = "Raise Limits(memory_mb=...) or make the tool use less memory."
+HINT_PROCESSES: Final = "Raise Limits(max_processes=...) or stop the server from forking."
+HINT_CPU: Final = "Raise Limits(cpu_seconds=...) or make the tool do less work."
+
+
+class Tree(Protocol):
+    """One generation's processes: how they are found, measured, limited and killed.
+
+    :class:`WatchTree` (psutil, sampled) here; :class:`~.cgroup.CgroupTree`
+    (the kernel) where a cgroup could be made. Every method but
+    :meth:`attach` may block briefly (``/proc`` or cgroup file reads); the
+    host calls the slow ones from a thread.
+    """
+
+    enforcement: str  # "cgroup" or "watch", as reported by stats()
+
+    @property
+    def procs_files(self) -> list[str]: ...
+
+    def attach(self, server_pid: int) -> None: ...
+
+    def pids(self) -> list[int]: ...
+
+    def usage(self) -> TreeUsage: ...
+
+    def check(self, limits: Limits) -> Breach | None: ...
+
+    def kill(self, term_grace: float) -> None: ...
+
+    def oom_kills(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 def _children_cpu() -> float:
@@ -242,47 +289,142 @@ def _children_cpu() -> float:
     return t.children_user + t.children_system
 
 
-async def watch_limits(
-    limits: Limits,
-    root: int,
-    *,
-    include_root: bool,
-    subreaper: bool,
-    stop: asyncio.Event,
-    on_breach: Breach,
-    interval: float,
-) -> None:
-    """Sample the tree every ``interval`` s until ``stop``; report the first limit passed.
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
-    ``on_breach(what, figure, setting, hint)`` is called once, then the watch
-    ends (the caller kills the tree).
+
+class WatchTree:
+    """A generation's tree found by parentage, with orphans attributed (no cgroup).
+
+    Processes still parented by the server are its descendants. Orphans are
+    re-parented to the worker (a subreaper) and attributed, in this order, to
+    the generation whose server leads their session (servers start in their
+    own session), else to the newest generation started before them. The
+    one guess: an orphan that left its session (``setsid``) while an older
+    and a newer generation overlap is counted with the newer one. Start
+    times are the kernel's (psutil ``create_time``), compared with the
+    server's own, never with the worker's clock. In the
+    agent process (``isolation="none"``, no subreaper) the tree is the
+    server's descendants; its process group is signalled too.
     """
-    base_cpu = _children_cpu()
-    while not stop.is_set():
-        use = await asyncio.to_thread(lambda: usage(tree(root, include_root=include_root)))
-        # CPU of descendants that already exited and were reaped by this process.
-        cpu = use.cpu_seconds + (_children_cpu() - base_cpu if subreaper else 0.0)
+
+    enforcement = "watch"
+
+    def __init__(self, *, subreaper: bool, generations: Callable[[], list[WatchTree]]) -> None:
+        self._subreaper = subreaper
+        self._generations = generations
+        self.server_pid: int | None = None
+        # The server's start time (psutil's clock); None until attached, when
+        # the generation is the newest one, still spawning.
+        self.started: float | None = None
+        self._base_cpu = 0.0
+
+    @property
+    def procs_files(self) -> list[str]:
+        return []
+
+    def attach(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self._base_cpu = _children_cpu()
+        try:
+            self.started = psutil.Process(server_pid).create_time()
+        except psutil.Error:
+            self.started = 0.0  # already gone: no orphan is attributed by time
+
+    def _owner(self, orphan: psutil.Process, trees: list[WatchTree]) -> WatchTree | None:
+        sid = _sid(orphan.pid)
+        for t in trees:
+            if t.server_pid is not None and t.server_pid == sid:
+                return t
+        try:
+            born = orphan.create_time()
+        except psutil.Error:
+            return None
+        # A generation still spawning (no start time yet) is the newest.
+        def start(t: WatchTree) -> float:
+            return float("inf") if t.started is None else t.started
+
+        before = [t for t in trees if t.started is None or t.started <= born]
+        if before:
+            return max(before, key=start)
+        return min(trees, key=start) if trees else None
+
+    def procs(self) -> list[psutil.Process]:
+        if self.server_pid is None:
+            return []
+        procs = tree(self.server_pid, include_root=True)
+        if not self._subreaper:
+            return procs
+        trees = self._generations()
+        servers = {t.server_pid for t in trees if t.server_pid is not None}
+        try:
+            orphans = [c for c in psutil.Process().children() if c.pid not in servers]
+        except psutil.Error:
+            return procs
+        for orphan in orphans:
+            if self._owner(orphan, trees) is self:
+                procs.extend(p for p in tree(orphan.pid, include_root=True) if p.pid not in servers)
+        return procs
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs()]
+
+    def usage(self) -> TreeUsage:
+        use = usage(self.procs())
+        if self._subreaper:
+            # CPU of orphans that exited and were reaped by the worker itself.
+            use = TreeUsage(use.rss_bytes, use.cpu_seconds + _children_cpu() - self._base_cpu, use.processes)
+        return use
+
+    def check(self, limits: Limits) -> Breach | None:
+        use = self.usage()
         mb = use.rss_bytes / (1024 * 1024)
         if limits.memory_mb is not None and mb > limits.memory_mb:
-            on_breach("memory", f"{mb:.1f} MB resident in its process tree", f"memory_mb={limits.memory_mb:g}",
-                      "Raise Limits(memory_mb=...) or make the tool use less memory.")
-            return
+            return ("memory", f"{mb:.1f} MB resident in its process tree", f"memory_mb={limits.memory_mb:g}", HINT_MEMORY)
         if limits.max_processes is not None and use.processes > limits.max_processes:
-            on_breach("process", f"{use.processes} processes in its tree", f"max_processes={limits.max_processes}",
-                      "Raise Limits(max_processes=...) or stop the server from forking.")
-            return
-        if limits.cpu_seconds is not None and cpu > limits.cpu_seconds:
-            on_breach("CPU", f"{cpu:.1f} s of CPU in its process tree", f"cpu_seconds={limits.cpu_seconds:g}",
-                      "Raise Limits(cpu_seconds=...) or make the tool do less work.")
+            return ("process", f"{use.processes} processes in its tree", f"max_processes={limits.max_processes}",
+                    HINT_PROCESSES)
+        if limits.cpu_seconds is not None and use.cpu_seconds > limits.cpu_seconds:
+            return ("CPU", f"{use.cpu_seconds:.1f} s of CPU in its process tree", f"cpu_seconds={limits.cpu_seconds:g}",
+                    HINT_CPU)
+        return None
+
+    def kill(self, term_grace: float) -> None:
+        if self.server_pid is not None:
+            kill_walk(self.procs, self.server_pid, term_grace=term_grace)
+
+    def oom_kills(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        return None
+
+
+async def watch_limits(
+    box: Tree, limits: Limits, *, stop: asyncio.Event, on_breach: OnBreach, interval: float, in_thread: bool
+) -> None:
+    """Check ``box`` against ``limits`` every ``interval`` s until ``stop``; report the first breach.
+
+    ``on_breach(what, figure, setting, hint)`` is called once, then the watch
+    ends (the caller kills the tree). ``in_thread``: the check walks ``/proc``
+    (psutil), too slow for the event loop; a cgroup's files are read inline.
+    """
+    while not stop.is_set():
+        found = await asyncio.to_thread(box.check, limits) if in_thread else box.check(limits)
+        if found is not None and not stop.is_set():
+            on_breach(*found)
             return
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
 
 
-async def reap_loop(keep: int, stop: asyncio.Event, interval: float) -> None:
-    """Reap exited orphans (not ``keep``, the server) every ``interval`` s until ``stop``."""
+async def reap_loop(keep: Callable[[], set[int]], stop: asyncio.Event, interval: float) -> None:
+    """Reap exited orphans (never a pid in ``keep()``, the live servers) every ``interval`` s until ``stop``."""
     while not stop.is_set():
-        reap_orphans(keep={keep})
+        reap_orphans(keep=keep())
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
 
@@ -292,12 +434,19 @@ def limits_watched(limits: Limits) -> bool:
 
 
 __all__ = [
+    "HINT_CPU",
+    "HINT_MEMORY",
+    "HINT_PROCESSES",
     "KILL_WAIT",
     "TERM_GRACE",
+    "Breach",
+    "Tree",
     "TreeUsage",
+    "WatchTree",
     "become_subreaper",
     "die_with_parent",
     "kill_tree",
+    "kill_walk",
     "limits_watched",
     "reap_loop",
     "reap_orphans",

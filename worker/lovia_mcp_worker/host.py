@@ -16,11 +16,18 @@ What lives where:
 Lifecycle: requests use the current generation, starting one on demand
 (single flight). A generation ends when the server exits, passes a limit,
 breaks the protocol, or a timed-out call's tree is killed; the next request
-starts a fresh one. Two generations never overlap, so "the tree" is always
-one server's tree.
+starts a fresh one at once, while the old one is torn down in the
+background. Generations may overlap because each has its own tree
+(:attr:`Generation.tree`): a cgroup where the worker could make one
+(:mod:`.cgroup`), else the psutil watch's attribution (:mod:`.guard`). After
+a timed-out call on_timeout="kill" retires its generation: new calls go to a
+fresh server; the calls still running on the old one get its ``kill_grace``,
+then fail as ``server_exited`` (the agent retries them once).
 
 Caveats: restarts are counted in a sliding window; past ``restart_limit`` the
-host fails fast (``circuit_open``) until the window has passed.
+host fails fast (``circuit_open``) until the window has passed. The agent
+keeps the connection's circuit (worker restarts included); this one is the
+worker's own backstop.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from . import failures, guard
+from . import cgroup, failures, guard
 from .failures import HostError
 from .generation import Generation, Session, State
 from .launch import LaunchError
@@ -83,7 +90,13 @@ class Host:
         self._emit = emit
         self._subreaper = subreaper
         self.spec: ServerSpec | None = None
+        # The generation new requests use; every generation not yet down,
+        # oldest first; which generation each call in flight runs on.
         self.current: Generation | None = None
+        self._gens: list[Generation] = []
+        self._on: dict[int, Generation] = {}
+        self.enforcement: str | None = None
+        self.oom_kills = 0
         self._starting: asyncio.Task[Generation] | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._generations = 0
@@ -158,21 +171,36 @@ class Host:
         task = self._tasks.get(msg.id)
         if task is None:
             return
+        # The generation the call runs on, if it reached one: a call that
+        # timed out while waiting for a start retires nothing.
+        gen = self._on.get(msg.id)
         # Cancelling the task abandons the request: the JSON-RPC client sends
         # the server notifications/cancelled.
         task.cancel()
         if msg.timed_out:
             self.timeouts += 1
-            gen, spec = self.current, self.spec
+            spec = self.spec
             if gen is not None and spec is not None and spec.on_timeout == "kill":
-                # New requests wait for a fresh server from now on.
-                gen.drain(spec.kill_grace, failures.timed_out_kill())
+                self._retire(gen, spec.kill_grace)
+
+    def _retire(self, gen: Generation, grace: float) -> None:
+        """New requests go to a fresh server now; ``gen`` is killed after ``grace``."""
+        reason = failures.timed_out_kill()
+        if gen.serving:
+            self.last_restart_reason = reason.message
+        gen.drain(grace, reason)
+        if self.current is gen:
+            self.current = None
 
     async def _call(self, msg: CallTool) -> Result:
         gen = await self._live()
         self.calls += 1
         assert gen.session is not None
-        content, is_error, structured = await gen.session.call(msg.name, msg.arguments)
+        self._on[msg.id] = gen
+        try:
+            content, is_error, structured = await gen.session.call(msg.name, msg.arguments)
+        finally:
+            self._on.pop(msg.id, None)
         return Result(id=msg.id, content=content, is_error=is_error, structured_content=structured)
 
     # -- generations --------------------------------------------------------- #
@@ -182,10 +210,9 @@ class Host:
             if gen is not None and gen.serving:
                 return gen
             if gen is not None and gen.state is not State.STARTING:
-                await gen.down.wait()
-                if self.current is gen:
-                    self.current = None
-                continue
+                # Draining or ending: it goes down in the background, and a
+                # fresh generation serves from now on.
+                self.current = None
             if self._closing:
                 raise failures.closed("the connection is closing")
             if self._starting is None:
@@ -219,6 +246,9 @@ class Host:
             self._count_restart(spec)
         self._generations += 1
         gen = Generation(self._generations)
+        if spec.transport == "stdio":
+            gen.tree = self._tree(gen.number, spec)
+        self._gens.append(gen)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         runner = asyncio.ensure_future(self._run(gen, spec, ready))
         self._runners.add(runner)
@@ -246,6 +276,32 @@ class Host:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(gen.down.wait(), SHUTDOWN_WAIT)
 
+    def _tree(self, number: int, spec: ServerSpec) -> guard.Tree:
+        """A generation's containment: its own cgroup where one can be made, else the watch."""
+        where = cgroup.layout()
+        tree: guard.Tree
+        if where is not None:
+            try:
+                tree = cgroup.CgroupTree(cgroup.GenerationCgroup.create(where, number, spec.limits))
+            except OSError as exc:
+                cgroup.disable()
+                self._log(logging.INFO, f"no cgroup for server generations ({exc}); limits are watched")
+                tree = guard.WatchTree(subreaper=self._subreaper, generations=self._watch_trees)
+            else:
+                if self.enforcement is None:
+                    self._log(logging.DEBUG, f"server generations are contained in {where.describe()}")
+        else:
+            tree = guard.WatchTree(subreaper=self._subreaper, generations=self._watch_trees)
+        self.enforcement = tree.enforcement
+        return tree
+
+    def _watch_trees(self) -> list[guard.WatchTree]:
+        return [g.tree for g in self._gens if isinstance(g.tree, guard.WatchTree)]
+
+    def _server_pids(self) -> set[int]:
+        """Servers whose exit status belongs to asyncio: never reaped as orphans."""
+        return {pid for g in self._gens if (pid := g.server_pid) is not None}
+
     def _session(self, gen: Generation, spec: ServerSpec) -> Session:
         if spec.transport == "http":
             from .http import HttpSession
@@ -254,7 +310,27 @@ class Host:
 
         from .stdio import StdioSession
 
-        return StdioSession(spec, on_end=gen.stop, log=self._log, on_garbage=self._garbage)
+        assert gen.tree is not None
+        return StdioSession(
+            spec,
+            on_end=gen.stop,
+            log=self._log,
+            on_garbage=self._garbage,
+            cgroup_procs=gen.tree.procs_files,
+            explain=lambda reason: self._kernel_reason(gen, spec, reason),
+        )
+
+    def _kernel_reason(self, gen: Generation, spec: ServerSpec, reason: HostError) -> HostError:
+        """A server the kernel stopped at a cgroup limit (OOM kill, refused fork) ended for that limit."""
+        tree = gen.tree
+        if reason.kind != "server_exited" or not isinstance(tree, cgroup.CgroupTree):
+            return reason
+        found = tree.check(spec.limits)
+        if found is None or found[0] == "CPU":
+            return reason
+        limited = failures.limit(*found, reason.stderr_tail)
+        self._log(logging.WARNING, f"server {spec.name!r}: {limited.message}")
+        return limited
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
         """Own one generation from launch to teardown (anyio needs one task for both)."""
@@ -263,6 +339,8 @@ class Host:
         watchers: list[asyncio.Future[None]] = []
         try:
             async with session.running():
+                if gen.tree is not None and gen.server_pid is not None:
+                    gen.tree.attach(gen.server_pid)
                 watchers = self._watch(gen, spec)
                 tools = await session.start()
                 if gen.state is State.STARTING:
@@ -286,26 +364,29 @@ class Host:
                 gen.stop(failures.start_failed(failures.describe(exc), session.stderr_tail))
         finally:
             gen.stop(failures.closed())  # a no-op unless the body ended without a reason
+            if self.current is gen:
+                self.current = None  # the next request starts a fresh one while this one is torn down
+            started = ready.done()
+            if started and gen.reason is not None and not self._closing and gen.reason.kind != "closed":
+                if not gen.drained:  # a retired generation's reason was noted when it was retired
+                    self.last_restart_reason = gen.reason.message
+                self._log(logging.WARNING, f"server {spec.name!r} generation {gen.number} ended: {gen.reason.message}")
             await asyncio.shield(self._teardown(gen, session, watchers))
             gen.finished()
-            if self.current is gen:
-                self.current = None
+            if gen in self._gens:
+                self._gens.remove(gen)
             if not ready.done():
                 assert gen.reason is not None
                 ready.set_exception(gen.reason)
                 ready.exception()  # mark retrieved: _start may have stopped waiting
-            elif gen.reason is not None and not self._closing and gen.reason.kind != "closed":
-                self.last_restart_reason = gen.reason.message
-                self._log(logging.WARNING, f"server {spec.name!r} generation {gen.number} ended: {gen.reason.message}")
 
     def _watch(self, gen: Generation, spec: ServerSpec) -> list[asyncio.Future[None]]:
         """The limit watch and the orphan reaper of a stdio generation."""
-        pid = gen.server_pid
-        if pid is None:
+        tree = gen.tree
+        if gen.server_pid is None or tree is None:
             return []
         tasks: list[asyncio.Future[None]] = []
         if guard.limits_watched(spec.limits):
-            root, include_root = self._tree_root(pid)
 
             def breach(what: str, figure: str, setting: str, hint: str) -> None:
                 reason = failures.limit(what, figure, setting, hint, session_tail(gen))
@@ -313,43 +394,41 @@ class Host:
                 gen.stop(reason)
 
             tasks.append(asyncio.ensure_future(guard.watch_limits(
-                spec.limits, root, include_root=include_root, subreaper=self._subreaper,
-                stop=gen.stopping, on_breach=breach, interval=GUARD_INTERVAL,
+                tree, spec.limits, stop=gen.stopping, on_breach=breach, interval=GUARD_INTERVAL,
+                in_thread=isinstance(tree, guard.WatchTree),
             )))
         if self._subreaper:
             # Inherited orphans that exit must not stay zombies until close.
-            tasks.append(asyncio.ensure_future(guard.reap_loop(pid, gen.stopping, REAP_INTERVAL)))
+            tasks.append(asyncio.ensure_future(guard.reap_loop(self._server_pids, gen.stopping, REAP_INTERVAL)))
         return tasks
 
     async def _teardown(self, gen: Generation, session: Session, watchers: list[asyncio.Future[None]]) -> None:
         from .stdio import StdioSession
 
-        if isinstance(session, StdioSession) and session.pid is not None:
+        tree = gen.tree
+        if isinstance(session, StdioSession) and session.pid is not None and tree is not None:
             pid = session.pid
-            root, include_root = self._tree_root(pid)
             if not session.exited.done():
                 reason = gen.reason
-                grace = 0.0 if reason is not None and reason.kind in _NO_GRACE else guard.TERM_GRACE
-                await asyncio.to_thread(guard.kill_tree, root, pid, include_root=include_root, term_grace=grace)
-            elif not include_root and guard.tree(root):
+                no_grace = gen.drained or (reason is not None and reason.kind in _NO_GRACE)
+                await asyncio.to_thread(tree.kill, 0.0 if no_grace else guard.TERM_GRACE)
+            elif await asyncio.to_thread(tree.pids):
                 # The server is gone; its orphans are still in the tree.
-                await asyncio.to_thread(guard.kill_tree, root, pid, include_root=False, term_grace=0.0)
+                await asyncio.to_thread(tree.kill, 0.0)
             else:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
             await session.wait_exited(SHUTDOWN_WAIT)
             if self._subreaper:
-                guard.reap_orphans(keep=set())
+                guard.reap_orphans(keep=self._server_pids())
             session.close_transport()
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
-
-    def _tree_root(self, server_pid: int) -> tuple[int, bool]:
-        # In a worker (a subreaper with no other children) the tree is all of
-        # the worker's descendants, orphans included; in the agent process it
-        # is the server and what it still parents.
-        return (os.getpid(), False) if self._subreaper else (server_pid, True)
+        if tree is not None:
+            oom_kills = tree.oom_kills()
+            await asyncio.to_thread(tree.close)
+            self.oom_kills += oom_kills
 
     # -- stats, logs, close -------------------------------------------------- #
     def _garbage(self, line: bytes) -> None:
@@ -364,11 +443,12 @@ class Host:
 
     def stats(self) -> Stats:
         gen = self.current
-        pid = gen.server_pid if gen is not None and gen.serving else None
+        serving = gen is not None and gen.serving
+        pid = gen.server_pid if gen is not None and serving else None
         use = guard.TreeUsage(0, 0.0, 0)
-        if pid is not None:
-            root, include_root = self._tree_root(pid)
-            use = guard.usage(guard.tree(root, include_root=include_root))
+        if gen is not None and pid is not None and gen.tree is not None:
+            use = gen.tree.usage()
+        http = self.spec is not None and self.spec.transport == "http"
         return Stats(
             worker_pid=os.getpid(),
             server_pid=pid,
@@ -382,6 +462,8 @@ class Host:
             last_restart_reason=self.last_restart_reason,
             uptime_seconds=time.monotonic() - self._created,
             garbage_lines=self.garbage_lines,
+            enforcement="none" if http else self.enforcement or "watch",
+            oom_kills=self.oom_kills + sum(g.tree.oom_kills() for g in self._gens if g.tree is not None),
         )
 
     def _log(self, level: int, message: str, stderr: bool = False) -> None:
@@ -395,9 +477,10 @@ class Host:
                 task.cancel()
         if self._starting is not None:
             self._starting.cancel()
-        gen = self.current
-        if gen is not None:
+        gens = list(self._gens)
+        for gen in gens:
             gen.stop(failures.closed())
+        for gen in gens:
             await self._wait_down(gen)
         # This host's generations only: in isolation="none" several hosts
         # share the agent's loop, and one closing must not wait on another's.

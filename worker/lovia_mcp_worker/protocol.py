@@ -176,6 +176,13 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     last_restart_reason: str | None
     uptime_seconds: float
     garbage_lines: int
+    # How the tree's limits are enforced: "cgroup" (the kernel: a cgroup per
+    # server generation), "watch" (rlimits and the sampled psutil watch), or
+    # "none" (an HTTP server: no local tree).
+    enforcement: str = "watch"
+    # Processes of this worker's server trees stopped by the kernel's OOM
+    # killer at memory_mb (cgroup enforcement only).
+    oom_kills: int = 0
 
 
 # --------------------------------------------------------------------------- #

@@ -1,0 +1,536 @@
+"""A cgroup per server generation: containment and kernel-enforced limits.
+
+Why cgroups: a generation's processes must be identifiable and killable on
+their own while another generation of the same worker already serves calls
+(a timed-out tree gets its grace in the background). Parentage cannot say
+that once processes are orphaned or call ``setsid``; a cgroup can, because
+membership is inherited at fork and cannot be left without write access to
+the cgroup tree. The same cgroup lets the kernel enforce ``memory_mb``
+(``memory.limit_in_bytes`` / ``memory.max``: the tree is never above it) and
+``max_processes`` (``pids.max``: a fork storm fails at the limit instead of
+being sampled), and reports exact CPU time and OOM kills.
+
+Where: a child of the worker's *own* cgroup in each hierarchy, named
+``lovia-mcp.<worker pid>.<token>.<generation>``. The worker itself is never
+moved, and no cgroup this process did not create is written to. cgroup v2
+is used where the worker's cgroup delegates ``memory`` and ``pids`` to its
+children; otherwise cgroup v1's ``memory`` and ``pids`` hierarchies (with
+``cpuacct`` when mounted). Where neither can be made (an ordinary user, a
+read-only mount), :func:`layout` returns ``None`` and the worker keeps the
+rlimits and the psutil watch (:mod:`.guard`).
+
+Lifecycle: :func:`layout` detects once per process (cheap: two ``/proc``
+reads, and a sweep of empty leftovers of dead workers);
+:meth:`GenerationCgroup.create` makes the cgroup and writes the limits before
+the server is spawned; the launcher writes the server's pid into
+:attr:`~GenerationCgroup.procs_files` before it executes any of the server's
+code; :meth:`~GenerationCgroup.kill` empties it; :meth:`~GenerationCgroup.remove`
+deletes it once empty. ``LOVIA_MCP_CGROUPS=0`` turns the whole module off.
+
+Caveats: under cgroups ``max_processes`` counts tasks as the kernel does
+(threads included), and ``memory_mb`` counts what the kernel charges the
+tree (resident memory, page cache and kernel memory), not an RSS sum. A
+worker killed by SIGKILL cannot remove its cgroups; the agent kills what is
+left in them (:func:`kill_leftovers`), and the next worker removes them once
+empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach, TreeUsage
+from .protocol import Limits
+
+# Environment switch: "0", "off", "no" or "false" keeps every worker on the watch.
+ENV_SWITCH: Final = "LOVIA_MCP_CGROUPS"
+PREFIX: Final = "lovia-mcp."
+# Bound on waiting for a cgroup's processes to exit after SIGKILL; only an
+# uninterruptible (D-state) process takes this long.
+KILL_WAIT: Final = 2.0
+# Poll period while waiting for members to exit (a read of cgroup.procs).
+EXIT_POLL: Final = 0.005
+# Bound on retrying rmdir while the last members finish exiting.
+REMOVE_WAIT: Final = 1.0
+
+_MIB: Final = 1024 * 1024
+_OFF: Final = frozenset({"0", "off", "no", "false"})
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where this process may create generation cgroups.
+
+    ``version`` 2: ``unified`` is the worker's own cgroup, with memory and
+    pids delegated to children. Version 1: the worker's own cgroup in the
+    ``memory``, ``pids`` and (optional) ``cpuacct`` hierarchies.
+    """
+
+    version: int
+    unified: str | None = None
+    memory: str | None = None
+    pids: str | None = None
+    cpuacct: str | None = None
+
+    @property
+    def parents(self) -> list[str]:
+        dirs = [self.unified] if self.version == 2 else [self.memory, self.pids, self.cpuacct]
+        return [d for d in dirs if d is not None]
+
+    def describe(self) -> str:
+        if self.version == 2:
+            return f"cgroup v2 ({self.unified})"
+        return f"cgroup v1 (memory {self.memory}, pids {self.pids}, cpuacct {self.cpuacct or 'not mounted'})"
+
+
+_detected: tuple[tuple[int, bool], Layout | None] | None = None
+_token = ""
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "").strip().lower() not in _OFF
+
+
+def layout() -> Layout | None:
+    """The cgroup layout this process may use, detected once per process."""
+    global _detected, _token
+    # Once per worker: a worker forked from the forkserver detects anew (and
+    # so does a process whose switch changed, e.g. a test in the agent's).
+    key = (os.getpid(), enabled())
+    if _detected is None or _detected[0] != key:
+        _token = secrets.token_hex(3)
+        found = _detect() if key[1] else None
+        if found is not None:
+            _sweep(found)
+        _detected = (key, found)
+    return _detected[1]
+
+
+def disable() -> None:
+    """Use the watch for the rest of this process (creating a cgroup failed)."""
+    global _detected
+    _detected = ((os.getpid(), enabled()), None)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _mounts() -> Iterator[tuple[str, str, str, set[str]]]:
+    """(fstype, mount root, mount point, super options) of each cgroup mount."""
+    for line in _read("/proc/self/mountinfo").splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        yield tail[0], _unescape(fields[3]), _unescape(fields[4]), set(tail[2].split(","))
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal.
+    return field.encode().decode("unicode_escape") if "\\" in field else field
+
+
+def _own_dir(mount_root: str, mount_point: str, path: str) -> str | None:
+    if mount_root != "/" and not (path == mount_root or path.startswith(mount_root + "/")):
+        return None  # our cgroup is not visible through this mount
+    rel = path[len(mount_root):] if mount_root != "/" else path
+    return os.path.join(mount_point, rel.lstrip("/")).rstrip("/") or mount_point
+
+
+def _usable(path: str | None) -> bool:
+    return path is not None and os.path.isdir(path) and os.access(path, os.W_OK)
+
+
+def _detect() -> Layout | None:
+    try:
+        own: dict[str, str] = {}
+        for line in _read("/proc/self/cgroup").splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                own[c] = path
+        mounts = list(_mounts())
+    except (OSError, ValueError):
+        return None
+    if "" in own:
+        for fstype, root, point, _ in mounts:
+            if fstype != "cgroup2":
+                continue
+            mine = _own_dir(root, point, own[""])
+            if not _usable(mine):
+                continue
+            assert mine is not None
+            try:
+                delegated = set(_read(os.path.join(mine, "cgroup.subtree_control")).split())
+            except OSError:
+                continue
+            if {"memory", "pids"} <= delegated:
+                return Layout(version=2, unified=mine)
+    v1: dict[str, str] = {}
+    for fstype, root, point, options in mounts:
+        if fstype != "cgroup":
+            continue
+        for controller in ("memory", "pids", "cpuacct"):
+            if controller in options and controller in own and controller not in v1:
+                mine = _own_dir(root, point, own[controller])
+                if _usable(mine):
+                    assert mine is not None
+                    v1[controller] = mine
+    if "memory" not in v1 or "pids" not in v1:
+        return None
+    return Layout(version=1, memory=v1["memory"], pids=v1["pids"], cpuacct=v1.get("cpuacct"))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep(found: Layout) -> None:
+    """Remove empty generation cgroups left by workers that died (only ours, by name)."""
+    for parent in found.parents:
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith(PREFIX):
+                continue
+            try:
+                owner = int(name.split(".")[1])
+            except (IndexError, ValueError):
+                continue
+            if owner != os.getpid() and not _pid_alive(owner):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(parent, name))  # fails (EBUSY) unless empty
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _field(text: str, key: str) -> int:
+    """The value of ``key`` in a flat-keyed cgroup file (``oom_kill 3``)."""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            with contextlib.suppress(ValueError):
+                return int(value)
+    return 0
+
+
+class GenerationCgroup:
+    """One generation's cgroup (one directory per hierarchy in v1)."""
+
+    def __init__(self, where: Layout, dirs: dict[str, str]) -> None:
+        self.layout = where
+        self._dirs = dirs  # role ("memory", "pids", "cpuacct", or "unified") -> path
+        self.removed = False
+
+    @classmethod
+    def create(cls, where: Layout, generation: int, limits: Limits) -> GenerationCgroup:
+        """Make the cgroup with ``limits`` written; raises OSError (nothing is left behind)."""
+        name = f"{PREFIX}{os.getpid()}.{_token}.{generation}"
+        roles = {"unified": where.unified} if where.version == 2 else {
+            "memory": where.memory, "pids": where.pids, "cpuacct": where.cpuacct,
+        }
+        made = cls(where, {})
+        try:
+            for role, parent in roles.items():
+                if parent is None:
+                    continue
+                path = os.path.join(parent, name)
+                os.mkdir(path)
+                made._dirs[role] = path
+            made._limit(limits)
+        except OSError:
+            made.remove(wait=0.0)
+            raise
+        return made
+
+    def _limit(self, limits: Limits) -> None:
+        mem, pids = self._path("memory"), self._path("pids")
+        if limits.memory_mb is not None:
+            value = str(max(1, int(limits.memory_mb * _MIB)))
+            if self.layout.version == 2:
+                _write(os.path.join(mem, "memory.max"), value)
+                # No swap: the limit is on memory, not on memory plus swap.
+                with contextlib.suppress(OSError):
+                    _write(os.path.join(mem, "memory.swap.max"), "0")
+            else:
+                _write(os.path.join(mem, "memory.limit_in_bytes"), value)
+                with contextlib.suppress(OSError):  # absent without swap accounting
+                    _write(os.path.join(mem, "memory.memsw.limit_in_bytes"), value)
+        if limits.max_processes is not None:
+            _write(os.path.join(pids, "pids.max"), str(int(limits.max_processes)))
+
+    def _path(self, role: str) -> str:
+        if self.layout.version == 2:
+            return self._dirs["unified"]
+        return self._dirs[role]
+
+    def _file(self, role: str, v1: str, v2: str) -> str:
+        return os.path.join(self._path(role), v2 if self.layout.version == 2 else v1)
+
+    # -- membership ---------------------------------------------------------- #
+    @property
+    def procs_files(self) -> list[str]:
+        """Where the launcher writes the server's pid (one file per hierarchy)."""
+        return [os.path.join(d, "cgroup.procs") for d in self._dirs.values()]
+
+    def members(self) -> list[int]:
+        """Pids of the generation's live processes (zombies are not members)."""
+        try:
+            return [int(x) for x in _read(os.path.join(self._path("pids"), "cgroup.procs")).split()]
+        except (OSError, ValueError):
+            return []
+
+    # -- figures ------------------------------------------------------------- #
+    def _int(self, path: str) -> int:
+        try:
+            return int(_read(path).split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def memory_bytes(self) -> int:
+        return self._int(self._file("memory", "memory.usage_in_bytes", "memory.current"))
+
+    def memory_peak_bytes(self) -> int:
+        peak = self._int(self._file("memory", "memory.max_usage_in_bytes", "memory.peak"))
+        return peak or self.memory_bytes()
+
+    def oom_kills(self) -> int:
+        """Processes of this generation the kernel's OOM killer took (its memory limit)."""
+        try:
+            text = _read(self._file("memory", "memory.oom_control", "memory.events"))
+        except OSError:
+            return 0
+        return _field(text, "oom_kill")
+
+    def tasks(self) -> int:
+        return self._int(os.path.join(self._path("pids"), "pids.current"))
+
+    def tasks_peak(self) -> int:
+        peak = self._int(os.path.join(self._path("pids"), "pids.peak"))
+        return peak or self.tasks()
+
+    def forks_refused(self) -> int:
+        """Forks (and thread creations) the kernel refused at ``pids.max``."""
+        try:
+            return _field(_read(os.path.join(self._path("pids"), "pids.events")), "max")
+        except OSError:
+            return 0
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of every process the generation ever ran; ``None`` if not accounted."""
+        if self.layout.version == 2:
+            try:
+                return _field(_read(os.path.join(self._path("unified"), "cpu.stat")), "usage_usec") / 1e6
+            except OSError:
+                return None
+        if "cpuacct" not in self._dirs:
+            return None
+        return self._int(os.path.join(self._dirs["cpuacct"], "cpuacct.usage")) / 1e9
+
+    # -- ending -------------------------------------------------------------- #
+    def _signal(self, sig: int) -> list[int]:
+        pids = self.members()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return pids
+
+    def wait_empty(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.members():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(EXIT_POLL)
+        return True
+
+    def kill(self, term_grace: float) -> bool:
+        """SIGTERM every member, wait ``term_grace``, then SIGKILL until empty.
+
+        Blocking and bounded (``term_grace + KILL_WAIT``); run it in a thread.
+        Forks are refused first (``pids.max`` 0), so a tree forking while it
+        is killed still empties. Returns whether the cgroup is empty.
+        """
+        if term_grace > 0 and self._signal(signal.SIGTERM):
+            self.wait_empty(term_grace)
+        with contextlib.suppress(OSError):
+            _write(os.path.join(self._path("pids"), "pids.max"), "0")
+        if self.layout.version == 2:
+            with contextlib.suppress(OSError):  # Linux >= 5.14: one write kills them all
+                _write(os.path.join(self._path("unified"), "cgroup.kill"), "1")
+        deadline = time.monotonic() + KILL_WAIT
+        while self._signal(signal.SIGKILL):
+            if self.wait_empty(0.05) or time.monotonic() >= deadline:
+                break
+        return not self.members()
+
+    def remove(self, wait: float = REMOVE_WAIT) -> bool:
+        """Delete the cgroup (every hierarchy); retries while members finish exiting."""
+        deadline = time.monotonic() + wait
+        for role, path in list(self._dirs.items()):
+            while True:
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                        return False
+                    time.sleep(EXIT_POLL)
+            del self._dirs[role]
+        self.removed = True
+        return True
+
+
+class CgroupTree:
+    """A generation's tree as its cgroup (:class:`~.guard.Tree`): the kernel counts and limits it."""
+
+    enforcement = "cgroup"
+
+    def __init__(self, cgroup: GenerationCgroup) -> None:
+        self.cgroup = cgroup
+        self.server_pid: int | None = None
+
+    @property
+    def procs_files(self) -> list[str]:
+        return self.cgroup.procs_files
+
+    def attach(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+
+    def pids(self) -> list[int]:
+        return self.cgroup.members()
+
+    def usage(self) -> TreeUsage:
+        cpu = self.cgroup.cpu_seconds()
+        members = self.cgroup.members()
+        if cpu is None:  # no cpuacct hierarchy: the live members' own CPU
+            cpu = _psutil_cpu(members)
+        return TreeUsage(rss_bytes=self.cgroup.memory_bytes(), cpu_seconds=cpu, processes=len(members))
+
+    def check(self, limits: Limits) -> Breach | None:
+        # Memory and processes are enforced by the kernel; what is checked
+        # here is whether it had to step in, so the call learns why.
+        if limits.memory_mb is not None and self.cgroup.oom_kills():
+            mb = self.cgroup.memory_peak_bytes() / _MIB
+            return ("memory", f"{mb:.1f} MB in its process tree, where the kernel's OOM killer stopped it",
+                    f"memory_mb={limits.memory_mb:g}", HINT_MEMORY)
+        if limits.max_processes is not None and self.cgroup.forks_refused():
+            return ("process", f"{self.cgroup.tasks_peak()} tasks in its tree, where the kernel refused a fork",
+                    f"max_processes={limits.max_processes}", HINT_PROCESSES)
+        if limits.cpu_seconds is not None:
+            cpu = self.cgroup.cpu_seconds()
+            if cpu is None:
+                cpu = _psutil_cpu(self.cgroup.members())
+            if cpu > limits.cpu_seconds:
+                return ("CPU", f"{cpu:.1f} s of CPU in its process tree", f"cpu_seconds={limits.cpu_seconds:g}",
+                        HINT_CPU)
+        return None
+
+    def kill(self, term_grace: float) -> None:
+        self.cgroup.kill(term_grace)
+
+    def oom_kills(self) -> int:
+        return self.cgroup.oom_kills()
+
+    def close(self) -> None:
+        self.cgroup.remove()
+
+
+def _psutil_cpu(pids: list[int]) -> float:
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def kill_leftovers(worker_pid: int) -> int:
+    """SIGKILL every process left in the cgroups of a worker that died; returns how many.
+
+    For the agent, which outlives its workers: a worker killed by SIGKILL
+    leaves its generations' cgroups behind, escapees (``setsid``, orphans)
+    included. Only cgroups named for that worker are touched; the next
+    worker removes them once empty.
+    """
+    found = layout()
+    if found is None:
+        return 0
+    killed: set[int] = set()
+    mark = f"{PREFIX}{worker_pid}."
+    for parent in found.parents:
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith(mark)]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(parent, name)
+            with contextlib.suppress(OSError):
+                if os.path.exists(os.path.join(path, "pids.max")):
+                    _write(os.path.join(path, "pids.max"), "0")
+            try:
+                pids = [int(x) for x in _read(os.path.join(path, "cgroup.procs")).split()]
+            except (OSError, ValueError):
+                continue
+            for pid in set(pids) - killed:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+    return len(killed)
+
+
+def remove_leftovers(worker_pid: int) -> int:
+    """Remove the empty cgroups named for a worker that died; returns how many are left."""
+    found = layout()
+    if found is None:
+        return 0
+    left = 0
+    mark = f"{PREFIX}{worker_pid}."
+    for parent in found.parents:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(parent):
+                if name.startswith(mark):
+                    try:
+                        os.rmdir(os.path.join(parent, name))
+                    except OSError:
+                        left += 1
+    return left
+
+
+__all__ = [
+    "ENV_SWITCH",
+    "KILL_WAIT",
+    "PREFIX",
+    "REMOVE_WAIT",
+    "CgroupTree",
+    "GenerationCgroup",
+    "Layout",
+    "disable",
+    "enabled",
+    "kill_leftovers",
+    "layout",
+    "remove_leftovers",
+]
