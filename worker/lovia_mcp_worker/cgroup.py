@@ -22,17 +22,30 @@ rlimits and the psutil watch (:mod:`.guard`).
 Lifecycle: :func:`layout` detects once per process (cheap: two ``/proc``
 reads, and a sweep of empty leftovers of dead workers);
 :meth:`GenerationCgroup.create` makes the cgroup and writes the limits before
-the server is spawned; the launcher writes the server's pid into
-:attr:`~GenerationCgroup.procs_files` before it executes any of the server's
-code; :meth:`~GenerationCgroup.kill` empties it; :meth:`~GenerationCgroup.remove`
-deletes it once empty. ``LOVIA_MCP_CGROUPS=0`` turns the whole module off.
+the server is spawned; :meth:`~GenerationCgroup.enter` moves the server in
+right after the spawn, beside the handshake, and the generation serves no
+call before it is done; :meth:`~GenerationCgroup.kill` empties it;
+:meth:`~GenerationCgroup.remove` deletes it once empty. ``LOVIA_MCP_CGROUPS=0``
+turns the whole module off.
+
+Why after the spawn, not before the exec: a cgroup move waits for an RCU
+grace period, 6-10 ms on an idle machine (measured here; the kernel's
+``favordynmods`` mount option would avoid it, but the mount is not ours).
+Done by a shell before exec (or a pre-exec hook), that is added to every
+server start; done beside the handshake, it is hidden by the server's own
+start-up. The price is a window of those milliseconds in which the server
+runs outside its cgroup: its children from then are moved too (found by
+parentage), the kernel limits apply from the move on, and the watch's
+checks read the cgroup.
 
 Caveats: under cgroups ``max_processes`` counts tasks as the kernel does
 (threads included), and ``memory_mb`` counts what the kernel charges the
 tree (resident memory, page cache and kernel memory), not an RSS sum. A
-worker killed by SIGKILL cannot remove its cgroups; the agent kills what is
-left in them (:func:`kill_leftovers`), and the next worker removes them once
-empty.
+process orphaned *and* moved to its own session within the first
+milliseconds of a server's life stays outside the cgroup (the worker, a
+subreaper, still adopts it and kills it when it exits). A worker killed by
+SIGKILL cannot remove its cgroups; the agent kills what is left in them
+(:func:`kill_leftovers`), and the next worker removes them once empty.
 """
 
 from __future__ import annotations
@@ -47,7 +60,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach, TreeUsage
+from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach, TreeUsage, kill_tree
 from .protocol import Limits
 
 # Environment switch: "0", "off", "no" or "false" keeps every worker on the watch.
@@ -241,6 +254,7 @@ class GenerationCgroup:
         self.layout = where
         self._dirs = dirs  # role ("memory", "pids", "cpuacct", or "unified") -> path
         self.removed = False
+        self.entered = False  # the server was moved in
 
     @classmethod
     def create(cls, where: Layout, generation: int, limits: Limits) -> GenerationCgroup:
@@ -288,10 +302,31 @@ class GenerationCgroup:
         return os.path.join(self._path(role), v2 if self.layout.version == 2 else v1)
 
     # -- membership ---------------------------------------------------------- #
-    @property
-    def procs_files(self) -> list[str]:
-        """Where the launcher writes the server's pid (one file per hierarchy)."""
-        return [os.path.join(d, "cgroup.procs") for d in self._dirs.values()]
+    def enter(self, pid: int) -> int:
+        """Move the server, then any descendant it already has, into the cgroup; returns how many moved.
+
+        Blocking: a cgroup move waits for an RCU grace period (about 6-10 ms
+        on an idle machine), so the host runs this in a thread while the
+        handshake goes on, and serves no call before it is done. Children
+        are inherited from then on; those the server forked meanwhile are
+        found by parentage and moved too. Raises OSError if the server
+        itself cannot be moved.
+        """
+        import psutil
+
+        self._move(pid)
+        self.entered = True
+        moved = 1
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(pid).children(recursive=True):
+                with contextlib.suppress(ProcessLookupError, OSError):
+                    self._move(child.pid)
+                    moved += 1
+        return moved
+
+    def _move(self, pid: int) -> None:
+        for d in self._dirs.values():
+            _write(os.path.join(d, "cgroup.procs"), str(pid))
 
     def members(self) -> list[int]:
         """Pids of the generation's live processes (zombies are not members)."""
@@ -390,16 +425,17 @@ class GenerationCgroup:
             while True:
                 try:
                     os.rmdir(path)
-                    break
                 except FileNotFoundError:
-                    break
+                    pass
                 except OSError as exc:
-                    if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
-                        return False
-                    time.sleep(EXIT_POLL)
-            del self._dirs[role]
-        self.removed = True
-        return True
+                    if exc.errno == errno.EBUSY and time.monotonic() < deadline:
+                        time.sleep(EXIT_POLL)
+                        continue
+                    break  # left for the worker's exit (or the next worker's sweep)
+                del self._dirs[role]
+                break
+        self.removed = not self._dirs
+        return self.removed
 
 
 class CgroupTree:
@@ -410,10 +446,6 @@ class CgroupTree:
     def __init__(self, cgroup: GenerationCgroup) -> None:
         self.cgroup = cgroup
         self.server_pid: int | None = None
-
-    @property
-    def procs_files(self) -> list[str]:
-        return self.cgroup.procs_files
 
     def attach(self, server_pid: int) -> None:
         self.server_pid = server_pid
@@ -448,6 +480,9 @@ class CgroupTree:
         return None
 
     def kill(self, term_grace: float) -> None:
+        if not self.cgroup.entered and self.server_pid is not None:
+            # Never moved in (the move failed): its tree by parentage.
+            kill_tree(self.server_pid, self.server_pid, include_root=True, term_grace=term_grace)
         self.cgroup.kill(term_grace)
 
     def oom_kills(self) -> int:

@@ -266,9 +266,6 @@ class Tree(Protocol):
 
     enforcement: str  # "cgroup" or "watch", as reported by stats()
 
-    @property
-    def procs_files(self) -> list[str]: ...
-
     def attach(self, server_pid: int) -> None: ...
 
     def pids(self) -> list[int]: ...
@@ -321,10 +318,6 @@ class WatchTree:
         # the generation is the newest one, still spawning.
         self.started: float | None = None
         self._base_cpu = 0.0
-
-    @property
-    def procs_files(self) -> list[str]:
-        return []
 
     def attach(self, server_pid: int) -> None:
         self.server_pid = server_pid

@@ -310,13 +310,11 @@ class Host:
 
         from .stdio import StdioSession
 
-        assert gen.tree is not None
         return StdioSession(
             spec,
             on_end=gen.stop,
             log=self._log,
             on_garbage=self._garbage,
-            cgroup_procs=gen.tree.procs_files,
             explain=lambda reason: self._kernel_reason(gen, spec, reason),
         )
 
@@ -337,12 +335,26 @@ class Host:
         session = self._session(gen, spec)
         gen.session = session
         watchers: list[asyncio.Future[None]] = []
+        entering: asyncio.Future[int] | None = None
         try:
             async with session.running():
                 if gen.tree is not None and gen.server_pid is not None:
                     gen.tree.attach(gen.server_pid)
-                watchers = self._watch(gen, spec)
+                    if isinstance(gen.tree, cgroup.CgroupTree):
+                        # The move into the cgroup waits out an RCU grace
+                        # period: done beside the handshake, not before it.
+                        entering = asyncio.ensure_future(asyncio.to_thread(gen.tree.cgroup.enter, gen.server_pid))
+                watchers += self._watch(gen, spec)
                 tools = await session.start()
+                if entering is not None:
+                    try:
+                        await entering
+                    except OSError as exc:
+                        cgroup.disable()
+                        raise HostError(
+                            "open", f"could not move the server into its cgroup: {exc}",
+                            hint=f"Set {cgroup.ENV_SWITCH}=0 to use the watch instead of cgroups.",
+                        ) from None
                 if gen.state is State.STARTING:
                     gen.ready(tools)
                     ready.set_result(None)
@@ -371,7 +383,7 @@ class Host:
                 if not gen.drained:  # a retired generation's reason was noted when it was retired
                     self.last_restart_reason = gen.reason.message
                 self._log(logging.WARNING, f"server {spec.name!r} generation {gen.number} ended: {gen.reason.message}")
-            await asyncio.shield(self._teardown(gen, session, watchers))
+            await asyncio.shield(self._teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:
                 self._gens.remove(gen)
@@ -402,10 +414,20 @@ class Host:
             tasks.append(asyncio.ensure_future(guard.reap_loop(self._server_pids, gen.stopping, REAP_INTERVAL)))
         return tasks
 
-    async def _teardown(self, gen: Generation, session: Session, watchers: list[asyncio.Future[None]]) -> None:
+    async def _teardown(
+        self,
+        gen: Generation,
+        session: Session,
+        watchers: list[asyncio.Future[None]],
+        entering: asyncio.Future[int] | None,
+    ) -> None:
         from .stdio import StdioSession
 
         tree = gen.tree
+        if entering is not None:
+            # The kill must see every member: let a move still under way finish.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(entering), SHUTDOWN_WAIT)
         if isinstance(session, StdioSession) and session.pid is not None and tree is not None:
             pid = session.pid
             if not session.exited.done():
@@ -487,6 +509,17 @@ class Host:
         for runner in list(self._runners):
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
+        if self._subreaper and not self._gens:
+            # Anything still below the worker now belongs to no generation
+            # (an escapee of a cgroup's first milliseconds, say): it goes too.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(guard.kill_tree, os.getpid(), None, include_root=False, term_grace=0.0)
+        if self._subreaper and self.enforcement == "cgroup":
+            # A worker's last word on its cgroups: any a teardown could not
+            # remove yet (members still exiting) go now that all are down.
+            # Not in the agent's process, where other hosts' are being made.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(cgroup.remove_leftovers, os.getpid())
 
 
 def session_tail(gen: Generation) -> list[str]:

@@ -18,11 +18,10 @@ import asyncio
 import math
 import os
 import resource
-import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final, TypeVar
 
 from . import sandbox
@@ -90,30 +89,6 @@ def _launch_plan(limits: Limits, argv: list[str]) -> tuple[list[str], Callable[[
     return argv, _preexec(limits)
 
 
-# The shell that writes the server's pid into its generation's cgroup before
-# exec (see enter_cgroup). dash execs in about a millisecond.
-_SH: Final = shutil.which("sh") if sys.platform.startswith("linux") else None
-
-
-def enter_cgroup(argv: list[str], procs_files: Sequence[str]) -> list[str]:
-    """``argv`` run from inside a cgroup: the pid is moved before any server code runs.
-
-    A small ``sh`` writes its own pid (which exec keeps) into each
-    ``cgroup.procs``, then execs the server through ``setpriv --`` so that a
-    failed exec is still reported in setpriv's words (:func:`wrapper_exec_error`).
-    A pre-exec hook could do the writes, but it forces subprocess to fork
-    the worker instead of vfork (see :data:`_SETPRIV`); the shell costs less.
-    A failed write fails the launch (``&&``): the server never runs uncontained.
-    """
-    if not procs_files:
-        return argv
-    if _SH is None:
-        raise LaunchError("no sh to enter the server's cgroup with", hint="Set LOVIA_MCP_CGROUPS=0.")
-    writes = " && ".join(f"echo $$ >{shlex.quote(path)}" for path in procs_files)
-    tail = [_SETPRIV, "--", *argv] if _SETPRIV is not None else argv
-    return [_SH, "-c", f'{writes} && exec "$@"', "sh", *tail]
-
-
 def wrapper_exec_error(returncode: int, stderr_tail: list[str]) -> str | None:
     """The exec error setpriv reported for the server, if that is why it exited.
 
@@ -176,21 +151,14 @@ async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[
 P = TypeVar("P", bound=asyncio.SubprocessProtocol)
 
 
-async def spawn(
-    spec: ServerSpec, protocol_factory: Callable[[], P], *, cgroup_procs: Sequence[str] = ()
-) -> tuple[asyncio.SubprocessTransport, P]:
-    """Start the server with its pipes attached to ``protocol_factory()``; raises LaunchError.
-
-    ``cgroup_procs``: the ``cgroup.procs`` files of the generation's cgroup
-    (:func:`enter_cgroup`), empty where there is none.
-    """
+async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[asyncio.SubprocessTransport, P]:
+    """Start the server with its pipes attached to ``protocol_factory()``; raises LaunchError."""
     env = server_environment(spec.env)
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     argv = [resolve_command(spec, env), *spec.args]
     if spec.sandbox is not None:
         argv = await _sandboxed(spec, spec.sandbox, argv, env)
-    argv = enter_cgroup(argv, cgroup_procs)
     argv, preexec = _launch_plan(spec.limits, argv)
     loop = asyncio.get_running_loop()
     try:

@@ -24,7 +24,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from . import failures
@@ -222,7 +222,6 @@ class StdioSession:
     ``on_end(reason)`` is called once the server is gone or unusable (the
     generation then stops); ``log(level, message, stderr)`` reaches the
     agent's logging; ``on_garbage(line)`` counts lines that are not JSON-RPC;
-    ``cgroup_procs``: the generation's cgroup, entered before the server runs;
     ``explain(reason)`` may name a better reason for an ending (the kernel's
     OOM kill behind a SIGKILL) before the calls in flight are failed with it.
     """
@@ -234,12 +233,10 @@ class StdioSession:
         on_end: Callable[[HostError], None],
         log: Callable[[int, str, bool], None],
         on_garbage: Callable[[bytes], None],
-        cgroup_procs: Sequence[str] = (),
         explain: Callable[[HostError], HostError] | None = None,
     ) -> None:
         self.spec = spec
         self._explain = explain
-        self._cgroup_procs = list(cgroup_procs)
         self._on_end = on_end
         self._log = log
         self._on_garbage = on_garbage
@@ -270,7 +267,7 @@ class StdioSession:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Spawn the server (raises LaunchError); the host tears the tree down after."""
-        self.transport, _ = await spawn(self.spec, lambda: _Pipes(self), cgroup_procs=self._cgroup_procs)
+        self.transport, _ = await spawn(self.spec, lambda: _Pipes(self))
         yield
 
     async def start(self) -> list[ToolSpec]:
