@@ -295,3 +295,57 @@ def test_a_server_that_keeps_killing_its_worker_opens_the_connections_restart_ci
                   f"in {fail_fast * 1000:.1f} ms")
 
     run(main())
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_killed_by_sigkill_leaves_no_escapee_when_its_generations_had_cgroups(enforcement: str) -> None:
+    if enforcement != "cgroup":
+        pytest.skip("without a cgroup an escapee of a SIGKILLed worker is found by nobody (documented)")
+
+    async def main() -> None:
+        before = set(leftover_cgroups())
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw")
+        async with server.session() as conn:
+            escapee = int(json.loads(str(await conn.call_tool("escape")))["pid"])
+            worker = conn.worker_pid
+            assert worker is not None
+            os.kill(worker, signal.SIGKILL)
+            wait_gone(worker)
+            # The agent notices the loss and kills what the worker's cgroups hold.
+            alive, took = await alive_after([escapee], 3.0)
+            assert alive == [], "the escapee outlived its worker"
+            assert str(await conn.call_tool("echo", {"text": "after"})) == "after"
+            print(f"escapee of a SIGKILLed worker gone after {took * 1000:.0f} ms")
+        deadline = time.monotonic() + 3.0
+        while set(leftover_cgroups()) - before and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert set(leftover_cgroups()) - before == set()
+
+    run(main())
+
+
+@pytest.mark.timeout(30)
+def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lovia_mcp_worker import cgroup
+
+    if cgroup.layout() is None:
+        pytest.skip("no cgroup can be made here: the watch is the only path anyway")
+
+    def refuse(*_: object) -> object:
+        raise PermissionError(13, "Permission denied")
+
+    # In the agent's process (isolation="none"), where the patch applies; the
+    # detection it disables is restored for the next test.
+    monkeypatch.setattr(cgroup, "_detected", None)
+    monkeypatch.setattr(cgroup.GenerationCgroup, "create", classmethod(lambda cls, *a: refuse()))
+
+    async def main() -> None:
+        server = MCPServerStdio(
+            command=PY, args=raw_args(), name="raw", isolation="none", limits=Limits(max_processes=5)
+        )
+        async with server.session() as conn:
+            assert str(await conn.call_tool("echo", {"text": "ok"})) == "ok"
+            stats = await conn.stats()
+            assert stats.enforcement == "watch" and stats.processes == 1
+    run(main())
+    assert cgroup.layout() is None  # the watch, for the rest of this process's detection
