@@ -74,7 +74,8 @@ def test_search_finds_a_deferred_tools_definition_and_call_invokes_it_beside_an_
     assert {"x__add", "search_mcp_tools", "call_mcp_tool"} <= offered
     assert not [n for n in offered if n.startswith("d__")]
     system = str(model.calls[0][0].content)
-    assert f"- d ({len(RAW_TOOLS)} tools): d__add, d__alloc, d__big" in system and "x__add" not in system
+    assert f"- d ({len(RAW_TOOLS)} tools): d__add, d__alloc, d__alloc_fast, d__answer_if_exists, d__big" in system
+    assert "x__add" not in system
     search, found, typo, added = outputs(result)
     (match,) = [m for m in json.loads(search) if m["name"] == "d__echo"]
     assert match["description"] == "Echo the text back."

@@ -279,6 +279,13 @@ class GenerationCgroup:
 
     def _limit(self, limits: Limits) -> None:
         mem, pids = self._path("memory"), self._path("pids")
+        if self.layout.version == 1:
+            # The server is moved in after it started: without this its pages
+            # charged so far (the interpreter, say) stay with the worker's
+            # cgroup, and neither the limit nor stats() would count them.
+            # 3 = anonymous and file pages. (v2 never moves charges.)
+            with contextlib.suppress(OSError):
+                _write(os.path.join(mem, "memory.move_charge_at_immigrate"), "3")
         if limits.memory_mb is not None:
             value = str(max(1, int(limits.memory_mb * _MIB)))
             if self.layout.version == 2:
