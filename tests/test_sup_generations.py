@@ -349,3 +349,19 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytes
             assert stats.enforcement == "watch" and stats.processes == 1
     run(main())
     assert cgroup.layout() is None  # the watch, for the rest of this process's detection
+
+
+def test_a_removed_generation_cgroup_reads_as_empty_instead_of_raising() -> None:
+    # stats() reads every generation's figures from the worker's reader; one
+    # whose cgroup was just removed (a teardown in another thread) must not
+    # raise there, or the worker's pipe dies with it.
+    from lovia_mcp_worker import cgroup
+    from lovia_mcp_worker.protocol import Limits
+
+    where = cgroup.layout()
+    if where is None:
+        pytest.skip("no cgroup can be made here")
+    made = cgroup.GenerationCgroup.create(where, 999, Limits(memory_mb=64))
+    assert made.remove()
+    assert (made.memory_bytes(), made.oom_kills(), made.members()) == (0, 0, [])
+    assert made.cpu_seconds() in (None, 0.0)

@@ -252,7 +252,10 @@ class GenerationCgroup:
 
     def __init__(self, where: Layout, dirs: dict[str, str]) -> None:
         self.layout = where
-        self._dirs = dirs  # role ("memory", "pids", "cpuacct", or "unified") -> path
+        self._dirs = dirs  # role ("memory", "pids", "cpuacct", or "unified") -> path, while it exists
+        # Every path ever made, kept after removal: a figure read from a
+        # removed cgroup is an OSError its reader handles, never a KeyError.
+        self._made: dict[str, str] = dict(dirs)
         self.removed = False
         self.entered = False  # the server was moved in
 
@@ -270,7 +273,7 @@ class GenerationCgroup:
                     continue
                 path = os.path.join(parent, name)
                 os.mkdir(path)
-                made._dirs[role] = path
+                made._dirs[role] = made._made[role] = path
             made._limit(limits)
         except OSError:
             made.remove(wait=0.0)
@@ -302,8 +305,8 @@ class GenerationCgroup:
 
     def _path(self, role: str) -> str:
         if self.layout.version == 2:
-            return self._dirs["unified"]
-        return self._dirs[role]
+            return self._made["unified"]
+        return self._made[role]
 
     def _file(self, role: str, v1: str, v2: str) -> str:
         return os.path.join(self._path(role), v2 if self.layout.version == 2 else v1)
@@ -385,9 +388,9 @@ class GenerationCgroup:
                 return _field(_read(os.path.join(self._path("unified"), "cpu.stat")), "usage_usec") / 1e6
             except OSError:
                 return None
-        if "cpuacct" not in self._dirs:
+        if "cpuacct" not in self._made:
             return None
-        return self._int(os.path.join(self._dirs["cpuacct"], "cpuacct.usage")) / 1e9
+        return self._int(os.path.join(self._made["cpuacct"], "cpuacct.usage")) / 1e9
 
     # -- ending -------------------------------------------------------------- #
     def _signal(self, sig: int) -> list[int]:

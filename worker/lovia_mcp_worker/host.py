@@ -120,7 +120,12 @@ class Host:
             self._cancel(msg)
             return
         if isinstance(msg, GetStats):
-            self._emit(StatsReply(id=msg.id, stats=self.stats()))
+            try:
+                reply: WorkerMessage = StatsReply(id=msg.id, stats=self.stats())
+            except Exception as exc:  # noqa: BLE001 - a bug in a figure must not end the worker (this runs in its reader)
+                self._log(logging.ERROR, f"internal error reading stats: {exc!r}")
+                reply = Failure(id=msg.id, kind="internal", message=f"stats failed: {type(exc).__name__}: {exc}")
+            self._emit(reply)
             return
         if self._closing and not isinstance(msg, Close):
             self._emit(failures.closed("the connection is closing").failure(msg.id))
