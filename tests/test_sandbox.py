@@ -324,3 +324,13 @@ def _run_as_nobody(work: Path) -> None:
     count, denied = proc.stdout.split()
     assert int(count) <= 5 and denied == "denied"  # bwrap's init, sh, ls, grep; the host shows ~80
     assert (work / "inside").exists() and not (ROOT / "nobody.txt").exists()
+
+
+def test_a_cwd_of_slash_is_refused_rather_than_making_the_whole_file_system_writable() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), cwd="/", sandbox=Sandbox())
+        with pytest.raises(MCPError) as info:
+            await server.open()
+        assert info.value.kind == "open" and "whole file system writable" in str(info.value)
+
+    run(main())

@@ -125,6 +125,12 @@ def command(
         args.append("--unshare-net")
     writable = ([cwd] if cwd else []) + list(sandbox.writable)
     for path in writable:
+        if os.path.realpath(path) == "/":
+            raise SandboxError(
+                "the sandbox would make the whole file system writable (cwd or a writable path is '/')",
+                hint="Give the server a cwd= of its own (the agent's cwd is the default), "
+                "or leave '/' out of writable.",
+            )
         if not os.path.isdir(path) and not os.path.isfile(path):
             raise SandboxError(
                 f"a writable sandbox path does not exist: {path!r}",

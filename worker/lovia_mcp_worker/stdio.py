@@ -24,7 +24,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final
 
 from . import failures
@@ -255,6 +255,7 @@ class StdioSession:
         self._stderr_closed = asyncio.Event()
         self.initialized = False
         self._ended = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def pid(self) -> int | None:
@@ -321,9 +322,9 @@ class StdioSession:
     def pipe_lost(self, fd: int) -> None:
         if fd == 1:
             self.framer.eof()
-            self._loop.create_task(self._closed_pipe("stdout"))
+            self._spawn_task(self._closed_pipe("stdout"))
         elif fd == 0:
-            self._loop.create_task(self._closed_pipe("stdin"))
+            self._spawn_task(self._closed_pipe("stdin"))
         elif fd == 2:
             self.stderr.eof()
             self._stderr_closed.set()
@@ -338,7 +339,13 @@ class StdioSession:
     def process_exited(self) -> None:
         assert self.transport is not None
         rc = self.transport.get_returncode()
-        self._loop.create_task(self._report_exit(-1 if rc is None else rc))
+        self._spawn_task(self._report_exit(-1 if rc is None else rc))
+
+    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        # asyncio keeps only weak references to tasks: hold them until done.
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _report_exit(self, rc: int) -> None:
         # Let the last stderr lines arrive (a grandchild may hold stderr open).
