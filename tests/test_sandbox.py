@@ -334,3 +334,13 @@ def test_a_cwd_of_slash_is_refused_rather_than_making_the_whole_file_system_writ
         assert info.value.kind == "open" and "whole file system writable" in str(info.value)
 
     run(main())
+
+
+def test_a_server_installed_under_tmp_stays_visible_read_only_through_the_private_tmp(tmp_path: Path) -> None:
+    # CI and many users keep checkouts and virtual environments under /tmp.
+    script = tmp_path / "srv.py"
+    script.write_text("")
+    top = "/tmp/" + str(tmp_path).split("/")[2]
+    assert sandbox_mod.tmp_roots([str(script), "/usr/bin/env", "relative"]) == [top]
+    argv = sandbox_mod.command(Sandbox(), [PY, str(script)], cwd=None, env={})
+    assert ["--ro-bind", top, top] == argv[argv.index("--ro-bind", argv.index("--tmpfs")):][:3]

@@ -4,7 +4,8 @@
 ``bwrap`` invocation in front of the server's argv:
 
 - a new mount namespace with the root bound read-only, a fresh ``/dev``, a
-  private ``/tmp`` and ``/dev/shm``, the server's ``cwd`` and the ``writable``
+  private ``/tmp`` and ``/dev/shm`` (a folder under ``/tmp`` that holds the
+  command, a path in its arguments, the cwd or a writable path stays, read-only), the server's ``cwd`` and the ``writable``
   paths bound read-write, and each ``hidden`` path covered by an empty
   read-only directory (or ``/dev/null`` for a file);
 - a new pid namespace with its own ``/proc``: no process outside the
@@ -90,6 +91,21 @@ def hidden_paths(sandbox: Sandbox, env: dict[str, str]) -> list[str]:
     return out
 
 
+def tmp_roots(paths: list[str]) -> list[str]:
+    """The folders directly under /tmp that hold any of ``paths`` (as given or resolved)."""
+    out: list[str] = []
+    for path in paths:
+        if not os.path.isabs(path) or not os.path.exists(path):
+            continue
+        for p in (os.path.abspath(path), os.path.realpath(path)):
+            parts = p.split("/")
+            if len(parts) > 2 and parts[1] == "tmp" and parts[2]:
+                top = f"/tmp/{parts[2]}"
+                if top not in out:
+                    out.append(top)
+    return out
+
+
 def command(
     sandbox: Sandbox,
     argv: list[str],
@@ -124,6 +140,10 @@ def command(
     if sandbox.network is not True:
         args.append("--unshare-net")
     writable = ([cwd] if cwd else []) + list(sandbox.writable)
+    for top in tmp_roots([*argv, *writable]):
+        # The private /tmp would hide a server installed under /tmp (a
+        # checkout, a virtual environment): its top folder stays, read-only.
+        args += ["--ro-bind", top, top]
     for path in writable:
         if os.path.realpath(path) == "/":
             raise SandboxError(
@@ -170,4 +190,4 @@ def setup_error(returncode: int, stderr_tail: list[str]) -> str | None:
     return f"the sandbox could not be set up ({reason})"
 
 
-__all__ = ["BWRAP", "USERNS_HINT", "SandboxError", "command", "hidden_paths", "setup_error"]
+__all__ = ["BWRAP", "USERNS_HINT", "SandboxError", "command", "hidden_paths", "setup_error", "tmp_roots"]
