@@ -282,13 +282,6 @@ class GenerationCgroup:
 
     def _limit(self, limits: Limits) -> None:
         mem, pids = self._path("memory"), self._path("pids")
-        if self.layout.version == 1:
-            # The server is moved in after it started: without this its pages
-            # charged so far (the interpreter, say) stay with the worker's
-            # cgroup, and neither the limit nor stats() would count them.
-            # 3 = anonymous and file pages. (v2 never moves charges.)
-            with contextlib.suppress(OSError):
-                _write(os.path.join(mem, "memory.move_charge_at_immigrate"), "3")
         if limits.memory_mb is not None:
             value = str(max(1, int(limits.memory_mb * _MIB)))
             if self.layout.version == 2:
@@ -468,7 +461,11 @@ class CgroupTree:
         members = self.cgroup.members()
         if cpu is None:  # no cpuacct hierarchy: the live members' own CPU
             cpu = _psutil_cpu(members)
-        return TreeUsage(rss_bytes=self.cgroup.memory_bytes(), cpu_seconds=cpu, processes=len(members))
+        # Resident memory as psutil reads it, like the watch: the cgroup's own
+        # charge leaves out what the server touched before it was moved in
+        # (its interpreter's start-up), since current kernels no longer move
+        # charges with a task (v1 move_charge_at_immigrate is refused here).
+        return TreeUsage(rss_bytes=_psutil_rss(members), cpu_seconds=cpu, processes=len(members))
 
     def check(self, limits: Limits) -> Breach | None:
         # Memory and processes are enforced by the kernel; what is checked
@@ -500,6 +497,16 @@ class CgroupTree:
 
     def close(self) -> None:
         self.cgroup.remove()
+
+
+def _psutil_rss(pids: list[int]) -> int:
+    import psutil
+
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            total += psutil.Process(pid).memory_info().rss
+    return total
 
 
 def _psutil_cpu(pids: list[int]) -> float:

@@ -453,9 +453,12 @@ class Host:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
         if tree is not None:
-            oom_kills = tree.oom_kills()
+            # Counted before the cgroup goes, and the tree dropped from the
+            # generation at once: stats() must count each OOM kill exactly once,
+            # also while the close runs in its thread.
+            self.oom_kills += tree.oom_kills()
+            gen.tree = None
             await asyncio.to_thread(tree.close)
-            self.oom_kills += oom_kills
 
     # -- stats, logs, close -------------------------------------------------- #
     def _garbage(self, line: bytes) -> None:

@@ -203,6 +203,12 @@ class _Pipes(asyncio.SubprocessProtocol):
     def __init__(self, owner: StdioSession) -> None:
         self._owner = owner
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Before spawn() returns: a server that fails at once (a bad #! line)
+        # can exit before the coroutine that started it resumes.
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self._owner.transport = transport
+
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
             self._owner.framer.feed(data)
