@@ -8,10 +8,15 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``connection``: the live connection, request ids, retries, error mapping;
 - ``render``: results and schemas as the model sees them;
 - ``_channel``: the worker process (forkserver, pipe) or the in-process host;
+- ``_names``: tool names made safe for providers; ``_deferred``: the deferred
+  tools' search/call pair (owned copies of lovia's helpers);
+- ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block);
 - ``cli``: the ``lovia-mcp`` command.
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
-repository); its ``protocol`` module is the only one both sides import.
+repository). The agent imports only its ``mcp``-free modules: ``protocol``
+(the messages), ``framing``, ``process`` (the forkserver), ``failures``, and
+``cgroup`` (to clean up after a dead worker).
 """
 
 import logging

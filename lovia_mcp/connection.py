@@ -42,7 +42,7 @@ from lovia.run_context import RunContext
 from lovia.tools import Tool
 
 from lovia_mcp_worker import failures
-from lovia_mcp_worker.framing import MAX_REQUEST_BYTES
+from lovia_mcp_worker.framing import MAX_REQUEST_BYTES, frame_cap
 from lovia_mcp_worker.protocol import (
     AgentMessage,
     CallTool,
@@ -365,8 +365,6 @@ class MCPConnection:
             await old.aclose()
         channel: ProcessChannel | LocalChannel
         if self.isolation == "process":
-            from lovia_mcp_worker.framing import frame_cap
-
             # The largest frame this worker may send: never allocate past it.
             channel = ProcessChannel(frame_cap(self._spec.limits.max_result_bytes))
         else:

@@ -36,6 +36,7 @@ import msgspec
 
 from . import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
+from .content import tool_specs
 from .failures import HostError, RemoteError
 from .protocol import ToolSpec
 
@@ -186,10 +187,6 @@ class Client:
             pending[0].set_exception(error)
         return True
 
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
     def _notification(self, msg: _Message) -> None:
         if msg.method == "notifications/message":
             try:
@@ -273,8 +270,6 @@ class Client:
         return result
 
     async def list_tools(self, warn: Callable[[str], None]) -> list[ToolSpec]:
-        from .content import tool_specs
-
         tools: list[ToolSpec] = []
         seen: set[str] = set()
         cursor: str | None = None

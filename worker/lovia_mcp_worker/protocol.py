@@ -30,10 +30,6 @@ PROTOCOL_VERSION: Final = 2
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
 
-# The largest frame the agent accepts from a worker. Results are capped in the
-# worker by ``Limits.max_result_bytes`` long before this; the cap only stops a
-# corrupted or hostile worker from making the agent allocate without bound.
-MAX_FRAME_BYTES: Final = 512 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------- #
@@ -329,7 +325,6 @@ def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
 
 __all__ = [
     "HEADER",
-    "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "AgentMessage",
     "CallTool",
