@@ -326,7 +326,7 @@ def test_a_worker_killed_by_sigkill_leaves_no_escapee_when_its_generations_had_c
 
 @pytest.mark.timeout(30)
 def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lovia_mcp_worker import cgroup
+    from lovia_mcp_worker import cgroup, cgroup_layout
 
     if cgroup.layout() is None:
         pytest.skip("no cgroup can be made here: the watch is the only path anyway")
@@ -336,7 +336,7 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytes
 
     # In the agent's process (isolation="none"), where the patch applies; the
     # detection it disables is restored for the next test.
-    monkeypatch.setattr(cgroup, "_detected", None)
+    monkeypatch.setattr(cgroup_layout, "_detected", None)
     monkeypatch.setattr(cgroup.GenerationCgroup, "create", classmethod(lambda cls, *a: refuse()))
 
     async def main() -> None:
