@@ -99,10 +99,19 @@ class CheckRow:
                 "open_seconds": round(self.open_seconds, 3), "error": self.error}
 
 
+def _error_cell(row: CheckRow) -> str:
+    if not row.error:
+        return ""
+    first = row.error.splitlines()[0]
+    # The row already names the server.
+    lead = f"MCP server {row.name!r} failed: "
+    return first[len(lead):] if first.startswith(lead) else first
+
+
 def check_table(rows: Sequence[CheckRow], width: int) -> str:
     """NAME / STATUS / TOOLS / OPEN / ERROR; the error's first line, cut to ``width``."""
     cells = [(r.name, "ok" if r.ok else "failed", "-" if r.tools is None else str(r.tools),
-              f"{r.open_seconds:.2f} s", (r.error or "").splitlines()[0] if r.error else "") for r in rows]
+              f"{r.open_seconds:.2f} s", _error_cell(r)) for r in rows]
     head = ("NAME", "STATUS", "TOOLS", "OPEN", "ERROR")
     widths = [max(len(head[i]), *(len(c[i]) for c in cells)) for i in range(4)]
     room = max(MIN_ERROR_WIDTH, width - sum(widths) - 2 * len(widths))

@@ -182,7 +182,7 @@ async def _tools_of(server: MCPServer, progress: Progress, named: bool) -> list[
         async with AsyncExitStack() as stack:
             return list((await _open(server, progress, stack)).tools())
     except LoviaError as exc:
-        if not named:
+        if not named or repr(label(server)) in str(exc):
             raise
         # Several servers: say which one failed.
         raise LoviaError(f"server {label(server)!r}: {exc.args[0] if exc.args else exc}", hint=exc.hint) from None
@@ -232,8 +232,9 @@ async def _check(ns: argparse.Namespace, servers: list[MCPServer], progress: Pro
         print(check_table(rows, shutil.get_terminal_size().columns))
     sys.stdout.flush()
     for row in rows:
-        if not row.ok:
-            print(f"{PROG}: error: server {row.name!r}: {row.error}", file=sys.stderr)
+        if not row.ok and row.error:
+            named = repr(row.name) in row.error
+            print(f"{PROG}: error: {'' if named else f'server {row.name!r}: '}{row.error}", file=sys.stderr)
     return EXIT_OK if all(r.ok for r in rows) else EXIT_FAILED
 
 

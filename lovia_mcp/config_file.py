@@ -489,7 +489,8 @@ def _describe(hint: Any) -> str:
         kinds = [_describe(a) for a in args]
         return " or ".join([k for k in kinds if k != _CODE_ONLY] or [_CODE_ONLY])
     if origin is list:
-        return f"a list of {_describe(args[0]) if args else 'values'}"
+        plural = {str: "strings", int: "integers", float: "numbers"}
+        return f"a list of {plural.get(args[0], _describe(args[0])) if args else 'values'}"
     if origin is dict:
         return "an object"
     simple = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
