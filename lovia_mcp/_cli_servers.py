@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+import os
+import shlex
+from typing import Any, Final
 
 import msgspec
 
 from ._cli_args import PROG, UsageError
 from .config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .config_file import load_servers
+
+# Longest server label (a command line) on the status line and in tables.
+MAX_LABEL: Final = 60
 
 
 def servers_from(ns: argparse.Namespace, command: list[str] | None) -> list[MCPServer]:
@@ -27,7 +32,11 @@ def label(server: MCPServer) -> str:
     """How the command names a server to its user."""
     if server.name:
         return server.name
-    return server.command if isinstance(server, MCPServerStdio) else getattr(server, "url", "server")
+    if isinstance(server, MCPServerStdio):
+        # "npx -y some-server" says more than "npx" while a first download runs.
+        text = shlex.join([os.path.basename(server.command), *(server.args or [])])
+        return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
+    return getattr(server, "url", "server")
 
 
 def _open_timeout(ns: argparse.Namespace) -> float | None:
