@@ -158,6 +158,9 @@ def show_progress_records(progress: Progress) -> ProgressHandler | None:
         return None
     handler = ProgressHandler(progress)
     log = logging.getLogger(PROGRESS_LOGGER)
+    # One status line per process: a handler from an earlier main() goes.
+    for old in [h for h in log.handlers if isinstance(h, ProgressHandler)]:
+        log.removeHandler(old)
     log.addHandler(handler)
     # The records are INFO; the logger must let them through even when the
     # rest of lovia_mcp is quiet (no -v).

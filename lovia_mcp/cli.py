@@ -265,9 +265,12 @@ def _stdout_closed() -> int:
 
 def _show_config_notes() -> None:
     """Keys the config loader ignored (another client's), said once each on stderr."""
+    log = logging.getLogger("lovia_mcp.config")
+    if any(getattr(h, "lovia_mcp_notes", False) for h in log.handlers):
+        return  # main() called again in one process
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROG}: note: %(message)s"))
-    log = logging.getLogger("lovia_mcp.config")
+    handler.lovia_mcp_notes = True  # type: ignore[attr-defined]
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
