@@ -21,7 +21,7 @@ Rules:
   empty string;
 - relative ``cwd``, ``envFile`` and ``command`` paths (a command with a
   ``/`` in it; a bare ``npx`` is looked up on ``PATH``) are relative to the
-  file's folder, not to wherever the agent runs;
+  file's folder, not to wherever the agent runs; ``~`` is expanded in them;
 - lovia-mcp's own options (``timeout``, ``limits``, ``sandbox``, ``defer``,
   ``include_tools``, ... : every field of the config class) can be set per
   entry; their JSON values are checked against the field's type, nested
@@ -60,7 +60,11 @@ ConfigSource = str | os.PathLike[str] | Mapping[str, Any]
 # The top-level keys holding the servers: everyone else's, then VS Code's.
 _SERVER_KEYS: Final = ("mcpServers", "servers")
 # Other top-level keys of those files, meaningless here.
-_IGNORED_TOP: Final = {"inputs": "VS Code's input prompts", "$schema": "the schema reference"}
+_IGNORED_TOP: Final = {
+    "inputs": "VS Code's input prompts",
+    "$schema": "the schema reference",
+    "globalShortcut": "Claude Desktop's keyboard shortcut",
+}
 # Entry keys other clients write that have no counterpart here.
 _IGNORED: Final = {
     "description": "a description for people",
@@ -289,13 +293,14 @@ def _unknown_hint(key: str, fields: set[str]) -> str:
 
 def _stdio_paths(kwargs: dict[str, Any], entry: Mapping[str, Any], where: str, ctx: _Context) -> None:
     """Relative paths against the file's folder; ``envFile`` and ``sandboxEnabled`` folded in."""
-    if ctx.base is not None:
-        command = kwargs.get("command")
-        if isinstance(command, str) and "/" in command and not os.path.isabs(os.path.expanduser(command)):
-            kwargs["command"] = str(ctx.base / command)
-        cwd = kwargs.get("cwd")
-        if isinstance(cwd, str) and not os.path.isabs(os.path.expanduser(cwd)):
-            kwargs["cwd"] = str(ctx.base / cwd)
+    for key in ("command", "cwd"):
+        path = kwargs.get(key)
+        if not isinstance(path, str) or (key == "command" and "/" not in path):
+            continue  # a bare command name is looked up on PATH
+        path = os.path.expanduser(path)
+        if ctx.base is not None and not os.path.isabs(path):
+            path = str(ctx.base / path)
+        kwargs[key] = path
     if "envFile" in entry:
         path = _expand(entry["envFile"], f"{where}: envFile", ctx)
         if not isinstance(path, str) or not path:

@@ -222,14 +222,17 @@ def test_relative_cwd_command_and_env_file_are_relative_to_the_files_folder(tmp_
     path = write(folder / "mcp.json", {"mcpServers": {
         "local": {"command": "./bin/server", "cwd": "work", "envFile": ".env", "env": {"SHARED": "entry"}},
         "onpath": {"command": "npx", "cwd": "/abs"},
+        "home": {"command": "~/bin/server", "cwd": "~/work"},
     }})
-    local, onpath = load_servers(path)
+    local, onpath, home = load_servers(path)
     assert isinstance(local, MCPServerStdio) and isinstance(onpath, MCPServerStdio)
     assert local.command == str(folder.resolve() / "bin" / "server")
     assert local.cwd == str(folder.resolve() / "work")
     # The entry's env wins over the envFile's, as in VS Code.
     assert local.env == {"API_KEY": "from file", "LEVEL": "debug", "SHARED": "entry"}
     assert (onpath.command, onpath.cwd) == ("npx", "/abs")
+    assert isinstance(home, MCPServerStdio)
+    assert (home.command, home.cwd) == (str(Path.home() / "bin" / "server"), str(Path.home() / "work"))
     assert "cannot read envFile" in str(error(write(folder / "m2.json", {"mcpServers": {"a": {
         "command": "x", "envFile": "missing.env"}}})))
 
