@@ -11,7 +11,8 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
 - ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block);
-- ``config_file``: server configs from ``mcp.json`` files (``load_servers``);
+- ``config_file``: server configs from ``mcp.json`` files (``load_servers``;
+  ``_config_values``: their JSON values checked against the fields' types);
 - ``cli``: the ``lovia-mcp`` command (``_cli_*``: its parts).
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the

@@ -30,6 +30,9 @@ pytestmark = pytest.mark.timeout(40)
 GATED = str(SERVERS / "gated_server.py")
 # Bound on each wait for the command; a normal run takes about a second.
 RUN_TIMEOUT = 25.0
+# Bound on reading what the command wrote to the terminal before it exited
+# (already written: this only stops the read when nothing more comes).
+DRAIN_TIMEOUT = 2.0
 
 
 @pytest.fixture
@@ -84,7 +87,7 @@ def test_on_a_terminal_the_command_shows_what_it_starts_and_the_seconds_in_place
         waited = time.monotonic() - start
         os.write(gate_fd, b"go\n")
         out, _ = proc.communicate(timeout=RUN_TIMEOUT)
-        rest = _read_until(master, b"\x00never", time.monotonic() + 2.0)
+        rest = _read_until(master, b"\x00never", time.monotonic() + DRAIN_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
