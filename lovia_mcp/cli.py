@@ -342,6 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         return _fail(str(exc), EXIT_USAGE)
     progress = Progress.on_stderr()
+    if verbosity > 0:
+        # -v writes log lines, which would break into the status line; they
+        # say what is going on (progress records among them) instead.
+        progress.enabled = False
     show_progress_records(progress)
     try:
         if ns.command == "tools":
