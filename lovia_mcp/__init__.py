@@ -11,7 +11,9 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
 - ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block);
-- ``cli``: the ``lovia-mcp`` command.
+- ``config_file``: server configs from ``mcp.json`` files (``load_servers``;
+  ``_config_values``: their JSON values checked against the fields' types);
+- ``cli``: the ``lovia-mcp`` command (``_cli_*``: its parts).
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
 repository). The agent imports only its ``mcp``-free modules: ``protocol``
@@ -25,6 +27,7 @@ from importlib import metadata as _metadata
 from lovia.exceptions import MCPError, UserError
 
 from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from .config_file import load_servers
 from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
@@ -53,6 +56,7 @@ __all__ = [
     "Sandbox",
     "Stats",
     "UserError",
+    "load_servers",
     "normalize_schema",
     "render_mcp_content",
 ]

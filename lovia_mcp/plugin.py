@@ -29,6 +29,7 @@ from lovia_mcp_worker.protocol import Sandbox
 
 from . import _sandbox_config
 from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from .config_file import ConfigSource, load_servers
 from .connection import MCPConnection
 
 logger = logging.getLogger("lovia_mcp")
@@ -91,6 +92,20 @@ class MCP:
             # SDK preloaded only if an HTTP server will need it (stdio workers
             # never import it).
             warm_up_soon(http=any(isinstance(s, MCPServerStreamableHTTP) for s in isolated))
+
+    @classmethod
+    def from_config(
+        cls,
+        source: ConfigSource,
+        /,
+        *,
+        name: str = "mcp",
+        isolation: Isolation = "process",
+        sandbox: Sandbox | bool | dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> MCP:
+        """The plugin for every server of an ``mcp.json`` (see :func:`~lovia_mcp.config_file.load_servers`)."""
+        return cls(*load_servers(source, **overrides), name=name, isolation=isolation, sandbox=sandbox)
 
     def connections(self) -> list[MCPConnection]:
         """The connections this plugin opened that are still open (for ``stats()``)."""

@@ -1,0 +1,240 @@
+"""The ``lovia-mcp`` command line: its options, subcommands, help texts and exit statuses."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import textwrap
+from collections.abc import Sequence
+from typing import Any, Final
+
+EXIT_OK: Final = 0
+EXIT_TOOL_ERROR: Final = 1  # the tool answered with an isError result
+EXIT_USAGE: Final = 2  # argparse's own status for bad command lines
+EXIT_FAILED: Final = 3  # the server could not be reached, or the call failed
+EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE: Final = 141  # 128 + SIGPIPE: stdout's reader went away (| head)
+
+PROG: Final = "lovia-mcp"
+
+EXIT_STATUS_HELP: Final = """\
+exit status:
+  0    success
+  1    call: the tool answered with an error result (isError); the result,
+       rendered "[tool error] ...", is still printed on stdout
+  2    usage error: bad options, bad JSON arguments, no server, unknown tool
+  3    the server could not be started or reached, or the call failed
+       (server crash, timeout, resource limit, protocol error);
+       check: at least one server failed
+  130  interrupted
+  141  stdout was closed by its reader (e.g. piped into head)
+"""
+
+EXAMPLES: Final = f"""\
+examples:
+  {PROG} tools -- npx -y @modelcontextprotocol/server-everything
+  {PROG} tools --json -- python my_server.py --root /tmp
+  {PROG} call echo '{{"message": "hi"}}' -- npx -y @modelcontextprotocol/server-everything
+  {PROG} call get_current_time '{{"timezone": "Asia/Tokyo"}}' --timeout 10 --memory-mb 512 -- uvx mcp-server-time
+  {PROG} tools --url http://127.0.0.1:8000/mcp --header 'Authorization: Bearer ...'
+  {PROG} check --config .mcp.json
+  {PROG} call time__get_current_time '{{"timezone": "UTC"}}' --config .mcp.json
+  {PROG} demo
+"""
+
+
+class UsageError(Exception):
+    """A command-line mistake: reported with a hint, exit status 2."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+# --------------------------------------------------------------------------- #
+# Command line
+# --------------------------------------------------------------------------- #
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    # Raw, so the epilogs keep their layout; descriptions are wrapped by _wrap.
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=min(100, shutil.get_terminal_size().columns) - 2)
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _header(text: str) -> tuple[str, str]:
+    """``Name: value`` (curl's form) or ``NAME=VALUE``; a colon before any '=' wins.
+
+    A token value often ends in '=' (base64 padding), so splitting
+    ``Authorization: Bearer abc==`` at the '=' would be wrong.
+    """
+    colon, equals = text.find(":"), text.find("=")
+    if colon > 0 and (equals < 0 or colon < equals):
+        name, value = text[:colon].strip(), text[colon + 1 :].strip()
+        if name and " " not in name:
+            return name, value
+    if equals > 0:
+        return text[:equals].strip(), text[equals + 1 :]
+    raise argparse.ArgumentTypeError(f"expected 'Name: value' or NAME=VALUE, got {text!r}")
+
+
+def _verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0 if top else argparse.SUPPRESS,
+        help="show the lovia_mcp logs (the server's stderr included) on stderr; -vv for debug",
+    )
+
+
+def _server_options() -> argparse.ArgumentParser:
+    """Options shared by ``tools`` and ``call``: which server, and how to run it."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("server (a command after '--', --url, or --config)")
+    g.add_argument("--url", help="a streamable-HTTP MCP endpoint instead of a command")
+    g.add_argument("--header", metavar="'NAME: VALUE'", type=_header, action="append", default=[],
+                   help="an HTTP header for --url (repeatable; NAME=VALUE also works)")
+    g.add_argument("--name", help="the server's name: prefixes its tools as NAME__tool, as in an agent")
+    g.add_argument("--config", metavar="FILE",
+                   help="the servers of a config file (.mcp.json, .vscode/mcp.json, Claude Desktop's, Cursor's); "
+                        "each entry's key is its --name")
+    g.add_argument("--server", metavar="NAME", action="append", default=[],
+                   help="with --config: only this entry (repeatable)")
+    g = p.add_argument_group("how the server runs")
+    g.add_argument("--cwd", metavar="DIR", help="the server's working directory")
+    g.add_argument("--env", metavar="NAME=VALUE", type=_pair, action="append", default=[],
+                   help="set a variable in the server's environment (repeatable)")
+    g.add_argument("--inherit-env", metavar="NAME", action="append", default=[],
+                   help="pass this variable from the current environment (repeatable); "
+                        "in process isolation the server otherwise gets only a small allowlist "
+                        "(PATH, HOME, LANG, ...)")
+    g.add_argument("--isolation", choices=("process", "none"),
+                   help="'process' (default): the server and the MCP SDK in a worker process; "
+                        "'none': in this process")
+    g.add_argument("--timeout", metavar="SECONDS", type=_positive(float),
+                   help="call: give up on the tool call after this long (the server tree is "
+                        "killed); tools: same as --open-timeout")
+    g.add_argument("--open-timeout", metavar="SECONDS", type=_positive(float),
+                   help="give up if the server has not started and listed its tools after this "
+                        "long (default 120: long enough for a first 'npx -y' download)")
+    g = p.add_argument_group("limits on the server's process tree (process isolation)")
+    g.add_argument("--memory-mb", metavar="MB", type=_positive(float), help="resident memory of the tree")
+    g.add_argument("--cpu-seconds", metavar="SECONDS", type=_positive(float), help="CPU time of the tree")
+    g.add_argument("--max-processes", metavar="N", type=_positive(int), help="live processes in the tree")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=_wrap("Check an MCP server before wiring it into a lovia agent: list its tools, "
+                          "call one, check every server of a config file, or run the offline demo. Each server runs in its own worker "
+                          "process, exactly as with lovia_mcp.MCP."),
+        epilog=EXAMPLES + "\n" + EXIT_STATUS_HELP,
+        formatter_class=_formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    _verbosity(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    server = _server_options()
+
+    tools = sub.add_parser(
+        "tools", parents=[server], formatter_class=_formatter,
+        usage=f"{PROG} tools [options] (-- COMMAND [ARGS...] | --url URL | --config FILE)",
+        help="list a server's tools (name, description, parameters)",
+        description=_wrap("List the tools an agent would see: names (prefixed with --name if given), "
+                          "descriptions, and parameters as sent to the model "
+                          "('name?' is optional, '= x' a default)."),
+        epilog=f"examples:\n  {PROG} tools -- npx -y @modelcontextprotocol/server-everything\n"
+               f"  {PROG} tools --json -- python my_server.py | jq '.[].name'\n\n" + EXIT_STATUS_HELP,
+    )
+    tools.add_argument("--json", action="store_true",
+                       help="a JSON list of {name, description, parameters} (the JSON schema) instead of a table")
+    _verbosity(tools, top=False)
+
+    call = sub.add_parser(
+        "call", parents=[server], formatter_class=_formatter,
+        usage=f"{PROG} call TOOL [ARGUMENTS] [options] (-- COMMAND [ARGS...] | --url URL | --config FILE)",
+        help="call one tool and print its result as the model would read it",
+        description=_wrap("Call one tool and print the result rendered as the model reads it "
+                          "(an error result reads '[tool error] ...' and exits with status 1)."),
+        epilog=f"examples:\n  {PROG} call add '{{\"a\": 1, \"b\": 2}}' -- python my_server.py\n"
+               f"  echo '{{\"path\": \"/tmp\"}}' | {PROG} call list_dir - -- python my_server.py\n\n"
+               + EXIT_STATUS_HELP,
+    )
+    call.add_argument("tool", metavar="TOOL", help="the tool's name (with or without the --name prefix)")
+    call.add_argument("arguments", metavar="ARGUMENTS", nargs="?", default="{}",
+                      help="the arguments as a JSON object (default {}); '-' reads them from stdin")
+    call.add_argument("--json", action="store_true",
+                      help="print {content, is_error, structured_content} as JSON instead of the rendered text")
+    _verbosity(call, top=False)
+
+    check = sub.add_parser(
+        "check", parents=[server], formatter_class=_formatter,
+        usage=f"{PROG} check [options] (--config FILE | -- COMMAND [ARGS...] | --url URL)",
+        help="open every server of a config at once and print a table: status, tools, open time, error",
+        description=_wrap("Open every server (in parallel, as an agent's MCP plugin does), list its tools, "
+                          "close it, and print one row per server: name, status, number of tools, open "
+                          "time, and the error of those that failed (in full on stderr). Exits 3 when "
+                          "any server failed, after printing the table."),
+        epilog=f"examples:\n  {PROG} check --config .mcp.json\n"
+               f"  {PROG} check --config .vscode/mcp.json --server github --open-timeout 30\n\n"
+               + EXIT_STATUS_HELP,
+    )
+    check.add_argument("--json", action="store_true",
+                       help="a JSON list of {name, status, tools, open_seconds, error} instead of a table")
+    _verbosity(check, top=False)
+
+    demo = sub.add_parser(
+        "demo", formatter_class=_formatter,
+        help="run the offline demo: a lovia agent survives its MCP server crashing",
+        description=_wrap("A real lovia Agent, driven by a scripted model (offline, no API key), uses the "
+                          "example server lovia_mcp/examples/demo_server.py through "
+                          "MCP(..., isolation='process'): normal calls, an error result, a server crash "
+                          "and recovery. Exits 0 when every expectation held, 1 otherwise."),
+    )
+    _verbosity(demo, top=False)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lovia-mcp")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """Options before the first ``--``; the server's own command line after it."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, None
+
+
+
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TOOL_ERROR", "EXIT_USAGE",
+           "PROG", "UsageError", "build_parser", "split_command"]

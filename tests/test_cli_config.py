@@ -1,0 +1,109 @@
+"""``lovia-mcp tools|call|check --config FILE``: the command on a config file, run as a user runs it.
+
+The servers are tests/servers/raw_server.py (starts in milliseconds) and a
+command that does not exist; every run is bounded by ``RUN_TIMEOUT`` and
+pytest-timeout, and ``no_leaks`` checks nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PY, RAW_SERVER
+from test_cli import error_of, lovia_mcp, lovia_mcp_all
+
+pytestmark = pytest.mark.timeout(40)
+
+RAW = {"command": PY, "args": [RAW_SERVER]}
+
+
+def config(tmp_path: Path, servers: dict[str, Any], key: str = "mcpServers") -> str:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({key: servers}), encoding="utf-8")
+    return str(path)
+
+
+def test_tools_with_config_lists_every_servers_tools_under_its_entry_name(tmp_path: Path) -> None:
+    path = config(tmp_path, {"one": RAW, "two": {**RAW, "include_tools": ["add"]}})
+    both, picked = lovia_mcp_all(["tools", "--json", "--config", path],
+                                 ["tools", "--json", "--config", path, "--server", "two"])
+    assert both.returncode == 0, both.stderr
+    names = [t["name"] for t in json.loads(both.stdout)]
+    assert "one__echo" in names and "two__add" in names and "two__echo" not in names
+    assert picked.returncode == 0, picked.stderr
+    assert [t["name"] for t in json.loads(picked.stdout)] == ["two__add"]
+
+
+def test_call_with_config_finds_the_server_by_the_tools_prefix_or_by_server(tmp_path: Path) -> None:
+    path = config(tmp_path, {"one": RAW, "two": {**RAW, "env": {"WHO": "two"}}}, key="servers")
+    prefixed, named, unclear = lovia_mcp_all(
+        ["call", "two__pid", "--config", path],
+        ["call", "pid", "--config", path, "--server", "one"],
+        ["call", "pid", "--config", path],
+    )
+    assert prefixed.returncode == 0, prefixed.stderr
+    assert json.loads(prefixed.stdout)["env"].get("WHO") == "two"
+    assert named.returncode == 0, named.stderr
+    assert "WHO" not in json.loads(named.stdout)["env"]
+    assert unclear.returncode == 2
+    assert "which one has the tool 'pid'" in error_of(unclear) and "--server NAME (one of one, two)" in unclear.stderr
+
+
+def test_check_prints_a_row_per_server_and_exits_three_when_one_fails(tmp_path: Path) -> None:
+    path = config(tmp_path, {"good": RAW, "bad": {"command": "no-such-mcp-server-command"}})
+    r = lovia_mcp("check", "--config", path)
+    print(r.stdout)
+    assert r.returncode == 3, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "TOOLS", "OPEN", "ERROR"]
+    good = next(line.split() for line in lines if line.startswith("good "))
+    bad = next(line for line in lines if line.startswith("bad "))
+    assert good[1] == "ok" and int(good[2]) >= 20 and good[4] == "s" and float(good[3]) > 0
+    assert bad.split()[1:3] == ["failed", "-"] and "command not found: 'no-such-mcp-server-command'" in bad
+    # The whole error, hint included, on stderr.
+    assert "error: MCP server 'bad' failed: command not found" in error_of(r) and "hint:" in r.stderr
+
+
+def test_check_json_and_a_config_where_all_servers_work_exits_zero(tmp_path: Path) -> None:
+    path = config(tmp_path, {"a": RAW, "b": RAW})
+    r = lovia_mcp("check", "--json", "--config", path)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(row["name"], row["status"], row["error"]) for row in rows] == [("a", "ok", None), ("b", "ok", None)]
+    assert all(row["tools"] >= 20 and row["open_seconds"] > 0 for row in rows)
+    print("open seconds:", [row["open_seconds"] for row in rows])
+
+
+def test_command_line_flags_override_the_file_timeout(tmp_path: Path) -> None:
+    path = config(tmp_path, {"raw": {**RAW, "timeout": 60}})
+    r = lovia_mcp("call", "hang", "--timeout", "0.5", "--config", path)
+    assert r.returncode == 3
+    assert "timed out after 0.5 s" in error_of(r)
+
+
+def test_config_mistakes_exit_two_with_a_message_naming_the_flag_or_the_entry(tmp_path: Path) -> None:
+    path = config(tmp_path, {"raw": {**RAW, "timout": 5}})
+    (tmp_path / "ok").mkdir()
+    good = config(tmp_path / "ok", {"raw": RAW})
+    cases = {
+        "server 'raw': unknown key 'timout'": ["tools", "--config", path],
+        "no config file at": ["tools", "--config", str(tmp_path / "missing.json")],
+        "--cwd cannot be combined with --config": ["tools", "--config", good, "--cwd", "/"],
+        "a command after '--' cannot be combined with --config": ["tools", "--config", good, "--", PY, RAW_SERVER],
+        "has no server 'nope'": ["check", "--config", good, "--server", "nope"],
+        "--server applies to --config only": ["tools", "--server", "raw", "--", PY, RAW_SERVER],
+    }
+    results = lovia_mcp_all(*cases.values())
+    for (expected, args), r in zip(cases.items(), results):
+        assert (r.returncode, r.stdout) == (2, ""), (args, r.stdout, r.stderr)
+        assert expected in error_of(r) and "hint:" in r.stderr, (args, r.stderr)
+
+
+def test_keys_of_other_clients_are_noted_on_stderr_and_the_server_still_runs(tmp_path: Path) -> None:
+    path = config(tmp_path, {"raw": {**RAW, "autoApprove": ["echo"]}})
+    r = lovia_mcp("call", "raw__echo", '{"text": "hi"}', "--config", path)
+    assert (r.returncode, r.stdout) == (0, "hi\n"), r.stderr
+    assert "lovia-mcp: note:" in r.stderr and "ignoring 'autoApprove'" in r.stderr

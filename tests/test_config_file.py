@@ -1,0 +1,285 @@
+"""``load_servers`` / ``MCP.from_config``: the mcp.json files users already have.
+
+Pure parsing is tested on dicts and files in ``tmp_path``; the last tests open
+a real server (tests/servers/raw_server.py) described by a file, once
+directly and once through a lovia ``Agent``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _agent import drive, outputs
+from conftest import PY, RAW_SERVER, run
+from lovia.testing import call
+
+import lovia_mcp.config_file as config_file
+from lovia_mcp import MCP, Limits, MCPServerStdio, MCPServerStreamableHTTP, Sandbox, UserError, load_servers
+from lovia_mcp.config_file import strip_jsonc
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def write(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return path
+
+
+def error(source: Any, **overrides: Any) -> UserError:
+    with pytest.raises(UserError) as info:
+        load_servers(source, **overrides)
+    return info.value
+
+
+# --------------------------------------------------------------------------- #
+# the two shapes
+# --------------------------------------------------------------------------- #
+def test_claude_style_mcpservers_and_vscode_style_servers_give_the_same_configs() -> None:
+    entries = {
+        "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}, "cwd": "/srv"},
+        "api": {"type": "http", "url": "https://example.com/mcp", "headers": {"X-Key": "k"}},
+    }
+    vscode = {"servers": {"time": {"type": "stdio", **entries["time"]}, "api": entries["api"]}, "inputs": []}
+
+    claude = load_servers({"mcpServers": entries})
+
+    assert claude == load_servers(vscode)
+    assert claude == [
+        MCPServerStdio(name="time", command="uvx", args=["mcp-server-time"], env={"TZ": "UTC"}, cwd="/srv"),
+        MCPServerStreamableHTTP(name="api", url="https://example.com/mcp", headers={"X-Key": "k"}),
+    ]
+
+
+def test_an_entry_with_a_url_and_no_type_is_http_and_the_other_spellings_of_http_are_accepted() -> None:
+    servers = load_servers({"mcpServers": {
+        "a": {"url": "http://127.0.0.1:1/mcp"},
+        "b": {"type": "streamable-http", "url": "http://127.0.0.1:1/mcp"},
+        "c": {"transport": "streamableHttp", "url": "http://127.0.0.1:1/mcp"},
+    }})
+    assert [type(s) for s in servers] == [MCPServerStreamableHTTP] * 3
+
+
+def test_jsonc_comments_and_trailing_commas_are_accepted_and_bad_json_is_located(tmp_path: Path) -> None:
+    text = '{\n  // VS Code writes these\n  "servers": {"a": {"command": "x", /* inline */ "args": ["//not a comment",],},},\n}'
+    assert json.loads(strip_jsonc(text))["servers"]["a"]["args"] == ["//not a comment"]
+    assert load_servers(write(tmp_path / "mcp.json", text))[0].args == ["//not a comment"]
+
+    message = str(error(write(tmp_path / "bad.json", '{"mcpServers": {"a": {"command": "x" "args": []}}}')))
+    assert "not valid JSON" in message and "line 1 column" in message and "hint:" in message
+
+
+# --------------------------------------------------------------------------- #
+# ${VAR}
+# --------------------------------------------------------------------------- #
+def test_variables_are_expanded_in_command_args_env_url_and_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CF_BIN", "/opt/bin")
+    monkeypatch.setenv("CF_TOKEN", "s3cret")
+    monkeypatch.setenv("CF_EMPTY", "")
+    monkeypatch.delenv("CF_UNSET", raising=False)
+    stdio, http = load_servers({"mcpServers": {
+        "s": {"command": "${CF_BIN}/server", "args": ["--token=${CF_TOKEN}", "${CF_UNSET:-fallback}"],
+              "env": {"TOKEN": "${env:CF_TOKEN}", "LEVEL": "${CF_EMPTY:-info}", "KEEP": "${CF_EMPTY}"}},
+        "h": {"url": "https://${CF_UNSET:-example.com}/mcp", "headers": {"Authorization": "Bearer ${CF_TOKEN}"}},
+    }})
+    assert isinstance(stdio, MCPServerStdio) and isinstance(http, MCPServerStreamableHTTP)
+    assert stdio.command == "/opt/bin/server"
+    assert stdio.args == ["--token=s3cret", "fallback"]
+    assert stdio.env == {"TOKEN": "s3cret", "LEVEL": "info", "KEEP": ""}
+    assert http.url == "https://example.com/mcp"
+    assert http.headers == {"Authorization": "Bearer s3cret"}
+
+
+def test_an_undefined_variable_without_a_default_is_an_error_naming_it_never_an_empty_string(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CF_MISSING_TOKEN", raising=False)
+    e = error({"mcpServers": {"api": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer ${CF_MISSING_TOKEN}"}}}})
+    assert "CF_MISSING_TOKEN is not set" in str(e) and "'api'" in str(e) and "headers" in str(e)
+    assert e.hint and "${CF_MISSING_TOKEN:-" in e.hint
+    assert "is a VS Code prompt" in str(error({"servers": {"a": {"command": "x", "env": {"K": "${input:key}"}}}}))
+    assert "not a variable reference" in str(error({"mcpServers": {"a": {"command": "x", "args": ["${1BAD}"]}}}))
+
+
+# --------------------------------------------------------------------------- #
+# keys
+# --------------------------------------------------------------------------- #
+def test_an_unknown_key_is_an_error_with_a_hint_that_suggests_the_closest() -> None:
+    e = error({"mcpServers": {"a": {"command": "x", "timout": 5}}})
+    assert "server 'a': unknown key 'timout'" in str(e)
+    assert e.hint and "Did you mean 'timeout'?" in e.hint
+    e = error({"mcpServers": {"a": {"command": "x"}}, "settings": {}})
+    assert "unknown top-level key 'settings'" in str(e) and e.hint
+    assert "does not apply to a server started from a command" in str(
+        error({"mcpServers": {"a": {"command": "x", "headers": {}}}}))
+
+
+def test_other_clients_keys_are_ignored_with_a_note_and_disabled_entries_are_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="lovia_mcp.config")
+    servers = load_servers({"mcpServers": {
+        "a": {"command": "x", "autoApprove": ["echo"], "description": "for people", "disabled": False},
+        "b": {"command": "y", "disabled": True},
+    }})
+    assert [s.name for s in servers] == ["a"]
+    notes = [r.getMessage() for r in caplog.records if r.name == "lovia_mcp.config"]
+    assert any("ignoring 'autoApprove'" in n for n in notes)
+    assert any("ignoring 'description'" in n for n in notes)
+    assert any("server 'b' is disabled" in n for n in notes)
+
+
+def test_missing_or_conflicting_transport_keys_and_sse_are_errors_with_hints() -> None:
+    for entry, expected in (
+        ({}, "neither 'command' nor 'url'"),
+        ({"command": "x", "url": "http://h/mcp"}, "both 'command' and 'url'"),
+        ({"type": "http", "command": "x"}, "an HTTP server needs a 'url'"),
+        ({"type": "sse", "url": "http://h/sse"}, "SSE servers are not supported"),
+        ({"type": "websocket", "url": "ws://h"}, "unknown type 'websocket'"),
+    ):
+        e = error({"mcpServers": {"a": entry}})
+        assert expected in str(e) and e.hint, (entry, str(e))
+    assert "no 'mcpServers' or 'servers'" in str(error({"tools": {}}))
+    assert "non-empty object" in str(error({"mcpServers": {}}))
+
+
+# --------------------------------------------------------------------------- #
+# lovia-mcp's own options per entry
+# --------------------------------------------------------------------------- #
+def test_lovia_mcp_options_per_entry_are_converted_to_their_types() -> None:
+    (server,) = load_servers({"servers": {"fs": {
+        "command": "npx", "args": ["-y", "server-filesystem"],
+        "timeout": 30, "open_timeout": 10, "defer": True, "include_tools": ["read_file"], "isolation": "none",
+        "limits": {"memory_mb": 512, "max_processes": 16},
+        "sandbox": {"filesystem": {"allowWrite": ["/srv/data"]}, "network": {"allowedDomains": []}},
+        "on_timeout": "cancel", "needs_approval": True,
+    }}})
+    assert isinstance(server, MCPServerStdio)
+    assert (server.timeout, server.open_timeout, server.defer, server.isolation) == (30.0, 10.0, True, "none")
+    assert server.include_tools == ["read_file"] and server.on_timeout == "cancel" and server.needs_approval is True
+    assert server.limits == Limits(memory_mb=512, max_processes=16)
+    assert server.sandbox == Sandbox(network=False, writable=["/srv/data"])
+
+
+def test_wrong_option_values_are_errors_naming_the_option() -> None:
+    for value, expected in (
+        ({"timeout": "30"}, "timeout must be a number"),
+        ({"timeout": -1}, "timeout must be a positive number"),
+        ({"defer": "yes"}, "defer must be true or false"),
+        ({"isolation": "proc"}, 'isolation must be "process" or "none"'),
+        ({"limits": {"memory": 512}}, "limits: unknown key(s) 'memory'"),
+        ({"limits": {"memory_mb": "lots"}}, "limits.memory_mb must be a number"),
+        ({"include_tools": "echo"}, "include_tools must be a list of strings"),
+        ({"result_renderer": "render"}, "only code can give"),
+        ({"sandbox": {"filesystem": {"allowWrite": "/srv"}}}, "sandbox filesystem.allowWrite must be a list"),
+    ):
+        e = error({"mcpServers": {"a": {"command": "x", **value}}})
+        assert "server 'a'" in str(e) and expected in str(e) and e.hint, (value, str(e))
+
+
+def test_vscode_sandbox_enabled_turns_the_sandbox_on_or_off() -> None:
+    on, off = load_servers({"servers": {
+        "on": {"command": "x", "sandboxEnabled": True},
+        "off": {"command": "x", "sandboxEnabled": False, "sandbox": {"network": {"allowedDomains": []}}},
+    }})
+    assert isinstance(on, MCPServerStdio) and isinstance(off, MCPServerStdio)
+    assert (on.sandbox, off.sandbox) == (Sandbox(), None)
+
+
+def test_a_field_added_to_the_config_class_is_accepted_without_touching_the_loader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class WithSpares(MCPServerStdio):
+        spares: int = 0
+
+    monkeypatch.setattr(config_file, "MCPServerStdio", WithSpares)
+    (server,) = load_servers({"mcpServers": {"a": {"command": "x", "spares": 2}}})
+    assert isinstance(server, WithSpares) and server.spares == 2
+    assert "spares must be an integer" in str(error({"mcpServers": {"a": {"command": "x", "spares": 1.5}}}))
+
+
+def test_overrides_apply_to_every_server_and_win_over_the_file() -> None:
+    servers = load_servers({"mcpServers": {"a": {"command": "x", "timeout": 5}, "b": {"url": "http://h/mcp"}}},
+                           timeout=30, isolation="none")
+    assert [(s.timeout, s.isolation) for s in servers] == [(30, "none"), (30, "none")]
+    e = error({"mcpServers": {"a": {"command": "x"}}}, timeot=3)
+    assert "unknown option(s): timeot" in str(e) and e.hint
+
+
+# --------------------------------------------------------------------------- #
+# paths
+# --------------------------------------------------------------------------- #
+def test_relative_cwd_command_and_env_file_are_relative_to_the_files_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    write(folder / ".env", "# secrets\nexport API_KEY='from file'\nLEVEL=debug # trailing\nSHARED=file\n")
+    path = write(folder / "mcp.json", {"mcpServers": {
+        "local": {"command": "./bin/server", "cwd": "work", "envFile": ".env", "env": {"SHARED": "entry"}},
+        "onpath": {"command": "npx", "cwd": "/abs"},
+        "home": {"command": "~/bin/server", "cwd": "~/work"},
+    }})
+    local, onpath, home = load_servers(path)
+    assert isinstance(local, MCPServerStdio) and isinstance(onpath, MCPServerStdio)
+    assert local.command == str(folder.resolve() / "bin" / "server")
+    assert local.cwd == str(folder.resolve() / "work")
+    # The entry's env wins over the envFile's, as in VS Code.
+    assert local.env == {"API_KEY": "from file", "LEVEL": "debug", "SHARED": "entry"}
+    assert (onpath.command, onpath.cwd) == ("npx", "/abs")
+    assert isinstance(home, MCPServerStdio)
+    assert (home.command, home.cwd) == (str(Path.home() / "bin" / "server"), str(Path.home() / "work"))
+    assert "cannot read envFile" in str(error(write(folder / "m2.json", {"mcpServers": {"a": {
+        "command": "x", "envFile": "missing.env"}}})))
+
+
+def test_workspace_folder_is_the_folder_above_dot_vscode(tmp_path: Path) -> None:
+    path = write(tmp_path / ".vscode" / "mcp.json",
+                 {"servers": {"fs": {"command": "npx", "args": ["${workspaceFolder}/data"]}}})
+    (server,) = load_servers(path)
+    assert isinstance(server, MCPServerStdio) and server.args == [f"{tmp_path.resolve()}/data"]
+
+
+def test_a_missing_file_and_a_non_object_are_errors_with_hints(tmp_path: Path) -> None:
+    e = error(tmp_path / "nope.json")
+    assert "no config file at" in str(e) and e.hint
+    assert "top level must be a JSON object" in str(error(write(tmp_path / "list.json", [1])))
+
+
+# --------------------------------------------------------------------------- #
+# a real server from a file
+# --------------------------------------------------------------------------- #
+def test_a_server_opened_from_a_file_answers_with_the_files_environment(tmp_path: Path) -> None:
+    # cwd relative to the file, the script relative to that cwd: the server
+    # only starts if cwd was resolved against the file's folder.
+    folder = tmp_path / "repo"
+    (folder / "servers").mkdir(parents=True)
+    shutil.copy(RAW_SERVER, folder / "servers" / "raw_server.py")
+    path = write(folder / "mcp.json", {"mcpServers": {"raw": {
+        "command": PY, "args": ["raw_server.py"], "cwd": "servers",
+        "env": {"GREETING": "${CF_GREETING:-hello from the file}"}, "timeout": 10,
+    }}})
+    (server,) = load_servers(path)
+
+    async def go() -> tuple[str, str]:
+        async with server.session() as conn:
+            assert "raw__pid" in {t.name for t in conn.tools()}
+            pid = await conn.call_tool("pid", {})
+            cwd = await conn.call_tool("cwd", {})
+            return pid.content[0].text, cwd.content[0].text  # type: ignore[union-attr]
+
+    pid_text, cwd_text = run(go())
+    assert json.loads(pid_text)["env"]["GREETING"] == "hello from the file"
+    assert Path(cwd_text) == (folder / "servers").resolve()
+
+
+def test_mcp_from_config_mounts_the_files_servers_on_an_agent(tmp_path: Path) -> None:
+    path = write(tmp_path / "mcp.json", {"mcpServers": {"raw": {"command": PY, "args": [RAW_SERVER]}}})
+    plugin = MCP.from_config(path, timeout=10)
+    assert [s.timeout for s in plugin.servers] == [10]  # type: ignore[attr-defined]
+    result, _ = run(drive(plugin, call("raw__echo", {"text": "via the file"})))
+    assert outputs(result) == ["via the file"]
