@@ -48,6 +48,7 @@ from lovia_mcp_worker.protocol import (
     CallTool,
     Cancel,
     Close,
+    Ended,
     Failure,
     GetStats,
     ListTools,
@@ -410,6 +411,12 @@ class MCPConnection:
             self._needs_restart = False
             if msg.generation > 1:
                 self._restart_times.append(time.monotonic())
+            return
+        if isinstance(msg, Ended):
+            # A dead server is no longer the connection's, unless a fresh
+            # generation's Started already replaced it.
+            if msg.server_pid == self._server_pid:
+                self._server_pid = None
             return
         fut = self._pending.pop(msg.id, None)
         if fut is not None and not fut.done():

@@ -54,6 +54,7 @@ from .protocol import (
     Cancel,
     Close,
     Closed,
+    Ended,
     Failure,
     GetStats,
     ListTools,
@@ -110,6 +111,10 @@ class Host:
         self.errors = 0
         self.timeouts = 0
         self.restarts = 0
+        # Why the last generation ended; it becomes last_restart_reason when
+        # the restart it calls for is counted (stats never show a reason for
+        # a restart that has not happened).
+        self._last_end: str | None = None
         self.last_restart_reason: str | None = None
         self.garbage_lines = 0
 
@@ -192,7 +197,7 @@ class Host:
         """New requests go to a fresh server now; ``gen`` is killed after ``grace``."""
         reason = failures.timed_out_kill()
         if gen.serving:
-            self.last_restart_reason = reason.message
+            self._last_end = reason.message
         gen.drain(grace, reason)
         if self.current is gen:
             self.current = None
@@ -238,10 +243,11 @@ class Host:
         if len(self._restart_times) >= spec.restart_limit:
             wait = spec.restart_window - (now - self._restart_times[0])
             raise failures.circuit_open(
-                spec.name, len(self._restart_times), spec.restart_window, self.last_restart_reason, wait
+                spec.name, len(self._restart_times), spec.restart_window, self._last_end, wait
             )
         self._restart_times.append(now)
         self.restarts += 1
+        self.last_restart_reason = self._last_end
 
     async def _start(self) -> Generation:
         spec = self.spec
@@ -386,8 +392,10 @@ class Host:
             started = ready.done()
             if started and gen.reason is not None and not self._closing and gen.reason.kind != "closed":
                 if not gen.drained:  # a retired generation's reason was noted when it was retired
-                    self.last_restart_reason = gen.reason.message
+                    self._last_end = gen.reason.message
                 self._log(logging.WARNING, f"server {spec.name!r} generation {gen.number} ended: {gen.reason.message}")
+            if started and not self._closing:
+                self._emit(Ended(server_pid=gen.server_pid, generation=gen.number))
             await asyncio.shield(self._teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:

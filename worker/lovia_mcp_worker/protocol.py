@@ -25,7 +25,7 @@ import msgspec
 # The wire protocol's version: the agent sends it with Open and a worker that
 # speaks another refuses the connection (an agent and a forkserver from two
 # installs of different versions).
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -250,6 +250,17 @@ class Started(msgspec.Struct, frozen=True, tag=True):
     generation: int
 
 
+class Ended(msgspec.Struct, frozen=True, tag=True):
+    """Unsolicited: a server generation that served has ended (its tree is being killed).
+
+    The agent stops reporting ``server_pid`` as the connection's server if
+    it is still the one it follows (a fresh generation may already serve).
+    """
+
+    server_pid: int | None
+    generation: int
+
+
 class Tools(msgspec.Struct, frozen=True, tag=True):
     id: int
     tools: list[ToolSpec]
@@ -307,7 +318,7 @@ class Log(msgspec.Struct, frozen=True, tag=True):
     stderr: bool = False
 
 
-WorkerMessage = Union[Opened, Started, Tools, Result, Failure, StatsReply, Closed, Log]
+WorkerMessage = Union[Opened, Started, Ended, Tools, Result, Failure, StatsReply, Closed, Log]
 
 
 def encoder() -> msgspec.msgpack.Encoder:
@@ -332,6 +343,7 @@ __all__ = [
     "Close",
     "Closed",
     "ContentBlock",
+    "Ended",
     "Failure",
     "FailureKind",
     "GetStats",
