@@ -31,6 +31,7 @@ from typing import Final, Protocol
 
 from .failures import HostError
 from .guard import Tree
+from .progress import OnProgress
 from .protocol import ContentBlock, ToolSpec
 
 
@@ -66,7 +67,9 @@ class Session(Protocol):
 
     async def list_tools(self) -> list[ToolSpec]: ...
 
-    async def call(self, name: str, arguments: bytes) -> tuple[list[ContentBlock], bool, bytes | None]: ...
+    async def call(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+    ) -> tuple[list[ContentBlock], bool, bytes | None]: ...
 
     def end(self, reason: HostError) -> None: ...
 

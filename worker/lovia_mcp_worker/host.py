@@ -47,6 +47,7 @@ from . import cgroup, failures, guard
 from .failures import HostError
 from .generation import Generation, Session, State
 from .launch import LaunchError
+from .progress import ProgressForwarder
 from .protocol import (
     PROTOCOL_VERSION,
     AgentMessage,
@@ -207,10 +208,12 @@ class Host:
         self.calls += 1
         assert gen.session is not None
         self._on[msg.id] = gen
+        progress = ProgressForwarder(self._emit, msg.id)
         try:
-            content, is_error, structured = await gen.session.call(msg.name, msg.arguments)
+            content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress)
         finally:
             self._on.pop(msg.id, None)
+            progress.close()  # the last progress held goes out before the answer
         return Result(id=msg.id, content=content, is_error=is_error, structured_content=structured)
 
     # -- generations --------------------------------------------------------- #

@@ -24,6 +24,7 @@ from typing import Any, Final, TypeVar
 from . import failures
 from .content import call_result, tool_specs
 from .failures import HostError
+from .progress import OnProgress, parse_progress
 from .protocol import ContentBlock, ServerSpec, ToolSpec
 
 # The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
@@ -102,11 +103,23 @@ class HttpSession:
                 return tools
             seen.add(cursor)
 
-    async def call(self, name: str, arguments: bytes) -> tuple[list[ContentBlock], bool, bytes | None]:
+    async def call(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+    ) -> tuple[list[ContentBlock], bool, bytes | None]:
         import msgspec
 
         args = msgspec.json.decode(arguments) if arguments else {}
-        result = await self._race(self._session.call_tool(name, args), name)
+        callback = None
+        if on_progress is not None:
+            forward = on_progress
+
+            async def callback(progress: float, total: float | None, message: str | None) -> None:
+                # The SDK's values are validated floats; the same bounds as stdio apply.
+                found = parse_progress({"progressToken": 0, "progress": progress, "total": total, "message": message})
+                if found is not None:
+                    forward(*found[1:])
+
+        result = await self._race(self._session.call_tool(name, args, progress_callback=callback), name)
         return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
 
     def end(self, reason: HostError) -> None:

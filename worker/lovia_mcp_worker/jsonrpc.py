@@ -9,6 +9,8 @@ a tool server and nothing more:
 - paginated ``tools/list`` (a cursor seen before ends the listing with a
   warning instead of spinning), ``tools/call``;
 - ``notifications/cancelled`` when a caller abandons a request;
+- a ``progressToken`` on each ``tools/call`` whose caller wants progress,
+  and ``notifications/progress`` for it handed to that caller;
 - the server's own requests: ``ping`` is answered, everything else
   (sampling, roots, elicitation) gets ``-32601``, so a server waiting on one
   moves on instead of hanging.
@@ -38,6 +40,7 @@ from . import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
 from .content import tool_specs
 from .failures import HostError, RemoteError
+from .progress import OnProgress, parse_progress
 from .protocol import ToolSpec
 
 # Newest first: the first is offered, any is accepted back (the SDK's
@@ -120,6 +123,8 @@ class Client:
         self._log = log
         self._server_log = server_log
         self._ids = itertools.count(1)
+        self._tokens = itertools.count(1)
+        self._progress: dict[int, OnProgress] = {}
         self._pending: dict[int, tuple[asyncio.Future[msgspec.Raw], str]] = {}
         self._closed: HostError | None = None
         self.protocol_version: str | None = None
@@ -188,6 +193,18 @@ class Client:
         return True
 
     def _notification(self, msg: _Message) -> None:
+        if msg.method == "notifications/progress":
+            try:
+                found = parse_progress(_decode(msg.params) if msg.params else None)
+            except _UNDECODABLE:
+                return
+            if found is not None:
+                token, progress, total, message = found
+                key = _key(token)
+                callback = self._progress.get(key) if key is not None else None
+                if callback is not None:
+                    callback(progress, total, message)
+            return
         if msg.method == "notifications/message":
             try:
                 params = _decode(msg.params) if msg.params else {}
@@ -287,10 +304,22 @@ class Client:
         warn(f"tools/list had more than {MAX_LIST_PAGES} pages; listing stopped at {len(tools)} tools")
         return tools
 
-    async def call_tool(self, name: str, arguments: bytes) -> dict[str, Any]:
-        """``tools/call`` with the agent's argument bytes as they are (a JSON object)."""
-        params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}") + b"}"
-        return await self._object("tools/call", params, what=name)
+    async def call_tool(self, name: str, arguments: bytes, on_progress: OnProgress | None = None) -> dict[str, Any]:
+        """``tools/call`` with the agent's argument bytes as they are (a JSON object).
+
+        With ``on_progress``, the request carries a ``progressToken`` and each
+        ``notifications/progress`` for it is handed to ``on_progress``.
+        """
+        params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}")
+        if on_progress is None:
+            return await self._object("tools/call", params + b"}", what=name)
+        token = next(self._tokens)
+        self._progress[token] = on_progress
+        try:
+            params += b',"_meta":{"progressToken":%d}}' % token
+            return await self._object("tools/call", params, what=name)
+        finally:
+            self._progress.pop(token, None)
 
 
 __all__ = ["CLIENT_INFO", "MAX_LIST_PAGES", "PROTOCOL_VERSIONS", "Client"]

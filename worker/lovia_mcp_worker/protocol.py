@@ -273,6 +273,20 @@ class Result(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     structured_content: bytes | None = None
 
 
+class Progress(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Unsolicited: an MCP ``notifications/progress`` of the running call ``id``.
+
+    Coalesced in the worker (at most one per ``PROGRESS_INTERVAL`` per call,
+    the latest value kept), so a server flooding progress cannot flood the
+    agent; the last one before the call's answer is always sent.
+    """
+
+    id: int
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
 FailureKind = Literal[
     "server_exited",  # the server process ended (exit code or signal)
     "limit",  # a resource limit was passed and the tree was killed
@@ -318,7 +332,7 @@ class Log(msgspec.Struct, frozen=True, tag=True):
     stderr: bool = False
 
 
-WorkerMessage = Union[Opened, Started, Ended, Tools, Result, Failure, StatsReply, Closed, Log]
+WorkerMessage = Union[Opened, Started, Ended, Tools, Result, Progress, Failure, StatsReply, Closed, Log]
 
 
 def encoder() -> msgspec.msgpack.Encoder:
@@ -353,6 +367,7 @@ __all__ = [
     "Open",
     "Opened",
     "DEFAULT_HIDDEN",
+    "Progress",
     "Resource",
     "Result",
     "Sandbox",

@@ -33,6 +33,7 @@ from .content import call_result
 from .failures import HostError, RemoteError
 from .jsonrpc import Client
 from .launch import spawn, wrapper_exec_error
+from .progress import OnProgress
 from .protocol import ContentBlock, ServerSpec, ToolSpec
 
 # Lines of server stderr kept for error messages.
@@ -297,9 +298,11 @@ class StdioSession:
     def _warn(self, text: str) -> None:
         self._log(logging.WARNING, text, False)
 
-    async def call(self, name: str, arguments: bytes) -> tuple[list[ContentBlock], bool, bytes | None]:
+    async def call(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+    ) -> tuple[list[ContentBlock], bool, bytes | None]:
         try:
-            return call_result(await self.client.call_tool(name, arguments))
+            return call_result(await self.client.call_tool(name, arguments, on_progress))
         except RemoteError as exc:
             raise failures.remote(name, exc) from None
 
