@@ -61,6 +61,13 @@ class Session(Protocol):
     @property
     def stderr_tail(self) -> list[str]: ...
 
+    @property
+    def stdout_head(self) -> bytes | None:
+        """What a stdio server wrote before its handshake that was not JSON-RPC (None: HTTP)."""
+        ...
+
+    initialized: bool
+
     def running(self) -> AbstractAsyncContextManager[None]: ...
 
     async def start(self) -> list[ToolSpec]: ...

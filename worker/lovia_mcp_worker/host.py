@@ -270,7 +270,12 @@ class Host:
         try:
             await asyncio.wait_for(asyncio.shield(ready), spec.open_timeout)
         except asyncio.TimeoutError:
-            gen.stop(failures.open_timed_out(spec.name, spec.open_timeout, session_tail(gen)))
+            session = gen.session
+            gen.stop(failures.open_timed_out(
+                spec.name, spec.open_timeout, session_tail(gen),
+                head=None if session is None else session.stdout_head,
+                answered=session is not None and session.initialized,
+            ))
             await self._wait_down(gen)
             assert gen.reason is not None
             raise gen.reason from None

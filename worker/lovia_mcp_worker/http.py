@@ -48,6 +48,7 @@ class HttpSession:
 
     pid: int | None = None
     stderr_tail: list[str] = []  # no local process: no stderr
+    stdout_head: bytes | None = None  # nor stdout
 
     def __init__(self, spec: ServerSpec, *, on_end: Callable[[HostError], None], warn: Callable[[str], None]) -> None:
         self.spec = spec

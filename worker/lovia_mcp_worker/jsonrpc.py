@@ -51,6 +51,9 @@ CLIENT_INFO: Final = {"name": "lovia-mcp", "version": "0.1.0"}
 # whose cursors never repeat but never end must not spin until open_timeout.
 MAX_LIST_PAGES: Final = 1000
 METHOD_NOT_FOUND: Final = -32601
+# Requests only a client sends: a "server" sending one back is echoing
+# our own stdin (``cat``), not speaking MCP.
+CLIENT_METHODS: Final = frozenset({"initialize", "tools/list", "tools/call"})
 
 # MCP logging levels to Python's, for notifications/message.
 _LOG_LEVELS: Final = {
@@ -107,7 +110,9 @@ class Client:
 
     ``write`` sends one line (newline included); ``on_garbage`` is told of
     each line that is not JSON-RPC; ``log`` takes ``(level, message)`` for the
-    connection's log and ``server_log`` the server's own log notifications.
+    connection's log and ``server_log`` the server's own log notifications;
+    ``on_echo(method, line)`` is told of a request only a client sends (our
+    own, echoed back), which is never answered.
     """
 
     def __init__(
@@ -117,8 +122,10 @@ class Client:
         on_garbage: Callable[[bytes], None],
         log: Callable[[int, str], None],
         server_log: Callable[[int, str], None],
+        on_echo: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self._write = write
+        self._on_echo = on_echo
         self._on_garbage = on_garbage
         self._log = log
         self._server_log = server_log
@@ -145,6 +152,8 @@ class Client:
         if msg.method is not None:
             if msg.id is None:
                 self._notification(msg)
+            elif msg.method in CLIENT_METHODS and self._on_echo is not None:
+                self._on_echo(msg.method, data)  # answering it would be echoed too
             else:
                 self._server_request(msg)
             return
@@ -322,4 +331,4 @@ class Client:
             self._progress.pop(token, None)
 
 
-__all__ = ["CLIENT_INFO", "MAX_LIST_PAGES", "PROTOCOL_VERSIONS", "Client"]
+__all__ = ["CLIENT_INFO", "CLIENT_METHODS", "MAX_LIST_PAGES", "PROTOCOL_VERSIONS", "Client"]
