@@ -67,7 +67,8 @@ from lovia_mcp_worker.protocol import (
 
 from ._channel import LocalChannel, ProcessChannel
 from ._names import tool_names
-from .render import MCPToolResult, default_renderer, normalize_schema
+from ._parity import LoviaFields
+from .render import MCPToolResult, default_renderer, normalize_schema, with_sdk_models
 
 if TYPE_CHECKING:
     from .config import Isolation, MCPServer
@@ -102,7 +103,7 @@ class _Retry(Exception):
         self.error = error
 
 
-class MCPConnection:
+class MCPConnection(LoviaFields):
     """A live connection and the lovia tools bound to it.
 
     Made by ``server.open()`` / ``server.session()``. Satisfies the plugin's
@@ -139,7 +140,8 @@ class MCPConnection:
         self._needs_restart = False
         self._last_end: str | None = None
         self._server_log = logging.getLogger(f"lovia_mcp.server.{self._spec.name}")
-        self._renderer = server.result_renderer or default_renderer
+        # lovia's plugin hands a custom renderer the SDK's models: so do we.
+        self._renderer = with_sdk_models(server.result_renderer) if server.result_renderer else default_renderer
 
     # -- the plugin's view --------------------------------------------------- #
     @property

@@ -49,6 +49,8 @@ class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
 
     ``extra`` keeps the JSON of fields this struct does not model (for an
     unknown block type), so nothing the server sent is silently lost.
+    ``annotations`` and ``meta`` (the block's ``_meta``) are the server's
+    JSON objects as dicts, named as on the SDK's models.
     """
 
     type: str
@@ -61,6 +63,8 @@ class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
     description: str | None = None
     resource: Resource | None = None
     extra: bytes | None = None
+    annotations: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
 
     def model_dump(self) -> dict[str, Any]:
         """A dict like the SDK model's ``model_dump()``, for renderers that call it."""
