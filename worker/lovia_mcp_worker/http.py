@@ -82,7 +82,7 @@ class HttpSession:
                         self._session = None
 
     async def start(self) -> list[ToolSpec]:
-        await self._race(self._session.initialize(), "initialize")
+        await self._race(self._live().initialize(), "initialize")
         self.initialized = True
         return await self.list_tools()
 
@@ -94,7 +94,7 @@ class HttpSession:
         cursor: str | None = None
         while True:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
-            page = await self._race(self._session.list_tools(params=params), "tools/list")
+            page = await self._race(self._live().list_tools(params=params), "tools/list")
             tools.extend(tool_specs(page.model_dump(by_alias=True, mode="json", exclude_none=True), self._warn))
             cursor = page.next_cursor
             if not cursor:
@@ -120,8 +120,25 @@ class HttpSession:
                 if found is not None:
                     forward(*found[1:])
 
-        result = await self._race(self._session.call_tool(name, args, progress_callback=callback), name)
+        result = await self._race(self._live().call_tool(name, args, progress_callback=callback), name)
         return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    def _live(self) -> Any:
+        """The SDK session, or the reason it is gone.
+
+        The transport can fail (the server died) and leave ``running`` before
+        the generation has been told: a call in that moment gets this error,
+        as one that would be retried on a fresh connection.
+        """
+        if self._session is not None:
+            return self._session
+        if self._ended.done():
+            raise self._ended.result()
+        raise HostError(
+            "server_exited",
+            f"the connection to {self.spec.url} closed",
+            hint="Check that the server is running and reachable.",
+        )
 
     def end(self, reason: HostError) -> None:
         if not self._ended.done():
