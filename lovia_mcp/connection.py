@@ -48,12 +48,14 @@ from lovia_mcp_worker.protocol import (
     CallTool,
     Cancel,
     Close,
+    Ended,
     Failure,
     GetStats,
     ListTools,
     Log,
     Open,
     Opened,
+    Progress,
     Result,
     Started,
     Stats,
@@ -65,12 +67,16 @@ from lovia_mcp_worker.protocol import (
 
 from ._channel import LocalChannel, ProcessChannel
 from ._names import tool_names
-from .render import MCPToolResult, default_renderer, normalize_schema
+from ._parity import LoviaFields
+from .render import MCPToolResult, default_renderer, normalize_schema, with_sdk_models
 
 if TYPE_CHECKING:
     from .config import Isolation, MCPServer
 
 logger = logging.getLogger("lovia_mcp")
+# MCP progress of running calls: one INFO record per update (the worker
+# coalesces them), with ``server``, ``tool``, ``progress`` and ``total``.
+progress_logger = logging.getLogger("lovia_mcp.progress")
 
 # Bound on a close: the worker's own tree kill is bounded below this.
 CLOSE_WAIT: Final = 8.0
@@ -97,7 +103,7 @@ class _Retry(Exception):
         self.error = error
 
 
-class MCPConnection:
+class MCPConnection(LoviaFields):
     """A live connection and the lovia tools bound to it.
 
     Made by ``server.open()`` / ``server.session()``. Satisfies the plugin's
@@ -117,6 +123,8 @@ class MCPConnection:
         self._pending: dict[int, asyncio.Future[WorkerMessage]] = {}
         self._ids = itertools.count(1)
         self._tools: list[Tool] | None = None
+        # Request id of each tools/call in flight -> its raw tool name (for progress).
+        self._calls: dict[int, str] = {}
         # Visible tool name -> the server's raw name (what calls are sent as).
         self.raw_names: dict[str, str] = {}
         # Raw names already reported as listed twice: a refresh repeats no warning.
@@ -132,7 +140,8 @@ class MCPConnection:
         self._needs_restart = False
         self._last_end: str | None = None
         self._server_log = logging.getLogger(f"lovia_mcp.server.{self._spec.name}")
-        self._renderer = server.result_renderer or default_renderer
+        # lovia's plugin hands a custom renderer the SDK's models: so do we.
+        self._renderer = with_sdk_models(server.result_renderer) if server.result_renderer else default_renderer
 
     # -- the plugin's view --------------------------------------------------- #
     @property
@@ -257,18 +266,25 @@ class MCPConnection:
         # time spent replacing a worker or on a first attempt counts, so a
         # cancel at the deadline is always recognised as a timeout.
         started = time.monotonic()
+        sent: list[int] = []
+
+        def make(i: int) -> CallTool:
+            sent.append(i)
+            self._calls[i] = name
+            return CallTool(id=i, name=name, arguments=body)
+
         while True:
             try:
-                reply = await self._request(
-                    lambda i: CallTool(id=i, name=name, arguments=body), tool_name=name, timeout=timeout, retry=True,
-                    started=started,
-                )
+                reply = await self._request(make, tool_name=name, timeout=timeout, retry=True, started=started)
             except _Retry as r:
                 if not self.server.auto_reconnect or retried:
                     raise r.error from None
                 retried = True
                 logger.warning("%s: retrying %r once on a fresh server after: %s", self._spec.name, name, r.error)
                 continue
+            finally:
+                while sent:
+                    self._calls.pop(sent.pop(), None)
             assert isinstance(reply, Result)
             structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
             return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured)
@@ -411,9 +427,29 @@ class MCPConnection:
             if msg.generation > 1:
                 self._restart_times.append(time.monotonic())
             return
+        if isinstance(msg, Progress):
+            self._log_progress(msg)
+            return
+        if isinstance(msg, Ended):
+            # A dead server is no longer the connection's, unless a fresh
+            # generation's Started already replaced it.
+            if msg.server_pid == self._server_pid:
+                self._server_pid = None
+            return
         fut = self._pending.pop(msg.id, None)
         if fut is not None and not fut.done():
             fut.set_result(msg)
+
+    def _log_progress(self, msg: Progress) -> None:
+        tool = self._calls.get(msg.id)
+        if tool is None:
+            return  # the call already ended (or was abandoned)
+        done = f"{msg.progress:g}" if msg.total is None else f"{msg.progress:g}/{msg.total:g}"
+        text = f"{self._spec.name}/{tool}: {done}" + (f" {msg.message}" if msg.message else "")
+        progress_logger.info(
+            "%s", text,
+            extra={"server": self._spec.name, "tool": tool, "progress": msg.progress, "total": msg.total},
+        )
 
     def _on_lost(self, channel: ProcessChannel | LocalChannel, why: str) -> None:
         if channel is not self._channel or self._closed:

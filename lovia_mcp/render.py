@@ -5,10 +5,22 @@ result reads the same with or without isolation: content blocks crossing the
 pipe keep the SDK's attribute names. :class:`MCPToolResult` extends lovia's
 with ``structured_content``, so ``isinstance`` checks against lovia's class
 keep working.
+
+A custom ``result_renderer`` is written against lovia's plugin, which hands
+it the MCP SDK's models (``mcp.types.TextContent``, ``ImageContent``,
+``EmbeddedResource``...). :func:`with_sdk_models` wraps such a renderer so
+it receives the same: the wire blocks are converted at render time, which
+imports ``mcp`` in the agent on the first render (never otherwise). A block
+the SDK's models reject (the worker reads results leniently), one of a type
+the SDK does not model, or any block when ``mcp`` is not installed, is passed
+as the wire :class:`~lovia_mcp_worker.protocol.ContentBlock`, which has the
+same attribute names.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,6 +50,68 @@ def default_renderer(result: Any, ctx: RunContext[Any]) -> str:
     return result if isinstance(result, str) else str(result)
 
 
+# Wire block type -> the name of the SDK model in mcp.types.
+_SDK_MODELS = {
+    "text": "TextContent",
+    "image": "ImageContent",
+    "audio": "AudioContent",
+    "resource_link": "ResourceLink",
+    "resource": "EmbeddedResource",
+}
+
+
+def _wire_json(block: Any) -> dict[str, Any]:
+    """A wire block as the MCP JSON it came from (camelCase, ``_meta``)."""
+    out: dict[str, Any] = {"type": block.type}
+    for field, key in (("text", "text"), ("data", "data"), ("mime_type", "mimeType"), ("uri", "uri"),
+                       ("name", "name"), ("title", "title"), ("description", "description"),
+                       ("annotations", "annotations"), ("meta", "_meta")):
+        value = getattr(block, field, None)
+        if value is not None:
+            out[key] = value
+    res = getattr(block, "resource", None)
+    if res is not None:
+        out["resource"] = {
+            k: v for k, v in (("uri", res.uri), ("mimeType", res.mime_type), ("text", res.text), ("blob", res.blob))
+            if v is not None
+        }
+    return out
+
+
+def sdk_content(content: list[Any]) -> list[Any]:
+    """The blocks as the MCP SDK's models where they validate; others as they are."""
+    try:
+        import mcp.types as sdk
+    except ImportError:
+        return list(content)
+    out: list[Any] = []
+    for block in content:
+        model = getattr(sdk, _SDK_MODELS.get(getattr(block, "type", None) or "", ""), None)
+        if model is None or not hasattr(block, "__struct_fields__"):
+            out.append(block)
+            continue
+        try:
+            out.append(model.model_validate(_wire_json(block)))
+        except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError; the block is kept as it came
+            logging.getLogger("lovia_mcp").debug("kept a %s block as it came: %s", block.type, exc)
+            out.append(block)
+    return out
+
+
+def with_sdk_models(renderer: Any) -> Any:
+    """``renderer`` receiving an :class:`MCPToolResult` whose content is the SDK's models (see the module doc)."""
+
+    @functools.wraps(renderer)
+    def render(result: Any, ctx: RunContext[Any]) -> Any:
+        if isinstance(result, _LoviaMCPToolResult):
+            structured = getattr(result, "structured_content", None)
+            result = MCPToolResult(content=sdk_content(result.content), is_error=result.is_error,
+                                   structured_content=structured)
+        return renderer(result, ctx)
+
+    return render
+
+
 def normalize_schema(schema: object) -> JsonObject:
     """Coerce a loose MCP input schema into a valid object schema.
 
@@ -57,4 +131,11 @@ def normalize_schema(schema: object) -> JsonObject:
     return out
 
 
-__all__ = ["MCPToolResult", "default_renderer", "normalize_schema", "render_mcp_content"]
+__all__ = [
+    "MCPToolResult",
+    "default_renderer",
+    "normalize_schema",
+    "render_mcp_content",
+    "sdk_content",
+    "with_sdk_models",
+]

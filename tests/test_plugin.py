@@ -230,7 +230,7 @@ def test_a_custom_result_renderer_receives_the_raw_mcp_tool_result_with_sdk_attr
     assert (audio.mime_type, audio.data) == ("audio/wav", "AAAA")
     assert embedded.resource.uri == "file:///a.txt"
     assert (embedded.resource.mime_type, embedded.resource.text) == ("text/plain", "inline text")
-    assert (blob.resource.blob, blob.resource.text) == ("AAAAAAAA", None)
+    assert (blob.resource.blob, getattr(blob.resource, "text", None)) == ("AAAAAAAA", None)  # the SDK's BlobResourceContents
     assert (link.uri, link.name) == ("file:///c.txt", "c.txt")
     assert added.structured_content == {"sum": 5}
     assert [b.text for b in added.content] == ["5"]

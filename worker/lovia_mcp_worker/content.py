@@ -24,8 +24,16 @@ def _str(d: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _object(d: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = d.get(key)
+    return value if isinstance(value, dict) else None
+
+
 def blocks(raw: object) -> list[ContentBlock]:
-    """Content blocks; an unknown block type keeps its JSON in ``extra``."""
+    """Content blocks; an unknown block type keeps its JSON in ``extra``.
+
+    Every block keeps its ``annotations`` and ``_meta`` objects.
+    """
     if not isinstance(raw, list):
         return []
     out: list[ContentBlock] = []
@@ -33,38 +41,40 @@ def blocks(raw: object) -> list[ContentBlock]:
         if not isinstance(b, dict):
             out.append(ContentBlock(type="unknown", extra=_json_encode(b)))
             continue
-        btype = _str(b, "type") or "unknown"
-        if btype == "text":
-            out.append(ContentBlock(type="text", text=_str(b, "text") or ""))
-        elif btype in ("image", "audio"):
-            out.append(ContentBlock(type=btype, data=_str(b, "data"), mime_type=_str(b, "mimeType")))
-        elif btype == "resource_link":
-            out.append(
-                ContentBlock(
-                    type=btype,
-                    uri=_str(b, "uri") or "",
-                    name=_str(b, "name"),
-                    title=_str(b, "title"),
-                    description=_str(b, "description"),
-                    mime_type=_str(b, "mimeType"),
-                )
-            )
-        elif btype == "resource" and isinstance(b.get("resource"), dict):
-            res = b["resource"]
-            out.append(
-                ContentBlock(
-                    type=btype,
-                    resource=Resource(
-                        uri=_str(res, "uri") or "",
-                        mime_type=_str(res, "mimeType"),
-                        text=_str(res, "text"),
-                        blob=_str(res, "blob"),
-                    ),
-                )
-            )
-        else:
-            out.append(ContentBlock(type=btype, extra=_json_encode(b)))
+        out.append(_block(b))
     return out
+
+
+def _block(b: dict[str, Any]) -> ContentBlock:
+    btype = _str(b, "type") or "unknown"
+    common: dict[str, Any] = {"annotations": _object(b, "annotations"), "meta": _object(b, "_meta")}
+    if btype == "text":
+        return ContentBlock(type="text", text=_str(b, "text") or "", **common)
+    if btype in ("image", "audio"):
+        return ContentBlock(type=btype, data=_str(b, "data"), mime_type=_str(b, "mimeType"), **common)
+    if btype == "resource_link":
+        return ContentBlock(
+            type=btype,
+            uri=_str(b, "uri") or "",
+            name=_str(b, "name"),
+            title=_str(b, "title"),
+            description=_str(b, "description"),
+            mime_type=_str(b, "mimeType"),
+            **common,
+        )
+    if btype == "resource" and isinstance(b.get("resource"), dict):
+        res = b["resource"]
+        return ContentBlock(
+            type=btype,
+            resource=Resource(
+                uri=_str(res, "uri") or "",
+                mime_type=_str(res, "mimeType"),
+                text=_str(res, "text"),
+                blob=_str(res, "blob"),
+            ),
+            **common,
+        )
+    return ContentBlock(type=btype, extra=_json_encode(b), **common)
 
 
 def call_result(result: dict[str, Any]) -> tuple[list[ContentBlock], bool, bytes | None]:

@@ -21,6 +21,26 @@ HINT_STDIO = "Check that the command is an MCP server speaking stdio (stderr tai
 HINT_TOO_LARGE = "Raise Limits(max_result_bytes=...) or ask the tool for less."
 HINT_ARGS = "Check the tool's name and arguments against its schema."
 HINT_NOT_MCP = "The server is not speaking MCP correctly."
+HINT_NOT_STDIO_SERVER = (
+    "Check the command: an MCP stdio server reads JSON-RPC requests on stdin and answers on stdout "
+    "(try it with: lovia-mcp tools -- <command> [args...])."
+)
+# Bytes of a server's stdout quoted when it wrote something other than JSON-RPC.
+STDOUT_QUOTE_BYTES = 120
+
+
+def with_tail(hint: str, stderr_tail: Sequence[str]) -> str:
+    """``hint`` with "(stderr tail below)" only when there is a tail to show."""
+    if stderr_tail:
+        return hint
+    return hint.replace(" (stderr tail below).", " (it wrote nothing on stderr).")
+
+
+def _stdout(head: bytes) -> str:
+    """What a server wrote on stdout instead of JSON-RPC, quoted (its first bytes)."""
+    shown = head[:STDOUT_QUOTE_BYTES].decode("utf-8", "replace")
+    more = "..." if len(head) > STDOUT_QUOTE_BYTES else ""
+    return f"{shown!r}{more}"
 
 
 class HostError(Exception):
@@ -87,15 +107,58 @@ def exited(returncode: int, stderr_tail: Sequence[str], limits: Limits) -> HostE
         return HostError(
             "server_exited",
             f"the server was killed by {name}",
-            hint=HINT_LOG,
+            hint=with_tail(HINT_LOG, stderr_tail),
             signal_name=name,
             stderr_tail=stderr_tail,
         )
     return HostError(
         "server_exited",
         f"the server exited with code {returncode}",
-        hint=HINT_LOG,
+        hint=with_tail(HINT_LOG, stderr_tail),
         exit_code=returncode,
+        stderr_tail=stderr_tail,
+    )
+
+
+def exited_before_handshake(returncode: int, head: bytes, stderr_tail: Sequence[str], limits: Limits) -> HostError:
+    """The server ended before answering ``initialize``: say what it wrote instead.
+
+    A command that wrote something other than JSON-RPC on stdout, or exited
+    cleanly having written nothing at all, is not an MCP stdio server; that
+    is an ``open`` failure (a fresh start would do the same). A crash with
+    nothing on stdout stays a crash, its stderr tail explaining it.
+    """
+    base = exited(returncode, stderr_tail, limits)
+    if base.kind == "limit":
+        return base
+    message = f"{base.message} before answering the MCP handshake"
+    if head:
+        message += f"; it wrote {_stdout(head)} on stdout instead of JSON-RPC: it does not look like an MCP stdio server"
+    elif returncode == 0:
+        message += "; it wrote nothing on stdout" + ("" if stderr_tail else " or stderr")
+        message += ": it does not look like an MCP stdio server"
+    else:
+        return HostError(
+            base.kind, message, hint=base.hint, exit_code=base.exit_code, signal_name=base.signal_name,
+            stderr_tail=stderr_tail,
+        )
+    return HostError(
+        "open",
+        message,
+        hint=HINT_NOT_STDIO_SERVER,
+        exit_code=base.exit_code,
+        signal_name=base.signal_name,
+        stderr_tail=stderr_tail,
+    )
+
+
+def echoed(method: str, head: bytes, stderr_tail: Sequence[str]) -> HostError:
+    """The command sent our own request back (``cat`` does): it is not a server."""
+    return HostError(
+        "open",
+        f"the command sent lovia-mcp's own {method!r} request back on stdout instead of answering it "
+        f"(it wrote {_stdout(head)}), as 'cat' would: it does not look like an MCP stdio server",
+        hint=HINT_NOT_STDIO_SERVER,
         stderr_tail=stderr_tail,
     )
 
@@ -119,11 +182,34 @@ def pipe_closed(which: str, stderr_tail: Sequence[str]) -> HostError:
     )
 
 
-def open_timed_out(name: str, open_timeout: float, stderr_tail: Sequence[str]) -> HostError:
+def open_timed_out(
+    name: str,
+    open_timeout: float,
+    stderr_tail: Sequence[str],
+    *,
+    head: bytes | None = None,
+    answered: bool = False,
+) -> HostError:
+    """Start-up took too long; ``head``: what a stdio server wrote on stdout that was not JSON-RPC.
+
+    ``head`` is None for an HTTP server (no stdout to speak of);
+    ``answered``: the handshake was answered (the listing was not).
+    """
+    message = (
+        f"server {name!r} did not finish start-up (spawn, handshake, tool listing) "
+        f"within open_timeout={open_timeout:g} s"
+    )
+    if answered:
+        message += ": it answered the MCP handshake but not the tool listing"
+    elif head is not None:
+        message += ": it never answered the MCP initialize request"
+        if head:
+            message += f" and wrote {_stdout(head)} on stdout instead of JSON-RPC: it does not look like an MCP stdio server"
+        else:
+            message += " and wrote nothing on stdout"
     return HostError(
         "open",
-        f"server {name!r} did not finish start-up (spawn, handshake, tool listing) "
-        f"within open_timeout={open_timeout:g} s",
+        message,
         hint="Check that the command is an MCP server speaking stdio, or raise open_timeout.",
         stderr_tail=stderr_tail,
     )
@@ -134,14 +220,17 @@ def start_failed(detail: str, stderr_tail: Sequence[str]) -> HostError:
     return HostError(
         "open",
         f"the server failed during start-up (handshake or tool listing): {detail}",
-        hint=HINT_STDIO,
+        hint=with_tail(HINT_STDIO, stderr_tail),
         stderr_tail=stderr_tail,
     )
 
 
 def lost(detail: str, stderr_tail: Sequence[str]) -> HostError:
     return HostError(
-        "server_exited", f"lost the connection to the server: {detail}", hint=HINT_LOG, stderr_tail=stderr_tail
+        "server_exited",
+        f"lost the connection to the server: {detail}",
+        hint=with_tail(HINT_LOG, stderr_tail),
+        stderr_tail=stderr_tail,
     )
 
 
@@ -237,6 +326,7 @@ __all__ = [
     "HINT_ARGS",
     "HINT_LOG",
     "HINT_NOT_MCP",
+    "HINT_NOT_STDIO_SERVER",
     "HINT_STDIO",
     "HINT_TOO_LARGE",
     "HostError",
@@ -244,9 +334,12 @@ __all__ = [
     "bad_reply",
     "circuit_open",
     "closed",
+    "STDOUT_QUOTE_BYTES",
     "describe",
+    "echoed",
     "exec_failed",
     "exited",
+    "exited_before_handshake",
     "leaf",
     "http_failed",
     "limit",
@@ -259,4 +352,5 @@ __all__ = [
     "timed_out_kill",
     "too_large",
     "unattributable",
+    "with_tail",
 ]

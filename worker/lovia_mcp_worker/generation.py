@@ -31,6 +31,7 @@ from typing import Final, Protocol
 
 from .failures import HostError
 from .guard import Tree
+from .progress import OnProgress
 from .protocol import ContentBlock, ToolSpec
 
 
@@ -60,13 +61,22 @@ class Session(Protocol):
     @property
     def stderr_tail(self) -> list[str]: ...
 
+    @property
+    def stdout_head(self) -> bytes | None:
+        """What a stdio server wrote before its handshake that was not JSON-RPC (None: HTTP)."""
+        ...
+
+    initialized: bool
+
     def running(self) -> AbstractAsyncContextManager[None]: ...
 
     async def start(self) -> list[ToolSpec]: ...
 
     async def list_tools(self) -> list[ToolSpec]: ...
 
-    async def call(self, name: str, arguments: bytes) -> tuple[list[ContentBlock], bool, bytes | None]: ...
+    async def call(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+    ) -> tuple[list[ContentBlock], bool, bytes | None]: ...
 
     def end(self, reason: HostError) -> None: ...
 

@@ -47,6 +47,7 @@ from . import cgroup, failures, guard
 from .failures import HostError
 from .generation import Generation, Session, State
 from .launch import LaunchError
+from .progress import ProgressForwarder
 from .protocol import (
     PROTOCOL_VERSION,
     AgentMessage,
@@ -54,6 +55,7 @@ from .protocol import (
     Cancel,
     Close,
     Closed,
+    Ended,
     Failure,
     GetStats,
     ListTools,
@@ -110,6 +112,10 @@ class Host:
         self.errors = 0
         self.timeouts = 0
         self.restarts = 0
+        # Why the last generation ended; it becomes last_restart_reason when
+        # the restart it calls for is counted (stats never show a reason for
+        # a restart that has not happened).
+        self._last_end: str | None = None
         self.last_restart_reason: str | None = None
         self.garbage_lines = 0
 
@@ -192,7 +198,7 @@ class Host:
         """New requests go to a fresh server now; ``gen`` is killed after ``grace``."""
         reason = failures.timed_out_kill()
         if gen.serving:
-            self.last_restart_reason = reason.message
+            self._last_end = reason.message
         gen.drain(grace, reason)
         if self.current is gen:
             self.current = None
@@ -202,10 +208,12 @@ class Host:
         self.calls += 1
         assert gen.session is not None
         self._on[msg.id] = gen
+        progress = ProgressForwarder(self._emit, msg.id)
         try:
-            content, is_error, structured = await gen.session.call(msg.name, msg.arguments)
+            content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress)
         finally:
             self._on.pop(msg.id, None)
+            progress.close()  # the last progress held goes out before the answer
         return Result(id=msg.id, content=content, is_error=is_error, structured_content=structured)
 
     # -- generations --------------------------------------------------------- #
@@ -238,10 +246,11 @@ class Host:
         if len(self._restart_times) >= spec.restart_limit:
             wait = spec.restart_window - (now - self._restart_times[0])
             raise failures.circuit_open(
-                spec.name, len(self._restart_times), spec.restart_window, self.last_restart_reason, wait
+                spec.name, len(self._restart_times), spec.restart_window, self._last_end, wait
             )
         self._restart_times.append(now)
         self.restarts += 1
+        self.last_restart_reason = self._last_end
 
     async def _start(self) -> Generation:
         spec = self.spec
@@ -261,7 +270,12 @@ class Host:
         try:
             await asyncio.wait_for(asyncio.shield(ready), spec.open_timeout)
         except asyncio.TimeoutError:
-            gen.stop(failures.open_timed_out(spec.name, spec.open_timeout, session_tail(gen)))
+            session = gen.session
+            gen.stop(failures.open_timed_out(
+                spec.name, spec.open_timeout, session_tail(gen),
+                head=None if session is None else session.stdout_head,
+                answered=session is not None and session.initialized,
+            ))
             await self._wait_down(gen)
             assert gen.reason is not None
             raise gen.reason from None
@@ -386,8 +400,10 @@ class Host:
             started = ready.done()
             if started and gen.reason is not None and not self._closing and gen.reason.kind != "closed":
                 if not gen.drained:  # a retired generation's reason was noted when it was retired
-                    self.last_restart_reason = gen.reason.message
+                    self._last_end = gen.reason.message
                 self._log(logging.WARNING, f"server {spec.name!r} generation {gen.number} ended: {gen.reason.message}")
+            if started and not self._closing:
+                self._emit(Ended(server_pid=gen.server_pid, generation=gen.number))
             await asyncio.shield(self._teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:

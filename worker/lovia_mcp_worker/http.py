@@ -24,6 +24,7 @@ from typing import Any, Final, TypeVar
 from . import failures
 from .content import call_result, tool_specs
 from .failures import HostError
+from .progress import OnProgress, parse_progress
 from .protocol import ContentBlock, ServerSpec, ToolSpec
 
 # The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
@@ -47,6 +48,7 @@ class HttpSession:
 
     pid: int | None = None
     stderr_tail: list[str] = []  # no local process: no stderr
+    stdout_head: bytes | None = None  # nor stdout
 
     def __init__(self, spec: ServerSpec, *, on_end: Callable[[HostError], None], warn: Callable[[str], None]) -> None:
         self.spec = spec
@@ -80,7 +82,7 @@ class HttpSession:
                         self._session = None
 
     async def start(self) -> list[ToolSpec]:
-        await self._race(self._session.initialize(), "initialize")
+        await self._race(self._live().initialize(), "initialize")
         self.initialized = True
         return await self.list_tools()
 
@@ -92,7 +94,7 @@ class HttpSession:
         cursor: str | None = None
         while True:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
-            page = await self._race(self._session.list_tools(params=params), "tools/list")
+            page = await self._race(self._live().list_tools(params=params), "tools/list")
             tools.extend(tool_specs(page.model_dump(by_alias=True, mode="json", exclude_none=True), self._warn))
             cursor = page.next_cursor
             if not cursor:
@@ -102,12 +104,41 @@ class HttpSession:
                 return tools
             seen.add(cursor)
 
-    async def call(self, name: str, arguments: bytes) -> tuple[list[ContentBlock], bool, bytes | None]:
+    async def call(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+    ) -> tuple[list[ContentBlock], bool, bytes | None]:
         import msgspec
 
         args = msgspec.json.decode(arguments) if arguments else {}
-        result = await self._race(self._session.call_tool(name, args), name)
+        callback = None
+        if on_progress is not None:
+            forward = on_progress
+
+            async def callback(progress: float, total: float | None, message: str | None) -> None:
+                # The SDK's values are validated floats; the same bounds as stdio apply.
+                found = parse_progress({"progressToken": 0, "progress": progress, "total": total, "message": message})
+                if found is not None:
+                    forward(*found[1:])
+
+        result = await self._race(self._live().call_tool(name, args, progress_callback=callback), name)
         return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    def _live(self) -> Any:
+        """The SDK session, or the reason it is gone.
+
+        The transport can fail (the server died) and leave ``running`` before
+        the generation has been told: a call in that moment gets this error,
+        as one that would be retried on a fresh connection.
+        """
+        if self._session is not None:
+            return self._session
+        if self._ended.done():
+            raise self._ended.result()
+        raise HostError(
+            "server_exited",
+            f"the connection to {self.spec.url} closed",
+            hint="Check that the server is running and reachable.",
+        )
 
     def end(self, reason: HostError) -> None:
         if not self._ended.done():

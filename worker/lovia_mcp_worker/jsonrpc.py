@@ -9,6 +9,8 @@ a tool server and nothing more:
 - paginated ``tools/list`` (a cursor seen before ends the listing with a
   warning instead of spinning), ``tools/call``;
 - ``notifications/cancelled`` when a caller abandons a request;
+- a ``progressToken`` on each ``tools/call`` whose caller wants progress,
+  and ``notifications/progress`` for it handed to that caller;
 - the server's own requests: ``ping`` is answered, everything else
   (sampling, roots, elicitation) gets ``-32601``, so a server waiting on one
   moves on instead of hanging.
@@ -38,6 +40,7 @@ from . import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
 from .content import tool_specs
 from .failures import HostError, RemoteError
+from .progress import OnProgress, parse_progress
 from .protocol import ToolSpec
 
 # Newest first: the first is offered, any is accepted back (the SDK's
@@ -48,6 +51,9 @@ CLIENT_INFO: Final = {"name": "lovia-mcp", "version": "0.1.0"}
 # whose cursors never repeat but never end must not spin until open_timeout.
 MAX_LIST_PAGES: Final = 1000
 METHOD_NOT_FOUND: Final = -32601
+# Requests only a client sends: a "server" sending one back is echoing
+# our own stdin (``cat``), not speaking MCP.
+CLIENT_METHODS: Final = frozenset({"initialize", "tools/list", "tools/call"})
 
 # MCP logging levels to Python's, for notifications/message.
 _LOG_LEVELS: Final = {
@@ -104,7 +110,9 @@ class Client:
 
     ``write`` sends one line (newline included); ``on_garbage`` is told of
     each line that is not JSON-RPC; ``log`` takes ``(level, message)`` for the
-    connection's log and ``server_log`` the server's own log notifications.
+    connection's log and ``server_log`` the server's own log notifications;
+    ``on_echo(method, line)`` is told of a request only a client sends (our
+    own, echoed back), which is never answered.
     """
 
     def __init__(
@@ -114,12 +122,16 @@ class Client:
         on_garbage: Callable[[bytes], None],
         log: Callable[[int, str], None],
         server_log: Callable[[int, str], None],
+        on_echo: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self._write = write
+        self._on_echo = on_echo
         self._on_garbage = on_garbage
         self._log = log
         self._server_log = server_log
         self._ids = itertools.count(1)
+        self._tokens = itertools.count(1)
+        self._progress: dict[int, OnProgress] = {}
         self._pending: dict[int, tuple[asyncio.Future[msgspec.Raw], str]] = {}
         self._closed: HostError | None = None
         self.protocol_version: str | None = None
@@ -140,6 +152,8 @@ class Client:
         if msg.method is not None:
             if msg.id is None:
                 self._notification(msg)
+            elif msg.method in CLIENT_METHODS and self._on_echo is not None:
+                self._on_echo(msg.method, data)  # answering it would be echoed too
             else:
                 self._server_request(msg)
             return
@@ -188,6 +202,18 @@ class Client:
         return True
 
     def _notification(self, msg: _Message) -> None:
+        if msg.method == "notifications/progress":
+            try:
+                found = parse_progress(_decode(msg.params) if msg.params else None)
+            except _UNDECODABLE:
+                return
+            if found is not None:
+                token, progress, total, message = found
+                key = _key(token)
+                callback = self._progress.get(key) if key is not None else None
+                if callback is not None:
+                    callback(progress, total, message)
+            return
         if msg.method == "notifications/message":
             try:
                 params = _decode(msg.params) if msg.params else {}
@@ -287,10 +313,22 @@ class Client:
         warn(f"tools/list had more than {MAX_LIST_PAGES} pages; listing stopped at {len(tools)} tools")
         return tools
 
-    async def call_tool(self, name: str, arguments: bytes) -> dict[str, Any]:
-        """``tools/call`` with the agent's argument bytes as they are (a JSON object)."""
-        params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}") + b"}"
-        return await self._object("tools/call", params, what=name)
+    async def call_tool(self, name: str, arguments: bytes, on_progress: OnProgress | None = None) -> dict[str, Any]:
+        """``tools/call`` with the agent's argument bytes as they are (a JSON object).
+
+        With ``on_progress``, the request carries a ``progressToken`` and each
+        ``notifications/progress`` for it is handed to ``on_progress``.
+        """
+        params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}")
+        if on_progress is None:
+            return await self._object("tools/call", params + b"}", what=name)
+        token = next(self._tokens)
+        self._progress[token] = on_progress
+        try:
+            params += b',"_meta":{"progressToken":%d}}' % token
+            return await self._object("tools/call", params, what=name)
+        finally:
+            self._progress.pop(token, None)
 
 
-__all__ = ["CLIENT_INFO", "MAX_LIST_PAGES", "PROTOCOL_VERSIONS", "Client"]
+__all__ = ["CLIENT_INFO", "CLIENT_METHODS", "MAX_LIST_PAGES", "PROTOCOL_VERSIONS", "Client"]

@@ -144,7 +144,19 @@ async def serve(sock: socket.socket) -> None:
 
     channel = _Channel(make_host)
     await loop.create_connection(lambda: channel.reader, sock=sock)
-    logging.getLogger().addHandler(_ForwardLogs(channel.emit))
+    forward = _ForwardLogs(channel.emit)
+    logging.getLogger().addHandler(forward)
+    # Python warnings (a ResourceWarning under -X dev, a DeprecationWarning)
+    # go to logging, and so to the agent, instead of the worker's stderr.
+    logging.captureWarnings(True)
+    try:
+        await _serve(loop, channel, closed_by_agent)
+    finally:
+        logging.captureWarnings(False)
+        logging.getLogger().removeHandler(forward)
+
+
+async def _serve(loop: asyncio.AbstractEventLoop, channel: _Channel, closed_by_agent: asyncio.Event) -> None:
     # SIGTERM (someone stopping the worker) ends it as the agent's exit does:
     # the server tree is killed first, not left to its parent-death signal.
     with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -25,7 +25,7 @@ import msgspec
 # The wire protocol's version: the agent sends it with Open and a worker that
 # speaks another refuses the connection (an agent and a forkserver from two
 # installs of different versions).
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -49,6 +49,8 @@ class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
 
     ``extra`` keeps the JSON of fields this struct does not model (for an
     unknown block type), so nothing the server sent is silently lost.
+    ``annotations`` and ``meta`` (the block's ``_meta``) are the server's
+    JSON objects as dicts, named as on the SDK's models.
     """
 
     type: str
@@ -61,6 +63,8 @@ class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
     description: str | None = None
     resource: Resource | None = None
     extra: bytes | None = None
+    annotations: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
 
     def model_dump(self) -> dict[str, Any]:
         """A dict like the SDK model's ``model_dump()``, for renderers that call it."""
@@ -250,6 +254,17 @@ class Started(msgspec.Struct, frozen=True, tag=True):
     generation: int
 
 
+class Ended(msgspec.Struct, frozen=True, tag=True):
+    """Unsolicited: a server generation that served has ended (its tree is being killed).
+
+    The agent stops reporting ``server_pid`` as the connection's server if
+    it is still the one it follows (a fresh generation may already serve).
+    """
+
+    server_pid: int | None
+    generation: int
+
+
 class Tools(msgspec.Struct, frozen=True, tag=True):
     id: int
     tools: list[ToolSpec]
@@ -260,6 +275,20 @@ class Result(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     content: list[ContentBlock]
     is_error: bool = False
     structured_content: bytes | None = None
+
+
+class Progress(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Unsolicited: an MCP ``notifications/progress`` of the running call ``id``.
+
+    Coalesced in the worker (at most one per ``PROGRESS_INTERVAL`` per call,
+    the latest value kept), so a server flooding progress cannot flood the
+    agent; the last one before the call's answer is always sent.
+    """
+
+    id: int
+    progress: float
+    total: float | None = None
+    message: str | None = None
 
 
 FailureKind = Literal[
@@ -307,7 +336,7 @@ class Log(msgspec.Struct, frozen=True, tag=True):
     stderr: bool = False
 
 
-WorkerMessage = Union[Opened, Started, Tools, Result, Failure, StatsReply, Closed, Log]
+WorkerMessage = Union[Opened, Started, Ended, Tools, Result, Progress, Failure, StatsReply, Closed, Log]
 
 
 def encoder() -> msgspec.msgpack.Encoder:
@@ -332,6 +361,7 @@ __all__ = [
     "Close",
     "Closed",
     "ContentBlock",
+    "Ended",
     "Failure",
     "FailureKind",
     "GetStats",
@@ -341,6 +371,7 @@ __all__ = [
     "Open",
     "Opened",
     "DEFAULT_HIDDEN",
+    "Progress",
     "Resource",
     "Result",
     "Sandbox",

@@ -33,6 +33,7 @@ from .content import call_result
 from .failures import HostError, RemoteError
 from .jsonrpc import Client
 from .launch import spawn, wrapper_exec_error
+from .progress import OnProgress
 from .protocol import ContentBlock, ServerSpec, ToolSpec
 
 # Lines of server stderr kept for error messages.
@@ -45,6 +46,10 @@ STDERR_LOG_RATE: Final = 200
 # After stdout or stdin closes, how long to wait for the exit status before
 # saying the server closed the pipe and lives on (it is then stopped).
 EXIT_STATUS_WAIT: Final = 1.0
+# Bytes kept of what a server writes on stdout before the handshake that is
+# not JSON-RPC (a banner, a usage text): quoted when it turns out not to be
+# an MCP server.
+STDOUT_HEAD_BYTES: Final = 512
 # After the server exits, how long its last stderr lines may take to arrive;
 # a grandchild can keep stderr open, so this is bounded and short.
 STDERR_FLUSH_WAIT: Final = 0.2
@@ -252,13 +257,18 @@ class StdioSession:
         self.stderr = StderrLines(lambda level, text: log(level, text, True), later=loop.call_later)
         self.client = Client(
             self._write,
-            on_garbage=on_garbage,
+            on_garbage=self._garbage,
             log=lambda level, text: log(level, text, False),
             server_log=lambda level, text: log(level, text, True),
+            on_echo=self._echoed,
         )
+        # What the server wrote on stdout before the handshake that was not
+        # JSON-RPC (its first STDOUT_HEAD_BYTES).
+        self._head = bytearray()
         self.transport: asyncio.SubprocessTransport | None = None
         self.exited: asyncio.Future[int] = loop.create_future()
         self._stderr_closed = asyncio.Event()
+        self._stdout_closed = asyncio.Event()
         self.initialized = False
         self._ended = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -270,6 +280,11 @@ class StdioSession:
     @property
     def stderr_tail(self) -> list[str]:
         return list(self.stderr.tail)
+
+    @property
+    def stdout_head(self) -> bytes:
+        """The first bytes of non-JSON-RPC output the server wrote before its handshake."""
+        return bytes(self._head)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -297,9 +312,11 @@ class StdioSession:
     def _warn(self, text: str) -> None:
         self._log(logging.WARNING, text, False)
 
-    async def call(self, name: str, arguments: bytes) -> tuple[list[ContentBlock], bool, bytes | None]:
+    async def call(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+    ) -> tuple[list[ContentBlock], bool, bytes | None]:
         try:
-            return call_result(await self.client.call_tool(name, arguments))
+            return call_result(await self.client.call_tool(name, arguments, on_progress))
         except RemoteError as exc:
             raise failures.remote(name, exc) from None
 
@@ -313,6 +330,14 @@ class StdioSession:
 
     def _line(self, line: bytes) -> None:
         self.client.feed(line)
+
+    def _garbage(self, line: bytes) -> None:
+        if not self.initialized and len(self._head) < STDOUT_HEAD_BYTES:
+            self._head += line[: STDOUT_HEAD_BYTES - len(self._head)] + b"\n"
+        self._on_garbage(line)
+
+    def _echoed(self, method: str, line: bytes) -> None:
+        self.end(failures.echoed(method, line, list(self.stderr.tail)))
 
     def _oversize(self, rid: object, size: int, complete: bool) -> None:
         cap = self.spec.limits.max_result_bytes
@@ -328,6 +353,7 @@ class StdioSession:
     def pipe_lost(self, fd: int) -> None:
         if fd == 1:
             self.framer.eof()
+            self._stdout_closed.set()
             self._spawn_task(self._closed_pipe("stdout"))
         elif fd == 0:
             self._spawn_task(self._closed_pipe("stdin"))
@@ -354,15 +380,20 @@ class StdioSession:
         task.add_done_callback(self._tasks.discard)
 
     async def _report_exit(self, rc: int) -> None:
-        # Let the last stderr lines arrive (a grandchild may hold stderr open).
+        # Let the last stderr lines and stdout bytes arrive (what it wrote
+        # explains an exit before the handshake; a grandchild may hold a pipe open).
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stderr_closed.wait(), STDERR_FLUSH_WAIT)
+            await asyncio.wait_for(
+                asyncio.gather(self._stderr_closed.wait(), self._stdout_closed.wait()), STDERR_FLUSH_WAIT
+            )
         if not self.exited.done():
             self.exited.set_result(rc)
         tail = list(self.stderr.tail)
         exec_error = wrapper_exec_error(rc, tail) if not self.initialized else None
         if exec_error is not None:
             self.end(failures.exec_failed(self.spec.command, exec_error, rc))
+        elif not self.initialized:
+            self.end(failures.exited_before_handshake(rc, bytes(self._head), tail, self.spec.limits))
         else:
             self.end(failures.exited(rc, tail, self.spec.limits))
 
@@ -397,6 +428,7 @@ __all__ = [
     "STDERR_LINE_MAX",
     "STDERR_LOG_RATE",
     "STDERR_TAIL_LINES",
+    "STDOUT_HEAD_BYTES",
     "LineFramer",
     "StderrLines",
     "StdioSession",

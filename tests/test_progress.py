@@ -1,0 +1,235 @@
+"""Progress of a running call (issue 13, item 5): MCP ``notifications/progress`` reach logging.
+
+Each ``tools/call`` carries a ``progressToken``; every progress notification
+for it becomes a record on the ``lovia_mcp.progress`` logger (INFO, with
+``server``, ``tool``, ``progress`` and ``total`` attributes, text
+``<server>/<tool>: 3/10 <message>``) while the call runs, in both isolation
+modes, from a raw JSON-RPC server, an SDK server over stdio and one over
+streamable HTTP. A flood of progress is coalesced in the worker (at most one
+update per ``PROGRESS_INTERVAL`` per call, the last one always delivered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import select
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PY, SERVERS, register_shared, run
+
+from lovia_mcp import MCPServerStdio, MCPServerStreamableHTTP
+from lovia_mcp_worker.progress import PROGRESS_INTERVAL, ProgressForwarder
+from lovia_mcp_worker.protocol import Progress
+
+ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
+RAW = str(SERVERS / "progress_server.py")
+SDK = str(SERVERS / "progress_sdk_server.py")
+# Bound on waiting for the first progress record: an SDK server's start-up
+# (~1 s) on a loaded machine, with margin.
+FIRST_RECORD_WAIT = 30.0
+# Importing the SDK and starting uvicorn takes about a second; on a loaded
+# machine several. Past this the fixture fails rather than hang.
+SERVER_READY_WAIT = 30.0
+SERVER_EXIT_WAIT = 5.0
+
+
+class Records(logging.Handler):
+    """Collects ``lovia_mcp.progress`` records; ``first`` is set by the first one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.first = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.first.set()
+
+
+def capture() -> tuple[Records, logging.Logger]:
+    handler = Records()
+    log = logging.getLogger("lovia_mcp.progress")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    return handler, log
+
+
+async def gated_call(conn: Any, tool: str, gate: Path, handler: Records, **args: Any) -> Any:
+    """Start the call, see its first progress record while it runs, then let it finish."""
+    task = asyncio.ensure_future(conn.call_tool(tool, {"steps": 3, "gate": str(gate), **args}))
+    waiter = asyncio.ensure_future(handler.first.wait())
+    done, _ = await asyncio.wait({task, waiter}, timeout=FIRST_RECORD_WAIT, return_when=asyncio.FIRST_COMPLETED)
+    assert waiter in done, f"no progress record while the call ran (call done: {task.done()})"
+    assert not task.done(), "the call ended before its progress was seen"
+    running = list(handler.records)
+    fd = await asyncio.to_thread(os.open, gate, os.O_WRONLY)  # the server holds the read end
+    os.write(fd, b"go\n")
+    os.close(fd)
+    result = await asyncio.wait_for(task, FIRST_RECORD_WAIT)
+    return running, result
+
+
+def check_records(records: list[logging.LogRecord], server: str, tool: str) -> None:
+    assert [r.levelno for r in records] == [logging.INFO] * len(records)
+    for r in records:
+        assert (r.server, r.tool, r.total) == (server, tool, 3.0), vars(r)  # type: ignore[attr-defined]
+    values = [r.progress for r in records]  # type: ignore[attr-defined]
+    assert values == sorted(values) and values[0] == 1.0 and values[-1] == 3.0, values
+    assert records[0].getMessage() == f"{server}/{tool}: 1/3 step 1"
+    assert records[-1].getMessage() == f"{server}/{tool}: 3/3 step 3"
+
+
+@ISOLATIONS
+def test_progress_of_a_running_raw_server_call_is_logged_with_server_tool_and_figures(isolation: str, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+
+    async def main() -> None:
+        handler, log = capture()
+        try:
+            server = MCPServerStdio(command=PY, args=[RAW], name="prog", isolation=isolation)  # type: ignore[arg-type]
+            async with server.session() as conn:
+                running, result = await gated_call(conn, "report", gate, handler)
+                assert str(result) == "done"
+                assert [r.getMessage() for r in running] == ["prog/report: 1/3 step 1"]
+                check_records(handler.records, "prog", "report")
+                meta = json.loads(str(await conn.call_tool("meta")))
+                assert isinstance(meta.get("progressToken"), int), meta
+        finally:
+            log.removeHandler(handler)
+
+    run(main())
+
+
+@ISOLATIONS
+def test_progress_reported_by_an_sdk_server_tool_is_logged_while_the_call_runs(isolation: str, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+
+    async def main() -> None:
+        handler, log = capture()
+        try:
+            server = MCPServerStdio(command=PY, args=[SDK], name="sdk", isolation=isolation)  # type: ignore[arg-type]
+            async with server.session() as conn:
+                running, result = await gated_call(conn, "report", gate, handler)
+                assert str(result) == "done"
+                assert running[0].getMessage() == "sdk/report: 1/3 step 1"
+                check_records(handler.records, "sdk", "report")
+        finally:
+            log.removeHandler(handler)
+
+    run(main())
+
+
+@pytest.fixture(scope="module")
+def progress_url() -> Iterator[str]:
+    proc = subprocess.Popen([PY, SDK, "--http"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    register_shared(proc.pid)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + SERVER_READY_WAIT
+        buf = b""
+        while b"\n" not in buf:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, "progress_sdk_server.py --http did not report its port"
+            if select.select([proc.stdout], [], [], remaining)[0]:
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                assert chunk, f"progress_sdk_server.py --http exited (code {proc.wait()})"
+                buf += chunk
+        port = int(buf.split(b"\n")[0].split()[1])
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(SERVER_EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(SERVER_EXIT_WAIT)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+@ISOLATIONS
+def test_progress_over_streamable_http_is_logged_while_the_call_runs(
+    isolation: str, tmp_path: Path, progress_url: str
+) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+
+    async def main() -> None:
+        handler, log = capture()
+        try:
+            server = MCPServerStreamableHTTP(url=progress_url, name="web", isolation=isolation)  # type: ignore[arg-type]
+            async with server.session() as conn:
+                running, result = await gated_call(conn, "report", gate, handler)
+                assert str(result) == "done"
+                assert running[0].getMessage() == "web/report: 1/3 step 1"
+                check_records(handler.records, "web", "report")
+        finally:
+            log.removeHandler(handler)
+
+    run(main())
+
+
+@ISOLATIONS
+def test_a_server_flooding_progress_is_coalesced_and_its_last_value_still_arrives(isolation: str) -> None:
+    n = 20_000
+
+    async def main() -> None:
+        handler, log = capture()
+        try:
+            server = MCPServerStdio(command=PY, args=[RAW], name="prog", isolation=isolation)  # type: ignore[arg-type]
+            async with server.session() as conn:
+                started = time.monotonic()
+                assert str(await conn.call_tool("flood", {"n": n})) == f"flooded {n}"
+                elapsed = time.monotonic() - started
+        finally:
+            log.removeHandler(handler)
+        records = handler.records
+        bound = elapsed / PROGRESS_INTERVAL + 2
+        print(f"[{isolation}] {n} progress notifications in {elapsed * 1000:.0f} ms -> {len(records)} records "
+              f"(bound {bound:.0f})")
+        assert 1 <= len(records) <= bound
+        assert records[-1].progress == float(n)  # type: ignore[attr-defined]
+        assert records[-1].getMessage() == f"prog/flood: {n}/{n}"
+
+    run(main())
+
+
+def test_the_forwarder_sends_at_once_holds_the_latest_within_an_interval_and_flushes_it_on_close() -> None:
+    now = [0.0]
+    timers: list[tuple[float, Any]] = []
+
+    class Timer:
+        def __init__(self, delay: float, fn: Any) -> None:
+            timers.append((delay, fn))
+            self.cancelled = False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    sent: list[Progress] = []
+    fwd = ProgressForwarder(sent.append, 7, interval=0.1, clock=lambda: now[0], later=Timer)
+    fwd(1, 10, "a")
+    assert [p.progress for p in sent] == [1]
+    fwd(2, 10, "b")
+    fwd(3, 10, "c")
+    assert [p.progress for p in sent] == [1] and len(timers) == 1 and timers[0][0] == pytest.approx(0.1)
+    now[0] = 0.1
+    timers[0][1]()
+    assert [p.progress for p in sent] == [1, 3]
+    now[0] = 0.15
+    fwd(4, 10, None)
+    assert [p.progress for p in sent] == [1, 3]
+    fwd.close()
+    assert [(p.id, p.progress, p.total, p.message) for p in sent][-1] == (7, 4, 10, None)
+    fwd(5, 10, None)
+    assert len(sent) == 3 and fwd.received == 4 and fwd.sent == 3
