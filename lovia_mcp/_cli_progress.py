@@ -133,8 +133,10 @@ def describe(record: logging.LogRecord) -> str:
         amount = f"{progress:g}"
     else:
         amount = ""
-    message = record.getMessage()
-    text = " ".join(x for x in (amount, message) if x)
+    # The server's own words when the record carries them (the agent's
+    # records do); the formatted message repeats server, tool and amount.
+    message = record.progress_message if hasattr(record, "progress_message") else record.getMessage()
+    text = " ".join(x for x in (amount, message or "") if x)
     return f"{where}: {text}" if where else text
 
 

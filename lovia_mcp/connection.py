@@ -75,7 +75,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("lovia_mcp")
 # MCP progress of running calls: one INFO record per update (the worker
-# coalesces them), with ``server``, ``tool``, ``progress`` and ``total``.
+# coalesces them), with ``server``, ``tool``, ``progress``, ``total`` and
+# ``progress_message`` (the server's own text, or None).
 progress_logger = logging.getLogger("lovia_mcp.progress")
 
 # Bound on a close: the worker's own tree kill is bounded below this.
@@ -448,7 +449,8 @@ class MCPConnection(LoviaFields):
         text = f"{self._spec.name}/{tool}: {done}" + (f" {msg.message}" if msg.message else "")
         progress_logger.info(
             "%s", text,
-            extra={"server": self._spec.name, "tool": tool, "progress": msg.progress, "total": msg.total},
+            extra={"server": self._spec.name, "tool": tool, "progress": msg.progress, "total": msg.total,
+                   "progress_message": msg.message},
         )
 
     def _on_lost(self, channel: ProcessChannel | LocalChannel, why: str) -> None:

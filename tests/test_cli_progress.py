@@ -149,3 +149,39 @@ def test_the_cli_handler_puts_progress_records_on_the_status_line_only_when_enab
         log.setLevel(level)
     assert terminal.getvalue() == "\r\x1b[Kgit clone: 25% fetching"
     assert pipe.getvalue() == ""
+
+
+PROGRESS_SERVER = str(SERVERS / "progress_server.py")
+
+
+def test_on_a_terminal_a_running_call_shows_the_servers_own_progress_notifications(
+    gate: tuple[str, int],
+) -> None:
+    # End to end: the server's notifications/progress travel through the
+    # worker (coalesced), the agent's lovia_mcp.progress logger and the
+    # CLI's handler onto the status line, while the call is still running.
+    fifo, gate_fd = gate
+    args = f'{{"steps": 2, "total": 4, "gate": "{fifo}"}}'
+    command = [sys.executable, "-m", "lovia_mcp", "call", "report", args, "--name", "p", "--", PY, PROGRESS_SERVER]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+                            cwd=ROOT, env=_env())
+    os.close(slave)
+    try:
+        start = time.monotonic()
+        # The server blocks on the gate after its first notification: what
+        # is on the terminal now was shown while the call ran.
+        shown = _read_until(master, b"step 1", start + RUN_TIMEOUT)
+        waited = time.monotonic() - start
+        os.write(gate_fd, b"go\n")
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        rest = _read_until(master, b"\x00never", time.monotonic() + DRAIN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    print(f"progress on the terminal after {waited:.2f} s: {shown!r}")
+    assert b"p report: 25% step 1" in shown, shown
+    assert (shown + rest).endswith(b"\r\x1b[K")  # erased when the call ended
+    assert proc.returncode == 0 and "done" in out.decode(), out
