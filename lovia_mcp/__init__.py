@@ -7,6 +7,8 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``plugin``: the ``MCP`` lovia plugin;
 - ``connection``: the live connection, request ids, retries, error mapping;
 - ``render``: results and schemas as the model sees them;
+- ``annotations``: ``MCPTool`` (a tool with its hints and ``_meta``) and the
+  policies built on the hints;
 - ``_channel``: the worker process (forkserver, pipe) or the in-process host;
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
@@ -24,6 +26,7 @@ from importlib import metadata as _metadata
 
 from lovia.exceptions import MCPError, UserError
 
+from .annotations import MCPTool, ToolAnnotations
 from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
@@ -49,9 +52,11 @@ __all__ = [
     "MCPServerLike",
     "MCPServerStdio",
     "MCPServerStreamableHTTP",
+    "MCPTool",
     "MCPToolResult",
     "Sandbox",
     "Stats",
+    "ToolAnnotations",
     "UserError",
     "normalize_schema",
     "render_mcp_content",

@@ -9,6 +9,8 @@ a tool server and nothing more:
 - paginated ``tools/list`` (a cursor seen before ends the listing with a
   warning instead of spinning), ``tools/call``;
 - ``notifications/cancelled`` when a caller abandons a request;
+- ``notifications/tools/list_changed`` from the server, passed on to
+  ``on_tools_changed`` (the host re-lists);
 - the server's own requests: ``ping`` is answered, everything else
   (sampling, roots, elicitation) gets ``-32601``, so a server waiting on one
   moves on instead of hanging.
@@ -104,7 +106,9 @@ class Client:
 
     ``write`` sends one line (newline included); ``on_garbage`` is told of
     each line that is not JSON-RPC; ``log`` takes ``(level, message)`` for the
-    connection's log and ``server_log`` the server's own log notifications.
+    connection's log and ``server_log`` the server's own log notifications;
+    ``on_tools_changed`` is called, in line order, for each
+    ``notifications/tools/list_changed``.
     """
 
     def __init__(
@@ -114,8 +118,10 @@ class Client:
         on_garbage: Callable[[bytes], None],
         log: Callable[[int, str], None],
         server_log: Callable[[int, str], None],
+        on_tools_changed: Callable[[], None] | None = None,
     ) -> None:
         self._write = write
+        self._on_tools_changed = on_tools_changed
         self._on_garbage = on_garbage
         self._log = log
         self._server_log = server_log
@@ -188,6 +194,10 @@ class Client:
         return True
 
     def _notification(self, msg: _Message) -> None:
+        if msg.method == "notifications/tools/list_changed":
+            if self._on_tools_changed is not None:
+                self._on_tools_changed()
+            return
         if msg.method == "notifications/message":
             try:
                 params = _decode(msg.params) if msg.params else {}

@@ -229,7 +229,8 @@ class StdioSession:
     generation then stops); ``log(level, message, stderr)`` reaches the
     agent's logging; ``on_garbage(line)`` counts lines that are not JSON-RPC;
     ``explain(reason)`` may name a better reason for an ending (the kernel's
-    OOM kill behind a SIGKILL) before the calls in flight are failed with it.
+    OOM kill behind a SIGKILL) before the calls in flight are failed with it;
+    ``on_tools_changed()`` is told of the server's ``tools/list_changed``.
     """
 
     def __init__(
@@ -240,6 +241,7 @@ class StdioSession:
         log: Callable[[int, str, bool], None],
         on_garbage: Callable[[bytes], None],
         explain: Callable[[HostError], HostError] | None = None,
+        on_tools_changed: Callable[[], None] | None = None,
     ) -> None:
         self.spec = spec
         self._explain = explain
@@ -255,6 +257,7 @@ class StdioSession:
             on_garbage=on_garbage,
             log=lambda level, text: log(level, text, False),
             server_log=lambda level, text: log(level, text, True),
+            on_tools_changed=on_tools_changed,
         )
         self.transport: asyncio.SubprocessTransport | None = None
         self.exited: asyncio.Future[int] = loop.create_future()
