@@ -85,3 +85,22 @@ def test_a_tool_list_change_keeps_annotations_and_logs_what_changed(caplog: pyte
     assert tools["read"].annotations is not None and tools["read"].parallel is True
     assert tools["fresh"].parallel is False
     assert any("added ['fresh']" in r.getMessage() for r in caplog.records)
+
+
+@ISOLATIONS
+def test_a_server_restarted_after_a_crash_that_lists_other_tools_changes_the_connections_tools(
+    isolation: str, tmp_path: Any
+) -> None:
+    async def go() -> tuple[set[str], set[str], str]:
+        async with server(isolation=isolation).session() as conn:
+            await conn.call_tool("add_tool", {"text": "fresh"})
+            with_fresh = names(conn.tools())
+            # The server dies mid-call; its successor lists only its own tools.
+            answer = await conn.call_tool("plain", {"crash_once": str(tmp_path / "crashed")})
+            return with_fresh, names(conn.tools()), str(answer)
+
+    with_fresh, after_restart, answer = run(go())
+
+    assert "fresh" in with_fresh
+    assert after_restart == with_fresh - {"fresh"}
+    assert answer == "plain: ok"
