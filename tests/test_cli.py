@@ -192,7 +192,7 @@ def test_url_reaches_a_streamable_http_server_with_headers() -> None:
         server.wait(RUN_TIMEOUT)
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()[1:] if line[:1].strip()] == [
-        "echo", "add", "pixel", "pid",
+        "echo", "add", "pixel", "pid", "look", "add_tool",
     ]
     assert called.returncode == 0, called.stderr
     assert json.loads(called.stdout)["structured_content"] == {"sum": 3.0}
