@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
+import msgspec
 from lovia.tools import ApprovalPredicate, Tool
 from lovia_mcp_worker.protocol import ToolAnnotations
 
@@ -50,6 +51,17 @@ class MCPTool(Tool):
     annotations: ToolAnnotations | None = None
     meta: dict[str, Any] | None = None
     raw_name: str = ""
+
+
+def meta_object(raw: bytes | None) -> dict[str, Any] | None:
+    """A tool's ``_meta`` as the worker passed it (raw JSON), or ``None``."""
+    if raw is None:
+        return None
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def read_only(annotations: ToolAnnotations | None, *, trusted: bool) -> bool:
@@ -92,6 +104,7 @@ __all__ = [
     "MCPTool",
     "ToolAnnotations",
     "approval",
+    "meta_object",
     "parallel",
     "read_only",
     "retry_is_safe",

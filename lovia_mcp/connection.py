@@ -236,7 +236,7 @@ class MCPConnection:
                     result_renderer=self._renderer,
                     parallel=_hints.parallel(server.parallel, hints, trusted=trusted),
                     annotations=hints,
-                    meta=_meta(spec.meta),
+                    meta=_hints.meta_object(spec.meta),
                     raw_name=spec.name,
                 )
             )
@@ -575,16 +575,6 @@ class MCPConnection:
             if died:
                 _kill_leftovers(channel)
         await channel.aclose()
-
-
-def _meta(raw: bytes | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    try:
-        value = _json_decode(raw)
-    except msgspec.DecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _kill_leftovers(channel: ProcessChannel | LocalChannel) -> None:
