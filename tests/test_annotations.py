@@ -213,3 +213,22 @@ def test_an_unknown_policy_value_is_refused_with_a_hint(option: str, value: obje
         annotated(**{option: value})
 
     assert option in str(info.value) and info.value.hint
+
+
+def test_hints_that_are_not_booleans_count_as_not_given_and_a_tool_without_hints_costs_no_wire_bytes() -> None:
+    from lovia_mcp_worker.content import tool_specs
+    from lovia_mcp_worker.protocol import ToolSpec, encoder
+
+    warnings: list[str] = []
+    specs = tool_specs({"tools": [
+        {"name": "a", "annotations": {"readOnlyHint": "yes", "idempotentHint": 1}},
+        {"name": "b", "annotations": {"readOnlyHint": True, "destructiveHint": None}, "_meta": ["not", "an", "object"]},
+        {"name": "c", "annotations": "nonsense"},
+    ]}, warnings.append)
+
+    assert [s.annotations for s in specs] == [None, ToolAnnotations(read_only_hint=True), None]
+    assert [s.meta for s in specs] == [None, None, None]
+    assert warnings == []
+    bare = ToolSpec(name="a", input_schema=specs[0].input_schema)
+    assert encoder().encode(specs[0]) == encoder().encode(bare)
+    assert b"annotations" not in encoder().encode(specs[2]) and b"meta" not in encoder().encode(specs[2])
