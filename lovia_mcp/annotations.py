@@ -53,6 +53,21 @@ class MCPTool(Tool):
     raw_name: str = ""
 
 
+# The SDK's attribute names and the MCP JSON names they stand for.
+_JSON_NAMES: Final = (
+    ("title", "title"),
+    ("read_only_hint", "readOnlyHint"),
+    ("destructive_hint", "destructiveHint"),
+    ("idempotent_hint", "idempotentHint"),
+    ("open_world_hint", "openWorldHint"),
+)
+
+
+def as_json(annotations: ToolAnnotations) -> dict[str, Any]:
+    """The hints under their MCP JSON names (``readOnlyHint``...), as a server lists them; unset ones left out."""
+    return {key: value for attr, key in _JSON_NAMES if (value := getattr(annotations, attr)) is not None}
+
+
 def meta_object(raw: bytes | None) -> dict[str, Any] | None:
     """A tool's ``_meta`` as the worker passed it (raw JSON), or ``None``."""
     if raw is None:
@@ -104,6 +119,7 @@ __all__ = [
     "MCPTool",
     "ToolAnnotations",
     "approval",
+    "as_json",
     "meta_object",
     "parallel",
     "read_only",

@@ -32,6 +32,7 @@ from typing import Any, Final
 from lovia.exceptions import LoviaError, MCPError, UserError
 
 from ._names import prefix_head
+from .annotations import as_json
 from .config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .render import render_mcp_content
 
@@ -375,6 +376,9 @@ async def _tools(ns: argparse.Namespace, server: MCPServer) -> int:
         tools = conn.tools()
     if ns.json:
         out = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
+        for entry, t in zip(out, tools):
+            if getattr(t, "annotations", None) is not None:
+                entry["annotations"] = as_json(t.annotations)
         print(json.dumps(out, indent=2, ensure_ascii=False))
     elif not tools:
         print("The server lists no tools.")
