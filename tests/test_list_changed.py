@@ -104,3 +104,24 @@ def test_a_server_restarted_after_a_crash_that_lists_other_tools_changes_the_con
     assert "fresh" in with_fresh
     assert after_restart == with_fresh - {"fresh"}
     assert answer == "plain: ok"
+
+
+def test_a_replaced_worker_whose_server_lists_other_tools_changes_the_connections_tools() -> None:
+    import os
+    import signal
+
+    async def go() -> tuple[set[str], set[str], str]:
+        async with server().session() as conn:
+            await conn.call_tool("add_tool", {"text": "fresh"})
+            with_fresh = names(conn.tools())
+            assert conn.worker_pid is not None
+            os.kill(conn.worker_pid, signal.SIGKILL)
+            # Served by a fresh worker (a retry if the call met the dead one).
+            answer = await conn.call_tool("plain", {})
+            return with_fresh, names(conn.tools()), str(answer)
+
+    with_fresh, after, answer = run(go())
+
+    assert "fresh" in with_fresh
+    assert after == with_fresh - {"fresh"}
+    assert answer == "plain: ok"
