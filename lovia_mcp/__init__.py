@@ -7,6 +7,8 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``plugin``: the ``MCP`` lovia plugin;
 - ``connection``: the live connection, request ids, retries, error mapping;
 - ``render``: results and schemas as the model sees them;
+- ``annotations``: ``MCPTool`` (a tool with its hints and ``_meta``) and the
+  policies built on the hints;
 - ``_channel``: the worker process (forkserver, pipe) or the in-process host;
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
@@ -26,6 +28,7 @@ from importlib import metadata as _metadata
 
 from lovia.exceptions import MCPError, UserError
 
+from .annotations import MCPTool, ToolAnnotations
 from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .config_file import load_servers
 from .connection import MCPConnection
@@ -52,9 +55,11 @@ __all__ = [
     "MCPServerLike",
     "MCPServerStdio",
     "MCPServerStreamableHTTP",
+    "MCPTool",
     "MCPToolResult",
     "Sandbox",
     "Stats",
+    "ToolAnnotations",
     "UserError",
     "load_servers",
     "normalize_schema",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .annotations import AutoReconnect
     from .config import MCPServer
 
 
@@ -51,7 +52,7 @@ class LoviaFields:
         return self.server.result_renderer
 
     @property
-    def auto_reconnect(self) -> bool:
+    def auto_reconnect(self) -> AutoReconnect:
         return self.server.auto_reconnect
 
 

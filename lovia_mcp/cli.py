@@ -57,6 +57,7 @@ from ._cli_progress import Progress, show_progress_records
 from ._cli_servers import label, servers_from
 from ._cli_table import CheckRow, check_table, parameter_lines, tools_table
 from ._names import prefix_head
+from .annotations import as_json
 from .config import MCPServer
 from .render import render_mcp_content
 
@@ -198,6 +199,9 @@ async def _tools(ns: argparse.Namespace, servers: list[MCPServer], progress: Pro
     tools = [t for outcome in listed if not isinstance(outcome, BaseException) for t in outcome]
     if ns.json:
         out = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
+        for entry, t in zip(out, tools):
+            if getattr(t, "annotations", None) is not None:
+                entry["annotations"] = as_json(t.annotations)
         print(json.dumps(out, indent=2, ensure_ascii=False))
     elif not tools:
         print("The server lists no tools." if len(servers) == 1 else "The servers list no tools.")

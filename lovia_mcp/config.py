@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from lovia.exceptions import UserError
-from lovia.tools.base import ApprovalPredicate, ToolResultRenderer
+from lovia.tools.base import ToolResultRenderer
 from lovia_mcp_worker.protocol import Limits, Sandbox, ServerSpec
 
 from . import _sandbox_config
+from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
 
 if TYPE_CHECKING:
     from .connection import MCPConnection
@@ -54,12 +55,12 @@ class MCPServer:
     name: str | None = None
     include_tools: list[str] | None = None
     exclude_tools: list[str] | None = None
-    needs_approval: bool | ApprovalPredicate = False
+    needs_approval: Approval = False
     retries: int | None = None
     timeout: float | None = None
     max_output_chars: int | None = None
     result_renderer: ToolResultRenderer | None = None
-    auto_reconnect: bool = True
+    auto_reconnect: AutoReconnect = True
     close_after_run: bool = True
     defer: bool = False
     isolation: Isolation | None = None
@@ -71,6 +72,7 @@ class MCPServer:
     kill_grace: float = DEFAULT_KILL_GRACE
     restart_limit: int = DEFAULT_RESTART_LIMIT
     restart_window: float = DEFAULT_RESTART_WINDOW
+    trust_annotations: bool = False
 
     def __post_init__(self) -> None:
         if type(self) is MCPServer:
@@ -83,6 +85,21 @@ class MCPServer:
                 f"unknown isolation {self.isolation!r}",
                 hint="Use isolation='process' (a worker per connection) or 'none' (in the agent process).",
             )
+        if self.auto_reconnect not in AUTO_RECONNECTS or not isinstance(self.auto_reconnect, (bool, str)):
+            raise UserError(
+                f"unknown auto_reconnect {self.auto_reconnect!r}",
+                hint="Use True (retry a lost call once), False (never), or 'safe' "
+                "(only tools marked read-only or idempotent).",
+            )
+        if isinstance(self.needs_approval, str) and self.needs_approval != "destructive":
+            raise UserError(
+                f"unknown needs_approval {self.needs_approval!r}",
+                hint="Use True, False, a predicate (args, ctx) -> bool, or 'destructive' "
+                "(approval for every tool not marked read-only, trusted with trust_annotations=True).",
+            )
+        if not isinstance(self.trust_annotations, bool):
+            raise UserError(f"trust_annotations must be True or False, got {self.trust_annotations!r}",
+                            hint="trust_annotations=True only for a server you trust to describe its tools.")
         if self.on_timeout not in ("kill", "cancel"):
             raise UserError(
                 f"unknown on_timeout {self.on_timeout!r}",

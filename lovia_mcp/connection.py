@@ -21,7 +21,15 @@ worker also keeps its own count of server restarts as a backstop.)
 Caveats: like lovia's plugin, the one retry after a lost connection is
 at-least-once: a server that died after doing the work but before answering
 does it twice; so is a call retried because another call's timeout killed
-the server it ran on. Use ``auto_reconnect=False`` for mutating tools.
+the server it ran on. Use ``auto_reconnect=False`` for mutating tools, or
+``"safe"``: only tools whose annotations say read-only or idempotent are
+retried (:mod:`.annotations`).
+
+Tool-list changes: the worker sends ``ToolsChanged`` when the server's list
+changes (``tools/list_changed``, or a restarted server listing others);
+:meth:`MCPConnection.tools` then gives the new tools, so a persistent
+connection hands them to the next run, while a run already going keeps the
+list its plugin set up with.
 """
 
 from __future__ import annotations
@@ -60,12 +68,15 @@ from lovia_mcp_worker.protocol import (
     Started,
     Stats,
     StatsReply,
+    ToolAnnotations,
     ToolSpec,
     Tools,
+    ToolsChanged,
     WorkerMessage,
 )
 
 from ._channel import LocalChannel, ProcessChannel
+from . import annotations as _hints
 from ._names import tool_names
 from ._parity import LoviaFields
 from .render import MCPToolResult, default_renderer, normalize_schema, with_sdk_models
@@ -126,6 +137,9 @@ class MCPConnection(LoviaFields):
         self._tools: list[Tool] | None = None
         # Request id of each tools/call in flight -> its raw tool name (for progress).
         self._calls: dict[int, str] = {}
+        # The listing the tools were built from, and each raw name's hints.
+        self._specs: list[ToolSpec] | None = None
+        self._annotations: dict[str, ToolAnnotations | None] = {}
         # Visible tool name -> the server's raw name (what calls are sent as).
         self.raw_names: dict[str, str] = {}
         # Raw names already reported as listed twice: a refresh repeats no warning.
@@ -195,6 +209,9 @@ class MCPConnection(LoviaFields):
         # Named over the whole listing, before filtering: a tool's visible
         # name must not change when a filter keeps or drops another tool.
         visible = tool_names(self.prefix, [spec.name for spec in specs])
+        trusted = server.trust_annotations
+        self._specs = list(specs)
+        self._annotations = {spec.name: spec.annotations for spec in specs}
         tools: list[Tool] = []
         raw_names: dict[str, str] = {}
         for spec, name in zip(specs, visible):
@@ -215,18 +232,22 @@ class MCPConnection(LoviaFields):
             except msgspec.DecodeError:
                 schema = None
             raw_names[name] = spec.name
+            hints = spec.annotations
             tools.append(
-                Tool(
+                _hints.MCPTool(
                     name=name,
                     description=spec.description or "",
                     parameters=normalize_schema(schema),
                     invoke=self._make_invoke(spec.name),
-                    needs_approval=server.needs_approval,
+                    needs_approval=_hints.approval(server.needs_approval, hints, trusted=trusted),
                     retries=server.retries,
                     timeout=server.timeout,
                     max_output_chars=server.max_output_chars,
                     result_renderer=self._renderer,
-                    parallel=server.parallel,
+                    parallel=_hints.parallel(server.parallel, hints, trusted=trusted),
+                    annotations=hints,
+                    meta=_hints.meta_object(spec.meta),
+                    raw_name=spec.name,
                 )
             )
         self.raw_names = raw_names
@@ -279,6 +300,12 @@ class MCPConnection(LoviaFields):
                 reply = await self._request(make, tool_name=name, timeout=timeout, retry=True, started=started)
             except _Retry as r:
                 if not self.server.auto_reconnect or retried:
+                    raise r.error from None
+                if self.server.auto_reconnect == "safe" and not _hints.retry_is_safe(self._annotations.get(name)):
+                    logger.warning(
+                        "%s: not retrying %r (auto_reconnect='safe': its annotations say neither "
+                        "read-only nor idempotent) after: %s", self._spec.name, name, r.error,
+                    )
                     raise r.error from None
                 retried = True
                 logger.warning("%s: retrying %r once on a fresh server after: %s", self._spec.name, name, r.error)
@@ -406,7 +433,8 @@ class MCPConnection(LoviaFields):
             raise _StartFailed(reply)
         assert isinstance(reply, Opened)
         self._server_pid = reply.server_pid
-        if self._tools is None:
+        if self._tools is None or reply.tools != self._specs:
+            # A replaced worker's server may list other tools.
             self._tools = self._build_tools(reply.tools)
         logger.info(
             "%s: connected (%s isolation, worker pid %s, server pid %s)",
@@ -419,6 +447,16 @@ class MCPConnection(LoviaFields):
                 self._server_log.log(msg.level, "%s", msg.message)
             else:
                 logger.log(msg.level, "%s: %s", self._spec.name, msg.message)
+            return
+        if isinstance(msg, ToolsChanged):
+            if self._tools is not None:
+                before = set(self.raw_names.values())
+                self._tools = self._build_tools(msg.tools)
+                after = set(self.raw_names.values())
+                logger.info(
+                    "%s: the server's tools changed (%d now; added %s, removed %s)", self._spec.name,
+                    len(after), sorted(after - before) or "none", sorted(before - after) or "none",
+                )
             return
         if isinstance(msg, Started):
             # The worker started a fresh server (a restart after its first).

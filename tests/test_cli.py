@@ -192,7 +192,7 @@ def test_url_reaches_a_streamable_http_server_with_headers() -> None:
         server.wait(RUN_TIMEOUT)
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()[1:] if line[:1].strip()] == [
-        "echo", "add", "pixel", "pid",
+        "echo", "add", "pixel", "pid", "look", "add_tool",
     ]
     assert called.returncode == 0, called.stderr
     assert json.loads(called.stdout)["structured_content"] == {"sum": 3.0}
@@ -325,3 +325,13 @@ def test_demo_exits_zero_and_shows_the_agent_survived_the_server_crash() -> None
 def test_an_open_timeout_error_names_the_open_timeout_flag() -> None:
     r = lovia_mcp("tools", "--open-timeout", "0.5", "--", PY, "-c", "import time; time.sleep(30)")
     assert r.returncode == 3 and "--open-timeout 0.5" in r.stderr and "open_timeout" not in r.stderr, r.stderr
+
+
+def test_tools_json_gives_each_tools_annotations_under_their_mcp_names() -> None:
+    r = lovia_mcp("tools", "--json", "--", PY, str(ROOT / "tests" / "servers" / "annotated_server.py"))
+
+    assert r.returncode == 0, r.stderr
+    tools = {t["name"]: t for t in json.loads(r.stdout)}
+    assert tools["read"]["annotations"] == {"title": "Read it", "readOnlyHint": True}
+    assert tools["put"]["annotations"] == {"idempotentHint": True, "destructiveHint": False}
+    assert "annotations" not in tools["plain"]

@@ -9,6 +9,7 @@ lovia's (private) deferred helpers is checked against the originals.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -193,7 +194,9 @@ def _catalog() -> dict[str, Tool]:
 
 
 async def _answers(search: Tool, invoke: Tool) -> list[Any]:
-    ctx = RunContext(deps=None, entries=[], agent=Agent(name="tester", model=Model()))
+    # lovia named the dependencies field "context" before it named it "deps".
+    deps = "deps" if "deps" in {f.name for f in dataclasses.fields(RunContext)} else "context"
+    ctx = RunContext(**{deps: None}, entries=[], agent=Agent(name="tester", model=Model()))
     answers: list[Any] = [
         invoke.requires_approval(args, ctx)
         for args in (

@@ -39,7 +39,7 @@ PROMISED = {
 }
 
 # Agent-side modules whose public classes belong at the top level.
-AGENT_SIDE = ("config", "connection", "plugin", "render")
+AGENT_SIDE = ("annotations", "config", "connection", "plugin", "render")
 
 
 def _public_modules(package: ModuleType) -> list[str]:

@@ -187,3 +187,35 @@ def test_a_failed_in_process_http_open_leaves_no_task_exception_unretrieved(capl
         gc.collect()
 
     assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
+
+
+@ISOLATIONS
+def test_an_http_tool_keeps_its_annotations_and_meta(http_url: str, isolation: str) -> None:
+    async def go() -> Any:
+        async with web(http_url, isolation, trust_annotations=True).session() as conn:
+            return {t.name: t for t in conn.tools()}["web__look"]
+
+    look = run(go())
+
+    assert look.annotations.read_only_hint is True and look.annotations.open_world_hint is False
+    assert look.meta == {"example.com/k": 1}
+    assert look.parallel is True
+
+
+@ISOLATIONS
+def test_an_http_server_that_adds_a_tool_is_re_listed_before_the_call_that_added_it_returns(
+    http_url: str, isolation: str
+) -> None:
+    name = f"added_{isolation}"
+
+    async def go() -> tuple[set[str], set[str], str]:
+        async with web(http_url, isolation).session() as conn:
+            before = {t.name for t in conn.tools()}
+            await conn.call_tool("add_tool", {"name": name})
+            after = {t.name for t in conn.tools()}
+            return before, after, str(await conn.call_tool(name, {"text": "hi"}))
+
+    before, after, answer = run(go())
+
+    assert f"web__{name}" not in before and f"web__{name}" in after
+    assert answer == f"{name}: hi"

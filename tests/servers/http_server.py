@@ -6,7 +6,10 @@ uvicorn has finished start-up, so a test can connect at once: synchronise on
 that line, never on sleep. Runs until terminated.
 
 Tools: ``echo {text}``, ``add {a, b}`` (structured output), ``pixel`` (a PNG
-image), ``pid`` (this process's pid: many connections share one server).
+image), ``pid`` (this process's pid: many connections share one server),
+``look`` (annotated read-only, with a ``_meta``), ``add_tool {name}`` (adds a
+tool ``name`` that echoes its ``text``, then notifies the client that the
+tool list changed, on the call's own stream, before answering).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import sys
 import uvicorn
 from pydantic import BaseModel
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
+from mcp.types import ToolAnnotations, ToolListChangedNotification
 
 PIXEL_PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -56,6 +60,24 @@ def pixel() -> Image:
 def pid() -> str:
     """This server process's pid."""
     return str(os.getpid())
+
+
+@mcp.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False), meta={"example.com/k": 1})
+def look() -> str:
+    """A read-only tool."""
+    return "looked"
+
+
+@mcp.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Add a tool that echoes its text, and say the tool list changed."""
+
+    def added(text: str) -> str:
+        return f"{name}: {text}"
+
+    mcp.add_tool(added, name=name, description=f"Added at run time: {name}.")
+    await ctx.session.send_notification(ToolListChangedNotification(), related_request_id=ctx.request_id)
+    return f"added {name}"
 
 
 class _Server(uvicorn.Server):

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from .protocol import ContentBlock, Resource, ToolSpec
+from .protocol import ContentBlock, Resource, ToolAnnotations, ToolSpec
 
 _json_encode = msgspec.json.Encoder().encode
 
@@ -100,14 +100,37 @@ def tool_specs(page: dict[str, Any], warn: Callable[[str], None]) -> list[ToolSp
             warn(f"skipped a malformed tool entry: {str(entry)[:200]!r}")
             continue
         desc = entry.get("description")
+        meta = entry.get("_meta")
         out.append(
             ToolSpec(
                 name=entry["name"],
                 description=desc if isinstance(desc, str) else None,
                 input_schema=_json_encode(entry.get("inputSchema")),
+                annotations=tool_annotations(entry.get("annotations")),
+                meta=_json_encode(meta) if isinstance(meta, dict) else None,
             )
         )
     return out
 
 
-__all__ = ["blocks", "call_result", "tool_specs"]
+# The MCP annotation keys, as the SDK's ToolAnnotations names its attributes.
+_HINTS = (
+    ("readOnlyHint", "read_only_hint"),
+    ("destructiveHint", "destructive_hint"),
+    ("idempotentHint", "idempotent_hint"),
+    ("openWorldHint", "open_world_hint"),
+)
+
+
+def tool_annotations(raw: object) -> ToolAnnotations | None:
+    """A tool's ``annotations``; a hint that is not a boolean is taken as not given."""
+    if not isinstance(raw, dict):
+        return None
+    hints = {attr: raw[key] for key, attr in _HINTS if isinstance(raw.get(key), bool)}
+    title = _str(raw, "title")
+    if not hints and title is None:
+        return None
+    return ToolAnnotations(title=title, **hints)
+
+
+__all__ = ["blocks", "call_result", "tool_annotations", "tool_specs"]

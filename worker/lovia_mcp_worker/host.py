@@ -47,6 +47,7 @@ from . import cgroup, failures, guard
 from .failures import HostError
 from .generation import Generation, Session, State
 from .launch import LaunchError
+from .listing import Listing
 from .progress import ProgressForwarder
 from .protocol import (
     PROTOCOL_VERSION,
@@ -118,6 +119,8 @@ class Host:
         self._last_end: str | None = None
         self.last_restart_reason: str | None = None
         self.garbage_lines = 0
+        # What the agent knows of the tools; re-listing after list_changed.
+        self.listing = Listing(emit, self._log, lambda: self.current)
 
     # -- dispatch ------------------------------------------------------------ #
     def handle(self, msg: AgentMessage) -> None:
@@ -148,11 +151,13 @@ class Host:
             if isinstance(msg, Open):
                 self._open(msg)
                 gen = await self._live()
+                self.listing.sent(gen.tools)
                 self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools))
             elif isinstance(msg, ListTools):
                 gen = await self._live()
                 assert gen.session is not None
                 gen.tools = await gen.session.list_tools()
+                self.listing.sent(gen.tools)
                 self._emit(Tools(id=msg.id, tools=gen.tools))
             elif isinstance(msg, CallTool):
                 self._emit(await self._call(msg))
@@ -211,6 +216,8 @@ class Host:
         progress = ProgressForwarder(self._emit, msg.id)
         try:
             content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress)
+            # A list_changed the server sent before this answer is sent first.
+            await self.listing.settled(gen)
         finally:
             self._on.pop(msg.id, None)
             progress.close()  # the last progress held goes out before the answer
@@ -289,6 +296,8 @@ class Host:
         # If this worker dies, the agent kills the server's process group
         # itself, and that must be this generation's group.
         self._emit(Started(server_pid=gen.server_pid, generation=gen.number))
+        # A restarted server may list other tools than the one before it.
+        self.listing.announce(gen.tools)
         return gen
 
     async def _wait_down(self, gen: Generation) -> None:
@@ -325,7 +334,10 @@ class Host:
         if spec.transport == "http":
             from .http import HttpSession
 
-            return HttpSession(spec, on_end=gen.stop, warn=lambda text: self._log(logging.WARNING, text))
+            return HttpSession(
+                spec, on_end=gen.stop, warn=lambda text: self._log(logging.WARNING, text),
+                on_tools_changed=lambda: self.listing.changed(gen),
+            )
 
         from .stdio import StdioSession
 
@@ -335,6 +347,7 @@ class Host:
             log=self._log,
             on_garbage=self._garbage,
             explain=lambda reason: self._kernel_reason(gen, spec, reason),
+            on_tools_changed=lambda: self.listing.changed(gen),
         )
 
     def _kernel_reason(self, gen: Generation, spec: ServerSpec, reason: HostError) -> HostError:

@@ -50,10 +50,18 @@ class HttpSession:
     stderr_tail: list[str] = []  # no local process: no stderr
     stdout_head: bytes | None = None  # nor stdout
 
-    def __init__(self, spec: ServerSpec, *, on_end: Callable[[HostError], None], warn: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        spec: ServerSpec,
+        *,
+        on_end: Callable[[HostError], None],
+        warn: Callable[[str], None],
+        on_tools_changed: Callable[[], None] | None = None,
+    ) -> None:
         self.spec = spec
         self._on_end = on_end
         self._warn = warn
+        self._on_tools_changed = on_tools_changed
         self._session: Any = None
         self._ended: asyncio.Future[HostError] = asyncio.get_running_loop().create_future()
         self.initialized = False
@@ -74,12 +82,19 @@ class HttpSession:
         )
         async with client:
             async with streamable_http_client(self.spec.url, http_client=client) as streams:
-                async with ClientSession(streams[0], streams[1]) as session:
+                async with ClientSession(streams[0], streams[1], message_handler=self._message) as session:
                     self._session = session
                     try:
                         yield
                     finally:
                         self._session = None
+
+    async def _message(self, message: object) -> None:
+        """The SDK's ``message_handler``: server notifications (and transport errors, which the calls see too)."""
+        from mcp.types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification) and self._on_tools_changed is not None:
+            self._on_tools_changed()
 
     async def start(self) -> list[ToolSpec]:
         await self._race(self._live().initialize(), "initialize")

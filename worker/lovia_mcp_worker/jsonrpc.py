@@ -11,6 +11,8 @@ a tool server and nothing more:
 - ``notifications/cancelled`` when a caller abandons a request;
 - a ``progressToken`` on each ``tools/call`` whose caller wants progress,
   and ``notifications/progress`` for it handed to that caller;
+- ``notifications/tools/list_changed`` from the server, passed on to
+  ``on_tools_changed`` (the host re-lists);
 - the server's own requests: ``ping`` is answered, everything else
   (sampling, roots, elicitation) gets ``-32601``, so a server waiting on one
   moves on instead of hanging.
@@ -113,6 +115,9 @@ class Client:
     connection's log and ``server_log`` the server's own log notifications;
     ``on_echo(method, line)`` is told of a request only a client sends (our
     own, echoed back), which is never answered.
+
+    ``on_tools_changed`` is called, in line order, for each
+    ``notifications/tools/list_changed``.
     """
 
     def __init__(
@@ -123,9 +128,11 @@ class Client:
         log: Callable[[int, str], None],
         server_log: Callable[[int, str], None],
         on_echo: Callable[[str, bytes], None] | None = None,
+        on_tools_changed: Callable[[], None] | None = None,
     ) -> None:
         self._write = write
         self._on_echo = on_echo
+        self._on_tools_changed = on_tools_changed
         self._on_garbage = on_garbage
         self._log = log
         self._server_log = server_log
@@ -213,6 +220,10 @@ class Client:
                 callback = self._progress.get(key) if key is not None else None
                 if callback is not None:
                     callback(progress, total, message)
+            return
+        if msg.method == "notifications/tools/list_changed":
+            if self._on_tools_changed is not None:
+                self._on_tools_changed()
             return
         if msg.method == "notifications/message":
             try:

@@ -25,7 +25,7 @@ import msgspec
 # The wire protocol's version: the agent sends it with Open and a worker that
 # speaks another refuses the connection (an agent and a forkserver from two
 # installs of different versions).
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -78,12 +78,28 @@ class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
         return {k: v for k, v in out.items() if v is not None}
 
 
+class ToolAnnotations(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A tool's behaviour hints, with the SDK's attribute names (``ToolAnnotations``).
+
+    Hints the server gives about itself: untrusted unless the user trusts
+    the server (``trust_annotations=True``). ``None`` means not said.
+    """
+
+    title: str | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
+
+
 class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A tool as listed by the server; ``input_schema`` is raw JSON (may be loose)."""
+    """A tool as listed by the server; ``input_schema`` and ``meta`` (its ``_meta``) are raw JSON."""
 
     name: str
     description: str | None = None
     input_schema: bytes = b"null"
+    annotations: ToolAnnotations | None = None
+    meta: bytes | None = None
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -270,6 +286,16 @@ class Tools(msgspec.Struct, frozen=True, tag=True):
     tools: list[ToolSpec]
 
 
+class ToolsChanged(msgspec.Struct, frozen=True, tag=True):
+    """Unsolicited: the server's tool list changed (``notifications/tools/list_changed``, or a restart).
+
+    Sent before the result of any call the server answered after notifying,
+    so that call's caller already sees the new list.
+    """
+
+    tools: list[ToolSpec]
+
+
 class Result(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     id: int
     content: list[ContentBlock]
@@ -336,7 +362,9 @@ class Log(msgspec.Struct, frozen=True, tag=True):
     stderr: bool = False
 
 
-WorkerMessage = Union[Opened, Started, Ended, Tools, Result, Progress, Failure, StatsReply, Closed, Log]
+WorkerMessage = Union[
+    Opened, Started, Ended, Tools, ToolsChanged, Result, Progress, Failure, StatsReply, Closed, Log
+]
 
 
 def encoder() -> msgspec.msgpack.Encoder:
@@ -379,8 +407,10 @@ __all__ = [
     "Started",
     "Stats",
     "StatsReply",
+    "ToolAnnotations",
     "ToolSpec",
     "Tools",
+    "ToolsChanged",
     "WorkerMessage",
     "agent_decoder",
     "encoder",

@@ -234,7 +234,8 @@ class StdioSession:
     generation then stops); ``log(level, message, stderr)`` reaches the
     agent's logging; ``on_garbage(line)`` counts lines that are not JSON-RPC;
     ``explain(reason)`` may name a better reason for an ending (the kernel's
-    OOM kill behind a SIGKILL) before the calls in flight are failed with it.
+    OOM kill behind a SIGKILL) before the calls in flight are failed with it;
+    ``on_tools_changed()`` is told of the server's ``tools/list_changed``.
     """
 
     def __init__(
@@ -245,6 +246,7 @@ class StdioSession:
         log: Callable[[int, str, bool], None],
         on_garbage: Callable[[bytes], None],
         explain: Callable[[HostError], HostError] | None = None,
+        on_tools_changed: Callable[[], None] | None = None,
     ) -> None:
         self.spec = spec
         self._explain = explain
@@ -261,6 +263,7 @@ class StdioSession:
             log=lambda level, text: log(level, text, False),
             server_log=lambda level, text: log(level, text, True),
             on_echo=self._echoed,
+            on_tools_changed=on_tools_changed,
         )
         # What the server wrote on stdout before the handshake that was not
         # JSON-RPC (its first STDOUT_HEAD_BYTES).
