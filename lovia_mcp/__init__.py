@@ -7,6 +7,7 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``plugin``: the ``MCP`` lovia plugin;
 - ``connection``: the live connection, request ids, retries, error mapping;
 - ``render``: results and schemas as the model sees them;
+- ``spares``: warm spares, opened per-run connections kept ready for the next run;
 - ``_channel``: the worker process (forkserver, pipe) or the in-process host;
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
@@ -28,6 +29,7 @@ from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
+from .spares import close_spares, warm_spares
 from lovia_mcp_worker.protocol import Limits, Sandbox, Stats
 
 try:
@@ -53,6 +55,8 @@ __all__ = [
     "Sandbox",
     "Stats",
     "UserError",
+    "close_spares",
     "normalize_schema",
     "render_mcp_content",
+    "warm_spares",
 ]

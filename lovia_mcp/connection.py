@@ -117,6 +117,8 @@ class MCPConnection:
         self._pending: dict[int, asyncio.Future[WorkerMessage]] = {}
         self._ids = itertools.count(1)
         self._tools: list[Tool] | None = None
+        # The listing the tools were built from (a warm spare rebuilds them for its taker).
+        self._tool_specs: list[ToolSpec] = []
         # Visible tool name -> the server's raw name (what calls are sent as).
         self.raw_names: dict[str, str] = {}
         # Raw names already reported as listed twice: a refresh repeats no warning.
@@ -161,6 +163,18 @@ class MCPConnection:
     def server_pid(self) -> int | None:
         return self._server_pid
 
+    def _adopt(self, server: MCPServer, *, close_after_run: bool) -> None:
+        """Hand this (warm spare) connection to ``server``, a config with the same worker spec.
+
+        What is not in the spec (tool filters, approval, renderer, retries,
+        timeouts) is the taker's: the tools are rebuilt from the listing.
+        """
+        self.server = server
+        self._close_after_run = close_after_run
+        self._renderer = server.result_renderer or default_renderer
+        self._duplicates_reported = set()
+        self._tools = self._build_tools(self._tool_specs)
+
     # -- tools --------------------------------------------------------------- #
     def tools(self) -> list[Tool]:
         if self._tools is None:
@@ -174,6 +188,7 @@ class MCPConnection:
         """Re-list the server's tools and rebuild the lovia tools."""
         reply = await self._request(lambda i: ListTools(id=i), tool_name=None)
         assert isinstance(reply, Tools)
+        self._tool_specs = list(reply.tools)
         self._tools = self._build_tools(reply.tools)
         return list(self._tools)
 
@@ -390,6 +405,7 @@ class MCPConnection:
         assert isinstance(reply, Opened)
         self._server_pid = reply.server_pid
         if self._tools is None:
+            self._tool_specs = list(reply.tools)
             self._tools = self._build_tools(reply.tools)
         logger.info(
             "%s: connected (%s isolation, worker pid %s, server pid %s)",
