@@ -1,0 +1,386 @@
+"""Warm spares for per-run servers (``spares=N``): a run takes an opened server, never a used one.
+
+The raw server's ``pid`` tool answers with the server's own pid, so "a
+distinct server" is the pid of the process that answered, and "the spare"
+is the pid the pool's connection had before it was handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from _agent import drive, outputs
+from _sup_helpers import alive_after, alive_after_sync
+from conftest import PY, RAW_SERVER, pid_alive, raw_args, run
+from lovia.testing import call
+
+from lovia_mcp import MCP, MCPConnection, MCPServerStdio, UserError, close_spares, spares, warm_spares
+from lovia_mcp.config import MAX_SPARES
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
+
+# A spare's worker and server end this soon after its close is due (idle
+# expiry, the loop's end): a close is bounded by the worker's tree kill,
+# milliseconds for the raw server; the margin is for a loaded 2-core box.
+GONE_WAIT = 5.0
+# The agent process reports its spare's pids: seconds when the forkserver is cold.
+REPORT_WAIT = 15.0
+# DESIGN.md: after agent SIGKILL the worker kills the tree "within about a second".
+AGENT_DEATH_CLEANUP = 2.0
+
+
+def raw(**options: Any) -> MCPServerStdio:
+    return MCPServerStdio(command=PY, args=raw_args(), name="raw", **options)
+
+
+def ready_spares() -> list[MCPConnection]:
+    """The spares ready on the running loop (the pool's own view)."""
+    pool = spares._pools.get(asyncio.get_running_loop())
+    return [] if pool is None else [conn for e in pool.entries.values() for conn, _ in e.ready]
+
+
+async def answering_pid(conn: MCPConnection) -> int:
+    pid: int = json.loads(str(await conn.call_tool("pid")))["pid"]
+    return pid
+
+
+class _Ended(logging.Handler):
+    """Sets an event when a worker reports that a server generation ended."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.event = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "ended" in record.getMessage():
+            self.event.set()
+
+
+# -- config ------------------------------------------------------------------ #
+@pytest.mark.parametrize("options", [
+    {"spares": -1}, {"spares": True}, {"spares": 1.5}, {"spares": MAX_SPARES + 1},
+    {"spare_idle": 0}, {"spare_idle": -3.0}, {"spare_idle": "60"},
+])
+def test_bad_spares_options_are_refused_with_a_hint(options: dict[str, Any]) -> None:
+    with pytest.raises(UserError) as info:
+        raw(**options)
+    assert info.value.hint, info.value
+
+
+def test_warm_spares_refuses_a_config_without_spares_or_without_process_isolation() -> None:
+    async def main() -> None:
+        with pytest.raises(UserError, match="spares=0"):
+            await warm_spares(raw())
+        with pytest.raises(UserError, match="isolation"):
+            await warm_spares(raw(spares=1, isolation="none"))
+
+    run(main())
+
+
+# -- per-run freshness ------------------------------------------------------- #
+def test_a_spare_is_served_once_and_each_open_gets_a_server_no_one_used() -> None:
+    async def main() -> None:
+        server = raw(spares=1)
+        seen: list[int] = []
+        for _ in range(4):
+            assert await warm_spares(server) == 1
+            (spare,) = ready_spares()
+            conn = await server.open()
+            try:
+                assert conn is spare  # the spare was taken...
+                assert ready_spares() == []  # ...and is no longer in the pool
+                seen.append(await answering_pid(conn))
+                assert seen[-1] == spare.server_pid
+            finally:
+                await conn.close()
+            alive, _ = await alive_after([seen[-1]], GONE_WAIT)
+            assert alive == [], "a per-run connection's server outlived its close"
+        assert len(set(seen)) == len(seen), seen
+        await close_spares()
+
+    run(main())
+
+
+def test_per_run_agent_runs_take_the_spare_and_never_share_a_server() -> None:
+    async def main() -> None:
+        plugin = MCP(raw(spares=1))
+        pids: list[int] = []
+        spare_pids: list[int | None] = []
+        try:
+            for _ in range(3):
+                await warm_spares(*plugin.servers)  # type: ignore[arg-type]
+                spare_pids.append(ready_spares()[0].server_pid)
+                result, _ = await drive(plugin, call("raw__pid", {}))
+                pids.append(json.loads(outputs(result)[0])["pid"])
+        finally:
+            await plugin.aclose()
+        assert pids == spare_pids, (pids, spare_pids)
+        assert len(set(pids)) == 3, pids
+        assert plugin.connections() == []
+
+    run(main())
+
+
+def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() -> None:
+    async def main() -> None:
+        server = raw(spares=1)
+        ended = _Ended()
+        logging.getLogger("lovia_mcp").addHandler(ended)
+        try:
+            await warm_spares(server)
+            (spare,) = ready_spares()
+            dead = spare.server_pid
+            assert dead is not None
+            os.kill(dead, signal.SIGKILL)
+            await asyncio.wait_for(ended.event.wait(), GONE_WAIT)  # the worker saw it
+            conn = await server.open()
+            try:
+                assert conn is not spare
+                assert await answering_pid(conn) not in (dead,)
+            finally:
+                await conn.close()
+            alive, _ = await alive_after([spare.worker_pid or 0], GONE_WAIT)
+            assert alive == [], "the dead spare's worker was not closed"
+        finally:
+            logging.getLogger("lovia_mcp").removeHandler(ended)
+            await close_spares()
+
+    run(main())
+
+
+def test_a_spare_whose_worker_died_while_waiting_is_replaced_not_handed_out() -> None:
+    async def main() -> None:
+        server = raw(spares=1)
+        try:
+            await warm_spares(server)
+            (spare,) = ready_spares()
+            assert spare.worker_pid is not None and spare._channel is not None
+            os.kill(spare.worker_pid, signal.SIGKILL)
+            await asyncio.wait_for(spare._channel.wait_lost(), GONE_WAIT)
+            conn = await server.open()
+            try:
+                assert conn is not spare
+                assert await answering_pid(conn) != spare.server_pid
+            finally:
+                await conn.close()
+        finally:
+            await close_spares()
+
+    run(main())
+
+
+def test_many_runs_starting_at_once_get_distinct_servers_the_spares_included() -> None:
+    async def main() -> None:
+        server = raw(spares=2)
+        try:
+            assert await warm_spares(server) == 2
+            spare_pids = {c.server_pid for c in ready_spares()}
+            conns = await asyncio.gather(*(server.open() for _ in range(6)))
+            try:
+                pids = await asyncio.gather(*(answering_pid(c) for c in conns))
+            finally:
+                await asyncio.gather(*(c.close() for c in conns))
+            print(f"6 concurrent opens with 2 spares: server pids {pids}, spares were {sorted(spare_pids)}")
+            assert len(set(pids)) == 6, pids
+            assert spare_pids <= set(pids), (spare_pids, pids)
+            assert len({id(c) for c in conns}) == 6
+        finally:
+            await close_spares()
+
+    run(main())
+
+
+def test_a_spare_taken_by_an_equal_config_of_another_plugin_gets_that_configs_options() -> None:
+    async def main() -> None:
+        first = raw(spares=1)
+        other = raw(spares=1, include_tools=["echo"], close_after_run=False)
+        try:
+            await warm_spares(first)
+            (spare,) = ready_spares()
+            conn = await other.open()
+            try:
+                assert conn is spare
+                assert [t.name for t in conn.tools()] == ["raw__echo"]
+                assert conn.server is other and conn.close_after_run is False
+            finally:
+                await conn.close()
+        finally:
+            await close_spares()
+
+    run(main())
+
+
+def test_a_config_with_other_args_does_not_take_the_spare() -> None:
+    async def main() -> None:
+        server = raw(spares=1)
+        other = MCPServerStdio(command=PY, args=[RAW_SERVER, "--many", "2"], name="raw", spares=1)
+        try:
+            await warm_spares(server)
+            (spare,) = ready_spares()
+            conn = await other.open()
+            try:
+                assert conn is not spare and spare in ready_spares()
+            finally:
+                await conn.close()
+        finally:
+            await close_spares()
+
+    run(main())
+
+
+def test_the_number_of_spares_in_the_process_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spares, "MAX_SPARES", 2)
+
+    async def main() -> None:
+        configs = [MCPServerStdio(command=PY, args=[RAW_SERVER, "--many", str(i)], spares=1) for i in range(4)]
+        try:
+            assert await warm_spares(*configs) == 2
+            assert len(ready_spares()) == 2
+        finally:
+            await close_spares()
+
+    run(main())
+
+
+# -- lifetime ---------------------------------------------------------------- #
+def test_an_idle_spare_is_closed_after_spare_idle_seconds() -> None:
+    idle = 0.5
+
+    async def main() -> None:
+        server = raw(spares=1, spare_idle=idle)
+        await warm_spares(server)
+        (spare,) = ready_spares()
+        pids = [spare.worker_pid or 0, spare.server_pid or 0]
+        alive, took = await alive_after(pids, idle + GONE_WAIT)
+        print(f"spare_idle={idle}: spare gone {took:.2f} s after it was ready")
+        assert alive == [], alive
+        assert ready_spares() == []
+
+    run(main())
+
+
+def test_closing_the_plugin_closes_its_spares() -> None:
+    async def main() -> None:
+        plugin = MCP(raw(spares=1))
+        await warm_spares(*plugin.servers)  # type: ignore[arg-type]
+        (spare,) = ready_spares()
+        pids = [spare.worker_pid or 0, spare.server_pid or 0]
+        await plugin.aclose()
+        assert ready_spares() == []
+        assert [p for p in pids if pid_alive(p)] == []
+
+    run(main())
+
+
+def test_a_spare_made_on_one_event_loop_is_never_handed_to_another_and_goes_with_its_loop() -> None:
+    server = raw(spares=1)
+
+    async def first() -> list[int]:
+        await warm_spares(server)
+        (spare,) = ready_spares()
+        return [spare.worker_pid or 0, spare.server_pid or 0]
+
+    left = run(first())  # asyncio.run ends the loop: its spares must go with it
+    alive, _ = alive_after_sync(left, GONE_WAIT)
+    assert alive == [], "a spare outlived its event loop"
+
+    async def second() -> int:
+        conn = await server.open()
+        try:
+            return await answering_pid(conn)
+        finally:
+            await conn.close()
+            await close_spares()
+
+    assert run(second()) not in left
+
+
+def test_a_spare_ready_on_another_running_loop_is_not_handed_to_this_one() -> None:
+    import threading
+
+    server = raw(spares=1)
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever, name="other-loop", daemon=True)
+    thread.start()
+    try:
+        async def warm() -> int | None:
+            await warm_spares(server)
+            return ready_spares()[0].server_pid
+
+        theirs = asyncio.run_coroutine_threadsafe(warm(), other).result(REPORT_WAIT)
+
+        async def here() -> int:
+            conn = await server.open()
+            try:
+                return await answering_pid(conn)
+            finally:
+                await conn.close()
+                await close_spares()
+
+        assert run(here()) != theirs
+        assert asyncio.run_coroutine_threadsafe(close_spares(), other).result(GONE_WAIT) is None
+        assert theirs is not None and not pid_alive(theirs)
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join(GONE_WAIT)
+        other.close()
+
+
+AGENT_CODE = """
+import asyncio, json, sys
+from lovia_mcp import MCPServerStdio, warm_spares
+from lovia_mcp import spares
+
+async def main():
+    server = MCPServerStdio(command=sys.executable, args=[sys.argv[1]], spares=2)
+    await warm_spares(server)
+    pool = spares._pools[asyncio.get_running_loop()]
+    conns = [c for e in pool.entries.values() for c, _ in e.ready]
+    print(json.dumps([p for c in conns for p in (c.worker_pid, c.server_pid)]), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["SIGKILL", "exit"])
+def test_an_agent_killed_or_exiting_with_spares_ready_leaves_no_process(how: str) -> None:
+    agent = subprocess.Popen([PY, "-c", AGENT_CODE, RAW_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        assert agent.stdout is not None and agent.stdin is not None
+        ready, _, _ = select.select([agent.stdout], [], [], REPORT_WAIT)
+        assert ready, "the agent process did not report its spares"
+        line = agent.stdout.readline()
+        assert line, agent.stderr.read().decode() if agent.stderr else ""
+        pids = json.loads(line)
+        assert len(pids) == 4 and all(pid_alive(p) for p in pids), pids
+        started = time.monotonic()
+        if how == "SIGKILL":
+            os.kill(agent.pid, signal.SIGKILL)
+        else:
+            agent.stdin.close()  # main() returns; asyncio.run ends the loop
+        agent.wait(GONE_WAIT)
+        alive, took = alive_after_sync(pids, AGENT_DEATH_CLEANUP)
+        print(f"agent {how}: 2 spares (workers and servers) gone {time.monotonic() - started:.3f} s after")
+        assert alive == [], f"still alive {took:.2f} s after the agent's {how}: {alive}"
+        if how == "exit":
+            assert agent.returncode == 0, agent.stderr.read().decode() if agent.stderr else ""
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(5)
+        for stream in (agent.stdin, agent.stdout, agent.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
