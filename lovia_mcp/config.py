@@ -158,6 +158,10 @@ class MCPServer:
                 return spare
         conn = MCPConnection(self, isolation=mode, close_after_run=close_after_run)
         await conn._connect()
+        if self.spares and mode == "process":
+            # After this open, not beside it: the two would compete for the
+            # CPU. (Not after a failed one: a broken config starts nothing more.)
+            spares.refill(self)
         return conn
 
     # -- the worker's view --------------------------------------------------- #

@@ -186,7 +186,9 @@ def _pool() -> _Pool:
     for other in [other for other in _pools if other.is_closed()]:
         del _pools[other]
     pool = _pools.get(loop)
-    if pool is None or pool.closing or pool.keeper.done():
+    # A pool whose keeper is closing it (the loop is shutting down) stays:
+    # it starts nothing more. One whose keeper is gone is replaced.
+    if pool is None or pool.keeper.done():
         pool = _pools[loop] = _Pool(loop)
     return pool
 
@@ -209,10 +211,13 @@ async def _healthy(conn: MCPConnection) -> bool:
 async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | None:
     """A ready spare of ``server``'s key, now the caller's; ``None`` when none is ready.
 
-    Either way a replacement starts in the background (up to the bounds).
+    A taken spare's replacement starts in the background at once. With none
+    ready, the caller opens its own and then calls :func:`refill`: a spare
+    starting beside that open would slow it down (they compete for the CPU).
     """
     pool = _pool()
     key, entry = pool.entry(server)
+    taken = False
     try:
         while entry.ready:
             # Out of the pool before the first await: no one else can take it.
@@ -224,14 +229,22 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
                 raise
             if healthy:
                 conn._adopt(server, close_after_run=close_after_run)
+                taken = True
                 return conn
             logger.info("%s: a warm spare's server or worker ended while it waited; it is replaced",
                         conn._spec.name)
             pool.discard(conn)
         return None
     finally:
-        pool.refill(key, entry)
+        if taken:
+            pool.refill(key, entry)
         pool.changed.set()
+
+
+def refill(server: MCPServer) -> None:
+    """Start ``server``'s missing spares in the background (on this loop, up to the bounds)."""
+    pool = _pool()
+    pool.refill(*pool.entry(server))
 
 
 async def warm_spares(*servers: MCPServer) -> int:
@@ -276,4 +289,4 @@ async def close_spares(*servers: MCPServer) -> None:
     await pool.aclose(keys)
 
 
-__all__ = ["CHECK_WAIT", "close_spares", "spare_key", "take", "warm_spares"]
+__all__ = ["CHECK_WAIT", "close_spares", "refill", "spare_key", "take", "warm_spares"]

@@ -131,6 +131,39 @@ def test_per_run_agent_runs_take_the_spare_and_never_share_a_server() -> None:
     run(main())
 
 
+def starting_spares() -> int:
+    pool = spares._pools.get(asyncio.get_running_loop())
+    return 0 if pool is None else sum(len(e.starting) for e in pool.entries.values())
+
+
+def test_an_open_with_no_spare_ready_opens_its_own_then_starts_one_for_the_next_run() -> None:
+    async def main() -> None:
+        server = raw(spares=1)
+        conn = await server.open()
+        try:
+            # Started once the open is done (beside it, the two would compete for the CPU).
+            assert starting_spares() == 1 and ready_spares() == []
+            assert await warm_spares(server) == 1
+            assert ready_spares()[0].server_pid != conn.server_pid
+        finally:
+            await conn.close()
+            await close_spares()
+
+    run(main())
+
+
+def test_a_config_that_fails_to_open_starts_no_spare() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=[RAW_SERVER, "--exit-on-start", "3"], spares=1)
+        with pytest.raises(Exception, match="code 3"):
+            await server.open()
+        assert starting_spares() == 0 and ready_spares() == []
+        with pytest.raises(Exception, match="code 3"):
+            await warm_spares(server)  # its spare's open error, raised
+
+    run(main())
+
+
 def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() -> None:
     async def main() -> None:
         server = raw(spares=1)
