@@ -150,7 +150,10 @@ class MCPServer:
         from .connection import MCPConnection
 
         mode: Isolation = self.isolation or isolation or "process"
-        if self.spares and mode == "process":
+        # Per-run opens take the pool's spares; a persistent connection keeps
+        # a standby server in its own worker instead (MCPConnection).
+        pooled = bool(self.spares) and mode == "process" and close_after_run
+        if pooled:
             from . import spares
 
             spare = await spares.take(self, close_after_run=close_after_run)
@@ -158,7 +161,7 @@ class MCPServer:
                 return spare
         conn = MCPConnection(self, isolation=mode, close_after_run=close_after_run)
         await conn._connect()
-        if self.spares and mode == "process":
+        if pooled:
             # After this open, not beside it: the two would compete for the
             # CPU. (Not after a failed one: a broken config starts nothing more.)
             spares.refill(self)

@@ -112,6 +112,10 @@ class MCPConnection:
         self.prefix = server.name
         self._close_after_run = close_after_run
         self._spec = server._spec()
+        if server.spares and not close_after_run and isolation == "process":
+            # Persistent: a crash or timeout restart takes a standby server
+            # the worker keeps ready (per-run opens take the pool's spares).
+            self._spec = msgspec.structs.replace(self._spec, standby=True)
         self._channel: ProcessChannel | LocalChannel | None = None
         self._starting: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[WorkerMessage]] = {}

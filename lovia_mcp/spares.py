@@ -21,7 +21,9 @@ replaced until the next run takes or asks for one. :func:`close_spares` and
 ``MCP.aclose()`` close spares at once. A connection belongs to the loop that
 made it, so a pool serves its own loop only; when that loop shuts down
 (``asyncio.run`` cancels the pool's keeper task) the keeper closes its
-spares. After an agent SIGKILL, each spare's worker sees its pipe close and
+spares (a loop closed without cancelling its tasks, unlike ``asyncio.run``,
+gets asyncio's "task was destroyed" warning for the keeper instead, and the
+spares' workers exit when their pipes close). After an agent SIGKILL, each spare's worker sees its pipe close and
 kills its tree, as for every connection.
 
 Caveats: a spare is checked when taken (worker alive, server still serving:
@@ -89,7 +91,9 @@ class _Pool:
         self.closing = False
         self.changed = asyncio.Event()
         self.closers: set[asyncio.Task[None]] = set()
-        self.keeper = loop.create_task(self._keep(), name="lovia-mcp-spares")
+        # Runs while the pool has spares (ready or starting), so a loop
+        # closed without asyncio.run's clean-up finds no task of ours pending.
+        self.keeper: asyncio.Task[None] | None = None
 
     def entry(self, server: MCPServer) -> tuple[bytes, _Entry]:
         key = spare_key(server)
@@ -110,6 +114,13 @@ class _Pool:
             task = self.loop.create_task(self._start(key, entry))
             entry.starting.add(task)
             task.add_done_callback(entry.starting.discard)
+            self.wake()
+
+    def wake(self) -> None:
+        """Tell the keeper the pool changed; start it if it is not running."""
+        if (self.keeper is None or self.keeper.done()) and not self.closing and self.count():
+            self.keeper = self.loop.create_task(self._keep(), name="lovia-mcp-spares")
+        self.changed.set()
 
     async def _start(self, key: bytes, entry: _Entry) -> None:
         server = entry.server
@@ -126,7 +137,7 @@ class _Pool:
             self.discard(conn)
             return
         entry.ready.append((conn, time.monotonic()))
-        self.changed.set()
+        self.wake()
         logger.debug("%s: a warm spare is ready (worker pid %s)", conn._spec.name, conn.worker_pid)
 
     def discard(self, conn: MCPConnection) -> None:
@@ -158,6 +169,8 @@ class _Pool:
             while True:
                 self.changed.clear()
                 wait = self._expire()
+                if not self.count():
+                    return  # started again by the next spare (wake)
                 try:
                     await asyncio.wait_for(self.changed.wait(), wait)
                 except asyncio.TimeoutError:
@@ -183,6 +196,7 @@ class _Pool:
             while entry.ready:
                 self.discard(entry.ready.popleft()[0])
         await asyncio.gather(*starting, *self.closers, return_exceptions=True)
+        self.changed.set()  # the keeper ends once the pool is empty
 
 
 # Pools by loop; a closed loop's pool is dropped at the next use (its
@@ -195,9 +209,9 @@ def _pool() -> _Pool:
     for other in [other for other in _pools if other.is_closed()]:
         del _pools[other]
     pool = _pools.get(loop)
-    # A pool whose keeper is closing it (the loop is shutting down) stays:
-    # it starts nothing more. One whose keeper is gone is replaced.
-    if pool is None or pool.keeper.done():
+    # A pool whose keeper closed it (the loop is shutting down) stays: it
+    # starts nothing more.
+    if pool is None:
         pool = _pools[loop] = _Pool(loop)
     return pool
 
@@ -247,7 +261,7 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
     finally:
         if taken:
             pool.refill_soon(key, entry)
-        pool.changed.set()
+        pool.wake()
 
 
 def refill(server: MCPServer) -> None:

@@ -8,6 +8,7 @@ is the pid the pool's connection had before it was handed out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ from _sup_helpers import alive_after, alive_after_sync
 from conftest import PY, RAW_SERVER, pid_alive, raw_args, run
 from lovia.testing import call
 
-from lovia_mcp import MCP, MCPConnection, MCPServerStdio, UserError, close_spares, spares, warm_spares
+from lovia_mcp import MCP, MCPConnection, MCPError, MCPServerStdio, UserError, close_spares, spares, warm_spares
 from lovia_mcp.config import MAX_SPARES
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
@@ -54,16 +56,37 @@ async def answering_pid(conn: MCPConnection) -> int:
     return pid
 
 
-class _Ended(logging.Handler):
-    """Sets an event when a worker reports that a server generation ended."""
+class _Seen(logging.Handler):
+    """Counts the ``lovia_mcp`` records (worker logs included) that contain ``text``."""
 
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.event = asyncio.Event()
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.count = 0
+        self.changed = asyncio.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "ended" in record.getMessage():
-            self.event.set()
+        if self.text in record.getMessage():
+            self.count += 1
+            self.changed.set()
+
+    async def reach(self, n: int) -> None:
+        while self.count < n:
+            self.changed.clear()
+            await self.changed.wait()
+
+
+@contextlib.contextmanager
+def seen(text: str) -> Iterator[_Seen]:
+    log = logging.getLogger("lovia_mcp")
+    handler, level = _Seen(text), log.level
+    log.setLevel(logging.DEBUG)
+    log.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 # -- config ------------------------------------------------------------------ #
@@ -175,26 +198,24 @@ def test_a_config_that_fails_to_open_starts_no_spare() -> None:
 def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() -> None:
     async def main() -> None:
         server = raw(spares=1)
-        ended = _Ended()
-        logging.getLogger("lovia_mcp").addHandler(ended)
-        try:
-            await warm_spares(server)
-            (spare,) = ready_spares()
-            dead = spare.server_pid
-            assert dead is not None
-            os.kill(dead, signal.SIGKILL)
-            await asyncio.wait_for(ended.event.wait(), GONE_WAIT)  # the worker saw it
-            conn = await server.open()
+        with seen("ended") as ended:
             try:
-                assert conn is not spare
-                assert await answering_pid(conn) not in (dead,)
+                await warm_spares(server)
+                (spare,) = ready_spares()
+                dead = spare.server_pid
+                assert dead is not None
+                os.kill(dead, signal.SIGKILL)
+                await asyncio.wait_for(ended.reach(1), GONE_WAIT)  # the worker saw it
+                conn = await server.open()
+                try:
+                    assert conn is not spare
+                    assert await answering_pid(conn) != dead
+                finally:
+                    await conn.close()
+                alive, _ = await alive_after([spare.worker_pid or 0], GONE_WAIT)
+                assert alive == [], "the dead spare's worker was not closed"
             finally:
-                await conn.close()
-            alive, _ = await alive_after([spare.worker_pid or 0], GONE_WAIT)
-            assert alive == [], "the dead spare's worker was not closed"
-        finally:
-            logging.getLogger("lovia_mcp").removeHandler(ended)
-            await close_spares()
+                await close_spares()
 
     run(main())
 
@@ -244,15 +265,15 @@ def test_many_runs_starting_at_once_get_distinct_servers_the_spares_included() -
 def test_a_spare_taken_by_an_equal_config_of_another_plugin_gets_that_configs_options() -> None:
     async def main() -> None:
         first = raw(spares=1)
-        other = raw(spares=1, include_tools=["echo"], close_after_run=False)
+        other = raw(spares=1, include_tools=["echo"], timeout=7.0)
         try:
             await warm_spares(first)
             (spare,) = ready_spares()
-            conn = await other.open()
+            conn = await MCP(other)._open_server(other)
             try:
                 assert conn is spare
                 assert [t.name for t in conn.tools()] == ["raw__echo"]
-                assert conn.server is other and conn.close_after_run is False
+                assert conn.server is other and conn.tools()[0].timeout == 7.0
             finally:
                 await conn.close()
         finally:
@@ -372,6 +393,13 @@ def test_a_spare_ready_on_another_running_loop_is_not_handed_to_this_one() -> No
         assert asyncio.run_coroutine_threadsafe(close_spares(), other).result(GONE_WAIT) is None
         assert theirs is not None and not pid_alive(theirs)
     finally:
+        async def end() -> None:  # what asyncio.run does at a loop's end
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(end(), other).result(GONE_WAIT)
         other.call_soon_threadsafe(other.stop)
         thread.join(GONE_WAIT)
         other.close()
@@ -425,3 +453,79 @@ def test_an_agent_killed_or_exiting_with_spares_ready_leaves_no_process(how: str
         for stream in (agent.stdin, agent.stdout, agent.stderr):
             if stream is not None and not stream.closed:
                 stream.close()
+
+
+# -- persistent connections: a standby server in the worker ------------------- #
+def server_pids(worker: int) -> set[int]:
+    """The raw servers running under a worker (its current and standby generations)."""
+    import psutil
+
+    return {p.pid for p in psutil.Process(worker).children(recursive=True)
+            if any(a.endswith("raw_server.py") for a in p.cmdline())}
+
+
+async def standby_up(conn: MCPConnection, ready: _Seen, n: int, current: int) -> int:
+    """The pid of the ``n``-th standby once the worker logged it ready: the server under it that is not ``current``."""
+    await asyncio.wait_for(ready.reach(n), GONE_WAIT)
+    assert conn.worker_pid is not None
+    (pid,) = server_pids(conn.worker_pid) - {current}
+    return pid
+
+
+def test_a_persistent_connection_with_spares_restarts_each_crash_on_the_standby_and_keeps_a_new_one() -> None:
+    async def main() -> None:
+        with seen("standby server") as ready:
+            async with raw(spares=1, auto_reconnect=False).session() as conn:
+                current = await answering_pid(conn)
+                assert conn.worker_pid is not None
+                for n in (1, 2):
+                    standby = await standby_up(conn, ready, n, current)
+                    with pytest.raises(MCPError, match="code 3"):
+                        await conn.call_tool("exit", {"code": 3})
+                    current = await answering_pid(conn)
+                    assert current == standby, "the restart did not take the standby"
+                    assert (await conn.stats()).restarts == n
+                await standby_up(conn, ready, 3, current)
+                kept = server_pids(conn.worker_pid)
+                assert len(kept) == 2
+            alive, _ = await alive_after(list(kept), GONE_WAIT)
+            assert alive == [], "a standby outlived its connection"
+
+    run(main())
+
+
+def test_a_call_whose_server_crashed_is_retried_on_the_standby() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=[RAW_SERVER, "--crash-after", "2"], name="raw", spares=1)
+        with seen("standby server") as ready:
+            async with server.session() as conn:
+                first = await answering_pid(conn)  # call 1
+                standby = await standby_up(conn, ready, 1, first)
+                started = time.monotonic()
+                assert await answering_pid(conn) == standby  # call 2 crashes the server; the retry is the standby's call 1
+                print(f"crash and retry on the standby: {1e3 * (time.monotonic() - started):.1f} ms")
+
+    run(main())
+
+
+def test_a_persistent_connection_without_spares_keeps_no_standby() -> None:
+    async def main() -> None:
+        async with raw().session() as conn:
+            first = await answering_pid(conn)
+            assert conn.worker_pid is not None and server_pids(conn.worker_pid) == {first}
+
+    run(main())
+
+
+def test_a_persistent_session_does_not_take_a_pooled_spare() -> None:
+    async def main() -> None:
+        server = raw(spares=1)
+        try:
+            await warm_spares(server)
+            (spare,) = ready_spares()
+            async with server.session() as conn:
+                assert conn is not spare and ready_spares() == [spare]
+        finally:
+            await close_spares()
+
+    run(main())

@@ -98,6 +98,10 @@ class Host:
         self.enforcement: str | None = None
         self.oom_kills = 0
         self._starting: asyncio.Task[Generation] | None = None
+        # With spec.standby: a READY generation no request uses yet, promoted
+        # when the current one ends (a restart without the start-up wait).
+        self.standby: Generation | None = None
+        self._standby_starting: asyncio.Task[Generation] | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._generations = 0
         self._restart_times: collections.deque[float] = collections.deque()
@@ -221,6 +225,9 @@ class Host:
             if self._closing:
                 raise failures.closed("the connection is closing")
             if self._starting is None:
+                promoted = self._promote()
+                if promoted is not None:
+                    return promoted
                 self._starting = asyncio.ensure_future(self._start())
                 self._starting.add_done_callback(self._started)
             return await asyncio.shield(self._starting)
@@ -229,6 +236,43 @@ class Host:
         self._starting = None
         if not task.cancelled() and task.exception() is None:
             self.current = task.result()
+            self._standby_soon()
+
+    # -- the standby generation (spec.standby) ------------------------------ #
+    def _standby_soon(self) -> None:
+        spec = self.spec
+        if spec is None or not spec.standby or self._closing or self.standby is not None:
+            return
+        if self._standby_starting is not None:
+            return
+        self._standby_starting = asyncio.ensure_future(self._start(standby=True))
+        self._standby_starting.add_done_callback(self._standby_started)
+
+    def _standby_started(self, task: asyncio.Task[Generation]) -> None:
+        self._standby_starting = None
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            # Not retried until the next restart: a server that cannot start
+            # must not be started over and over beside a working one.
+            self._log(logging.WARNING, f"a standby server could not start: {exc}")
+            return
+        self.standby = task.result()
+
+    def _promote(self) -> Generation | None:
+        """The standby as the current generation (counted as a restart), if one is serving."""
+        gen, spec = self.standby, self.spec
+        if gen is None or spec is None or not gen.serving:
+            return None
+        self._count_restart(spec)  # the circuit: raises, leaving the standby where it was
+        self.standby = None
+        self.current = gen
+        self._log(logging.INFO, f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, "
+                                f"generation {gen.number})")
+        self._emit(Started(server_pid=gen.server_pid, generation=gen.number))
+        self._standby_soon()
+        return gen
 
     def _count_restart(self, spec: ServerSpec) -> None:
         """The crash-loop circuit: raises once ``restart_limit`` restarts fall in the window."""
@@ -243,11 +287,11 @@ class Host:
         self._restart_times.append(now)
         self.restarts += 1
 
-    async def _start(self) -> Generation:
+    async def _start(self, *, standby: bool = False) -> Generation:
         spec = self.spec
         if spec is None:
             raise HostError("internal", "no server spec: Open was never sent")
-        if self._generations > 0:
+        if self._generations > 0 and not standby:  # a standby counts when it is promoted
             self._count_restart(spec)
         self._generations += 1
         gen = Generation(self._generations)
@@ -271,6 +315,9 @@ class Host:
         except HostError:
             await self._wait_down(gen)
             raise
+        if standby:
+            self._log(logging.DEBUG, f"standby server {spec.name!r} ready (pid {gen.server_pid}, generation {gen.number})")
+            return gen
         self._log(logging.INFO, f"server {spec.name!r} started (pid {gen.server_pid}, generation {gen.number})")
         # If this worker dies, the agent kills the server's process group
         # itself, and that must be this generation's group.
@@ -383,11 +430,15 @@ class Host:
             gen.stop(failures.closed())  # a no-op unless the body ended without a reason
             if self.current is gen:
                 self.current = None  # the next request starts a fresh one while this one is torn down
+            waiting = self.standby is gen  # a standby no request used: not a restart's reason
+            if waiting:
+                self.standby = None
             started = ready.done()
             if started and gen.reason is not None and not self._closing and gen.reason.kind != "closed":
-                if not gen.drained:  # a retired generation's reason was noted when it was retired
+                if not gen.drained and not waiting:  # a retired generation's reason was noted when it was retired
                     self.last_restart_reason = gen.reason.message
-                self._log(logging.WARNING, f"server {spec.name!r} generation {gen.number} ended: {gen.reason.message}")
+                what = "standby generation" if waiting else "generation"
+                self._log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {gen.reason.message}")
             await asyncio.shield(self._teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:
@@ -507,6 +558,8 @@ class Host:
                 task.cancel()
         if self._starting is not None:
             self._starting.cancel()
+        if self._standby_starting is not None:
+            self._standby_starting.cancel()
         gens = list(self._gens)
         for gen in gens:
             gen.stop(failures.closed())
