@@ -508,6 +508,23 @@ def test_a_call_whose_server_crashed_is_retried_on_the_standby() -> None:
     run(main())
 
 
+def test_after_a_timeout_kill_the_next_call_is_served_by_the_standby() -> None:
+    timeout = 0.3
+
+    async def main() -> None:
+        with seen("standby server") as ready:
+            async with raw(spares=1).session() as conn:
+                first = await answering_pid(conn)
+                standby = await standby_up(conn, ready, 1, first)
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(conn.call_tool("hang", timeout=timeout), timeout)
+                started = time.monotonic()
+                assert await answering_pid(conn) == standby
+                print(f"first call after the timeout, on the standby: {1e3 * (time.monotonic() - started):.1f} ms")
+
+    run(main())
+
+
 def test_a_persistent_connection_without_spares_keeps_no_standby() -> None:
     async def main() -> None:
         async with raw().session() as conn:
