@@ -59,6 +59,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import math
 import os
 import platform
@@ -89,6 +90,8 @@ CHILD_TIMEOUT = 900.0
 STALL_BASELINE_SECONDS = 0.1
 # The ticker's period.
 TICK = 0.001
+# A server with a tool call that exits on demand, for the crash figures.
+CRASH_SERVER = str(ROOT / "tests" / "servers" / "raw_server.py")
 # How long a ready spare is left alone while its worker's and server's CPU
 # time is measured: long enough to see periodic work (the worker's 1 s
 # orphan reap), short enough for the run.
@@ -141,6 +144,12 @@ FIGURES: tuple[Figure, ...] = (
            1 / 2**20),
     Figure("spare_idle_cpu", "a waiting spare: worker + server CPU, % of a core (not a goal)", "%", ("raw",),
            "spares", None, None, 100.0),
+    # A persistent connection whose server crashes mid-call: the call's retry on a fresh server, or on the
+    # standby a connection with spares=1 keeps (process only; lovia's plugin does not recover, see README).
+    Figure("crash_retry", "crash mid-call and its retry, persistent, no standby (not a goal)", "ms", ("raw",),
+           "spares", None, None, 1e3),
+    Figure("crash_retry_standby", "crash mid-call and its retry on the standby (not a goal)", "ms", ("raw",),
+           "spares", None, None, 1e3),
 )
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
 GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares")
@@ -385,6 +394,49 @@ async def _measure_spares(client: str, server: str, script: str, reps: int, add:
             add("open5_spares", await timed_setup(spared))
         await close_spares()
         await _measure_waiting_spare(script, add)
+        for _ in range(reps):
+            add("crash_retry", await _crash_retry(standby=False))
+            add("crash_retry_standby", await _crash_retry(standby=True))
+
+
+class _StandbyReady(logging.Handler):
+    """Counts the worker's "standby server ... ready" log records (forwarded to the agent's logging)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+        self.changed = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "standby server" in record.getMessage():
+            self.count += 1
+            self.changed.set()
+
+
+async def _crash_retry(*, standby: bool) -> float:
+    """One call whose server exits mid-call (raw_server --crash-after 2) and its retry, timed."""
+    import lovia_mcp
+
+    server = lovia_mcp.MCPServerStdio(command=sys.executable, args=[CRASH_SERVER, "--crash-after", "2"],
+                                      spares=1 if standby else 0)
+    log = logging.getLogger("lovia_mcp")
+    ready, level = _StandbyReady(), log.level
+    log.setLevel(logging.DEBUG)
+    log.addHandler(ready)
+    try:
+        async with server.session() as conn:
+            await conn.call_tool("echo", {"text": "1"})
+            while standby and ready.count < 1:
+                ready.changed.clear()
+                await ready.changed.wait()
+            t0 = time.perf_counter()
+            result = await conn.call_tool("echo", {"text": "2"})  # the server exits; retried once
+            took = time.perf_counter() - t0
+            assert str(result) == "2", result
+            return took
+    finally:
+        log.removeHandler(ready)
+        log.setLevel(level)
 
 
 async def _measure_waiting_spare(script: str, add: Any) -> None:
