@@ -22,12 +22,14 @@ from typing import Any
 
 import pytest
 from _agent import drive, outputs
-from _sup_helpers import alive_after, alive_after_sync
+from _sup_helpers import alive_after, alive_after_sync, enforcement, leftover_cgroups
 from conftest import PY, RAW_SERVER, pid_alive, raw_args, run
 from lovia.testing import call
 
 from lovia_mcp import MCP, MCPConnection, MCPError, MCPServerStdio, UserError, close_spares, spares, warm_spares
 from lovia_mcp.config import MAX_SPARES
+
+__all__ = ["enforcement"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
 
@@ -472,7 +474,9 @@ async def standby_up(conn: MCPConnection, ready: _Seen, n: int, current: int) ->
     return pid
 
 
-def test_a_persistent_connection_with_spares_restarts_each_crash_on_the_standby_and_keeps_a_new_one() -> None:
+def test_a_persistent_connection_with_spares_restarts_each_crash_on_the_standby_and_keeps_a_new_one(
+    enforcement: str,
+) -> None:
     async def main() -> None:
         with seen("standby server") as ready:
             async with raw(spares=1, auto_reconnect=False).session() as conn:
@@ -490,6 +494,7 @@ def test_a_persistent_connection_with_spares_restarts_each_crash_on_the_standby_
                 assert len(kept) == 2
             alive, _ = await alive_after(list(kept), GONE_WAIT)
             assert alive == [], "a standby outlived its connection"
+            assert leftover_cgroups() == []
 
     run(main())
 
