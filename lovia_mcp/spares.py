@@ -104,7 +104,8 @@ class _Pool:
         return key, entry
 
     def count(self) -> int:
-        return sum(len(e.ready) + len(e.starting) for e in self.entries.values())
+        # A copy: the cap counts the pools of loops in other threads too.
+        return sum(len(e.ready) + len(e.starting) for e in list(self.entries.values()))
 
     def refill_soon(self, key: bytes, entry: _Entry) -> None:
         self.loop.call_later(REFILL_DELAY, self.refill, key, entry)
@@ -200,14 +201,15 @@ class _Pool:
 
 
 # Pools by loop; a closed loop's pool is dropped at the next use (its
-# spares were closed by its keeper when the loop shut down).
+# spares were closed by its keeper when the loop shut down). Loops in other
+# threads use it too: every walk over it is over a copy.
 _pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
 
 
 def _pool() -> _Pool:
     loop = asyncio.get_running_loop()
-    for other in [other for other in _pools if other.is_closed()]:
-        del _pools[other]
+    for other in [other for other in list(_pools) if other.is_closed()]:
+        _pools.pop(other, None)
     pool = _pools.get(loop)
     # A pool whose keeper closed it (the loop is shutting down) stays: it
     # starts nothing more.
@@ -217,7 +219,7 @@ def _pool() -> _Pool:
 
 
 def _total() -> int:
-    return sum(p.count() for p in _pools.values() if not p.loop.is_closed())
+    return sum(p.count() for p in list(_pools.values()) if not p.loop.is_closed())
 
 
 async def _healthy(conn: MCPConnection) -> bool:
