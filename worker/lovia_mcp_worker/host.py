@@ -11,7 +11,9 @@ What lives where:
 - :mod:`.stdio` and :mod:`.jsonrpc`: the stdio transport and our own
   JSON-RPC client; :mod:`.http`: the SDK for streamable HTTP;
 - :mod:`.failures`: what every failure is called; :mod:`.content`: results
-  and listings as wire structs; :mod:`.guard`: the process tree.
+  and listings as wire structs; :mod:`.guard`: the process tree;
+- :mod:`.standby`: the READY generation a persistent connection with
+  spares keeps for its next restart.
 
 Lifecycle: requests use the current generation, starting one on demand
 (single flight). A generation ends when the server exits, passes a limit,
@@ -68,6 +70,7 @@ from .protocol import (
     Tools,
     WorkerMessage,
 )
+from .standby import Standby
 
 # How often the guard samples the tree when a memory, CPU or process limit is
 # set. 0.1 s bounds overshoot while costing ~1 % of a core.
@@ -100,8 +103,7 @@ class Host:
         self._starting: asyncio.Task[Generation] | None = None
         # With spec.standby: a READY generation no request uses yet, promoted
         # when the current one ends (a restart without the start-up wait).
-        self.standby: Generation | None = None
-        self._standby_starting: asyncio.Task[Generation] | None = None
+        self._standby = Standby(functools.partial(self._start, standby=True), self._log)
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._generations = 0
         self._restart_times: collections.deque[float] = collections.deque()
@@ -238,35 +240,19 @@ class Host:
             self.current = task.result()
             self._standby_soon()
 
-    # -- the standby generation (spec.standby) ------------------------------ #
+    # -- the standby generation (spec.standby, :mod:`.standby`) -------------- #
     def _standby_soon(self) -> None:
         spec = self.spec
-        if spec is None or not spec.standby or self._closing or self.standby is not None:
-            return
-        if self._standby_starting is not None:
-            return
-        self._standby_starting = asyncio.ensure_future(self._start(standby=True))
-        self._standby_starting.add_done_callback(self._standby_started)
-
-    def _standby_started(self, task: asyncio.Task[Generation]) -> None:
-        self._standby_starting = None
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            # Not retried until the next restart: a server that cannot start
-            # must not be started over and over beside a working one.
-            self._log(logging.WARNING, f"a standby server could not start: {exc}")
-            return
-        self.standby = task.result()
+        if spec is not None and spec.standby and not self._closing:
+            self._standby.soon()
 
     def _promote(self) -> Generation | None:
         """The standby as the current generation (counted as a restart), if one is serving."""
-        gen, spec = self.standby, self.spec
-        if gen is None or spec is None or not gen.serving:
+        gen, spec = self._standby.serving(), self.spec
+        if gen is None or spec is None:
             return None
         self._count_restart(spec)  # the circuit: raises, leaving the standby where it was
-        self.standby = None
+        self._standby.take()
         self.current = gen
         self._log(logging.INFO, f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, "
                                 f"generation {gen.number})")
@@ -430,9 +416,7 @@ class Host:
             gen.stop(failures.closed())  # a no-op unless the body ended without a reason
             if self.current is gen:
                 self.current = None  # the next request starts a fresh one while this one is torn down
-            waiting = self.standby is gen  # a standby no request used: not a restart's reason
-            if waiting:
-                self.standby = None
+            waiting = self._standby.forget(gen)  # a standby no request used: not a restart's reason
             started = ready.done()
             if started and gen.reason is not None and not self._closing and gen.reason.kind != "closed":
                 if not gen.drained and not waiting:  # a retired generation's reason was noted when it was retired
@@ -558,8 +542,7 @@ class Host:
                 task.cancel()
         if self._starting is not None:
             self._starting.cancel()
-        if self._standby_starting is not None:
-            self._standby_starting.cancel()
+        self._standby.cancel()
         gens = list(self._gens)
         for gen in gens:
             gen.stop(failures.closed())
