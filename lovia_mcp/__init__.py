@@ -9,6 +9,7 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``render``: results and schemas as the model sees them;
 - ``annotations``: ``MCPTool`` (a tool with its hints and ``_meta``) and the
   policies built on the hints;
+- ``spares``: warm spares, opened per-run connections kept ready for the next run;
 - ``_channel``: the worker process (forkserver, pipe) or the in-process host;
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
@@ -34,6 +35,7 @@ from .config_file import load_servers
 from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
+from .spares import close_spares, warm_spares
 from lovia_mcp_worker.protocol import Limits, Sandbox, Stats
 
 try:
@@ -61,7 +63,9 @@ __all__ = [
     "Stats",
     "ToolAnnotations",
     "UserError",
+    "close_spares",
     "load_servers",
     "normalize_schema",
     "render_mcp_content",
+    "warm_spares",
 ]

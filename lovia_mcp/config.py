@@ -36,6 +36,14 @@ DEFAULT_KILL_GRACE: Final = 1.0
 # Crash-loop circuit: this many restarts within the window open it.
 DEFAULT_RESTART_LIMIT: Final = 5
 DEFAULT_RESTART_WINDOW: Final = 60.0
+# How long a warm spare nobody took lives: long enough to bridge the gap
+# between the runs of a busy agent, short enough that an agent gone quiet
+# does not keep a worker and a server tree for nothing.
+DEFAULT_SPARE_IDLE: Final = 300.0
+# Spares per agent process, over every config and event loop: each is a
+# worker (about 11 MB unique memory) and a live server tree, so a typo like
+# spares=100 must not start a hundred of them.
+MAX_SPARES: Final = 16
 
 
 def _names(value: Sequence[str] | None, field: str) -> None:
@@ -73,6 +81,8 @@ class MCPServer:
     restart_limit: int = DEFAULT_RESTART_LIMIT
     restart_window: float = DEFAULT_RESTART_WINDOW
     trust_annotations: bool = False
+    spares: int = 0
+    spare_idle: float = DEFAULT_SPARE_IDLE
 
     def __post_init__(self) -> None:
         if type(self) is MCPServer:
@@ -126,6 +136,15 @@ class MCPServer:
                     )
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise UserError(f"name must be a non-empty string, got {self.name!r}", hint="name='github', say.")
+        if isinstance(self.spares, bool) or not isinstance(self.spares, int) or self.spares < 0:
+            raise UserError(f"spares must be a whole number >= 0, got {self.spares!r}",
+                            hint="spares=1 keeps one opened server ready for the next run; 0 (the default) keeps none.")
+        if self.spares > MAX_SPARES:
+            raise UserError(f"spares={self.spares} is over the cap of {MAX_SPARES} spares per agent process",
+                            hint="One or two spares cover a run starting while another one opens; use fewer.")
+        if isinstance(self.spare_idle, bool) or not isinstance(self.spare_idle, (int, float)) or not self.spare_idle > 0:
+            raise UserError(f"spare_idle must be a positive number of seconds, got {self.spare_idle!r}",
+                            hint=f"Keep the default ({DEFAULT_SPARE_IDLE:g} s) or pass spare_idle=60, say.")
         _names(self.include_tools, "include_tools")
         _names(self.exclude_tools, "exclude_tools")
         _names(self.inherit_env, "inherit_env")
@@ -148,8 +167,21 @@ class MCPServer:
         from .connection import MCPConnection
 
         mode: Isolation = self.isolation or isolation or "process"
+        # Per-run opens take the pool's spares; a persistent connection keeps
+        # a standby server in its own worker instead (MCPConnection).
+        pooled = bool(self.spares) and mode == "process" and close_after_run
+        if pooled:
+            from . import spares
+
+            spare = await spares.take(self, close_after_run=close_after_run)
+            if spare is not None:
+                return spare
         conn = MCPConnection(self, isolation=mode, close_after_run=close_after_run)
         await conn._connect()
+        if pooled:
+            # After this open, not beside it: the two would compete for the
+            # CPU. (Not after a failed one: a broken config starts nothing more.)
+            spares.refill(self)
         return conn
 
     # -- the worker's view --------------------------------------------------- #
@@ -261,6 +293,8 @@ class MCPServerStreamableHTTP(MCPServer):
 
 __all__ = [
     "DEFAULT_OPEN_TIMEOUT",
+    "DEFAULT_SPARE_IDLE",
+    "MAX_SPARES",
     "Isolation",
     "Limits",
     "MCPServer",

@@ -130,6 +130,10 @@ class MCPConnection(LoviaFields):
         self.prefix = server.name
         self._close_after_run = close_after_run
         self._spec = server._spec()
+        if server.spares and not close_after_run and isolation == "process":
+            # Persistent: a crash or timeout restart takes a standby server
+            # the worker keeps ready (per-run opens take the pool's spares).
+            self._spec = msgspec.structs.replace(self._spec, standby=True)
         self._channel: ProcessChannel | LocalChannel | None = None
         self._starting: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[WorkerMessage]] = {}
@@ -137,7 +141,8 @@ class MCPConnection(LoviaFields):
         self._tools: list[Tool] | None = None
         # Request id of each tools/call in flight -> its raw tool name (for progress).
         self._calls: dict[int, str] = {}
-        # The listing the tools were built from, and each raw name's hints.
+        # The listing the tools were built from (a warm spare rebuilds them for
+        # its taker), and each raw name's hints.
         self._specs: list[ToolSpec] | None = None
         self._annotations: dict[str, ToolAnnotations | None] = {}
         # Visible tool name -> the server's raw name (what calls are sent as).
@@ -184,6 +189,18 @@ class MCPConnection(LoviaFields):
     @property
     def server_pid(self) -> int | None:
         return self._server_pid
+
+    def _adopt(self, server: MCPServer, *, close_after_run: bool) -> None:
+        """Hand this (warm spare) connection to ``server``, a config with the same worker spec.
+
+        What is not in the spec (tool filters, approval, renderer, retries,
+        timeouts) is the taker's: the tools are rebuilt from the listing.
+        """
+        self.server = server
+        self._close_after_run = close_after_run
+        self._renderer = server.result_renderer or default_renderer
+        self._duplicates_reported = set()
+        self._tools = self._build_tools(self._specs or [])
 
     # -- tools --------------------------------------------------------------- #
     def tools(self) -> list[Tool]:

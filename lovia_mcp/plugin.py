@@ -111,6 +111,19 @@ class MCP:
         """The connections this plugin opened that are still open (for ``stats()``)."""
         return [c for c in self._open if not c._closed]
 
+    async def aclose(self) -> None:
+        """Close the warm spares of this plugin's configs on the running loop (shared ones included).
+
+        Runs never close spares (keeping them between runs is their point);
+        this, :func:`~lovia_mcp.spares.close_spares`, idle expiry or the
+        loop's end do.
+        """
+        from .spares import close_spares
+
+        spared = [s for s in self.servers if isinstance(s, MCPServer) and s.spares]
+        if spared:
+            await close_spares(*spared)
+
     async def _open_server(self, server: MCPServerLike) -> MCPConnection:
         if isinstance(server, MCPServer):
             conn = await server._open(isolation=self.isolation, close_after_run=server.close_after_run)

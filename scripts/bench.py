@@ -59,6 +59,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import math
 import os
 import platform
@@ -75,6 +76,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER_SCRIPTS = {
     "raw": str(ROOT / "scripts" / "bench_server.py"),
     "sdk": str(ROOT / "scripts" / "bench_sdk_server.py"),
+    # A real third-party server (scripts/thirdparty.sh installs it): run with node.
+    "everything": str(ROOT / ".cache" / "thirdparty" / "npm" / "node_modules" / "@modelcontextprotocol"
+                      / "server-everything" / "dist" / "index.js"),
 }
 CLIENTS = ("lovia", "none", "process")
 CLIENT_LABELS = {"lovia": "lovia in-process", "none": "lovia-mcp none", "process": "lovia-mcp process"}
@@ -86,6 +90,14 @@ CHILD_TIMEOUT = 900.0
 STALL_BASELINE_SECONDS = 0.1
 # The ticker's period.
 TICK = 0.001
+# A server with a tool call that exits on demand, for the crash figures.
+CRASH_SERVER = str(ROOT / "tests" / "servers" / "raw_server.py")
+# How long a ready spare is left alone while its worker's and server's CPU
+# time is measured: long enough to see periodic work (the worker's 1 s
+# orphan reap), short enough for the run.
+SPARE_IDLE_SECONDS = 5.0
+# Servers opened by one run in the "five servers" figures.
+FIVE = 5
 
 
 @dataclass(frozen=True)
@@ -116,9 +128,31 @@ FIGURES: tuple[Figure, ...] = (
     Figure("loop_cpu", "agent loop CPU during it, total (not a goal)", "ms", ("raw", "sdk"), "big", None, None, 1e3),
     Figure("rss_per_server", "agent RSS per extra server (N={n})", "MB", ("raw",), "memory", 2.0, "abs", 1 / 2**20),
     Figure("worker_uss", "worker USS per connection", "MB", ("raw",), "memory", 20.0, "abs", 1 / 2**20),
+    # Per-run opens (server.open(), as lovia's runtime does per run); "process" with spares=1 and a spare
+    # ready (warm_spares before each sample, not timed).
+    Figure("spare_open", "per-run open, spare ready (spares=1)", "ms", ("raw",), "spares", 0.1, "ratio", 1e3),
+    Figure("spare_open_3p", "per-run open of server-everything, spare ready", "ms", ("everything",), "spares",
+           10.0, "abs", 1e3),
+    # A plugin's setup of five servers (lovia's opens them one after another; ours at once).
+    Figure("open5", "per-run setup of {five} servers, no spares", "ms", ("raw",), "spares", 0.3, "ratio", 1e3),
+    Figure("open5_spares", "per-run setup of {five} servers, spares ready", "ms", ("raw",), "spares", 0.05, "ratio",
+           1e3),
+    # The cost of a spare while it waits (process only).
+    Figure("spare_worker_uss", "a waiting spare: worker USS (not a goal)", "MB", ("raw",), "spares", None, None,
+           1 / 2**20),
+    Figure("spare_server_uss", "a waiting spare: raw server USS (not a goal)", "MB", ("raw",), "spares", None, None,
+           1 / 2**20),
+    Figure("spare_idle_cpu", "a waiting spare: worker + server CPU, % of a core (not a goal)", "%", ("raw",),
+           "spares", None, None, 100.0),
+    # A persistent connection whose server crashes mid-call: the call's retry on a fresh server, or on the
+    # standby a connection with spares=1 keeps (process only; lovia's plugin does not recover, see README).
+    Figure("crash_retry", "crash mid-call and its retry, persistent, no standby (not a goal)", "ms", ("raw",),
+           "spares", None, None, 1e3),
+    Figure("crash_retry_standby", "crash mid-call and its retry on the standby (not a goal)", "ms", ("raw",),
+           "spares", None, None, 1e3),
 )
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
-GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory")
+GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares")
 
 
 @dataclass(frozen=True)
@@ -142,15 +176,24 @@ def _human_bytes(n: int) -> str:
 # --------------------------------------------------------------------------- #
 # Child side: one client, measured in its own process
 # --------------------------------------------------------------------------- #
-def _make_server(client: str, script: str, *, sandbox: bool = False) -> Any:
+def _command(script: str) -> tuple[str, list[str]]:
+    if script.endswith(".js"):
+        import shutil
+
+        return shutil.which("node") or "node", [script, "stdio"]
+    return sys.executable, [script]
+
+
+def _make_server(client: str, script: str, *, sandbox: bool = False, **options: Any) -> Any:
+    command, args = _command(script)
     if client == "lovia":
         from lovia.plugins.mcp import MCPServerStdio as LoviaStdio
 
-        return LoviaStdio(command=sys.executable, args=[script])
+        return LoviaStdio(command=command, args=args, **options)
     import lovia_mcp
 
-    return lovia_mcp.MCPServerStdio(command=sys.executable, args=[script], isolation=client,
-                                    sandbox=lovia_mcp.Sandbox() if sandbox else None)
+    return lovia_mcp.MCPServerStdio(command=command, args=args, isolation=client,
+                                    sandbox=lovia_mcp.Sandbox() if sandbox else None, **options)
 
 
 async def _timed_open(client: str, script: str, *, sandbox: bool = False) -> tuple[float, float]:
@@ -220,7 +263,7 @@ def _rss() -> int:
 
 async def _measure_server(client: str, server: str, groups: set[str], p: Params, out: dict[str, list[float]]) -> None:
     script = SERVER_SCRIPTS[server]
-    reps = p.per_round(p.sdk_open_repeat if server == "sdk" else p.repeat)
+    reps = p.per_round(p.sdk_open_repeat if server in ("sdk", "everything") else p.repeat)
     warmed = False
 
     def add(key: str, value: float) -> None:
@@ -270,6 +313,9 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
                     add("stall_cpu_max", max((max(0.0, c - cpu_base) for c in cpus), default=0.0))
                     add("loop_cpu", max(0.0, loop_cpu - cpu_base * len(cpus)))
 
+    if "spares" in groups:
+        await _measure_spares(client, server, script, reps, add)
+
     if "open" in groups:
         if not warmed:
             async with _make_server(client, script).session() as conn:
@@ -284,6 +330,135 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
             if boxed:
                 opened_boxed, _ = await _timed_open(client, script, sandbox=True)
                 add("sandbox_cost", opened_boxed - opened)
+
+
+async def _measure_spares(client: str, server: str, script: str, reps: int, add: Any) -> None:
+    """Per-run opens with spares ready (process) against lovia's per-run opens; a waiting spare's cost."""
+    spare = client == "process"
+    if client == "none" and server != "raw":
+        return
+    if spare:
+        from lovia_mcp import close_spares, warm_spares
+
+    async def timed_open(config: Any) -> float:
+        if spare:
+            await warm_spares(config)
+        t0 = time.perf_counter()
+        conn = await config.open()
+        took = time.perf_counter() - t0
+        assert conn.tools()
+        await conn.close()
+        return took
+
+    options = {"spares": 1} if spare else {}
+    config = _make_server(client, script, **options)
+    await timed_open(config)  # warm: imports, the forkserver, node's caches
+    if client != "none":
+        for _ in range(reps):
+            add("spare_open_3p" if server == "everything" else "spare_open", await timed_open(config))
+    if server != "raw":
+        if spare:
+            await close_spares()
+        return
+
+    async def timed_setup(configs: list[Any]) -> float:
+        if client == "lovia":
+            from lovia.plugins.mcp import MCP as LoviaMCP
+
+            plugin: Any = LoviaMCP(*configs)
+        else:
+            from lovia_mcp import MCP, warm_spares as warm
+
+            plugin = MCP(*configs)
+            if any(c.spares for c in configs):
+                await warm(*configs)
+        t0 = time.perf_counter()
+        instance = await plugin.setup(None)
+        took = time.perf_counter() - t0
+        assert instance.tools
+        await instance.aclose()
+        return took
+
+    # Named apart: five configs, five keys, one spare each.
+    plain = [_make_server(client, script, name=f"s{i}") for i in range(FIVE)]
+    await timed_setup(plain)
+    for _ in range(reps):
+        took = await timed_setup(plain)
+        add("open5", took)
+        if client == "lovia":
+            add("open5_spares", took)  # lovia has no spares: the same baseline
+    if spare:
+        spared = [_make_server(client, script, name=f"s{i}", spares=1) for i in range(FIVE)]
+        await timed_setup(spared)
+        for _ in range(reps):
+            add("open5_spares", await timed_setup(spared))
+        await close_spares()
+        await _measure_waiting_spare(script, add)
+        for _ in range(reps):
+            add("crash_retry", await _crash_retry(standby=False))
+            add("crash_retry_standby", await _crash_retry(standby=True))
+
+
+class _StandbyReady(logging.Handler):
+    """Counts the worker's "standby server ... ready" log records (forwarded to the agent's logging)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+        self.changed = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "standby server" in record.getMessage():
+            self.count += 1
+            self.changed.set()
+
+
+async def _crash_retry(*, standby: bool) -> float:
+    """One call whose server exits mid-call (raw_server --crash-after 2) and its retry, timed."""
+    import lovia_mcp
+
+    server = lovia_mcp.MCPServerStdio(command=sys.executable, args=[CRASH_SERVER, "--crash-after", "2"],
+                                      spares=1 if standby else 0)
+    log = logging.getLogger("lovia_mcp")
+    ready, level = _StandbyReady(), log.level
+    log.setLevel(logging.DEBUG)
+    log.addHandler(ready)
+    try:
+        async with server.session() as conn:
+            await conn.call_tool("echo", {"text": "1"})
+            while standby and ready.count < 1:
+                ready.changed.clear()
+                await ready.changed.wait()
+            t0 = time.perf_counter()
+            result = await conn.call_tool("echo", {"text": "2"})  # the server exits; retried once
+            took = time.perf_counter() - t0
+            assert str(result) == "2", result
+            return took
+    finally:
+        log.removeHandler(ready)
+        log.setLevel(level)
+
+
+async def _measure_waiting_spare(script: str, add: Any) -> None:
+    import psutil
+    from lovia_mcp import close_spares, spares, warm_spares
+
+    config = _make_server("process", script, spares=1)
+    await warm_spares(config)
+    pool = spares._pools[asyncio.get_running_loop()]
+    (conn,) = [c for e in pool.entries.values() for c, _ in e.ready]
+    procs = [psutil.Process(conn.worker_pid), psutil.Process(conn.server_pid)]
+
+    def cpu() -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+    await asyncio.sleep(0.5)  # past the start-up's last work
+    c0 = cpu()
+    await asyncio.sleep(SPARE_IDLE_SECONDS)
+    add("spare_idle_cpu", (cpu() - c0) / SPARE_IDLE_SECONDS)
+    add("spare_worker_uss", float(procs[0].memory_full_info().uss))
+    add("spare_server_uss", float(procs[1].memory_full_info().uss))
+    await close_spares()
 
 
 def _sandbox_available() -> bool:
@@ -330,7 +505,8 @@ async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None
 async def _child_main(client: str, servers: list[str], groups: set[str], p: Params) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for server in servers:
-        await _measure_server(client, server, groups, p, out)
+        # Only the groups with a figure on this server (server-everything has only a spares figure).
+        await _measure_server(client, server, groups & {f.group for f in FIGURES if server in f.servers}, p, out)
     return out
 
 
@@ -435,7 +611,7 @@ def _machine() -> dict[str, Any]:
 
 
 def _label(fig: Figure, server: str, p: Params) -> str:
-    text = fig.label.format(conc=p.conc, big=_human_bytes(p.big), n=p.n_conns)
+    text = fig.label.format(conc=p.conc, big=_human_bytes(p.big), n=p.n_conns, five=FIVE)
     return f"{text} [{server}]"
 
 
@@ -572,6 +748,9 @@ def main(argv: list[str] | None = None) -> int:
     child_groups = groups - {"first_open"}
     servers = sorted({s for k in wanted for s in FIGURE_BY_KEY[k].servers if FIGURE_BY_KEY[k].group != "first_open"})
 
+    if "everything" in servers and not (os.path.exists(SERVER_SCRIPTS["everything"]) and _command(".js")[0] != "node"):
+        _log("server-everything is not installed (scripts/thirdparty.sh) or node is missing: its figure is skipped")
+        servers.remove("everything")
     started = time.monotonic()
     load_before = os.getloadavg()
     samples: dict[str, dict[str, list[float]]] = {c: {} for c in CLIENTS}

@@ -11,7 +11,9 @@ What lives where:
 - :mod:`.stdio` and :mod:`.jsonrpc`: the stdio transport and our own
   JSON-RPC client; :mod:`.http`: the SDK for streamable HTTP;
 - :mod:`.failures`: what every failure is called; :mod:`.content`: results
-  and listings as wire structs; :mod:`.guard`: the process tree.
+  and listings as wire structs; :mod:`.guard`: the process tree;
+- :mod:`.standby`: the READY generation a persistent connection with
+  spares keeps for its next restart.
 
 Lifecycle: requests use the current generation, starting one on demand
 (single flight). A generation ends when the server exits, passes a limit,
@@ -71,6 +73,7 @@ from .protocol import (
     Tools,
     WorkerMessage,
 )
+from .standby import Standby
 
 # How often the guard samples the tree when a memory, CPU or process limit is
 # set. 0.1 s bounds overshoot while costing ~1 % of a core.
@@ -101,6 +104,9 @@ class Host:
         self.enforcement: str | None = None
         self.oom_kills = 0
         self._starting: asyncio.Task[Generation] | None = None
+        # With spec.standby: a READY generation no request uses yet, promoted
+        # when the current one ends (a restart without the start-up wait).
+        self._standby = Standby(functools.partial(self._start, standby=True), self._log)
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._generations = 0
         self._restart_times: collections.deque[float] = collections.deque()
@@ -236,6 +242,9 @@ class Host:
             if self._closing:
                 raise failures.closed("the connection is closing")
             if self._starting is None:
+                promoted = self._promote()
+                if promoted is not None:
+                    return promoted
                 self._starting = asyncio.ensure_future(self._start())
                 self._starting.add_done_callback(self._started)
             return await asyncio.shield(self._starting)
@@ -244,6 +253,27 @@ class Host:
         self._starting = None
         if not task.cancelled() and task.exception() is None:
             self.current = task.result()
+            self._standby_soon()
+
+    # -- the standby generation (spec.standby, :mod:`.standby`) -------------- #
+    def _standby_soon(self) -> None:
+        spec = self.spec
+        if spec is not None and spec.standby and not self._closing:
+            self._standby.soon()
+
+    def _promote(self) -> Generation | None:
+        """The standby as the current generation (counted as a restart), if one is serving."""
+        gen, spec = self._standby.serving(), self.spec
+        if gen is None or spec is None:
+            return None
+        self._count_restart(spec)  # the circuit: raises, leaving the standby where it was
+        self._standby.take()
+        self.current = gen
+        self._log(logging.INFO, f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, "
+                                f"generation {gen.number})")
+        self._emit(Started(server_pid=gen.server_pid, generation=gen.number))
+        self._standby_soon()
+        return gen
 
     def _count_restart(self, spec: ServerSpec) -> None:
         """The crash-loop circuit: raises once ``restart_limit`` restarts fall in the window."""
@@ -259,11 +289,11 @@ class Host:
         self.restarts += 1
         self.last_restart_reason = self._last_end
 
-    async def _start(self) -> Generation:
+    async def _start(self, *, standby: bool = False) -> Generation:
         spec = self.spec
         if spec is None:
             raise HostError("internal", "no server spec: Open was never sent")
-        if self._generations > 0:
+        if self._generations > 0 and not standby:  # a standby counts when it is promoted
             self._count_restart(spec)
         self._generations += 1
         gen = Generation(self._generations)
@@ -292,6 +322,9 @@ class Host:
         except HostError:
             await self._wait_down(gen)
             raise
+        if standby:
+            self._log(logging.DEBUG, f"standby server {spec.name!r} ready (pid {gen.server_pid}, generation {gen.number})")
+            return gen
         self._log(logging.INFO, f"server {spec.name!r} started (pid {gen.server_pid}, generation {gen.number})")
         # If this worker dies, the agent kills the server's process group
         # itself, and that must be this generation's group.
@@ -410,12 +443,14 @@ class Host:
             gen.stop(failures.closed())  # a no-op unless the body ended without a reason
             if self.current is gen:
                 self.current = None  # the next request starts a fresh one while this one is torn down
+            waiting = self._standby.forget(gen)  # a standby no request used: not a restart's reason
             started = ready.done()
             if started and gen.reason is not None and not self._closing and gen.reason.kind != "closed":
-                if not gen.drained:  # a retired generation's reason was noted when it was retired
+                if not gen.drained and not waiting:  # a retired generation's reason was noted when it was retired
                     self._last_end = gen.reason.message
-                self._log(logging.WARNING, f"server {spec.name!r} generation {gen.number} ended: {gen.reason.message}")
-            if started and not self._closing:
+                what = "standby generation" if waiting else "generation"
+                self._log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {gen.reason.message}")
+            if started and not self._closing and not waiting:
                 self._emit(Ended(server_pid=gen.server_pid, generation=gen.number))
             await asyncio.shield(self._teardown(gen, session, watchers, entering))
             gen.finished()
@@ -536,6 +571,7 @@ class Host:
                 task.cancel()
         if self._starting is not None:
             self._starting.cancel()
+        self._standby.cancel()
         gens = list(self._gens)
         for gen in gens:
             gen.stop(failures.closed())

@@ -177,6 +177,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     restart_limit: int = 5
     restart_window: float = 60.0
     sandbox: Sandbox | None = None
+    # Keep one more server READY beside the current one (a persistent
+    # connection with spares): a crash or timeout restart promotes it.
+    standby: bool = False
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
