@@ -45,7 +45,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
-from lovia.exceptions import MCPError, UserError
+from lovia.exceptions import MCPError
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
@@ -75,11 +75,12 @@ from lovia_mcp_worker.protocol import (
     WorkerMessage,
 )
 
-from ._channel import LocalChannel, ProcessChannel
+from ._channel import LocalChannel, ProcessChannel, kill_leftovers
+from ._errors import to_error
+from ._tools import build_tools
 from . import annotations as _hints
-from ._names import tool_names
 from ._parity import LoviaFields
-from .render import MCPToolResult, default_renderer, normalize_schema, with_sdk_models
+from .render import MCPToolResult, default_renderer, with_sdk_models
 
 if TYPE_CHECKING:
     from .config import Isolation, MCPServer
@@ -100,11 +101,6 @@ ENDED: Final = frozenset({"server_exited", "worker_died", "protocol", "limit"})
 # The largest tool-call arguments sent (JSON bytes): a worker takes frames up
 # to MAX_REQUEST_BYTES, and the rest of the CallTool message needs room.
 ARGUMENTS_CAP: Final = MAX_REQUEST_BYTES - 64 * 1024
-# After killing what a dead worker left in its cgroups, when to remove them:
-# SIGKILLed processes are gone within milliseconds.
-LEFTOVER_CLEANUP_DELAY: Final = 0.5
-# Stderr lines quoted in an error's hint.
-HINT_STDERR_LINES: Final = 8
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.decode
@@ -219,55 +215,12 @@ class MCPConnection(LoviaFields):
         return list(self._tools)
 
     def _build_tools(self, specs: list[ToolSpec]) -> list[Tool]:
-        server = self.server
-        # An empty include list means "no filter", as in lovia's plugin.
-        include = set(server.include_tools) if server.include_tools else None
-        exclude = set(server.exclude_tools or ())
-        # Named over the whole listing, before filtering: a tool's visible
-        # name must not change when a filter keeps or drops another tool.
-        visible = tool_names(self.prefix, [spec.name for spec in specs])
-        trusted = server.trust_annotations
         self._specs = list(specs)
         self._annotations = {spec.name: spec.annotations for spec in specs}
-        tools: list[Tool] = []
-        raw_names: dict[str, str] = {}
-        for spec, name in zip(specs, visible):
-            if name is None:
-                # lovia fails every run on two tools of one name, and a call
-                # names its tool, so a second listing was unreachable anyway.
-                if spec.name not in self._duplicates_reported:
-                    self._duplicates_reported.add(spec.name)
-                    logger.warning(
-                        "%s: the server lists the tool %r more than once; the first listing is used",
-                        self._spec.name, spec.name,
-                    )
-                continue
-            if (include is not None and spec.name not in include) or spec.name in exclude:
-                continue
-            try:
-                schema = _json_decode(spec.input_schema)
-            except msgspec.DecodeError:
-                schema = None
-            raw_names[name] = spec.name
-            hints = spec.annotations
-            tools.append(
-                _hints.MCPTool(
-                    name=name,
-                    description=spec.description or "",
-                    parameters=normalize_schema(schema),
-                    invoke=self._make_invoke(spec.name),
-                    needs_approval=_hints.approval(server.needs_approval, hints, trusted=trusted),
-                    retries=server.retries,
-                    timeout=server.timeout,
-                    max_output_chars=server.max_output_chars,
-                    result_renderer=self._renderer,
-                    parallel=_hints.parallel(server.parallel, hints, trusted=trusted),
-                    annotations=hints,
-                    meta=_hints.meta_object(spec.meta),
-                    raw_name=spec.name,
-                )
-            )
-        self.raw_names = raw_names
+        tools, self.raw_names = build_tools(
+            self.server, self.prefix, specs, self._make_invoke, self._renderer,
+            reported=self._duplicates_reported, server_name=self._spec.name,
+        )
         return tools
 
     def _make_invoke(self, tool_name: str) -> Any:
@@ -520,7 +473,7 @@ class MCPConnection(LoviaFields):
         if self._server_pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._server_pid, signal.SIGKILL)
-        _kill_leftovers(channel)
+        kill_leftovers(channel)
         pending, self._pending = self._pending, {}
         for rid, fut in pending.items():
             if not fut.done():
@@ -541,25 +494,7 @@ class MCPConnection(LoviaFields):
             raise self._error(reason.failure(0), tool_name)
 
     def _error(self, failure: Failure, tool_name: str | None) -> Exception:
-        """The one place a worker failure becomes a lovia error."""
-        hint = failure.hint or "Check that the MCP server is running and reachable."
-        if failure.stderr_tail:
-            lines = [line[:300] for line in failure.stderr_tail[-HINT_STDERR_LINES:]]
-            hint += "\n  last stderr lines:\n    " + "\n    ".join(lines)
-        if failure.kind == "missing_mcp":
-            user_error: Exception = UserError(failure.message, hint=failure.hint)
-            return user_error
-        subject = f"MCP tool {tool_name!r}" if tool_name else f"MCP server {self._spec.name!r}"
-        error: Exception = MCPError(
-            f"{subject} failed: {failure.message}",
-            hint=hint,
-            tool_name=tool_name,
-            kind=failure.kind,
-            exit_code=failure.exit_code,
-            signal=failure.signal,
-            stderr_tail=list(failure.stderr_tail),
-        )
-        return error
+        return to_error(failure, tool_name, self._spec.name)
 
     # -- open, stats, close -------------------------------------------------- #
     async def _connect(self) -> None:
@@ -628,23 +563,8 @@ class MCPConnection(LoviaFields):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self._server_pid, signal.SIGKILL)
             if died:
-                _kill_leftovers(channel)
+                kill_leftovers(channel)
         await channel.aclose()
-
-
-def _kill_leftovers(channel: ProcessChannel | LocalChannel) -> None:
-    """A dead worker's generations, escapees included, killed through their cgroups (where it had any)."""
-    if not isinstance(channel, ProcessChannel) or channel.pid is None:
-        return
-    from lovia_mcp_worker import cgroup
-
-    try:
-        if cgroup.kill_leftovers(channel.pid) or cgroup.remove_leftovers(channel.pid):
-            # Removable once the killed processes are gone; the next worker's
-            # start sweeps whatever is still there.
-            asyncio.get_running_loop().call_later(LEFTOVER_CLEANUP_DELAY, cgroup.remove_leftovers, channel.pid)
-    except Exception as exc:  # noqa: BLE001 - best effort: the worker is gone either way
-        logger.debug("could not clean up a dead worker's cgroups: %r", exc)
 
 
 class _StartFailed(Exception):
