@@ -13,7 +13,9 @@ What lives where:
 - :mod:`.failures`: what every failure is called; :mod:`.content`: results
   and listings as wire structs; :mod:`.guard`: the process tree;
 - :mod:`.standby`: the READY generation a persistent connection with
-  spares keeps for its next restart.
+  spares keeps for its next restart;
+- :mod:`.containment`: each generation's tree, its limit watch and the kill
+  at its end.
 
 Lifecycle: requests use the current generation, starting one on demand
 (single flight). A generation ends when the server exits, passes a limit,
@@ -40,12 +42,12 @@ import contextlib
 import functools
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable
 from typing import Final
 
 from . import cgroup, failures, guard
+from .containment import SHUTDOWN_WAIT, Containment, session_tail
 from .failures import HostError
 from .generation import Generation, Session, State
 from .launch import LaunchError
@@ -75,20 +77,6 @@ from .protocol import (
 )
 from .standby import Standby
 
-# How often the guard samples the tree when a memory, CPU or process limit is
-# set. 0.1 s bounds overshoot while costing ~1 % of a core.
-GUARD_INTERVAL: Final = 0.1
-# How often a worker without limits reaps the orphans it inherited (exited
-# double-forked helpers). Zombies hold only a pid each, so this can be slow;
-# one reap costs a few /proc reads.
-REAP_INTERVAL: Final = 1.0
-# Bound on a whole shutdown of one generation: kill escalation plus slack.
-SHUTDOWN_WAIT: Final = guard.TERM_GRACE + guard.KILL_WAIT + 1.0
-# Reasons after which the tree gets no SIGTERM grace: it already ignored a
-# cancel, passed a limit, or broke the stream.
-_NO_GRACE: Final = frozenset({"limit", "protocol", "timeout"})
-
-
 class Host:
     """Serves one connection's requests; replies through ``emit``."""
 
@@ -101,8 +89,7 @@ class Host:
         self.current: Generation | None = None
         self._gens: list[Generation] = []
         self._on: dict[int, Generation] = {}
-        self.enforcement: str | None = None
-        self.oom_kills = 0
+        self.containment = Containment(subreaper=subreaper, gens=lambda: self._gens, log=self._log)
         self._starting: asyncio.Task[Generation] | None = None
         # With spec.standby: a READY generation no request uses yet, promoted
         # when the current one ends (a restart without the start-up wait).
@@ -298,7 +285,7 @@ class Host:
         self._generations += 1
         gen = Generation(self._generations)
         if spec.transport == "stdio":
-            gen.tree = self._tree(gen.number, spec)
+            gen.tree = self.containment.tree(gen.number, spec)
         self._gens.append(gen)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         runner = asyncio.ensure_future(self._run(gen, spec, ready))
@@ -337,32 +324,6 @@ class Host:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(gen.down.wait(), SHUTDOWN_WAIT)
 
-    def _tree(self, number: int, spec: ServerSpec) -> guard.Tree:
-        """A generation's containment: its own cgroup where one can be made, else the watch."""
-        where = cgroup.layout()
-        tree: guard.Tree
-        if where is not None:
-            try:
-                tree = cgroup.CgroupTree(cgroup.GenerationCgroup.create(where, number, spec.limits))
-            except OSError as exc:
-                cgroup.disable()
-                self._log(logging.INFO, f"no cgroup for server generations ({exc}); limits are watched")
-                tree = guard.WatchTree(subreaper=self._subreaper, generations=self._watch_trees)
-            else:
-                if self.enforcement is None:
-                    self._log(logging.DEBUG, f"server generations are contained in {where.describe()}")
-        else:
-            tree = guard.WatchTree(subreaper=self._subreaper, generations=self._watch_trees)
-        self.enforcement = tree.enforcement
-        return tree
-
-    def _watch_trees(self) -> list[guard.WatchTree]:
-        return [g.tree for g in self._gens if isinstance(g.tree, guard.WatchTree)]
-
-    def _server_pids(self) -> set[int]:
-        """Servers whose exit status belongs to asyncio: never reaped as orphans."""
-        return {pid for g in self._gens if (pid := g.server_pid) is not None}
-
     def _session(self, gen: Generation, spec: ServerSpec) -> Session:
         if spec.transport == "http":
             from .http import HttpSession
@@ -379,21 +340,9 @@ class Host:
             on_end=gen.stop,
             log=self._log,
             on_garbage=self._garbage,
-            explain=lambda reason: self._kernel_reason(gen, spec, reason),
+            explain=lambda reason: self.containment.kernel_reason(gen, spec, reason),
             on_tools_changed=lambda: self.listing.changed(gen),
         )
-
-    def _kernel_reason(self, gen: Generation, spec: ServerSpec, reason: HostError) -> HostError:
-        """A server the kernel stopped at a cgroup limit (OOM kill, refused fork) ended for that limit."""
-        tree = gen.tree
-        if reason.kind != "server_exited" or not isinstance(tree, cgroup.CgroupTree):
-            return reason
-        found = tree.check(spec.limits)
-        if found is None or found[0] == "CPU":
-            return reason
-        limited = failures.limit(*found, reason.stderr_tail)
-        self._log(logging.WARNING, f"server {spec.name!r}: {limited.message}")
-        return limited
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
         """Own one generation from launch to teardown (anyio needs one task for both)."""
@@ -409,7 +358,7 @@ class Host:
                         # The move into the cgroup waits out an RCU grace
                         # period: done beside the handshake, not before it.
                         entering = asyncio.ensure_future(asyncio.to_thread(gen.tree.cgroup.enter, gen.server_pid))
-                watchers += self._watch(gen, spec)
+                watchers += self.containment.watch(gen, spec)
                 tools = await session.start()
                 if entering is not None:
                     try:
@@ -452,7 +401,7 @@ class Host:
                 self._log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {gen.reason.message}")
             if started and not self._closing and not waiting:
                 self._emit(Ended(server_pid=gen.server_pid, generation=gen.number))
-            await asyncio.shield(self._teardown(gen, session, watchers, entering))
+            await asyncio.shield(self.containment.teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:
                 self._gens.remove(gen)
@@ -460,69 +409,6 @@ class Host:
                 assert gen.reason is not None
                 ready.set_exception(gen.reason)
                 ready.exception()  # mark retrieved: _start may have stopped waiting
-
-    def _watch(self, gen: Generation, spec: ServerSpec) -> list[asyncio.Future[None]]:
-        """The limit watch and the orphan reaper of a stdio generation."""
-        tree = gen.tree
-        if gen.server_pid is None or tree is None:
-            return []
-        tasks: list[asyncio.Future[None]] = []
-        if guard.limits_watched(spec.limits):
-
-            def breach(what: str, figure: str, setting: str, hint: str) -> None:
-                reason = failures.limit(what, figure, setting, hint, session_tail(gen))
-                self._log(logging.WARNING, f"server {spec.name!r}: {reason.message}")
-                gen.stop(reason)
-
-            tasks.append(asyncio.ensure_future(guard.watch_limits(
-                tree, spec.limits, stop=gen.stopping, on_breach=breach, interval=GUARD_INTERVAL,
-                in_thread=isinstance(tree, guard.WatchTree),
-            )))
-        if self._subreaper:
-            # Inherited orphans that exit must not stay zombies until close.
-            tasks.append(asyncio.ensure_future(guard.reap_loop(self._server_pids, gen.stopping, REAP_INTERVAL)))
-        return tasks
-
-    async def _teardown(
-        self,
-        gen: Generation,
-        session: Session,
-        watchers: list[asyncio.Future[None]],
-        entering: asyncio.Future[int] | None,
-    ) -> None:
-        from .stdio import StdioSession
-
-        tree = gen.tree
-        if entering is not None:
-            # The kill must see every member: let a move still under way finish.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(entering), SHUTDOWN_WAIT)
-        if isinstance(session, StdioSession) and session.pid is not None and tree is not None:
-            pid = session.pid
-            if not session.exited.done():
-                reason = gen.reason
-                no_grace = gen.drained or (reason is not None and reason.kind in _NO_GRACE)
-                await asyncio.to_thread(tree.kill, 0.0 if no_grace else guard.TERM_GRACE)
-            elif await asyncio.to_thread(tree.pids):
-                # The server is gone; its orphans are still in the tree.
-                await asyncio.to_thread(tree.kill, 0.0)
-            else:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-            await session.wait_exited(SHUTDOWN_WAIT)
-            if self._subreaper:
-                guard.reap_orphans(keep=self._server_pids())
-            session.close_transport()
-        for task in watchers:
-            task.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
-        if tree is not None:
-            # Counted before the cgroup goes, and the tree dropped from the
-            # generation at once: stats() must count each OOM kill exactly once,
-            # also while the close runs in its thread.
-            self.oom_kills += tree.oom_kills()
-            gen.tree = None
-            await asyncio.to_thread(tree.close)
 
     # -- stats, logs, close -------------------------------------------------- #
     def _garbage(self, line: bytes) -> None:
@@ -556,8 +442,8 @@ class Host:
             last_restart_reason=self.last_restart_reason,
             uptime_seconds=time.monotonic() - self._created,
             garbage_lines=self.garbage_lines,
-            enforcement="none" if http else self.enforcement or "watch",
-            oom_kills=self.oom_kills + sum(g.tree.oom_kills() for g in self._gens if g.tree is not None),
+            enforcement="none" if http else self.containment.enforcement or "watch",
+            oom_kills=self.containment.total_oom_kills(),
         )
 
     def _log(self, level: int, message: str, stderr: bool = False) -> None:
@@ -587,16 +473,9 @@ class Host:
             # (an escapee of a cgroup's first milliseconds, say): it goes too.
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(guard.kill_tree, os.getpid(), None, include_root=False, term_grace=0.0)
-        if self._subreaper and self.enforcement == "cgroup":
+        if self._subreaper and self.containment.enforcement == "cgroup":
             # A worker's last word on its cgroups: any a teardown could not
             # remove yet (members still exiting) go now that all are down.
             # Not in the agent's process, where other hosts' are being made.
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(cgroup.remove_leftovers, os.getpid())
-
-
-def session_tail(gen: Generation) -> list[str]:
-    return gen.session.stderr_tail if gen.session is not None else []
-
-
-__all__ = ["GUARD_INTERVAL", "REAP_INTERVAL", "SHUTDOWN_WAIT", "Host", "HostError"]
