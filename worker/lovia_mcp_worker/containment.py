@@ -162,7 +162,4 @@ def session_tail(gen: Generation) -> list[str]:
     return gen.session.stderr_tail if gen.session is not None else []
 
 
-__all__ = ["GUARD_INTERVAL", "REAP_INTERVAL", "SHUTDOWN_WAIT", "Host", "HostError"]
-
-
 __all__ = ["GUARD_INTERVAL", "REAP_INTERVAL", "SHUTDOWN_WAIT", "Containment", "session_tail"]

@@ -479,3 +479,6 @@ class Host:
             # Not in the agent's process, where other hosts' are being made.
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(cgroup.remove_leftovers, os.getpid())
+
+
+__all__ = ["Host", "HostError"]
