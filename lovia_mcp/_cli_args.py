@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
                f"  {PROG} tools --json -- python my_server.py | jq '.[].name'\n\n" + EXIT_STATUS_HELP,
     )
     tools.add_argument("--json", action="store_true",
-                       help="a JSON list of {name, description, parameters} (the JSON schema) instead of a table")
+                       help="a JSON list of {name, description, parameters, annotations} (parameters: the JSON schema; "
+                            "annotations: the server's hints such as readOnlyHint) instead of a table")
     _verbosity(tools, top=False)
 
     call = sub.add_parser(

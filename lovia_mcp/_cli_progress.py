@@ -16,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -46,8 +44,6 @@ class Progress:
         self._detail = ""
         self._shown = ""
         self._ticker: asyncio.Task[None] | None = None
-        # Progress records may come from another thread than the loop's.
-        self._lock = threading.Lock()
 
     @classmethod
     def on_stderr(cls) -> Progress:
@@ -106,20 +102,35 @@ class Progress:
             await asyncio.sleep(TICK)
             self._draw()
 
+    def _width(self) -> int:
+        # The terminal the line is drawn on (stderr), not stdout's, which is
+        # often piped; COLUMNS wins, as for shutil.get_terminal_size().
+        try:
+            columns = int(os.environ.get("COLUMNS", ""))
+        except ValueError:
+            columns = 0
+        if columns > 0:
+            return columns
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns or 80
+        except (AttributeError, OSError, ValueError):  # not a real terminal (a StringIO in tests)
+            return 80
+
     def _draw(self) -> None:
-        width = shutil.get_terminal_size().columns
+        width = self._width()
         text = self.line()
         if len(text) >= width:
             text = text[: max(1, width - 2)] + "…"
-        with self._lock:
-            if text == self._shown:
-                return
-            self._shown = text
-            try:
-                self.stream.write(_ERASE + text)
-                self.stream.flush()
-            except (OSError, ValueError):  # the terminal went away: progress is not worth failing for
-                self.enabled = False
+        # No lock: every caller (the ticker, waiting(), the progress handler
+        # for records logged by the agent) runs on the event loop's thread.
+        if text == self._shown:
+            return
+        self._shown = text
+        try:
+            self.stream.write(_ERASE + text)
+            self.stream.flush()
+        except (OSError, ValueError):  # the terminal went away: progress is not worth failing for
+            self.enabled = False
 
 
 def describe(record: logging.LogRecord) -> str:

@@ -56,8 +56,10 @@ def _from_config(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
         raise UsageError(f"{', '.join(clash)} cannot be combined with --config",
                          hint="Set them in the file's entry (command, url, headers, cwd, env, inherit_env), "
                               "or drop --config.")
-    # One call, one answer: a retry would run a failing tool twice.
-    overrides: dict[str, Any] = {"auto_reconnect": False}
+    # One call, one answer: a retry would run a failing tool twice. No
+    # standby either: a command opens each server once, and a spare would
+    # start the server a second time.
+    overrides: dict[str, Any] = {"auto_reconnect": False, "spares": 0}
     for option, value in (("isolation", ns.isolation), ("timeout", ns.timeout), ("open_timeout", _open_timeout(ns))):
         if value is not None:
             overrides[option] = value

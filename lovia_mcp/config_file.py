@@ -337,8 +337,11 @@ def read_env_file(path: Path, where: str = "envFile") -> dict[str, str]:
         if not sep or not _NAME.fullmatch(key):
             raise UserError(f"{where}: {path}:{number} is not a NAME=value line: {line[:60]!r}",
                             hint="Write one NAME=value per line; '#' starts a comment.")
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
+        quote = value[:1]
+        close = value.find(quote, 1) if quote in ("\"", "'") else -1
+        rest = value[close + 1:].strip() if close > 0 else ""
+        if close > 0 and (not rest or rest.startswith("#")):
+            value = value[1:close]  # a quoted value, perhaps with a comment after it
         else:
             value = value.split(" #", 1)[0].rstrip()
         env[key] = value

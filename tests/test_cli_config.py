@@ -107,3 +107,21 @@ def test_keys_of_other_clients_are_noted_on_stderr_and_the_server_still_runs(tmp
     r = lovia_mcp("call", "raw__echo", '{"text": "hi"}', "--config", path)
     assert (r.returncode, r.stdout) == (0, "hi\n"), r.stderr
     assert "lovia-mcp: note:" in r.stderr and "ignoring 'autoApprove'" in r.stderr
+
+
+def test_a_command_on_an_entry_with_spares_starts_the_server_once(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text("import os, sys\n"
+                       f"with open({str(starts)!r}, 'a') as f: f.write('start\\n')\n"
+                       f"os.execv(sys.executable, [sys.executable, {RAW_SERVER!r}])\n", encoding="utf-8")
+    path = config(tmp_path, {"raw": {"command": PY, "args": [str(wrapper)], "spares": 1}})
+    # A call that hangs for a second: time enough for a standby to start, were one asked for.
+    r = lovia_mcp("call", "hang", "--timeout", "1", "--config", path)
+    assert r.returncode == 3 and "timed out" in error_of(r)
+    assert starts.read_text(encoding="utf-8").splitlines() == ["start"]
+
+
+def test_tools_json_help_mentions_annotations() -> None:
+    r = lovia_mcp("tools", "--help")
+    assert r.returncode == 0 and "annotations" in r.stdout, r.stdout

@@ -185,3 +185,31 @@ def test_on_a_terminal_a_running_call_shows_the_servers_own_progress_notificatio
     assert b"p report: 25% step 1" in shown, shown
     assert (shown + rest).endswith(b"\r\x1b[K")  # erased when the call ended
     assert proc.returncode == 0 and "done" in out.decode(), out
+
+
+def test_the_status_line_fits_the_width_of_stderrs_terminal_when_stdout_is_piped(gate: tuple[str, int]) -> None:
+    import fcntl
+    import struct
+    import termios
+
+    fifo, gate_fd = gate
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
+    # No --name: the label is the command line, longer than 40 columns.
+    command = [sys.executable, "-m", "lovia_mcp", "tools", "--", PY, GATED, fifo]
+    env = {k: v for k, v in _env().items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+                            cwd=ROOT, env=env)
+    os.close(slave)
+    try:
+        shown = _read_until(master, "… 0 s".encode(), time.monotonic() + RUN_TIMEOUT)
+        os.write(gate_fd, b"go\n")
+        proc.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    drawn = [line for line in shown.decode(errors="replace").split("\r\x1b[K") if line]
+    assert drawn, shown
+    assert all(len(line) < 40 for line in drawn), drawn

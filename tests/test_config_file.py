@@ -283,3 +283,8 @@ def test_mcp_from_config_mounts_the_files_servers_on_an_agent(tmp_path: Path) ->
     assert [s.timeout for s in plugin.servers] == [10]  # type: ignore[attr-defined]
     result, _ = run(drive(plugin, call("raw__echo", {"text": "via the file"})))
     assert outputs(result) == ["via the file"]
+
+
+def test_an_env_file_value_in_quotes_followed_by_a_comment_loses_its_quotes(tmp_path: Path) -> None:
+    path = write(tmp_path / ".env", "A=\"abc\" # prod\nB='x y'   #c\nC=\"keep # inside\"\nD=plain # note\n")
+    assert config_file.read_env_file(path) == {"A": "abc", "B": "x y", "C": "keep # inside", "D": "plain"}
