@@ -196,13 +196,14 @@ def test_a_field_added_to_the_config_class_is_accepted_without_touching_the_load
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     @dataclasses.dataclass(frozen=True, kw_only=True)
-    class WithSpares(MCPServerStdio):
-        spares: int = 0
+    class WithRetries(MCPServerStdio):
+        retries: int = 0
 
-    monkeypatch.setattr(config_file, "MCPServerStdio", WithSpares)
-    (server,) = load_servers({"mcpServers": {"a": {"command": "x", "spares": 2}}})
-    assert isinstance(server, WithSpares) and server.spares == 2
-    assert "spares must be an integer" in str(error({"mcpServers": {"a": {"command": "x", "spares": 1.5}}}))
+    assert "retries" not in {f.name for f in dataclasses.fields(MCPServerStdio)}
+    monkeypatch.setattr(config_file, "MCPServerStdio", WithRetries)
+    (server,) = load_servers({"mcpServers": {"a": {"command": "x", "retries": 2}}})
+    assert isinstance(server, WithRetries) and server.retries == 2
+    assert "retries must be an integer" in str(error({"mcpServers": {"a": {"command": "x", "retries": 1.5}}}))
 
 
 def test_overrides_apply_to_every_server_and_win_over_the_file() -> None:
