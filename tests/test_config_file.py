@@ -196,14 +196,14 @@ def test_a_field_added_to_the_config_class_is_accepted_without_touching_the_load
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     @dataclasses.dataclass(frozen=True, kw_only=True)
-    class WithRetries(MCPServerStdio):
-        retries: int = 0
+    class WithWarmups(MCPServerStdio):
+        warmups: int = 0
 
-    assert "retries" not in {f.name for f in dataclasses.fields(MCPServerStdio)}
-    monkeypatch.setattr(config_file, "MCPServerStdio", WithRetries)
-    (server,) = load_servers({"mcpServers": {"a": {"command": "x", "retries": 2}}})
-    assert isinstance(server, WithRetries) and server.retries == 2
-    assert "retries must be an integer" in str(error({"mcpServers": {"a": {"command": "x", "retries": 1.5}}}))
+    assert "warmups" not in {f.name for f in dataclasses.fields(MCPServerStdio)}
+    monkeypatch.setattr(config_file, "MCPServerStdio", WithWarmups)
+    (server,) = load_servers({"mcpServers": {"a": {"command": "x", "warmups": 2}}})
+    assert isinstance(server, WithWarmups) and server.warmups == 2
+    assert "warmups must be an integer" in str(error({"mcpServers": {"a": {"command": "x", "warmups": 1.5}}}))
 
 
 def test_overrides_apply_to_every_server_and_win_over_the_file() -> None:
