@@ -156,8 +156,7 @@ class MCPConnection(LoviaFields):
         self._needs_restart = False
         self._last_end: str | None = None
         self._server_log = logging.getLogger(f"lovia_mcp.server.{self._spec.name}")
-        # lovia's plugin hands a custom renderer the SDK's models: so do we.
-        self._renderer = with_sdk_models(server.result_renderer) if server.result_renderer else default_renderer
+        self._renderer = _renderer(server)
 
     # -- the plugin's view --------------------------------------------------- #
     @property
@@ -193,8 +192,9 @@ class MCPConnection(LoviaFields):
         timeouts) is the taker's: the tools are rebuilt from the listing.
         """
         self.server = server
+        self.prefix = server.name
         self._close_after_run = close_after_run
-        self._renderer = server.result_renderer or default_renderer
+        self._renderer = _renderer(server)
         self._duplicates_reported = set()
         self._tools = self._build_tools(self._specs or [])
 
@@ -565,6 +565,11 @@ class MCPConnection(LoviaFields):
             if died:
                 kill_leftovers(channel)
         await channel.aclose()
+
+
+def _renderer(server: MCPServer) -> Any:
+    # lovia's plugin hands a custom renderer the SDK's models: so do we.
+    return with_sdk_models(server.result_renderer) if server.result_renderer else default_renderer
 
 
 class _StartFailed(Exception):

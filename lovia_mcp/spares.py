@@ -111,6 +111,8 @@ class _Pool:
         self.loop.call_later(REFILL_DELAY, self.refill, key, entry)
 
     def refill(self, key: bytes, entry: _Entry) -> None:
+        if self.entries.get(key) is not entry:
+            return  # closed (close_spares, MCP.aclose) after this refill was scheduled
         while not self.closing and len(entry.ready) + len(entry.starting) < entry.server.spares and _total() < MAX_SPARES:
             task = self.loop.create_task(self._start(key, entry))
             entry.starting.add(task)
@@ -184,7 +186,9 @@ class _Pool:
             raise
 
     async def aclose(self, keys: Iterable[bytes]) -> None:
-        entries = [self.entries[k] for k in list(keys) if k in self.entries]
+        # Dropped from the pool: a refill scheduled before the close finds its
+        # entry gone and starts nothing; a later open makes a fresh entry.
+        entries = [self.entries.pop(k) for k in list(keys) if k in self.entries]
         starting: list[asyncio.Task[None]] = []
         for entry in entries:
             starting += entry.starting
@@ -236,7 +240,8 @@ async def _healthy(conn: MCPConnection) -> bool:
 async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | None:
     """A ready spare of ``server``'s key, now the caller's; ``None`` when none is ready.
 
-    A taken spare's replacement starts in the background at once. With none
+    A taken spare's replacement starts in the background after
+    ``REFILL_DELAY``. With none
     ready, the caller opens its own and then calls :func:`refill`: a spare
     starting beside that open would slow it down (they compete for the CPU).
     """

@@ -551,3 +551,71 @@ def test_a_persistent_session_does_not_take_a_pooled_spare() -> None:
             await close_spares()
 
     run(main())
+
+
+def test_a_restart_on_the_standby_hands_the_agent_the_standbys_own_tool_list(tmp_path: Any) -> None:
+    # The standby was started before the tool was added: once promoted, its
+    # listing (without "fresh") is the connection's, as after a cold restart.
+    from conftest import SERVERS
+
+    server = MCPServerStdio(command=PY, args=[str(SERVERS / "annotated_server.py")], spares=1)
+
+    async def main() -> tuple[set[str], set[str], str]:
+        with seen("standby server") as ready:
+            async with server.session() as conn:
+                await asyncio.wait_for(ready.reach(1), GONE_WAIT)
+                await conn.call_tool("add_tool", {"text": "fresh"})
+                with_fresh = {t.name for t in conn.tools()}
+                answer = await conn.call_tool("plain", {"crash_once": str(tmp_path / "crashed")})
+                assert (await conn.stats()).restarts == 1
+                return with_fresh, {t.name for t in conn.tools()}, str(answer)
+
+    with_fresh, after, answer = run(main())
+    assert "fresh" in with_fresh
+    assert after == with_fresh - {"fresh"}
+    assert answer == "plain: ok"
+
+
+def test_a_spare_taken_hands_a_custom_renderer_the_sdk_models_as_a_fresh_open_does() -> None:
+    seen_types: list[str] = []
+
+    def renderer(result: Any, ctx: Any) -> str:
+        seen_types.extend(type(block).__module__ for block in result.content)
+        return "rendered"
+
+    async def main() -> None:
+        first = raw(spares=1)
+        taker = raw(spares=1, result_renderer=renderer)
+        try:
+            await warm_spares(first)
+            (spare,) = ready_spares()
+            conn = await taker.open()
+            try:
+                assert conn is spare
+                (tool,) = [t for t in conn.tools() if t.name == "raw__echo"]
+                result = await conn.call_tool("echo", {"text": "hi"})
+                assert tool.result_renderer is not None
+                assert tool.result_renderer(result, None) == "rendered"
+            finally:
+                await conn.close()
+        finally:
+            await close_spares()
+
+    run(main())
+    assert seen_types and all(m.startswith("mcp") for m in seen_types), seen_types
+
+
+def test_a_refill_scheduled_before_the_pool_closed_starts_nothing() -> None:
+    # A take schedules its replacement REFILL_DELAY later; close_spares() or
+    # MCP.aclose() in between must win. The scheduled refill is run by hand
+    # here, at once, instead of waiting for its timer.
+    async def main() -> None:
+        server = raw(spares=1)
+        await warm_spares(server)
+        pool = spares._pool()
+        ((key, entry),) = pool.entries.items()
+        await MCP(server).aclose()
+        pool.refill(key, entry)
+        assert entry.starting == set() and pool.count() == 0
+
+    run(main())

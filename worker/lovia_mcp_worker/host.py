@@ -259,6 +259,9 @@ class Host:
         self._log(logging.INFO, f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, "
                                 f"generation {gen.number})")
         self._emit(Started(server_pid=gen.server_pid, generation=gen.number))
+        # As after a cold restart: the standby's server may list other tools
+        # (or changed them while it waited, when nobody was told).
+        self.listing.announce(gen.tools)
         self._standby_soon()
         return gen
 
