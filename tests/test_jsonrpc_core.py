@@ -229,3 +229,51 @@ def test_a_host_refuses_an_open_from_an_agent_speaking_another_wire_protocol() -
         assert "restart the agent" in (failure.hint or "")
 
     asyncio.run(main())
+
+
+def test_a_relisting_started_just_as_the_previous_one_ended_stays_tracked_and_is_waited_for() -> None:
+    # A finished task's done-callbacks run after handles queued before it
+    # ended: a list_changed read in that gap starts a new re-listing, which
+    # the old task's callback must not forget (settled() would not wait for it).
+    from lovia_mcp_worker.generation import Generation
+    from lovia_mcp_worker.listing import Listing
+    from lovia_mcp_worker.protocol import ToolSpec, WorkerMessage
+
+    sent: list[WorkerMessage] = []
+    gate = asyncio.Event()
+    second_started = asyncio.Event()
+
+    class Session:
+        listings = 0
+
+        async def list_tools(self) -> list[ToolSpec]:
+            Session.listings += 1
+            if Session.listings == 2:
+                second_started.set()
+                await gate.wait()
+            return [ToolSpec(name=f"t{Session.listings}")]
+
+    async def main() -> None:
+        gen = Generation(1)
+        gen.session = Session()  # type: ignore[assignment]
+        gen.ready([ToolSpec(name="t0")])
+        def emit(msg: WorkerMessage) -> None:
+            sent.append(msg)
+            if len(sent) == 1:
+                # Queued in the re-listing task's last step: it runs once the
+                # task has ended, before the task's done-callbacks.
+                asyncio.get_running_loop().call_soon(listing.changed, gen)
+
+        listing = Listing(emit, lambda level, text: None, lambda: gen)
+        listing.sent([ToolSpec(name="t0")])
+        listing.changed(gen)
+        await asyncio.wait_for(second_started.wait(), 5)
+        assert gen in listing._tasks, "the running re-listing was forgotten"
+        waiting = asyncio.ensure_future(listing.settled(gen))
+        await asyncio.sleep(0)
+        assert not waiting.done()  # settled() waits for the second re-listing
+        gate.set()
+        await asyncio.wait_for(waiting, 5)
+        assert [m.tools[0].name for m in sent] == ["t1", "t2"]  # type: ignore[union-attr]
+
+    asyncio.run(main())

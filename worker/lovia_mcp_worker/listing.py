@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -70,14 +71,21 @@ class Listing:
             return
         task = asyncio.ensure_future(self._relist(gen))
         self._tasks[gen] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(gen, None))
+        task.add_done_callback(functools.partial(self._finished, gen))
+
+    def _finished(self, gen: Generation, task: asyncio.Future[None]) -> None:
+        # Only this task's entry: a re-listing started in the turn between
+        # this task's end and its callback must stay tracked (settled() waits on it).
+        if self._tasks.get(gen) is task:
+            del self._tasks[gen]
+        self._again.discard(gen)
 
     async def settled(self, gen: Generation) -> None:
         """Wait (bounded) for a re-listing of ``gen`` under way to be sent."""
         task = self._tasks.get(gen)
         if task is not None and not task.done():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), 2 * RELIST_WAIT)
+                await asyncio.wait_for(asyncio.shield(task), RELIST_WAIT)
 
     async def _relist(self, gen: Generation) -> None:
         while gen.state in (State.READY, State.DRAINING) and gen.session is not None:
