@@ -10,6 +10,7 @@ callable) is refused with a message saying so.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 import typing
@@ -52,7 +53,7 @@ def convert(value: Any, hint: Any, where: str) -> Any:
     try:
         return _fit(value, hint, where)
     except _Mismatch as exc:
-        raise UserError(f"{where} must be {exc}, got {json.dumps(value)[:80]}",
+        raise UserError(f"{where} must be {exc}, got {json.dumps(value, default=repr)[:80]}",
                         hint="Fix the value in the file (the README lists each option's type).") from None
 
 
@@ -87,6 +88,12 @@ def _fit(value: Any, hint: Any, where: str) -> Any:  # noqa: C901 - one case per
             return float(value)
     elif hint is str:
         if isinstance(value, str):
+            return value
+        # A dict source may hold paths (Path("/srv"), in args too): as strings.
+        if isinstance(value, os.PathLike) and isinstance(path := os.fspath(value), str):
+            return path
+    elif origin is os.PathLike or hint is os.PathLike:
+        if isinstance(value, os.PathLike):
             return value
     elif origin is list:
         if isinstance(value, list):

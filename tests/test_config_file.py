@@ -289,3 +289,13 @@ def test_mcp_from_config_mounts_the_files_servers_on_an_agent(tmp_path: Path) ->
 def test_an_env_file_value_in_quotes_followed_by_a_comment_loses_its_quotes(tmp_path: Path) -> None:
     path = write(tmp_path / ".env", "A=\"abc\" # prod\nB='x y'   #c\nC=\"keep # inside\"\nD=plain # note\n")
     assert config_file.read_env_file(path) == {"A": "abc", "B": "x y", "C": "keep # inside", "D": "plain"}
+
+
+def test_a_dict_source_may_hold_paths_and_a_wrong_value_is_an_error_not_a_traceback() -> None:
+    from pathlib import Path
+
+    (server,) = load_servers({"mcpServers": {"a": {"command": "python3", "args": [Path("/srv/s.py")],
+                                                   "cwd": Path("/srv")}}})
+    assert server.args == ["/srv/s.py"] and str(server.cwd) == "/srv"
+    with pytest.raises(UserError, match="timeout must be a number"):
+        load_servers({"mcpServers": {"a": {"command": "python3", "timeout": Path("/srv")}}})
