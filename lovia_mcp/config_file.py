@@ -100,6 +100,9 @@ def load_servers(source: ConfigSource, /, **overrides: Any) -> list[MCPServer]:
     anything wrong in the file, naming the file and the entry.
     """
     known = {f.name for cls in (MCPServerStdio, MCPServerStreamableHTTP) for f in dataclasses.fields(cls)}
+    if "name" in overrides:
+        raise UserError("load_servers() takes no name=: each entry's key is its name",
+                        hint="Rename the entries in the file (their keys prefix their tools).")
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise UserError(f"load_servers() got unknown option(s): {', '.join(unknown)}",
@@ -223,9 +226,16 @@ def _server(name: str, entry: Any, ctx: _Context, overrides: Mapping[str, Any]) 
     if not isinstance(entry, Mapping):
         raise UserError(f"{where} must be an object, got {type(entry).__name__}",
                         hint='"name": {"command": "uvx", "args": ["mcp-server-time"]}')
-    if entry.get("disabled") is True:
+    disabled = entry.get("disabled", False)
+    if not isinstance(disabled, bool):
+        raise UserError(f"{where}: 'disabled' must be true or false, got {disabled!r}",
+                        hint='"disabled": true skips the entry; drop the key to use it.')
+    if disabled:
         logger.info("%s is disabled in the file; skipped", where)
         return None
+    if "name" in entry:
+        raise UserError(f"{where}: 'name' is not an entry key: the entry's key is its name",
+                        hint=f"Rename the entry instead (its key, {name!r}, prefixes its tools).")
     cls = _transport(entry, where)
     fields = {f.name for f in dataclasses.fields(cls)}
     other = MCPServerStreamableHTTP if cls is MCPServerStdio else MCPServerStdio

@@ -299,3 +299,15 @@ def test_a_dict_source_may_hold_paths_and_a_wrong_value_is_an_error_not_a_traceb
     assert server.args == ["/srv/s.py"] and str(server.cwd) == "/srv"
     with pytest.raises(UserError, match="timeout must be a number"):
         load_servers({"mcpServers": {"a": {"command": "python3", "timeout": Path("/srv")}}})
+
+
+@pytest.mark.parametrize("source, overrides, match", [
+    ({"mcpServers": {"a": {"command": "python3", "disabled": "true"}}}, {}, "'disabled' must be true or false"),
+    ({"mcpServers": {"a": {"command": "python3", "name": "b"}}}, {}, "the entry's key is its name"),
+    ({"mcpServers": {"a": {"command": "python3"}}}, {"name": "b"}, "each entry's key is its name"),
+])
+def test_a_non_boolean_disabled_and_a_name_besides_the_entrys_key_are_refused(
+    source: dict[str, Any], overrides: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(UserError, match=match):
+        load_servers(source, **overrides)
