@@ -14,14 +14,13 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
 - ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block);
-- ``config_file``: server configs from ``mcp.json`` files (``load_servers``;
-  ``_config_values``: their JSON values checked against the fields' types);
-- ``cli``: the ``lovia-mcp`` command (``_cli_*``: its parts).
+- ``config_file/``: server configs from ``mcp.json`` files (``load_servers``);
+- ``cli/``: the ``lovia-mcp`` command.
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
 repository). The agent imports only its ``mcp``-free modules: ``protocol``
 (the messages), ``framing``, ``process`` (the forkserver), ``failures``, and
-``cgroup`` (to clean up after a dead worker).
+``containment.cgroup`` (to clean up after a dead worker).
 """
 
 import logging
@@ -31,7 +30,7 @@ from lovia.exceptions import MCPError, UserError
 
 from .annotations import MCPTool, ToolAnnotations
 from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
-from .config_file import load_servers
+from .config_file.loader import load_servers
 from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content

@@ -6,7 +6,7 @@
   :func:`warm_up`); frames over a socket pair, read without ever
   blocking the agent's event loop, decoded only as typed msgspec and never
   past the frame cap agreed for the connection (:mod:`lovia_mcp_worker.framing`).
-- :class:`LocalChannel`: the same :class:`~lovia_mcp_worker.host.Host` in
+- :class:`LocalChannel`: the same :class:`~lovia_mcp_worker.session.host.Host` in
   the agent's own loop (``isolation="none"``); messages are passed as objects.
 
 Both can be awaited for their loss (:meth:`wait_lost`), so that a close
@@ -204,7 +204,7 @@ class LocalChannel:
         self._gone = asyncio.Event()
 
     async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
-        from lovia_mcp_worker.host import Host
+        from lovia_mcp_worker.session.host import Host
 
         self._host = Host(on_message, subreaper=False)
 
@@ -226,7 +226,7 @@ def kill_leftovers(channel: ProcessChannel | LocalChannel) -> None:
     """A dead worker's generations, escapees included, killed through their cgroups (where it had any)."""
     if not isinstance(channel, ProcessChannel) or channel.pid is None:
         return
-    from lovia_mcp_worker import cgroup
+    from lovia_mcp_worker.containment import cgroup
 
     try:
         if cgroup.kill_leftovers(channel.pid) or cgroup.remove_leftovers(channel.pid):

@@ -29,7 +29,7 @@ from lovia_mcp_worker.protocol import Sandbox
 
 from . import _sandbox_config
 from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
-from .config_file import ConfigSource, load_servers
+from .config_file.loader import ConfigSource, load_servers
 from .connection import MCPConnection
 
 logger = logging.getLogger("lovia_mcp")
@@ -104,7 +104,7 @@ class MCP:
         sandbox: Sandbox | bool | dict[str, Any] | None = None,
         **overrides: Any,
     ) -> MCP:
-        """The plugin for every server of an ``mcp.json`` (see :func:`~lovia_mcp.config_file.load_servers`)."""
+        """The plugin for every server of an ``mcp.json`` (see :func:`~lovia_mcp.config_file.loader.load_servers`)."""
         return cls(*load_servers(source, **overrides), name=name, isolation=isolation, sandbox=sandbox)
 
     def connections(self) -> list[MCPConnection]:

@@ -463,7 +463,7 @@ async def _measure_waiting_spare(script: str, add: Any) -> None:
 
 def _sandbox_available() -> bool:
     try:
-        from lovia_mcp_worker.sandbox import BWRAP
+        from lovia_mcp_worker.sandbox.bwrap import BWRAP
     except ImportError:  # an older snapshot without the sandbox
         return False
     return BWRAP is not None

@@ -8,4 +8,4 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
-.venv/bin/python -c "import lovia_mcp, lovia_mcp_worker.host" # fail early if the install did not take
+.venv/bin/python -c "import lovia_mcp, lovia_mcp_worker.session.host" # fail early if the install did not take

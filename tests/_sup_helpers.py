@@ -9,7 +9,7 @@ import time
 import pytest
 from conftest import pid_alive
 
-from lovia_mcp_worker import cgroup
+from lovia_mcp_worker.containment import cgroup
 
 # Poll period while waiting, against a deadline, for processes to exit.
 POLL = 0.01

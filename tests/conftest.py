@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 
-from lovia_mcp_worker.guard import become_subreaper
+from lovia_mcp_worker.containment.guard import become_subreaper
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"

@@ -216,7 +216,7 @@ def test_an_unknown_policy_value_is_refused_with_a_hint(option: str, value: obje
 
 
 def test_hints_that_are_not_booleans_count_as_not_given_and_a_tool_without_hints_costs_no_wire_bytes() -> None:
-    from lovia_mcp_worker.content import tool_specs
+    from lovia_mcp_worker.transport.content import tool_specs
     from lovia_mcp_worker.protocol import ToolSpec, encoder
 
     warnings: list[str] = []

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import PY, RAW_SERVER, ROOT
 
-from lovia_mcp.cli import parameter_lines, tools_table
+from lovia_mcp.cli.main import parameter_lines, tools_table
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -161,7 +161,7 @@ def test_call_json_with_arguments_from_stdin_shows_content_error_flag_and_struct
 
 
 def test_header_takes_curls_name_colon_value_form_and_name_equals_value() -> None:
-    from lovia_mcp._cli_args import _header
+    from lovia_mcp.cli._args import _header
 
     assert _header("Authorization: Bearer abc==") == ("Authorization", "Bearer abc==")
     assert _header("X-Test=yes") == ("X-Test", "yes")

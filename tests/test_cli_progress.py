@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, ROOT, SERVERS
 
-from lovia_mcp._cli_progress import PROGRESS_LOGGER, Progress, describe, show_progress_records
+from lovia_mcp.cli._progress import PROGRESS_LOGGER, Progress, describe, show_progress_records
 
 pytestmark = pytest.mark.timeout(40)
 

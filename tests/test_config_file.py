@@ -19,9 +19,9 @@ from _agent import drive, outputs
 from conftest import PY, RAW_SERVER, run
 from lovia.testing import call
 
-import lovia_mcp.config_file as config_file
+import lovia_mcp.config_file.loader as config_file
 from lovia_mcp import MCP, Limits, MCPServerStdio, MCPServerStreamableHTTP, Sandbox, UserError, load_servers
-from lovia_mcp.config_file import strip_jsonc
+from lovia_mcp.config_file.loader import strip_jsonc
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -43,10 +43,11 @@ AGENT_SIDE = ("annotations", "config", "connection", "plugin", "render")
 
 
 def _public_modules(package: ModuleType) -> list[str]:
+    # Subpackages included: walk_packages imports each to find its modules.
     return sorted(
-        f"{package.__name__}.{info.name}"
-        for info in pkgutil.iter_modules(package.__path__)
-        if not info.name.startswith("_")
+        info.name
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{package.__name__}.")
+        if not any(part.startswith("_") for part in info.name.split("."))
     )
 
 
@@ -109,7 +110,7 @@ def test_lovia_mcp_imports_cleanly_in_a_fresh_interpreter_without_warnings_or_mc
 def test_the_worker_package_imports_cleanly_and_never_imports_lovia() -> None:
     proc = _python("""
         import sys
-        import lovia_mcp_worker.protocol, lovia_mcp_worker.host, lovia_mcp_worker.main
+        import lovia_mcp_worker.protocol, lovia_mcp_worker.session.host, lovia_mcp_worker.main
         print(sorted(m for m in sys.modules if m.split(".")[0] == "lovia"))
     """)
 

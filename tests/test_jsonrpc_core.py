@@ -14,11 +14,11 @@ import random
 import msgspec
 import pytest
 
-from lovia_mcp_worker._jsonscan import MISSING, IdScanner, repair_surrogates, top_level_id
+from lovia_mcp_worker.transport._jsonscan import MISSING, IdScanner, repair_surrogates, top_level_id
 from lovia_mcp_worker.failures import HostError, RemoteError
-from lovia_mcp_worker.generation import Generation, State
-from lovia_mcp_worker.jsonrpc import Client
-from lovia_mcp_worker.stdio import LineFramer
+from lovia_mcp_worker.session.generation import Generation, State
+from lovia_mcp_worker.transport.jsonrpc import Client
+from lovia_mcp_worker.transport.stdio import LineFramer
 
 
 def _random_value(rng: random.Random, depth: int = 0) -> object:
@@ -213,7 +213,7 @@ def test_a_generation_moves_only_along_its_drawn_transitions() -> None:
 
 
 def test_a_host_refuses_an_open_from_an_agent_speaking_another_wire_protocol() -> None:
-    from lovia_mcp_worker.host import Host
+    from lovia_mcp_worker.session.host import Host
     from lovia_mcp_worker.protocol import PROTOCOL_VERSION, Failure, Open, ServerSpec, WorkerMessage
 
     async def main() -> None:
@@ -235,8 +235,8 @@ def test_a_relisting_started_just_as_the_previous_one_ended_stays_tracked_and_is
     # A finished task's done-callbacks run after handles queued before it
     # ended: a list_changed read in that gap starts a new re-listing, which
     # the old task's callback must not forget (settled() would not wait for it).
-    from lovia_mcp_worker.generation import Generation
-    from lovia_mcp_worker.listing import Listing
+    from lovia_mcp_worker.session.generation import Generation
+    from lovia_mcp_worker.session.listing import Listing
     from lovia_mcp_worker.protocol import ToolSpec, WorkerMessage
 
     sent: list[WorkerMessage] = []

@@ -22,8 +22,8 @@ import psutil
 import pytest
 from conftest import PY, pid_alive, run
 
-from lovia_mcp_worker import netproxy
-from lovia_mcp_worker.netproxy import host_allowed
+from lovia_mcp_worker.sandbox import netproxy
+from lovia_mcp_worker.sandbox.netproxy import host_allowed
 
 # Bound on each test's asynchronous part. Everything is local, so a test
 # takes well under a second; the margin is for loaded shared machines.

@@ -26,7 +26,7 @@ import pytest
 from conftest import PY, SERVERS, register_shared, run
 
 from lovia_mcp import MCPServerStdio, MCPServerStreamableHTTP
-from lovia_mcp_worker.progress import PROGRESS_INTERVAL, ProgressForwarder
+from lovia_mcp_worker.session.progress import PROGRESS_INTERVAL, ProgressForwarder
 from lovia_mcp_worker.protocol import Progress
 
 ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])

@@ -26,7 +26,7 @@ from conftest import PY, ROOT, SERVERS, raw_args, run
 from lovia.exceptions import UserError
 
 from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio, Sandbox
-from lovia_mcp_worker import sandbox as sandbox_mod
+from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 pytestmark = pytest.mark.skipif(sandbox_mod.BWRAP is None, reason="bubblewrap is not available (Linux only)")
 

@@ -326,7 +326,8 @@ def test_a_worker_killed_by_sigkill_leaves_no_escapee_when_its_generations_had_c
 
 @pytest.mark.timeout(30)
 def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lovia_mcp_worker import cgroup, cgroup_layout
+    from lovia_mcp_worker.containment import cgroup
+    from lovia_mcp_worker.containment import cgroup_layout
 
     if cgroup.layout() is None:
         pytest.skip("no cgroup can be made here: the watch is the only path anyway")
@@ -355,7 +356,7 @@ def test_a_removed_generation_cgroup_reads_as_empty_instead_of_raising() -> None
     # stats() reads every generation's figures from the worker's reader; one
     # whose cgroup was just removed (a teardown in another thread) must not
     # raise there, or the worker's pipe dies with it.
-    from lovia_mcp_worker import cgroup
+    from lovia_mcp_worker.containment import cgroup
     from lovia_mcp_worker.protocol import Limits
 
     where = cgroup.layout()

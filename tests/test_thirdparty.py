@@ -42,7 +42,7 @@ from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPConnection, MCPServerStdio, MCPToolResult, Sandbox
 from lovia_mcp.render import default_renderer
-from lovia_mcp_worker.launch import ENV_ALLOWLIST
+from lovia_mcp_worker.containment.launch import ENV_ALLOWLIST
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -410,7 +410,7 @@ def test_git_server_reports_status_and_log_of_a_temporary_repository(loop: LoopT
 # The same servers inside the sandbox
 # --------------------------------------------------------------------------- #
 def _need_sandbox() -> None:
-    from lovia_mcp_worker.sandbox import BWRAP
+    from lovia_mcp_worker.sandbox.bwrap import BWRAP
 
     if BWRAP is None:
         pytest.skip("bubblewrap is not available (Linux only)")

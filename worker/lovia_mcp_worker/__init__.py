@@ -1,19 +1,21 @@
 """lovia-mcp's worker side: the code that runs in each connection's worker process.
 
-Layout:
+Layout (each subpackage's ``__init__`` says more):
 
 - ``protocol``, ``framing``: the wire messages and frames, shared with the agent;
-- ``host``: request dispatch and generations (also run in-process by
-  ``isolation="none"``); ``generation``: one server's life as a state machine;
-- ``stdio``, ``jsonrpc``, ``_jsonscan``: the stdio transport and our own
-  JSON-RPC client; ``http``: streamable HTTP through the MCP SDK;
-- ``failures``, ``content``: failure wording and result conversion (pure);
-- ``launch``, ``sandbox``, ``netroute``/``netproxy``/``_netbridge``: starting a
-  server (env, cwd, rlimits, bubblewrap, the network allowlist proxy);
-- ``guard``, ``cgroup``: watching, limiting and killing a generation's tree;
-- ``main``, ``process``: the worker's loop over its pipe, and the forkserver.
+  ``failures``: every way a server can fail, as the caller is told it (pure);
+- ``session/``: the host (request dispatch, generations, standby, re-listing,
+  progress); also run in-process by ``isolation="none"``;
+- ``transport/``: talking to a server: stdio with our own JSON-RPC client, or
+  streamable HTTP through the MCP SDK; results as wire structs;
+- ``containment/``: launching a server (env, cwd, rlimits) and watching,
+  limiting and killing each generation's tree (cgroups or the psutil watch);
+- ``sandbox/``: the box around a stdio server (bubblewrap) and the network
+  allowlist proxy;
+- ``main``, ``process``: the worker's loop over its pipe, and the forkserver
+  (``_preload_begin``, ``_warm``, ``_warm_http``: what it loads before forking).
 
-Only ``http`` imports ``mcp`` (for HTTP servers); nothing imports ``lovia``.
+Only ``transport.http`` imports ``mcp`` (for HTTP servers); nothing imports ``lovia``.
 """
 
 __all__: list[str] = []

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import gc
 
-from . import host, jsonrpc, main, stdio  # noqa: F401 - preloaded for workers
+from . import main  # noqa: F401 - preloaded for workers
+from .session import host  # noqa: F401 - preloaded for workers
+from .transport import jsonrpc, stdio  # noqa: F401 - preloaded for workers
 
 # No gc.collect() first: nothing imported is garbage worth the walk.
 gc.freeze()

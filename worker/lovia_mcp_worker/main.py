@@ -23,9 +23,9 @@ import socket
 import sys
 from typing import Any, Final
 
-from . import guard
+from .containment import guard
 from .framing import MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
-from .host import Host
+from .session.host import Host
 from .protocol import AgentMessage, Closed, Failure, Log, Open, WorkerMessage, encoder, worker_decoder
 
 # How long the worker gives its own shutdown (server tree kill) before exiting
@@ -166,7 +166,7 @@ async def _serve(loop: asyncio.AbstractEventLoop, channel: _Channel, closed_by_a
     stop.cancel()
     with contextlib.suppress(asyncio.TimeoutError, Exception):
         await asyncio.wait_for(channel.host.aclose(), EXIT_WAIT)
-    route = sys.modules.get("lovia_mcp_worker.netroute")
+    route = sys.modules.get("lovia_mcp_worker.sandbox.netroute")
     if route is not None:  # a sandbox with a network allowlist ran: stop its proxy
         with contextlib.suppress(asyncio.TimeoutError, Exception):
             await asyncio.wait_for(route.aclose_all(), EXIT_WAIT)

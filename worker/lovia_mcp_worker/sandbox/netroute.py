@@ -21,7 +21,7 @@ import tempfile
 from typing import Final
 
 from . import netproxy
-from .sandbox import SandboxError
+from .bwrap import SandboxError
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 

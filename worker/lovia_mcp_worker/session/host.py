@@ -46,14 +46,15 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from . import cgroup, failures, guard
-from .containment import SHUTDOWN_WAIT, Containment, session_tail
-from .failures import HostError
+from .. import failures
+from ..containment import cgroup, guard
+from ..containment.contain import SHUTDOWN_WAIT, Containment, session_tail
+from ..failures import HostError
 from .generation import Generation, Session, State
-from .launch import LaunchError
+from ..containment.launch import LaunchError
 from .listing import Listing
 from .progress import ProgressForwarder
-from .protocol import (
+from ..protocol import (
     PROTOCOL_VERSION,
     AgentMessage,
     CallTool,
@@ -329,14 +330,14 @@ class Host:
 
     def _session(self, gen: Generation, spec: ServerSpec) -> Session:
         if spec.transport == "http":
-            from .http import HttpSession
+            from ..transport.http import HttpSession
 
             return HttpSession(
                 spec, on_end=gen.stop, warn=lambda text: self._log(logging.WARNING, text),
                 on_tools_changed=lambda: self.listing.changed(gen),
             )
 
-        from .stdio import StdioSession
+        from ..transport.stdio import StdioSession
 
         return StdioSession(
             spec,

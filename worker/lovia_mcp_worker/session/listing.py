@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Final
 
 from .generation import Generation, State
-from .protocol import ToolSpec, ToolsChanged, WorkerMessage
+from ..protocol import ToolSpec, ToolsChanged, WorkerMessage
 
 # A re-listing after list_changed, and how long a call's result waits for it.
 # tools/list answers in milliseconds; a server that notifies and then never

@@ -2,7 +2,7 @@
 
 - :class:`LineFramer` cuts stdout into lines in linear time with the
   ``max_result_bytes`` cap. A line over the cap is never held: it is dropped
-  as it streams past while an :class:`~lovia_mcp_worker._jsonscan.IdScanner`
+  as it streams past while an :class:`~lovia_mcp_worker.transport._jsonscan.IdScanner`
   looks for its top-level id, so the request it answers gets a clear error
   and the server lives on.
 - :class:`StderrLines` keeps the last lines for error messages and forwards
@@ -27,14 +27,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final
 
-from . import failures
+from .. import failures
 from ._jsonscan import MISSING, IdScanner
 from .content import call_result
-from .failures import HostError, RemoteError
+from ..failures import HostError, RemoteError
 from .jsonrpc import Client
-from .launch import spawn, wrapper_exec_error
-from .progress import OnProgress
-from .protocol import ContentBlock, ServerSpec, ToolSpec
+from ..containment.launch import spawn, wrapper_exec_error
+from ..session.progress import OnProgress
+from ..protocol import ContentBlock, ServerSpec, ToolSpec
 
 # Lines of server stderr kept for error messages.
 STDERR_TAIL_LINES: Final = 20
@@ -62,7 +62,7 @@ class LineFramer:
 
     ``on_oversize(rid, size, complete)`` is called once per line over
     ``cap``: with the line's top-level id as soon as it is found, with
-    :data:`~lovia_mcp_worker._jsonscan.MISSING` and ``complete=True`` when the
+    :data:`~lovia_mcp_worker.transport._jsonscan.MISSING` and ``complete=True`` when the
     line ended (or its object closed) without one, and with ``MISSING`` and
     ``complete=False`` as soon as the line cannot be JSON at all.
     """

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from .protocol import ContentBlock, Resource, ToolAnnotations, ToolSpec
+from ..protocol import ContentBlock, Resource, ToolAnnotations, ToolSpec
 
 _json_encode = msgspec.json.Encoder().encode
 

@@ -1,7 +1,7 @@
 """Watch and kill one server generation's process tree.
 
 A generation's tree is a :class:`Tree`. Where the worker could make a cgroup
-for the generation, that is :class:`~lovia_mcp_worker.cgroup.CgroupTree`:
+for the generation, that is :class:`~lovia_mcp_worker.containment.cgroup.CgroupTree`:
 membership, limits and kills by the kernel. Elsewhere it is
 :class:`WatchTree`: the server's descendants, found by parentage, and the
 orphans the worker adopted (it is a *child subreaper*, so grandchildren whose
@@ -32,7 +32,7 @@ from typing import Any, Final, Protocol
 
 import psutil
 
-from .protocol import Limits
+from ..protocol import Limits
 
 # How long the tree gets between SIGTERM and SIGKILL. Short: by the time we
 # escalate the server already ignored a cancel notification or passed a limit.

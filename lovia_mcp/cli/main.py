@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from lovia.exceptions import LoviaError, MCPError, UserError
 
-from ._cli_args import (
+from ._args import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -53,16 +53,16 @@ from ._cli_args import (
     build_parser,
     split_command,
 )
-from ._cli_progress import Progress, show_progress_records
-from ._cli_servers import label, servers_from
-from ._cli_table import CheckRow, check_table, parameter_lines, tools_table
-from ._names import prefix_head
-from .annotations import as_json
-from .config import MCPServer
-from .render import render_mcp_content
+from ._progress import Progress, show_progress_records
+from ._servers import label, servers_from
+from ._table import CheckRow, check_table, parameter_lines, tools_table
+from .._names import prefix_head
+from ..annotations import as_json
+from ..config import MCPServer
+from ..render import render_mcp_content
 
 if TYPE_CHECKING:
-    from .connection import MCPConnection
+    from ..connection import MCPConnection
 
 
 # --------------------------------------------------------------------------- #
@@ -328,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "demo":
         if command is not None:
             parser.error("demo takes no server command")
-        from .demo import main as demo_main
+        from ..demo import main as demo_main
 
         try:
             return demo_main()

@@ -47,8 +47,8 @@ from typing import Any, Final
 
 from lovia.exceptions import UserError
 
-from ._config_values import convert, hints
-from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from ._values import convert, hints
+from ..config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 
 logger = logging.getLogger("lovia_mcp.config")
 

@@ -2,7 +2,7 @@
 
 The SDK's ``ClientSession`` and ``streamable_http_client`` do the HTTP
 transport (sessions, SSE, redirects within the origin); this module adapts
-them to the interface :class:`~lovia_mcp_worker.stdio.StdioSession` offers
+them to the interface :class:`~lovia_mcp_worker.transport.stdio.StdioSession` offers
 the host: ``start`` (handshake and listing), ``list_tools``, ``call`` and
 ``end``. anyio wants its contexts entered and left in one task, so the
 session lives inside :meth:`HttpSession.running`, held by the generation's
@@ -21,11 +21,11 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, TypeVar
 
-from . import failures
+from .. import failures
 from .content import call_result, tool_specs
-from .failures import HostError
-from .progress import OnProgress, parse_progress
-from .protocol import ContentBlock, ServerSpec, ToolSpec
+from ..failures import HostError
+from ..session.progress import OnProgress, parse_progress
+from ..protocol import ContentBlock, ServerSpec, ToolSpec
 
 # The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
 # and pool; 5 min to read, since a server may hold a response stream open.

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from .protocol import Progress
+from ..protocol import Progress
 
 # At most one progress update per call this often: ten a second is as fast
 # as a log or a terminal line is read, while a server sending thousands a

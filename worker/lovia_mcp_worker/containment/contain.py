@@ -1,6 +1,6 @@
 """One generation's containment: its tree, the limit watch, the kill at its end.
 
-Each generation gets its own :class:`~lovia_mcp_worker.guard.Tree`: a cgroup
+Each generation gets its own :class:`~lovia_mcp_worker.containment.guard.Tree`: a cgroup
 where the worker could make one (:mod:`.cgroup`), else the psutil watch's
 attribution (:mod:`.guard`), which must know the other generations' trees
 to tell their processes apart. :meth:`Containment.watch` samples the limits
@@ -20,10 +20,11 @@ import signal
 from collections.abc import Callable
 from typing import Final
 
-from . import cgroup, failures, guard
-from .failures import HostError
-from .generation import Generation, Session
-from .protocol import ServerSpec
+from .. import failures
+from . import cgroup, guard
+from ..failures import HostError
+from ..session.generation import Generation, Session
+from ..protocol import ServerSpec
 
 # How often the guard samples the tree when a memory, CPU or process limit is
 # set. 0.1 s bounds overshoot while costing ~1 % of a core.
@@ -123,7 +124,7 @@ class Containment:
         watchers: list[asyncio.Future[None]],
         entering: asyncio.Future[int] | None,
     ) -> None:
-        from .stdio import StdioSession
+        from ..transport.stdio import StdioSession
 
         tree = gen.tree
         if entering is not None:

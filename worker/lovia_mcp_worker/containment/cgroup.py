@@ -71,7 +71,7 @@ from .cgroup_layout import (
 from .cgroup_layout import read as _read
 from .cgroup_layout import write as _write
 from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach, TreeUsage, kill_tree
-from .protocol import Limits
+from ..protocol import Limits
 
 # Bound on waiting for a cgroup's processes to exit after SIGKILL; only an
 # uninterruptible (D-state) process takes this long.

@@ -10,9 +10,9 @@ from typing import Any, Final
 
 import msgspec
 
-from ._cli_args import PROG, UsageError
-from .config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
-from .config_file import load_servers
+from ._args import PROG, UsageError
+from ..config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from ..config_file.loader import load_servers
 
 # Longest server label (a command line) on the status line and in tables.
 MAX_LABEL: Final = 60

@@ -24,9 +24,9 @@ import sys
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from . import sandbox
+from ..sandbox import bwrap as sandbox
 from .guard import die_with_parent
-from .protocol import Limits, Sandbox, ServerSpec
+from ..protocol import Limits, Sandbox, ServerSpec
 
 ENV_ALLOWLIST: Final = (
     "PATH",
@@ -139,7 +139,7 @@ async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[
     """``argv`` inside the sandbox; with a network allowlist, behind the worker's proxy (sets ``env``)."""
     proxy_socket: str | None = None
     if isinstance(box.network, list):
-        from . import netroute
+        from ..sandbox import netroute
 
         proxy_socket, argv = await netroute.route(box.network, argv, env)
     try:

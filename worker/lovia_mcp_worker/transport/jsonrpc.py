@@ -20,12 +20,12 @@ a tool server and nothing more:
 Request ids are integers, as the SDK numbers them (some servers accept
 nothing else). Replies are matched by their *top-level* id whatever the key
 order; a line that cannot be decoded still answers its request through
-:func:`~lovia_mcp_worker._jsonscan.top_level_id`. Results are decoded only
+:func:`~lovia_mcp_worker.transport._jsonscan.top_level_id`. Results are decoded only
 as far as they are used: no model validation, so one loose schema or an
 extra field never fails a call.
 
 Non-goals: resources, prompts, sampling, subscriptions; batches (MCP dropped
-them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.http`).
+them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from typing import Any, Final
 
 import msgspec
 
-from . import failures
+from .. import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
 from .content import tool_specs
-from .failures import HostError, RemoteError
-from .progress import OnProgress, parse_progress
-from .protocol import ToolSpec
+from ..failures import HostError, RemoteError
+from ..session.progress import OnProgress, parse_progress
+from ..protocol import ToolSpec
 
 # Newest first: the first is offered, any is accepted back (the SDK's
 # handshake versions; the 2026 stateless era is not spoken over stdio here).

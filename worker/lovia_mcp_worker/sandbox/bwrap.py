@@ -12,7 +12,7 @@
   sandbox can be seen or signalled, ``/proc/<agent>/environ`` included;
 - a new network namespace (only its own loopback) unless ``network=True``;
   with a list of host names, a proxy run by the worker
-  (:mod:`~lovia_mcp_worker.netproxy`) is the only way out, reached through
+  (:mod:`~lovia_mcp_worker.sandbox.netproxy`) is the only way out, reached through
   a unix socket bound into the sandbox and a small bridge inside it;
 - new IPC and UTS namespaces, a new session (no terminal injection), and
   ``--die-with-parent``.
@@ -36,7 +36,7 @@ import shutil
 import sys
 from typing import Final
 
-from .protocol import DEFAULT_HIDDEN, Sandbox
+from ..protocol import DEFAULT_HIDDEN, Sandbox
 
 # The prefix of bwrap's own error lines on stderr.
 BWRAP_ERROR_PREFIX: Final = "bwrap: "

@@ -1,0 +1,9 @@
+"""The ``lovia-mcp`` command.
+
+- ``main``: the subcommands (``tools``, ``call``, ``check``, ``demo``);
+- ``_args``: options, help texts and exit statuses; ``_servers``: which
+  servers a command line names; ``_table``: the tables it prints;
+  ``_progress``: the status line while it waits.
+"""
+
+__all__: list[str] = []

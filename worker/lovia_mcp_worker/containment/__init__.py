@@ -1,0 +1,11 @@
+"""A generation's processes: launched with limits, watched, killed as a whole.
+
+- ``launch``: a stdio server's environment, cwd, rlimits and own session;
+- ``guard``: a generation's tree, watched and killed (the psutil watch);
+- ``cgroup``, ``cgroup_layout``: a cgroup per generation, kernel-enforced
+  limits, and cleanup after dead workers;
+- ``contain``: one generation's containment: its tree, the limit watch, the
+  kill at its end.
+"""
+
+__all__: list[str] = []

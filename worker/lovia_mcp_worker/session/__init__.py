@@ -1,0 +1,10 @@
+"""One server connection, supervised: the worker's session host.
+
+- ``host``: the agent's requests in, answers out; generations and restarts;
+- ``generation``: one launched (or reached) server's life as a state machine;
+- ``standby``: one more generation kept ready beside the current one;
+- ``listing``: the tool list as the agent knows it, re-listed on change;
+- ``progress``: servers' progress notifications, coalesced for the agent.
+"""
+
+__all__: list[str] = []
