@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
-from conftest import PY, RAW_SERVER, ROOT
+from helpers import PY, RAW_SERVER, ROOT
 
 from lovia_mcp.cli.main import parameter_lines, tools_table
 
@@ -106,6 +106,7 @@ FORECAST_SCHEMA: dict[str, object] = {
 }
 
 
+@pytest.mark.unit
 def test_parameters_read_as_name_type_with_optional_marks_and_defaults() -> None:
     assert parameter_lines(FORECAST_SCHEMA) == [
         "city: string",
@@ -116,6 +117,7 @@ def test_parameters_read_as_name_type_with_optional_marks_and_defaults() -> None
     assert parameter_lines({"type": "object", "properties": {}}) == []
 
 
+@pytest.mark.unit
 def test_the_table_wraps_descriptions_to_the_width_and_falls_back_to_blocks_when_narrow() -> None:
     tools = [_tool("forecast", "Today's weather forecast for a city, from canned data.", FORECAST_SCHEMA),
              _tool("ping", "", {"type": "object", "properties": {}})]
@@ -160,6 +162,7 @@ def test_call_json_with_arguments_from_stdin_shows_content_error_flag_and_struct
 
 
 
+@pytest.mark.unit
 def test_header_takes_curls_name_colon_value_form_and_name_equals_value() -> None:
     from lovia_mcp.cli._args import _header
 

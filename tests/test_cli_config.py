@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, RAW_SERVER
+from helpers import PY, RAW_SERVER
 from test_cli import error_of, lovia_mcp, lovia_mcp_all
 
 pytestmark = pytest.mark.timeout(40)

@@ -17,16 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import PY, SERVERS, pid_alive, register_shared, run
+from helpers import ISOLATIONS, PY, SERVERS, drive, pid_alive, register_shared, results, run
 from lovia import Agent, Runner
 from lovia.run_context import RunContext
-from lovia.runtime.result import RunResult
 from lovia.testing import ScriptedProvider, call, text
-from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPError, MCPServerStreamableHTTP, MCPToolResult
 
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
 
 # Importing the SDK and starting uvicorn takes about a second; on a loaded
 # machine several. Past this the fixture fails rather than hang the session.
@@ -81,22 +78,11 @@ def web(url: str, isolation: str, **options: Any) -> MCPServerStreamableHTTP:
     return MCPServerStreamableHTTP(url=url, name="web", isolation=isolation, **options)  # type: ignore[arg-type]
 
 
-async def drive(plugin: MCP, *script: Any) -> RunResult:
-    agent = Agent(name="tester", model=ScriptedProvider([*script, text("done")]), plugins=[plugin])
-    result = await Runner.run(agent, "go")
-    assert result.output == "done"
-    return result
-
-
-def results(result: RunResult) -> list[ToolResultEntry]:
-    return [e for e in result.entries if isinstance(e, ToolResultEntry)]
-
-
 @ISOLATIONS
 def test_a_streamable_http_server_serves_text_structured_output_and_images_through_a_run(
     http_url: str, isolation: str
 ) -> None:
-    result = run(drive(
+    result, _ = run(drive(
         MCP(web(http_url, isolation)),
         call("web__echo", {"text": "over http"}),
         call("web__add", {"a": 1.5, "b": 2}),
@@ -121,7 +107,7 @@ def test_an_http_config_is_opened_per_run_and_its_worker_is_gone_when_the_run_re
         return str(result)
 
     plugin = MCP(web(http_url, isolation, result_renderer=renderer, include_tools=["echo"]))
-    result = run(drive(plugin, call("web__echo", {"text": "once"})))
+    result, _ = run(drive(plugin, call("web__echo", {"text": "once"})))
 
     assert [e.output for e in results(result)] == ["once"]
     assert plugin.connections() == []
@@ -136,8 +122,8 @@ def test_an_http_config_is_opened_per_run_and_its_worker_is_gone_when_the_run_re
 def test_a_persistent_http_connection_is_reused_across_runs(http_url: str, isolation: str) -> None:
     async def main() -> list[str]:
         async with web(http_url, isolation).session() as conn:
-            first = await drive(MCP(conn), call("web__echo", {"text": "first"}))
-            second = await drive(MCP(conn), call("web__echo", {"text": "second"}), call("web__pid", {}))
+            first, _ = await drive(MCP(conn), call("web__echo", {"text": "first"}))
+            second, _ = await drive(MCP(conn), call("web__echo", {"text": "second"}), call("web__pid", {}))
             return [e.output for e in results(first) + results(second)]
 
     first, second, pid = run(main())

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, SERVERS, register_shared, run
+from helpers import ISOLATIONS, PY, SERVERS, register_shared, run
 
 from lovia_mcp import MCPServerStdio, MCPServerStreamableHTTP
 from lovia_mcp_worker.session.progress import PROGRESS_INTERVAL, ProgressForwarder
 from lovia_mcp_worker.protocol import Progress
 
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
 RAW = str(SERVERS / "progress_server.py")
 SDK = str(SERVERS / "progress_sdk_server.py")
 # Bound on waiting for the first progress record: an SDK server's start-up
@@ -204,6 +203,7 @@ def test_a_server_flooding_progress_is_coalesced_and_its_last_value_still_arrive
     run(main())
 
 
+@pytest.mark.unit
 def test_the_forwarder_sends_at_once_holds_the_latest_within_an_interval_and_flushes_it_on_close() -> None:
     now = [0.0]
     timers: list[tuple[float, Any]] = []

@@ -21,15 +21,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _agent import drive, outputs
-from _sup_helpers import alive_after, alive_after_sync, enforcement, leftover_cgroups
-from conftest import PY, RAW_SERVER, pid_alive, raw_args, run
+from helpers import PY, RAW_SERVER, alive_after, alive_after_sync, drive, leftover_cgroups, outputs, pid_alive, raw, run
 from lovia.testing import call
 
 from lovia_mcp import MCP, MCPConnection, MCPError, MCPServerStdio, UserError, close_spares, spares, warm_spares
 from lovia_mcp.config import MAX_SPARES
 
-__all__ = ["enforcement"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
 
@@ -41,10 +38,6 @@ GONE_WAIT = 5.0
 REPORT_WAIT = 15.0
 # DESIGN.md: after agent SIGKILL the worker kills the tree "within about a second".
 AGENT_DEATH_CLEANUP = 2.0
-
-
-def raw(**options: Any) -> MCPServerStdio:
-    return MCPServerStdio(command=PY, args=raw_args(), name="raw", **options)
 
 
 def ready_spares() -> list[MCPConnection]:
@@ -96,12 +89,14 @@ def seen(text: str) -> Iterator[_Seen]:
     {"spares": -1}, {"spares": True}, {"spares": 1.5}, {"spares": MAX_SPARES + 1},
     {"spare_idle": 0}, {"spare_idle": -3.0}, {"spare_idle": "60"},
 ])
+@pytest.mark.unit
 def test_bad_spares_options_are_refused_with_a_hint(options: dict[str, Any]) -> None:
     with pytest.raises(UserError) as info:
         raw(**options)
     assert info.value.hint, info.value
 
 
+@pytest.mark.unit
 def test_warm_spares_refuses_a_config_without_spares_or_without_process_isolation() -> None:
     async def main() -> None:
         with pytest.raises(UserError, match="spares=0"):
@@ -556,7 +551,7 @@ def test_a_persistent_session_does_not_take_a_pooled_spare() -> None:
 def test_a_restart_on_the_standby_hands_the_agent_the_standbys_own_tool_list(tmp_path: Any) -> None:
     # The standby was started before the tool was added: once promoted, its
     # listing (without "fresh") is the connection's, as after a cold restart.
-    from conftest import SERVERS
+    from helpers import SERVERS
 
     server = MCPServerStdio(command=PY, args=[str(SERVERS / "annotated_server.py")], spares=1)
 

@@ -17,8 +17,7 @@ import threading
 import time
 
 import pytest
-from _sup_helpers import alive_after
-from conftest import PY, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, alive_after, pid_alive, raw_args, run
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
@@ -35,7 +34,7 @@ async def _server_pid(conn: object) -> int:
     return int(json.loads(str(await conn.call_tool("pid")))["pid"])  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 @pytest.mark.parametrize(
     ("tool", "args", "expect_code", "expect_signal", "expect_stderr"),
     [
@@ -45,6 +44,7 @@ async def _server_pid(conn: object) -> int:
     ],
     ids=["exit-code-7", "SIGKILL", "SIGSEGV"],
 )
+@pytest.mark.timing
 def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_once(
     isolation: str,
     tool: str,
@@ -119,6 +119,7 @@ def test_auto_reconnect_false_never_retries_a_call_that_died_and_the_model_sees_
     run(main())
 
 
+@pytest.mark.timing
 def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves_the_next() -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
@@ -152,6 +153,7 @@ def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves
 
 
 @pytest.mark.timeout(20)
+@pytest.mark.timing
 def test_crash_loop_opens_the_circuit_fails_fast_and_recovers_after_the_window(tmp_path: object) -> None:
     crash_file = os.path.join(str(tmp_path), "crash")
     window = 1.5
@@ -228,7 +230,8 @@ def test_worker_killed_after_a_server_restart_still_takes_the_new_servers_grandc
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_server_exit_is_noticed_while_a_grandchild_still_holds_its_pipes(isolation: str) -> None:
     # raw_server's sleepers inherit its stdout and stderr: no EOF arrives when
     # the server exits, and before Python 3.12 asyncio's Process.wait() waited
