@@ -9,6 +9,7 @@ lives here:
   config), ``RAW_TOOLS``;
 - a real lovia ``Agent`` offline: ``ISOLATIONS`` (run a test in both
   isolation modes), ``Model``, ``drive()``, ``results()``, ``outputs()``;
+- test HTTP servers: ``serving()``;
 - processes: ``run()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
   ``live_descendants()``, ``register_shared()``, ``leftover_cgroups()``.
 """
@@ -16,10 +17,13 @@ lives here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import select
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +48,12 @@ POLL = 0.01
 # Bound on waiting for one process to exit (wait_gone): a worker or server
 # told to go is gone in well under a second; five covers a loaded machine.
 GONE_WAIT = 5.0
+
+# Importing the SDK and starting uvicorn takes about a second; on a loaded
+# machine several. Past this a test HTTP server fails rather than hang the session.
+SERVER_READY_WAIT = 30.0
+# How long a test HTTP server gets to exit on SIGTERM before SIGKILL.
+SERVER_EXIT_WAIT = 5.0
 
 # Run a test once per isolation mode.
 ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
@@ -215,6 +225,50 @@ def alive_after_sync(pids: list[int], within: float) -> tuple[list[int], float]:
     return asyncio.run(alive_after(pids, within))
 
 
+@contextlib.contextmanager
+def serving(*command: str) -> Iterator[str]:
+    """Run a test HTTP MCP server for a fixture's scope; yields its ``/mcp`` URL.
+
+    The server prints ``PORT <n>`` once it serves; it is exempt from the leak
+    check (it outlives single tests) and is terminated at the end.
+    """
+    proc = subprocess.Popen([PY, *command], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    register_shared(proc.pid)
+    try:
+        yield f"http://127.0.0.1:{_read_port(proc, os.path.basename(command[0]))}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(SERVER_EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(SERVER_EXIT_WAIT)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def _read_port(proc: subprocess.Popen[bytes], name: str) -> int:
+    """Wait, bounded, for the ``PORT <n>`` line the server prints once it serves."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + SERVER_READY_WAIT
+    fd = proc.stdout.fileno()
+    buf = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{name} did not report its port within {SERVER_READY_WAIT:g} s")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise RuntimeError(f"{name} exited before serving (code {proc.wait()})")
+        buf += chunk
+        for line in buf.split(b"\n")[:-1]:
+            if line.startswith(b"PORT "):
+                return int(line.split()[1])
+
+
 def leftover_cgroups() -> list[str]:
     """lovia-mcp generation cgroups that exist now (under this process's own cgroups)."""
     where = cgroup.layout()
@@ -224,8 +278,9 @@ def leftover_cgroups() -> list[str]:
 
 
 __all__ = [
-    "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "Model",
+    "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
+    "SERVER_READY_WAIT", "Model",
     "alive_after", "alive_after_sync", "describe", "drive", "exempt_pids", "is_alive",
     "leftover_cgroups", "live_descendants", "outputs", "pid_alive", "raw", "raw_args", "reap_zombies",
-    "register_shared", "results", "run", "wait_gone",
+    "register_shared", "results", "run", "serving", "wait_gone",
 ]

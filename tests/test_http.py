@@ -8,16 +8,12 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
-import select
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import ISOLATIONS, PY, SERVERS, drive, pid_alive, register_shared, results, run
+from helpers import ISOLATIONS, SERVERS, drive, pid_alive, results, run, serving
 from lovia import Agent, Runner
 from lovia.run_context import RunContext
 from lovia.testing import ScriptedProvider, call, text
@@ -25,53 +21,10 @@ from lovia.testing import ScriptedProvider, call, text
 from lovia_mcp import MCP, MCPError, MCPServerStreamableHTTP, MCPToolResult
 
 
-# Importing the SDK and starting uvicorn takes about a second; on a loaded
-# machine several. Past this the fixture fails rather than hang the session.
-SERVER_READY_WAIT = 30.0
-# How long the server gets to exit on SIGTERM at session end before SIGKILL.
-SERVER_EXIT_WAIT = 5.0
-
-
-def _read_port(proc: subprocess.Popen[bytes]) -> int:
-    """Wait, bounded, for the ``PORT <n>`` line the server prints once it serves."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + SERVER_READY_WAIT
-    fd = proc.stdout.fileno()
-    buf = b""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"http_server.py did not report its port within {SERVER_READY_WAIT:g} s")
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            continue
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise RuntimeError(f"http_server.py exited before serving (code {proc.wait()})")
-        buf += chunk
-        for line in buf.split(b"\n")[:-1]:
-            if line.startswith(b"PORT "):
-                return int(line.split()[1])
-
-
 @pytest.fixture(scope="session")
 def http_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    register_shared(proc.pid)
-    try:
-        port = _read_port(proc)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(SERVER_EXIT_WAIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(SERVER_EXIT_WAIT)
-        assert proc.stdout is not None
-        proc.stdout.close()
+    with serving(str(SERVERS / "http_server.py")) as url:
+        yield url
 
 
 def web(url: str, isolation: str, **options: Any) -> MCPServerStreamableHTTP:
