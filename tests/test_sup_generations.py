@@ -6,7 +6,7 @@ a cgroup per generation, where this process may make one, and the watch
 grace and dies in the background while a fresh one already serves; a call
 that ran beside the timed-out one is retried there; the kernel holds memory
 and process limits where a cgroup exists; the restart circuit belongs to
-the connection. The figures each test prints are the ones the README quotes.
+the connection. The figures each test prints are the ones docs/operating.md quotes.
 """
 
 from __future__ import annotations
