@@ -270,11 +270,27 @@ def _read_port(proc: subprocess.Popen[bytes], name: str) -> int:
 
 
 def leftover_cgroups() -> list[str]:
-    """lovia-mcp generation cgroups that exist now (under this process's own cgroups)."""
+    """lovia-mcp generation cgroups of this test session that exist now.
+
+    A generation's cgroup is named ``lovia-mcp.<worker pid>.…`` under the
+    parents this process may use; on a shared machine other sessions' workers
+    make theirs there too. Those of a live process that is not one of ours
+    are left out; those of a dead worker count (leaked, or ours gone).
+    """
     where = cgroup.layout()
     if where is None:
         return []
-    return [os.path.join(d, n) for d in where.parents for n in os.listdir(d) if n.startswith(cgroup.PREFIX)]
+    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
+    found = []
+    for parent in where.parents:
+        for name in os.listdir(parent):
+            if not name.startswith(cgroup.PREFIX):
+                continue
+            pid = name[len(cgroup.PREFIX):].split(".", 1)[0]
+            if pid.isdigit() and int(pid) not in ours and psutil.pid_exists(int(pid)):
+                continue
+            found.append(os.path.join(parent, name))
+    return found
 
 
 __all__ = [
