@@ -7,9 +7,11 @@ lives here:
 - paths: ``ROOT``, ``SERVERS``, ``RAW_SERVER``, ``PY``;
 - servers: ``raw_args()``, ``raw()`` (the raw JSON-RPC test server as a
   config), ``RAW_TOOLS``;
+- ``pid_of()``: the pid of the raw server answering a connection;
 - a real lovia ``Agent`` offline: ``ISOLATIONS`` (run a test in both
   isolation modes), ``Model``, ``drive()``, ``results()``, ``outputs()``;
-- test HTTP servers: ``serving()``;
+- test HTTP servers: ``serving()``; the command: ``lovia_mcp()``,
+  ``lovia_mcp_all()``, ``error_of()``;
 - processes: ``run()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
   ``live_descendants()``, ``register_shared()``, ``leftover_cgroups()``.
 """
@@ -18,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import select
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +58,10 @@ GONE_WAIT = 5.0
 SERVER_READY_WAIT = 30.0
 # How long a test HTTP server gets to exit on SIGTERM before SIGKILL.
 SERVER_EXIT_WAIT = 5.0
+
+# Bound on one ``lovia-mcp`` command; a normal one takes about a second
+# (interpreter, worker, server), a broken build must not hang the suite.
+CLI_TIMEOUT = 25.0
 
 # Run a test once per isolation mode.
 ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
@@ -113,12 +121,44 @@ async def drive(plugin: Any, *script: Any, **agent_options: Any) -> tuple[RunRes
     return result, model
 
 
+async def pid_of(conn: Any, timeout: float | None = None) -> int:
+    """The pid of the raw test server answering ``conn`` (its ``pid`` tool)."""
+    reply = await conn.call_tool("pid", timeout=timeout)
+    return int(json.loads(str(reply))["pid"])
+
+
 def results(result: RunResult) -> list[ToolResultEntry]:
     return [e for e in result.entries if isinstance(e, ToolResultEntry)]
 
 
 def outputs(result: RunResult) -> list[str]:
     return [e.output for e in results(result)]
+
+
+def lovia_mcp(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the ``lovia-mcp`` command as a user runs it (``python -m lovia_mcp``), bounded."""
+    return subprocess.run(
+        [sys.executable, "-m", "lovia_mcp", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "120", **(env or {})},
+    )
+
+
+def lovia_mcp_all(*invocations: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Independent invocations at once (each is mostly interpreter start-up)."""
+    with ThreadPoolExecutor(len(invocations)) as pool:
+        return list(pool.map(lambda args: lovia_mcp(*args), invocations))
+
+
+def error_of(r: subprocess.CompletedProcess[str]) -> str:
+    """The command's error message; asserts it is a message, not a traceback."""
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "lovia-mcp" in r.stderr and "error: " in r.stderr, r.stderr
+    return r.stderr
 
 
 # --------------------------------------------------------------------------- #
@@ -294,9 +334,9 @@ def leftover_cgroups() -> list[str]:
 
 
 __all__ = [
-    "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
+    "CLI_TIMEOUT", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
     "SERVER_READY_WAIT", "Model",
-    "alive_after", "alive_after_sync", "describe", "drive", "exempt_pids", "is_alive",
-    "leftover_cgroups", "live_descendants", "outputs", "pid_alive", "raw", "raw_args", "reap_zombies",
+    "alive_after", "alive_after_sync", "describe", "drive", "error_of", "exempt_pids", "is_alive",
+    "leftover_cgroups", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
     "register_shared", "results", "run", "serving", "wait_gone",
 ]

@@ -10,15 +10,13 @@ Agent and the ``lovia-mcp call`` command.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import ISOLATIONS, PY, ROOT, SERVERS, drive, outputs, run
+from helpers import ISOLATIONS, PY, SERVERS, drive, lovia_mcp, outputs, run
 from lovia.testing import call
 
 from lovia_mcp import MCP, MCPServerStdio
@@ -28,9 +26,6 @@ NAMES_SERVER = str(SERVERS / "names_server.py")
 # What names_server.py lists, "dup" twice.
 RAW_NAMES = ["get weather", "héllo", "a.b", "a_b", "x" * 300, "dup", "dup", "ok_name"]
 PROVIDER_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-# Bound on one `lovia-mcp` command (interpreter, worker, server: about a second).
-CLI_TIMEOUT = 25.0
 
 
 def names_server(isolation: str = "process", **options: object) -> MCPServerStdio:
@@ -213,10 +208,7 @@ def test_include_and_exclude_tools_match_the_raw_names_of_made_safe_tools() -> N
 # lovia-mcp call
 # --------------------------------------------------------------------------- #
 def _lovia_mcp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lovia_mcp", *args, "--name", "srv", "--", PY, NAMES_SERVER],
-        capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=ROOT, env={**os.environ, "COLUMNS": "120"},
-    )
+    return lovia_mcp(*args, "--name", "srv", "--", PY, NAMES_SERVER)
 
 
 def test_lovia_mcp_call_takes_the_visible_name_or_the_raw_name_and_suggests_visible_names() -> None:

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from helpers import ISOLATIONS, PY, alive_after, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, alive_after, pid_alive, pid_of, raw_args, run
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
@@ -28,10 +28,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 
 # A dead server is noticed through its pipes and exit status: well under this.
 DEATH_NOTICED_WITHIN = 1.0
-
-
-async def _server_pid(conn: object) -> int:
-    return int(json.loads(str(await conn.call_tool("pid")))["pid"])  # type: ignore[attr-defined]
 
 
 @ISOLATIONS
@@ -58,7 +54,7 @@ def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_o
             command=PY, args=raw_args(), name="raw", auto_reconnect=False, isolation=isolation  # type: ignore[arg-type]
         )
         async with server.session() as conn:
-            old = await _server_pid(conn)
+            old = await pid_of(conn)
             started = time.monotonic()
             with pytest.raises(MCPError) as info:
                 await conn.call_tool(tool, args, timeout=30)
@@ -77,7 +73,7 @@ def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_o
             assert expect_stderr in err.stderr_tail
             assert expect_stderr in str(err)  # quoted in the hint
             # The next call runs on a fresh server.
-            assert await _server_pid(conn) != old
+            assert await pid_of(conn) != old
             assert not pid_alive(old)
             print(f"[{isolation}] {tool} {args}: MCPError after {elapsed * 1000:.1f} ms")
 
@@ -124,7 +120,7 @@ def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
         async with server.session() as conn:
-            worker, old_server = conn.worker_pid, await _server_pid(conn)
+            worker, old_server = conn.worker_pid, await pid_of(conn)
             assert worker is not None
             in_flight = asyncio.ensure_future(conn.call_tool("hang"))
             # Kill once the request has been sent (it is then in flight).
@@ -212,10 +208,10 @@ def test_worker_killed_after_a_server_restart_still_takes_the_new_servers_grandc
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
         async with server.session() as conn:
-            first = await _server_pid(conn)
+            first = await pid_of(conn)
             with pytest.raises(MCPError):
                 await conn.call_tool("exit", {"code": 1})
-            second = await _server_pid(conn)
+            second = await pid_of(conn)
             assert second != first
             assert conn.server_pid == second  # the connection follows restarts
             grandchildren = json.loads(str(await conn.call_tool("spawn", {"n": 1})))

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ISOLATIONS, PY, alive_after, leftover_cgroups, pid_alive, raw_args, run, wait_gone
+from helpers import ISOLATIONS, PY, alive_after, leftover_cgroups, pid_alive, pid_of, raw_args, run, wait_gone
 
 from lovia_mcp import Limits, MCPError, MCPServerStdio
 
@@ -32,11 +32,6 @@ TIMEOUT = 1.0
 # Under a cgroup the kernel charges the tree and never lets the charge pass
 # memory.limit_in_bytes: the stated margin over memory_mb is nothing.
 CGROUP_MEMORY_MARGIN_MB = 0.0
-
-
-async def pid_of(conn: object, timeout: float | None = None) -> int:
-    reply = await conn.call_tool("pid", timeout=timeout)  # type: ignore[attr-defined]
-    return int(json.loads(str(reply))["pid"])
 
 
 @pytest.mark.timeout(30)
