@@ -13,7 +13,9 @@ cgroup per generation, and the psutil watch.
 
 Markers (registered in pyproject.toml): ``unit`` for tests that start no
 process, ``timing`` for tests that assert a wall-clock bound (``-m "not
-timing"`` deselects them on a loaded machine).
+timing"`` deselects them on a loaded machine). A ``unit`` test that starts a
+process (a subprocess, a fork, a worker from the forkserver) fails, so the
+marker cannot drift from the truth.
 """
 
 from __future__ import annotations
@@ -44,13 +46,48 @@ from helpers import (
 
 from lovia_mcp_worker.containment import cgroup
 from lovia_mcp_worker.containment.guard import become_subreaper
+from lovia_mcp_worker.process import ForkServer
 
 # Bound on waiting, after a test, for its processes to finish exiting.
 LEAK_WAIT = 5.0
 
+# Audit events that start a process; recorded while a ``unit`` test runs.
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system"})
+_unit_starts: list[str] | None = None
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _unit_starts is not None and event in _PROCESS_EVENTS:
+        _unit_starts.append(event)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     become_subreaper()
+    sys.addaudithook(_audit)  # never removed; a no-op unless a unit test runs
+
+
+@pytest.fixture(autouse=True)
+def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail a ``unit`` test that started a process (the marker's promise)."""
+    global _unit_starts
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    starts: list[str] = []
+    original = ForkServer.start_worker
+
+    def start_worker(self: ForkServer) -> Any:
+        starts.append("a worker from the forkserver")
+        return original(self)
+
+    monkeypatch.setattr(ForkServer, "start_worker", start_worker)
+    _unit_starts = starts
+    try:
+        yield
+    finally:
+        _unit_starts = None
+    if starts:
+        pytest.fail(f"a test marked unit started processes: {sorted(set(starts))}; drop the marker")
 
 
 @pytest.fixture(autouse=True)
@@ -101,5 +138,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> No
 
 __all__ = [
     "PY", "RAW_SERVER", "ROOT", "SERVERS", "enforcement", "live_descendants", "no_leaks", "pid_alive",
-    "raw_args", "register_shared", "run",
+    "raw_args", "register_shared", "run", "unit_starts_no_process",
 ]

@@ -285,7 +285,6 @@ def test_the_memory_limit_holds_inside_the_sandbox() -> None:
     run(main())
 
 
-@pytest.mark.unit
 def test_the_plugin_sandbox_applies_to_stdio_servers_without_their_own(place: Place) -> None:
     plugin = MCP(place.server(None), MCPServerStdio(command="x", sandbox=Sandbox(network=True)), sandbox=True)
     boxes = [s.sandbox for s in plugin.servers]  # type: ignore[attr-defined]
