@@ -58,7 +58,7 @@ def _names(value: Sequence[str] | None, field: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class MCPServer:
-    """Options shared by every transport (see the README's table)."""
+    """Options shared by every transport (see the table in docs/options.md)."""
 
     name: str | None = None
     include_tools: list[str] | None = None

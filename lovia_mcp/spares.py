@@ -30,7 +30,7 @@ Caveats: a spare is checked when taken (worker alive, server still serving:
 one ``GetStats`` round trip); a spare that fails it is closed, never handed
 out. A server that dies after the check is like any server dying during a
 run (the usual reconnect). Spares cost a worker and a server tree each while
-they wait (README, "Warm spares").
+they wait (docs/spares.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 BENCH = ROOT / "scripts" / "bench.py"
 CLIENTS = ("lovia", "none", "process")

@@ -16,8 +16,7 @@ import sys
 import time
 
 import pytest
-from _sup_helpers import alive_after
-from conftest import PY, RAW_SERVER, run
+from helpers import PY, RAW_SERVER, alive_after, run
 
 from lovia_mcp import MCPError, MCPServerStdio
 from lovia_mcp.connection import CLOSE_WAIT
@@ -29,6 +28,7 @@ CLOSE_WITHIN = 4.0
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.timing
 def test_close_returns_at_once_when_the_worker_is_killed_while_closing() -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw", auto_reconnect=False)

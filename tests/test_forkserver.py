@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sup_helpers import alive_after_sync
-from conftest import PY, RAW_SERVER
+from helpers import PY, RAW_SERVER, alive_after_sync
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
