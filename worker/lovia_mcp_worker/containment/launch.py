@@ -135,17 +135,28 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
     return found
 
 
-async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> list[str]:
-    """``argv`` inside the sandbox; with a network allowlist, behind the worker's proxy (sets ``env``)."""
-    proxy_socket: str | None = None
-    if isinstance(box.network, list):
-        from ..sandbox import netroute
+async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> tuple[list[str], int]:
+    """``argv`` inside the sandbox; with a network allowlist, behind the worker's proxy (sets ``env``).
 
-        proxy_socket, argv = await netroute.route(box.network, argv, env)
+    Also returns the seccomp program's descriptor: the spawn passes it on, then closes it.
+    """
     try:
-        return sandbox.command(box, argv, cwd=spec.cwd, env=env, proxy_socket=proxy_socket)
+        fd = sandbox.filter_fd(box)
     except sandbox.SandboxError as exc:
         raise LaunchError(str(exc), hint=exc.hint) from exc
+    try:
+        proxy_socket: str | None = None
+        if isinstance(box.network, list):
+            from ..sandbox import netroute
+
+            proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fd)
+        return sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fd, proxy_socket=proxy_socket), fd
+    except sandbox.SandboxError as exc:
+        os.close(fd)
+        raise LaunchError(str(exc), hint=exc.hint) from exc
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 P = TypeVar("P", bound=asyncio.SubprocessProtocol)
@@ -157,8 +168,10 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     argv = [resolve_command(spec, env), *spec.args]
+    pass_fds: tuple[int, ...] = ()
     if spec.sandbox is not None:
-        argv = await _sandboxed(spec, spec.sandbox, argv, env)
+        argv, filter_fd = await _sandboxed(spec, spec.sandbox, argv, env)
+        pass_fds = (filter_fd,)
     argv, preexec = _launch_plan(spec.limits, argv)
     loop = asyncio.get_running_loop()
     try:
@@ -172,6 +185,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=preexec,
+            pass_fds=pass_fds,
         )
     except PermissionError as exc:
         raise LaunchError(
@@ -183,6 +197,9 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             f"could not start {spec.command!r}: {exc.strerror or exc}",
             hint="Check the command, its interpreter line and cwd.",
         ) from exc
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
 
 
 __all__ = [

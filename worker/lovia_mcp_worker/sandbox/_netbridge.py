@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -I -S _netbridge.py --port PORT --socket SOCKET -- ARGV...
+    python -I -S _netbridge.py --port PORT --socket SOCKET [--seccomp-fd FD] -- ARGV...
 
 A standalone script (standard library only, no package imports): it runs
 inside the sandbox, whose network namespace has only its own loopback. It
@@ -12,6 +12,14 @@ TCP connection it connects to the unix socket ``SOCKET`` (the worker's
 both ways. The parent closes the listening socket and executes ``ARGV`` in
 its own place, so the server keeps the pid, stdio and environment it was
 given, and the bridge is the server's child.
+
+With ``--seccomp-fd FD``, the parent reads a seccomp program from FD and
+installs it (:func:`~lovia_mcp_worker.sandbox.seccomp.install`, loaded from
+this script's folder) just before the exec: the server is filtered (no
+AF_UNIX sockets), the bridge, forked earlier, is not, so it can reach the
+proxy's socket. The bridge makes itself non-dumpable, so the server cannot
+open its ``/proc/PID/mem`` and borrow its sockets. A program that cannot be
+read or installed ends the start: the server never runs unfiltered.
 
 Lifecycle: the bridge has a parent-death signal (SIGKILL), so it goes when the
 server exits; it is in the server's process group and session, so a signal
@@ -59,7 +67,8 @@ _THREAD_STACK: Final = 256 * 1024
 # failure, which would repeat at once, does not spin a core.
 _ACCEPT_BACKOFF: Final = 0.1
 _EXEC_FAILED: Final = 127
-_USAGE: Final = "usage: python -I -S _netbridge.py --port PORT --socket SOCKET -- ARGV..."
+_PR_SET_DUMPABLE: Final = 4
+_USAGE: Final = "usage: python -I -S _netbridge.py --port PORT --socket SOCKET [--seccomp-fd FD] -- ARGV..."
 
 _reported: set[str] = set()
 
@@ -79,7 +88,7 @@ def _say_once(key: str, message: str) -> None:
         _say(message)
 
 
-def _parse(args: list[str]) -> tuple[int, str, list[str]]:
+def _parse(args: list[str]) -> tuple[int, str, int | None, list[str]]:
     if "--" not in args:
         raise ValueError("missing '--' before the server's command")
     split = args.index("--")
@@ -89,7 +98,7 @@ def _parse(args: list[str]) -> tuple[int, str, list[str]]:
     if len(options) % 2:
         raise ValueError(f"option without a value: {options[-1]!r}")
     values = dict(zip(options[::2], options[1::2]))
-    unknown = set(values) - {"--port", "--socket"}
+    unknown = set(values) - {"--port", "--socket", "--seccomp-fd"}
     if unknown:
         raise ValueError(f"unknown option {sorted(unknown)[0]!r}")
     if "--port" not in values or "--socket" not in values:
@@ -100,7 +109,10 @@ def _parse(args: list[str]) -> tuple[int, str, list[str]]:
             f"--port must be a fixed port from 1 to 65535, not {port_text!r} "
             "(the server finds the bridge through proxy variables set before the bridge ran)"
         )
-    return int(port_text), values["--socket"], argv
+    fd_text = values.get("--seccomp-fd")
+    if fd_text is not None and not fd_text.isdigit():
+        raise ValueError(f"--seccomp-fd must be a descriptor number, not {fd_text!r}")
+    return int(port_text), values["--socket"], None if fd_text is None else int(fd_text), argv
 
 
 def _given_environment() -> dict[bytes, bytes]:
@@ -125,6 +137,10 @@ def _die_with_parent(parent: int) -> None:
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
         ok = int(prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)) == 0
+        # Not dumpable: the filtered server may not read or write this
+        # process's memory through /proc (the bridge may open AF_UNIX sockets).
+        if int(prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) != 0:
+            _say("cannot make the bridge non-dumpable")
     except (OSError, AttributeError):
         ok = False
     if not ok:
@@ -235,14 +251,42 @@ def _bridge(listener_fd: int, socket_path: str, parent: int) -> NoReturn:
     os._exit(1)
 
 
+def _read_program(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _install_filter(prog: bytes) -> None:
+    """The package's seccomp.install, loaded by path: this script runs with -I -S, outside the package."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seccomp.py")
+    spec = importlib.util.spec_from_file_location("_lovia_mcp_seccomp", path)
+    if spec is None or spec.loader is None:
+        raise OSError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install(prog)
+
+
 def main(args: list[str]) -> int:
     try:
-        port, socket_path, argv = _parse(args)
+        port, socket_path, seccomp_fd, argv = _parse(args)
     except ValueError as e:
         _say(str(e))
         sys.stderr.write(_USAGE + "\n")
         return 2
     env = _given_environment()
+    prog = b""
+    if seccomp_fd is not None:
+        try:
+            prog = _read_program(seccomp_fd)
+        except OSError as e:
+            _say(f"cannot read the seccomp program from descriptor {seccomp_fd}: {e.strerror or e}")
+            return _EXEC_FAILED
     listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     try:
         listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
@@ -259,6 +303,12 @@ def main(args: list[str]) -> int:
     listener.close()
     for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)
+    if seccomp_fd is not None:
+        try:
+            _install_filter(prog)
+        except Exception as e:  # noqa: BLE001 - whatever failed, the server must not run unfiltered
+            _say(f"cannot install the seccomp filter: {e}")
+            return _EXEC_FAILED
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as e:

@@ -44,10 +44,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import platform
+import os
 import struct
-from collections.abc import Callable
-from typing import Final
+
+# No typing or platform at run time: the network bridge loads this file
+# inside the sandbox on every start, where each millisecond counts.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Final
 
 # BPF opcodes (linux/bpf_common.h).
 _LD_W_ABS: Final = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -177,7 +182,7 @@ def errno_ret(err: int) -> int:
 
 
 def _machine(machine: str | None) -> str:
-    name = machine or platform.machine()
+    name = machine or os.uname().machine
     name = {"amd64": "x86_64", "arm64": "aarch64"}.get(name.lower(), name.lower())
     if name not in _AUDIT_ARCH:
         raise OSError(errno.ENOTSUP, f"no seccomp filter for the {name} architecture (x86_64 and aarch64 only)")
