@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 # Bound on one child run: ~60 forked calls and an interpreter start, on a loaded 2-core CI.
 CHILD_TIMEOUT = 30.0
 
-# The child: argv[1] is "none", "network" or "offline" (which filter to install).
+# The child: argv[1] is "none", "network", "offline" or "offline_unix" (which filter to install).
 CHILD = r'''
 import ctypes, errno, json, mmap, os, platform, socket, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -42,7 +42,7 @@ mode = sys.argv[1]
 calls = json.loads(sys.argv[2])
 if mode != "none":
     from lovia_mcp_worker.sandbox import seccomp
-    seccomp.install(seccomp.program(network=mode == "network"))
+    seccomp.install(seccomp.program(network=mode == "network", allow_unix=mode == "offline_unix"))
 
 def int80_getpid():
     # i386 getpid (20) through int 0x80, from machine code: the foreign-ABI path.
@@ -176,7 +176,7 @@ def _denied_calls(network: bool) -> dict[str, tuple[str, list[int]]]:
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, int]]:
     every = {**_denied_calls(False), **{n: v for n, v in ALLOWED.items()}}
-    return {mode: _run(mode, every) for mode in ("none", "network", "offline")}
+    return {mode: _run(mode, every) for mode in ("none", "network", "offline", "offline_unix")}
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -185,6 +185,17 @@ def test_filter_refuses_the_call_in_every_network_mode(results: dict[str, dict[s
     print(name, {mode: errno.errorcode.get(r[name], r[name]) for mode, r in results.items()})
     assert results["network"][name] == expected
     assert results["offline"][name] == expected
+
+
+@pytest.mark.parametrize("name", sorted(CALLS) + sorted(OFFLINE_CALLS))
+def test_the_bridges_filter_allows_unix_sockets_and_refuses_the_rest(
+    results: dict[str, dict[str, int]], name: str
+) -> None:
+    # allow_unix: bwrap's init and the network bridge, which must reach the proxy's socket.
+    if name.startswith("socket_unix"):
+        assert results["offline_unix"][name] == results["none"][name] == 0
+    else:
+        assert results["offline_unix"][name] == {**CALLS, **OFFLINE_CALLS}[name][2]
 
 
 @pytest.mark.parametrize("name", sorted(CALLS) + sorted(OFFLINE_CALLS))

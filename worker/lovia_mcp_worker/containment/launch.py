@@ -135,27 +135,29 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
     return found
 
 
-async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> tuple[list[str], int]:
+async def _sandboxed(
+    spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]
+) -> tuple[list[str], tuple[int, ...]]:
     """``argv`` inside the sandbox; with a network allowlist, behind the worker's proxy (sets ``env``).
 
-    Also returns the seccomp program's descriptor: the spawn passes it on, then closes it.
+    Also returns the seccomp programs' descriptors: the spawn passes them on, then closes them.
     """
-    try:
-        fd = sandbox.filter_fd(box)
-    except sandbox.SandboxError as exc:
-        raise LaunchError(str(exc), hint=exc.hint) from exc
+    fds: list[int] = []
     try:
         proxy_socket: str | None = None
         if isinstance(box.network, list):
             from ..sandbox import netroute
 
-            proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fd)
-        return sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fd, proxy_socket=proxy_socket), fd
-    except sandbox.SandboxError as exc:
-        os.close(fd)
-        raise LaunchError(str(exc), hint=exc.hint) from exc
-    except BaseException:
-        os.close(fd)
+            fds.append(sandbox.filter_fd(box))
+            proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
+        fds.append(sandbox.filter_fd(box, allow_unix=proxy_socket is not None))
+        argv = sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket)
+        return argv, tuple(fds)
+    except BaseException as exc:
+        for fd in fds:
+            os.close(fd)
+        if isinstance(exc, sandbox.SandboxError):
+            raise LaunchError(str(exc), hint=exc.hint) from exc
         raise
 
 
@@ -170,8 +172,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
     argv = [resolve_command(spec, env), *spec.args]
     pass_fds: tuple[int, ...] = ()
     if spec.sandbox is not None:
-        argv, filter_fd = await _sandboxed(spec, spec.sandbox, argv, env)
-        pass_fds = (filter_fd,)
+        argv, pass_fds = await _sandboxed(spec, spec.sandbox, argv, env)
     argv, preexec = _launch_plan(spec.limits, argv)
     loop = asyncio.get_running_loop()
     try:

@@ -17,8 +17,9 @@ With ``--seccomp-fd FD``, the parent reads a seccomp program from FD and
 installs it (:func:`~lovia_mcp_worker.sandbox.seccomp.install`, loaded from
 this script's folder) just before the exec: the server is filtered (no
 AF_UNIX sockets), the bridge, forked earlier, is not, so it can reach the
-proxy's socket. The bridge makes itself non-dumpable, so the server cannot
-open its ``/proc/PID/mem`` and borrow its sockets. A program that cannot be
+proxy's socket. The bridge is made non-dumpable before the fork (the
+server's exec makes the server dumpable again), so the server cannot open
+its ``/proc/PID/mem`` and borrow its sockets. A program that cannot be
 read or installed ends the start: the server never runs unfiltered.
 
 Lifecycle: the bridge has a parent-death signal (SIGKILL), so it goes when the
@@ -55,7 +56,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
-    from typing import Final, NoReturn
+    from typing import Any, Final, NoReturn
 
 _PR_SET_PDEATHSIG: Final = 1
 _CHUNK: Final = 64 * 1024
@@ -137,10 +138,6 @@ def _die_with_parent(parent: int) -> None:
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
         ok = int(prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)) == 0
-        # Not dumpable: the filtered server may not read or write this
-        # process's memory through /proc (the bridge may open AF_UNIX sockets).
-        if int(prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) != 0:
-            _say("cannot make the bridge non-dumpable")
     except (OSError, AttributeError):
         ok = False
     if not ok:
@@ -259,8 +256,8 @@ def _read_program(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _install_filter(prog: bytes) -> None:
-    """The package's seccomp.install, loaded by path: this script runs with -I -S, outside the package."""
+def _seccomp_module() -> Any:
+    """The package's seccomp module, loaded by path: this script runs with -I -S, outside the package."""
     import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seccomp.py")
@@ -269,7 +266,15 @@ def _install_filter(prog: bytes) -> None:
         raise OSError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.install(prog)
+    return module
+
+
+def _not_dumpable() -> None:
+    """Before the fork, so the bridge is never dumpable (the exec makes the server dumpable again)."""
+    import ctypes
+
+    if int(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 def main(args: list[str]) -> int:
@@ -281,11 +286,14 @@ def main(args: list[str]) -> int:
         return 2
     env = _given_environment()
     prog = b""
+    filters = None
     if seccomp_fd is not None:
         try:
             prog = _read_program(seccomp_fd)
-        except OSError as e:
-            _say(f"cannot read the seccomp program from descriptor {seccomp_fd}: {e.strerror or e}")
+            filters = _seccomp_module()
+            _not_dumpable()
+        except Exception as e:  # noqa: BLE001 - whatever failed, the server must not run unfiltered
+            _say(f"cannot prepare the seccomp filter from descriptor {seccomp_fd}: {e}")
             return _EXEC_FAILED
     listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     try:
@@ -303,9 +311,9 @@ def main(args: list[str]) -> int:
     listener.close()
     for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)
-    if seccomp_fd is not None:
+    if filters is not None:
         try:
-            _install_filter(prog)
+            filters.install(prog)
         except Exception as e:  # noqa: BLE001 - whatever failed, the server must not run unfiltered
             _say(f"cannot install the seccomp filter: {e}")
             return _EXEC_FAILED

@@ -24,9 +24,10 @@
   bridge inside it;
 - the seccomp filter of :mod:`~lovia_mcp_worker.sandbox.seccomp` (no
   AF_UNIX sockets, mounts, namespaces, keyring, ptrace, io_uring, TIOCSTI...),
-  from a memfd: bwrap's ``--seccomp FD``, or, with a network allowlist, the
-  bridge installs it just before it becomes the server (the bridge itself
-  needs AF_UNIX to reach the proxy);
+  from a memfd through bwrap's ``--seccomp FD`` on every process of the box;
+  with a network allowlist, that program allows AF_UNIX (the bridge must
+  reach the proxy) and the bridge stacks the full one on the server just
+  before it becomes it; bwrap's init's memory is then masked in ``/proc``;
 - new IPC and UTS namespaces, a new session (no terminal injection), and
   ``--die-with-parent``.
 
@@ -91,7 +92,12 @@ READ_ONLY_PROC: Final = tuple(p for p in ("/proc/sys", "/proc/sysrq-trigger") if
 # filtered, this file is not), and timers that leak other processes' activity.
 MASKED_PROC: Final = tuple(p for p in ("/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/kcore")
                            if os.path.exists(p))
-_programs: dict[bool, bytes] = {}
+_programs: dict[tuple[bool, bool], bytes] = {}
+# With a network allowlist, bwrap's init (pid 1 in the box) runs without the
+# AF_UNIX rule, like the bridge, and stays dumpable: the server could write
+# its memory through /proc and make it connect anywhere. ptrace and
+# process_vm_writev are filtered; these are the remaining ways in.
+INIT_MEMORY: Final = ("/proc/1/mem", "/proc/1/task/1/mem")
 
 
 class SandboxError(Exception):
@@ -136,17 +142,19 @@ def tmp_roots(paths: list[str]) -> list[str]:
     return out
 
 
-def filter_fd(sandbox: Sandbox) -> int:
+def filter_fd(sandbox: Sandbox, *, allow_unix: bool = False) -> int:
     """A descriptor holding the server's seccomp program, at offset 0 (close-on-exec: pass it on).
 
     A memfd: bwrap reads it to the end, and the bridge reads it before it
     becomes the server. The caller closes it once the server is started.
+    ``allow_unix``: the program for bwrap when a bridge must reach the proxy
+    (see :func:`~lovia_mcp_worker.sandbox.seccomp.program`).
     """
     network = sandbox.network is True
-    prog = _programs.get(network)
+    prog = _programs.get((network, allow_unix))
     if prog is None:
         try:
-            prog = _programs[network] = seccomp.program(network=network)
+            prog = _programs[network, allow_unix] = seccomp.program(network=network, allow_unix=allow_unix)
         except OSError as exc:
             raise SandboxError(
                 f"the sandbox's seccomp filter cannot be built here: {exc.strerror or exc}",
@@ -174,8 +182,10 @@ def command(
     """The bwrap argv that runs ``argv`` inside ``sandbox``. Raises SandboxError.
 
     ``seccomp_fd`` (from :func:`filter_fd`) must stay open in the spawned
-    process. With ``proxy_socket``, ``argv`` is the bridge's, which installs
-    the filter itself from the same descriptor; bwrap then leaves it alone.
+    process; bwrap puts it on every process of the box. With
+    ``proxy_socket``, ``argv`` is the bridge's, which stacks the full filter
+    on the server (from a descriptor of its own); ``seccomp_fd`` is then the
+    program with ``allow_unix``.
     """
     if BWRAP is None:
         raise SandboxError(
@@ -231,8 +241,9 @@ def command(
         # mount, and the server must not plant files next to it.
         folder = os.path.dirname(proxy_socket)
         args += ["--ro-bind", folder, folder]
-    else:
-        args += ["--seccomp", str(seccomp_fd)]
+        for path in INIT_MEMORY:
+            args += ["--ro-bind", "/dev/null", path]
+    args += ["--seccomp", str(seccomp_fd)]
     for path in hidden_paths(sandbox, env):
         if os.path.isdir(path):
             args += ["--tmpfs", path, "--remount-ro", path]
@@ -265,6 +276,7 @@ def setup_error(returncode: int, stderr_tail: list[str]) -> str | None:
 
 __all__ = [
     "BWRAP",
+    "INIT_MEMORY",
     "MASKED_PROC",
     "READ_ONLY_PROC",
     "USERNS_HINT",

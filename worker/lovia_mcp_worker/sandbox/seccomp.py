@@ -212,11 +212,15 @@ def _deny_clone_flags(asm: _Asm, nr: dict[str, int], mask: int, block: str) -> N
     asm.label(f"{block}.end")
 
 
-def program(*, network: bool, machine: str | None = None) -> bytes:
+def program(*, network: bool, allow_unix: bool = False, machine: str | None = None) -> bytes:
     """The server's filter as an array of struct sock_filter (8 bytes each), for bwrap's
     --seccomp FD or install(). network=False also refuses AF_INET/AF_INET6 sockets that are not
     SOCK_STREAM (UDP, raw) -- TCP is left to the namespace or Landlock -- and every other
-    family but AF_NETLINK. ``machine`` defaults to this one; raises OSError on another."""
+    family but AF_NETLINK. ``machine`` defaults to this one; raises OSError on another.
+
+    ``allow_unix=True`` leaves ``socket(AF_UNIX)`` alone: for the network
+    bridge and bwrap's init, which must reach the proxy's socket; the server
+    gets the full filter stacked on top (filters stack: the strictest wins)."""
     arch = _machine(machine)
     nr = SYSCALLS[arch]
     eperm = errno_ret(errno.EPERM)
@@ -236,7 +240,7 @@ def program(*, network: bool, machine: str | None = None) -> bytes:
 
     asm.op(_JMP_JEQ_K, nr["socket"], 0, "allow")
     asm.op(_LD_W_ABS, _arg_low(0))
-    asm.op(_JMP_JEQ_K, AF_UNIX, "deny", 0)
+    asm.op(_JMP_JEQ_K, AF_UNIX, "allow" if allow_unix else "deny", 0)
     if not network:
         asm.op(_JMP_JEQ_K, AF_NETLINK, "allow", 0)
         asm.op(_JMP_JEQ_K, AF_INET, "inet", 0)
