@@ -364,3 +364,32 @@ def test_a_sandboxed_open_works_for_an_ordinary_user(tmp_path: Path) -> None:
     print(proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "hello as nobody"
+
+
+REFUSING_AGENT = r'''
+import asyncio, sys
+from lovia_mcp import MCPError, MCPServerStdio, Sandbox
+from lovia_mcp_worker.sandbox import seccomp
+# What Docker's default profile does to bubblewrap: no new user namespaces
+# for this process and everything it starts (the worker, bwrap).
+seccomp.install(seccomp.deny_new_user_namespaces())
+async def main():
+    server = MCPServerStdio(command=sys.executable, args=[sys.argv[1]], sandbox=Sandbox())
+    try:
+        await server.open()
+    except MCPError as exc:
+        print("refused:", exc.kind, exc)
+        return
+    print("opened: the server ran")
+asyncio.run(main())
+'''
+
+
+def test_where_user_namespaces_are_refused_the_namespace_backend_fails_loudly_with_a_hint() -> None:
+    proc = subprocess.run(
+        [PY, "-c", REFUSING_AGENT, RAW_SERVER], capture_output=True, text=True, timeout=NOBODY_WAIT
+    )
+    print(proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("refused: open"), proc.stdout
+    assert "user namespaces" in proc.stdout
