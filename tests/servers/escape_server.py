@@ -46,6 +46,8 @@ MNT_DETACH = 2
 MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 TIOCSTI = 0x5412
+# Bound on a connection to a listener the test opened: it answers at once, when it is reachable.
+CONNECT_WAIT = 5
 
 
 def sys_call(name: str, *args: object) -> int:
@@ -84,7 +86,7 @@ def write(path: str) -> str:
 
 
 def connect(host: str, port: int) -> str:
-    with socket.create_connection((host, port), timeout=5) as s:
+    with socket.create_connection((host, port), timeout=CONNECT_WAIT) as s:
         return s.recv(100).decode()
 
 
@@ -243,7 +245,7 @@ def p_tiocsti(a: dict) -> str:
 def p_unix_connect(a: dict) -> str:
     path = a["path"]
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(5)
+        s.settimeout(CONNECT_WAIT)
         s.connect("\0" + path[1:] if path.startswith("@") else path)
         return s.recv(100).decode()
 
