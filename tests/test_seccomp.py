@@ -345,3 +345,48 @@ def test_system_call_numbers_match_the_kernel_headers(arch: str) -> None:
     print(arch, "checked", len(checked), "of", len(seccomp.SYSCALLS[arch]))
     assert len(checked) >= len(seccomp.SYSCALLS[arch]) - 4
 
+
+
+def _bridge(seccomp_fd: int | None, command: list[str]) -> subprocess.CompletedProcess[str]:
+    from lovia_mcp_worker.sandbox import netproxy
+
+    # The bridge's port is on the host's loopback here: a free one, taken from the kernel.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = netproxy.bridge_argv(command, socket_path="/nonexistent/proxy.sock", port=port, seccomp_fd=seccomp_fd)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+        pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+    )
+
+
+STATUS = "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status"
+
+
+def test_the_network_bridge_installs_the_filter_on_the_server_it_becomes() -> None:
+    from lovia_mcp import Sandbox
+    from lovia_mcp_worker.sandbox import bwrap
+
+    fd = bwrap.filter_fd(Sandbox())
+    try:
+        proc = _bridge(fd, ["/bin/sh", "-c", STATUS])
+    finally:
+        os.close(fd)
+    bare = _bridge(None, ["/bin/sh", "-c", STATUS])
+    print(proc.stdout, "|", bare.stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["NoNewPrivs:", "1", "Seccomp:", "2"]
+    assert bare.stdout.split() == ["NoNewPrivs:", "0", "Seccomp:", "0"]
+
+
+def test_the_network_bridge_refuses_to_run_the_server_without_its_filter() -> None:
+    r, w = os.pipe()
+    os.close(w)  # an empty program: nothing to install
+    try:
+        proc = _bridge(r, ["/bin/sh", "-c", "echo the server ran"])
+    finally:
+        os.close(r)
+    print(proc.stderr)
+    assert proc.returncode == 127 and "the server ran" not in proc.stdout
+    assert "seccomp" in proc.stderr
