@@ -71,6 +71,8 @@ PROBES: list[Probe] = [
     Probe("agent_mem", "read the agent's memory through /proc/PID/mem"),
     Probe("setns_net", "connect to a host loopback listener, setns() into the host's network namespace"),
     Probe("proc_sys_write", "open /proc/sys/kernel/core_pattern for writing"),
+    Probe("sysfs_write", "open a /sys knob for writing"),
+    Probe("cgroup_write", "open a cgroup.procs for writing (to leave the worker's cgroup)"),
     Probe("keyring", "read a key from the user's keyring (keyctl)"),
     Probe("proc_keys", "list the user's keys in /proc/keys"),
     Probe("tiocsti", "inject input into a terminal with TIOCSTI, remounting the host's /dev"),
