@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import PY, RAW_SERVER, ROOT, SERVERS, register_shared
+from conftest import PY, RAW_SERVER, ROOT, SERVERS, register_shared, run
 
 from lovia_mcp import MCPServerStdio, Sandbox
 from lovia_mcp_worker.sandbox import bwrap, seccomp
@@ -395,3 +395,31 @@ def test_where_user_namespaces_are_refused_the_namespace_backend_fails_loudly_wi
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("refused: open"), proc.stdout
     assert "user namespaces" in proc.stdout
+
+
+def test_a_warm_spare_of_a_sandboxed_server_is_sandboxed_and_filtered(tmp_path: Path) -> None:
+    from lovia_mcp import close_spares, warm_spares
+
+    async def main() -> tuple[str, str, str]:
+        server = MCPServerStdio(
+            command=PY, args=[ESCAPE], cwd=str(tmp_path), sandbox=Sandbox(), spares=1,
+            env={"ESCAPE_HOST_MNT": os.readlink("/proc/self/ns/mnt")},
+        )
+        try:
+            assert await warm_spares(server) == 1
+            conn = await server.open()  # the spare
+            try:
+                seen = str(await conn.call_tool("procs", {}))
+                userns = str(await conn.call_tool("probe", {"name": "new_userns", "args": {}}))
+                agent = str(await conn.call_tool("environ", {"pid": os.getpid()}))
+            finally:
+                await conn.close()
+        finally:
+            await close_spares()
+        return seen, userns, agent
+
+    seen, userns, agent = run(main())
+    print(seen, "|", userns, "|", agent)
+    assert int(seen.split()[1]) <= 3
+    assert userns.startswith("denied") and "not permitted" in userns
+    assert agent.startswith("denied")
