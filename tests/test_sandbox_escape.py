@@ -81,6 +81,7 @@ PROBES: list[Probe] = [
     Probe("folder_write", "write into the network proxy's socket folder", shape="list"),
     Probe("other_mem", "open another process's memory for writing (bwrap's init and the network bridge "
           "may make AF_UNIX sockets)", shape="list"),
+    Probe("capabilities", "hold an effective capability"),
     Probe("new_userns", "create a user namespace"),
     Probe("ptrace", "ptrace a process (its own child)"),
     Probe("process_vm_readv", "read another process's memory with process_vm_readv"),

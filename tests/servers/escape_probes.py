@@ -168,6 +168,13 @@ def p_proc_sys_write(a: dict) -> str:
     return "core_pattern is writable"
 
 
+def p_capabilities(a: dict) -> str:
+    for line in read_all("/proc/self/status").splitlines():
+        if line.startswith("CapEff:") and int(line.split()[1], 16):
+            return line
+    raise PermissionError(1, "no effective capability")
+
+
 def p_sysfs_write(a: dict) -> str:
     fd = os.open("/sys/kernel/mm/transparent_hugepage/enabled", os.O_WRONLY)
     os.close(fd)
