@@ -116,7 +116,6 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     "kexec_load": ("kexec_load", [0, 0, 0, 0xFFFF0000], errno.EPERM),
     "kexec_file_load": ("kexec_file_load", [-1, -1, 0, 0, 0xFFFF0000], errno.EPERM),
     "open_by_handle_at": ("open_by_handle_at", [-1, 0, 0], errno.EPERM),
-    "name_to_handle_at": ("name_to_handle_at", [-1, 0, 0, 0, 0], errno.EPERM),
     "reboot": ("reboot", [0, 0, 0, 0], errno.EPERM),
     "swapon": ("swapon", [0, 0], errno.EPERM),
     "acct": ("acct", [ONE], errno.EPERM),

@@ -22,8 +22,9 @@ anthropic's sandbox-runtime were the reading), refused with ``EPERM``:
   ``pidfd_getfd``;
 - kernel attack surface: ``io_uring_*``, ``bpf``, ``perf_event_open``,
   ``userfaultfd``, ``ioctl(TIOCSTI)`` and ``ioctl(TIOCLINUX)`` (terminal
-  injection), modules, ``kexec``, ``open_by_handle_at`` and friends, the
-  clock, swap, reboot, quota, acct, syslog.
+  injection), modules, ``kexec``, ``open_by_handle_at`` (the "shocker"
+  escape; ``name_to_handle_at`` stays, as in Docker: a handle opens nothing
+  without it), the clock, swap, reboot, quota, acct, syslog.
 
 With ``network=False`` the only sockets left are TCP (``AF_INET``/``AF_INET6``,
 ``SOCK_STREAM``, protocol 0 or TCP) and ``AF_NETLINK`` (interface listing):
@@ -127,7 +128,7 @@ DENIED: Final = (
     "io_uring_setup", "io_uring_enter", "io_uring_register",
     "bpf", "perf_event_open", "userfaultfd", "fanotify_init",
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
-    "name_to_handle_at", "open_by_handle_at", "lookup_dcookie", "uselib",
+    "open_by_handle_at", "lookup_dcookie", "uselib",
     "quotactl", "quotactl_fd", "swapon", "swapoff", "reboot", "acct", "syslog",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm",
 )
