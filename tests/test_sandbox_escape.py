@@ -77,6 +77,7 @@ PROBES: list[Probe] = [
     Probe("proc_keys", "list the user's keys in /proc/keys"),
     Probe("tiocsti", "inject input into a terminal with TIOCSTI, remounting the host's /dev"),
     Probe("unix_connect", "connect() to a pathname unix socket on the host (the Docker-socket case)"),
+    Probe("unix_dgram_send", "send a datagram to a host unix socket (syslog, the journal) from a socketpair()"),
     Probe("abstract_unix_connect", "connect() to a host abstract unix socket, with the host's network", shape="on"),
     Probe("folder_write", "write into the network proxy's socket folder", shape="list"),
     Probe("other_mem", "open another process's memory for writing (bwrap's init and the network bridge "
@@ -179,6 +180,9 @@ class World:
         self.abstract.bind("\0" + self.abstract_name)
         self.abstract.listen()
         self.threads = [_serve(s, b"host says hi") for s in (self.tcp, self.unix, self.abstract)]
+        self.dgram_path = str(self.outside / "host-dgram.sock")
+        self.dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.dgram.bind(self.dgram_path)
         self.pty_master, self.pty_slave = os.openpty()
         self.key_description = f"lovia-escape17-{os.getpid()}"
         self.key = _add_user_key(self.key_description, b"KEYRING SECRET")
@@ -197,6 +201,7 @@ class World:
             "proc_keys": {"description": self.key_description},
             "tiocsti": {"tty": os.ttyname(self.pty_slave)},
             "unix_connect": {"path": self.unix_path},
+            "unix_dgram_send": {"path": self.dgram_path},
             "abstract_unix_connect": {"path": "@" + self.abstract_name},
             "folder_write": {"folder": self.folder},
             "open_by_handle": {"path": str(self.outside / "handle.txt")},
@@ -210,7 +215,7 @@ class World:
         )
 
     def close(self) -> None:
-        for s in (self.tcp, self.unix, self.abstract):
+        for s in (self.tcp, self.unix, self.abstract, self.dgram):
             s.close()
         for fd in (self.pty_master, self.pty_slave):
             os.close(fd)

@@ -238,6 +238,14 @@ def p_unix_connect(a: dict) -> str:
         return s.recv(100).decode()
 
 
+def p_unix_dgram_send(a: dict) -> str:
+    """A datagram to a host unix socket (a syslog or journal socket) from a socketpair(), not socket()."""
+    one, other = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with one, other:
+        one.sendto(b"from the box", a["path"])
+    return "sent"
+
+
 def p_ls(a: dict) -> str:
     return " ".join(sorted(glob.glob(a["pattern"])))
 
