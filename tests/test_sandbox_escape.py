@@ -78,6 +78,7 @@ PROBES: list[Probe] = [
     Probe("tiocsti", "inject input into a terminal with TIOCSTI, remounting the host's /dev"),
     Probe("unix_connect", "connect() to a pathname unix socket on the host (the Docker-socket case)"),
     Probe("unix_dgram_send", "send a datagram to a host unix socket (syslog, the journal) from a socketpair()"),
+    Probe("unix_seqpacket_send", "the same from a seqpacket socketpair()"),
     Probe("abstract_unix_connect", "connect() to a host abstract unix socket, with the host's network", shape="on"),
     Probe("folder_write", "write into the network proxy's socket folder", shape="list"),
     Probe("other_mem", "open another process's memory for writing (bwrap's init and the network bridge "
@@ -95,7 +96,11 @@ BACKENDS = ["bwrap"]
 
 
 def _probe_tool_name(probe: Probe) -> str:
-    return {"hidden_dir_secret": "hidden_secret", "abstract_unix_connect": "unix_connect"}.get(probe.name, probe.name)
+    return {
+        "hidden_dir_secret": "hidden_secret",
+        "abstract_unix_connect": "unix_connect",
+        "unix_seqpacket_send": "unix_dgram_send",
+    }.get(probe.name, probe.name)
 
 
 class LoopThread:
@@ -202,6 +207,7 @@ class World:
             "tiocsti": {"tty": os.ttyname(self.pty_slave)},
             "unix_connect": {"path": self.unix_path},
             "unix_dgram_send": {"path": self.dgram_path},
+            "unix_seqpacket_send": {"path": self.dgram_path, "pair": "seqpacket"},
             "abstract_unix_connect": {"path": "@" + self.abstract_name},
             "folder_write": {"folder": self.folder},
             "open_by_handle": {"path": str(self.outside / "handle.txt")},
