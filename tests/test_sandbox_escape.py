@@ -435,3 +435,8 @@ def test_a_warm_spare_of_a_sandboxed_server_is_sandboxed_and_filtered(tmp_path: 
     assert int(seen.split()[1]) <= 3
     assert userns.startswith("denied") and "not permitted" in userns
     assert agent.startswith("denied")
+
+
+def test_a_bubblewrap_too_old_for_the_hardening_is_named_with_a_hint() -> None:
+    why = bwrap.setup_error(1, ["bwrap: Unknown option --disable-userns"])
+    assert why is not None and "0.8 or later" in why and "--disable-userns" in why
