@@ -85,6 +85,11 @@ PROBES: list[Probe] = [
           "may make AF_UNIX sockets)", shape="list"),
     Probe("capabilities", "hold an effective capability"),
     Probe("new_userns", "create a user namespace"),
+    # The allowlist's box runs under a filter without the AF_UNIX rule (bwrap's
+    # init and the bridge need it) with the full one stacked on the server.
+    Probe("list/unix_connect", "connect() to a host unix socket, in the allowlist's box", shape="list"),
+    Probe("list/keyring", "read a key from the user's keyring, in the allowlist's box", shape="list"),
+    Probe("list/new_userns", "create a user namespace, in the allowlist's box", shape="list"),
     Probe("ptrace", "ptrace a process (its own child)"),
     Probe("process_vm_readv", "read another process's memory with process_vm_readv"),
     Probe("io_uring", "io_uring_setup"),
@@ -96,11 +101,16 @@ BACKENDS = ["bwrap"]
 
 
 def _probe_tool_name(probe: Probe) -> str:
+    """The escape_server probe behind a table entry ("list/x" is probe x in another shape)."""
     return {
         "hidden_dir_secret": "hidden_secret",
         "abstract_unix_connect": "unix_connect",
         "unix_seqpacket_send": "unix_dgram_send",
-    }.get(probe.name, probe.name)
+    }.get(_base(probe), _base(probe))
+
+
+def _base(probe: Probe) -> str:
+    return probe.name.rsplit("/", 1)[-1]
 
 
 class LoopThread:
@@ -211,7 +221,7 @@ class World:
             "abstract_unix_connect": {"path": "@" + self.abstract_name},
             "folder_write": {"folder": self.folder},
             "open_by_handle": {"path": str(self.outside / "handle.txt")},
-        }.get(probe.name, {})
+        }.get(_base(probe), {})
 
     def server(self, box: Sandbox | None) -> MCPServerStdio:
         return MCPServerStdio(
@@ -300,7 +310,7 @@ def _needs(probe: Probe, world: World) -> str | None:
     """Why this machine cannot show the escape unsandboxed, if it cannot."""
     if probe.name == "tiocsti" and Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "0":
         return "the kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti=0)"
-    if probe.name in ("keyring", "proc_keys") and world.key is None:
+    if _base(probe) in ("keyring", "proc_keys") and world.key is None:
         return "no user keyring here"
     return None
 
