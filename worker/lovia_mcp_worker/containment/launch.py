@@ -135,17 +135,30 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
     return found
 
 
-async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> list[str]:
-    """``argv`` inside the sandbox; with a network allowlist, behind the worker's proxy (sets ``env``)."""
-    proxy_socket: str | None = None
-    if isinstance(box.network, list):
-        from ..sandbox import netroute
+async def _sandboxed(
+    spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]
+) -> tuple[list[str], tuple[int, ...]]:
+    """``argv`` inside the sandbox; with a network allowlist, behind the worker's proxy (sets ``env``).
 
-        proxy_socket, argv = await netroute.route(box.network, argv, env)
+    Also returns the seccomp programs' descriptors: the spawn passes them on, then closes them.
+    """
+    fds: list[int] = []
     try:
-        return sandbox.command(box, argv, cwd=spec.cwd, env=env, proxy_socket=proxy_socket)
-    except sandbox.SandboxError as exc:
-        raise LaunchError(str(exc), hint=exc.hint) from exc
+        proxy_socket: str | None = None
+        if isinstance(box.network, list):
+            from ..sandbox import netroute
+
+            fds.append(sandbox.filter_fd(box))
+            proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
+        fds.append(sandbox.filter_fd(box, allow_unix=proxy_socket is not None))
+        argv = sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket)
+        return argv, tuple(fds)
+    except BaseException as exc:
+        for fd in fds:
+            os.close(fd)
+        if isinstance(exc, sandbox.SandboxError):
+            raise LaunchError(str(exc), hint=exc.hint) from exc
+        raise
 
 
 P = TypeVar("P", bound=asyncio.SubprocessProtocol)
@@ -157,8 +170,9 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     argv = [resolve_command(spec, env), *spec.args]
+    pass_fds: tuple[int, ...] = ()
     if spec.sandbox is not None:
-        argv = await _sandboxed(spec, spec.sandbox, argv, env)
+        argv, pass_fds = await _sandboxed(spec, spec.sandbox, argv, env)
     argv, preexec = _launch_plan(spec.limits, argv)
     loop = asyncio.get_running_loop()
     try:
@@ -172,6 +186,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=preexec,
+            pass_fds=pass_fds,
         )
     except PermissionError as exc:
         raise LaunchError(
@@ -183,6 +198,9 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             f"could not start {spec.command!r}: {exc.strerror or exc}",
             hint="Check the command, its interpreter line and cwd.",
         ) from exc
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
 
 
 __all__ = [
