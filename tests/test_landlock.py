@@ -11,12 +11,15 @@ stderr, limits) get one test each.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -321,3 +324,33 @@ def test_a_cwd_of_slash_is_refused_on_landlock() -> None:
         assert info.value.kind == "open" and "whole file system writable" in str(info.value)
 
     run(main())
+
+
+# Bound on one lovia-mcp command: about a second (interpreter, worker, server).
+CLI_TIMEOUT = 25.0
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, "-m", "lovia_mcp", *args], capture_output=True, text=True, timeout=CLI_TIMEOUT,
+                          cwd=cwd, env={**os.environ, "COLUMNS": "120"})
+
+
+def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: Place) -> None:
+    secret = json.dumps({"path": str(place.outside / "notes.txt")})
+    target = json.dumps({"path": str(place.outside / "out" / "w.txt")})
+    (place.outside / "out").mkdir()
+    server = ["--", PY, ESCAPE]
+    with ThreadPoolExecutor(4) as pool:
+        bare, boxed, writable, url = pool.map(lambda a: _cli(*a, cwd=place.work), [
+            ["call", "read", secret, *server],
+            ["call", "read", secret, "--sandbox", "--sandbox-backend", "landlock", *server],
+            ["call", "write", target, "--writable", str(place.outside / "out"), "--sandbox-backend", "landlock",
+             *server],
+            ["tools", "--url", "http://127.0.0.1:9/mcp", "--network", "example.com"],
+        ])
+    for r in (bare, boxed, writable, url):
+        print(r.returncode, r.stdout.strip()[:100], r.stderr.strip()[-300:])
+    assert bare.returncode == 0 and "OUTSIDE" in bare.stdout
+    assert boxed.returncode == 0 and boxed.stdout.startswith("denied")
+    assert writable.returncode == 0 and writable.stdout.startswith("ok")
+    assert url.returncode == 2 and "--sandbox" in url.stderr and "Traceback" not in url.stderr
