@@ -57,12 +57,11 @@ import platform
 import shutil
 import stat
 import struct
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Final
 
 from ..protocol import Sandbox
+from . import seccomp
 from .bwrap import SandboxError, hidden_paths
 from .writedeny import protected_entries
 
@@ -148,16 +147,20 @@ def fs_rights(abi: int = ABI) -> int:
     return _FS_BY_ABI[max(k for k in _FS_BY_ABI if k <= abi)] if abi > 0 else 0
 
 
-@dataclass
 class Plan:
-    """A ruleset ready to enforce in the child; the worker closes it after the spawn."""
+    """A ruleset ready to enforce in the child; the worker closes it after the spawn.
 
-    ruleset_fd: int
-    network: bool
-    tmpdir: str
-    rules: int = 0
-    seccomp: bytes = field(default=b"", repr=False)
-    install: Callable[[bytes], None] | None = field(default=None, repr=False)
+    A plain class, not a dataclass: this module is imported by every
+    forkserver, and a dataclass costs its import about a millisecond.
+    """
+
+    def __init__(self, ruleset_fd: int, network: bool, tmpdir: str) -> None:
+        self.ruleset_fd = ruleset_fd
+        self.network = network
+        self.tmpdir = tmpdir
+        self.rules = 0
+        self.seccomp = b""
+        self.install: Callable[[bytes], None] = seccomp.install
 
     def apply(self) -> None:
         """In the child, between fork and exec: drop privileges, enforce the ruleset, the seccomp filter.
@@ -166,7 +169,7 @@ class Plan:
         the import lock): ``install`` was looked up by :func:`prepare`.
         """
         drop_privileges()
-        assert _SYS is not None and self.install is not None
+        assert _SYS is not None
         _syscall(_SYS[2], ctypes.c_int(self.ruleset_fd), ctypes.c_uint32(0))
         self.install(self.seccomp)
 
@@ -233,13 +236,13 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-@dataclass
 class _Grants:
     """Rules to add: (path, rights), carved around hidden and write-protected paths."""
 
-    hidden: list[str]
-    protected: list[str]
-    out: dict[str, int] = field(default_factory=dict)
+    def __init__(self, hidden: list[str], protected: list[str]) -> None:
+        self.hidden = hidden
+        self.protected = protected
+        self.out: dict[str, int] = {}
 
     def add(self, path: str, rights: int, *, follow: bool = True) -> None:
         try:
@@ -314,14 +317,34 @@ def _runtime(command: str) -> list[str]:
     return out
 
 
+def _private_dir(parent: str, prefix: str) -> str:
+    """A new folder only this user may enter (``tempfile.mkdtemp``'s first call costs ~10 ms)."""
+    while True:
+        path = f"{parent}/{prefix}{os.urandom(6).hex()}"
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+
+
 def _tmp_base() -> str:
     global _tmp_root
     if _tmp_root is None or not os.path.isdir(_tmp_root):
-        _tmp_root = tempfile.mkdtemp(prefix=_TMP_PREFIX, dir="/tmp")
+        _tmp_root = _private_dir("/tmp", _TMP_PREFIX)
     return _tmp_root
 
 
 _tmp_root: str | None = None
+_programs: dict[bool, bytes] = {}
+
+
+def _program(network: bool) -> bytes:
+    """The seccomp program, built once per worker for each network setting."""
+    prog = _programs.get(network)
+    if prog is None:
+        prog = _programs[network] = seccomp.program(network=network)
+    return prog
 
 
 def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, str],
@@ -341,7 +364,7 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
         if not os.path.exists(path):
             raise SandboxError(f"a writable sandbox path does not exist: {path!r}",
                                hint="Create it first, or leave it out of Sandbox(writable=[...]).")
-    tmpdir = tempfile.mkdtemp(prefix="s", dir=_tmp_base())
+    tmpdir = _private_dir(_tmp_base(), "s")
     env["TMPDIR"] = tmpdir
     all_fs = fs_rights()
     grants = _Grants([os.path.realpath(p) for p in hidden_paths(box, env)],
@@ -378,10 +401,7 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
             rule = struct.pack("QQ", NET_CONNECT_TCP, proxy_port)
             _syscall(_SYS[1], ctypes.c_int(fd), ctypes.c_int(_RULE_NET_PORT), ctypes.c_char_p(rule),
                      ctypes.c_uint32(0))
-        from . import seccomp
-
-        plan.seccomp = seccomp.program(network=box.network is True)
-        plan.install = seccomp.install
+        plan.seccomp = _program(box.network is True)
     except BaseException:
         plan.close()
         raise
