@@ -2,7 +2,7 @@
 
 Accepted: ``None`` (no sandbox), ``True`` (``Sandbox()``), a ``Sandbox``, or
 a dict: either ``Sandbox``'s own fields (``network``, ``writable``,
-``hidden``, ``backend``, ``read_only``, ``write_deny``) or the ``sandbox``
+``hidden``, ``backend``, ``read_only``, ``readable``, ``write_deny``) or the ``sandbox``
 block of the configuration files users already have (VS Code's
 ``.vscode/mcp.json``)::
 
@@ -30,7 +30,7 @@ from lovia.exceptions import UserError
 
 from lovia_mcp_worker.protocol import DEFAULT_HIDDEN, Sandbox
 
-_OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "write_deny"}
+_OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny"}
 _VSCODE_KEYS = {"filesystem", "network", "enabled", "backend"}
 _BACKENDS = ("auto", "bwrap", "landlock")
 _EXAMPLE = "Sandbox(network=False, writable=['/srv/data'])"
@@ -127,6 +127,7 @@ def coerce(value: object) -> Sandbox | None:
         hidden=None if value.hidden is None else (_strings(value.hidden, "hidden") if value.hidden else []),
         backend=_backend(value.backend),
         read_only=_strings(value.read_only, "read_only") if value.read_only else [],
+        readable=_strings(value.readable, "readable") if value.readable else [],
         write_deny=value.write_deny,
     )
 
@@ -143,6 +144,7 @@ def resolved(box: Sandbox, cwd: str) -> Sandbox:
         hidden=None if box.hidden is None else [p if p.startswith("~") else fix(p) for p in box.hidden],
         backend=box.backend,
         read_only=[fix(p) for p in box.read_only],
+        readable=[fix(p) for p in box.readable],
         write_deny=box.write_deny,
     )
 

@@ -354,3 +354,132 @@ def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: P
     assert boxed.returncode == 0 and boxed.stdout.startswith("denied")
     assert writable.returncode == 0 and writable.stdout.startswith("ok")
     assert url.returncode == 2 and "--sandbox" in url.stderr and "Traceback" not in url.stderr
+
+
+# --------------------------------------------------------------------------- #
+# Third-party servers on Landlock (installed by scripts/thirdparty.sh)
+# --------------------------------------------------------------------------- #
+THIRDPARTY = ROOT / ".cache" / "thirdparty"
+NPM_SCOPE = THIRDPARTY / "npm" / "node_modules" / "@modelcontextprotocol"
+NODE = shutil.which("node")
+
+
+def _need(path: Path) -> None:
+    if not path.exists():
+        pytest.skip(f"{path.relative_to(ROOT)} is missing: run `bash scripts/thirdparty.sh`")
+
+
+def test_node_servers_run_on_landlock_and_the_filesystem_server_stays_in_its_directory(tmp_path: Path) -> None:
+    if NODE is None:
+        pytest.skip("node is not on PATH")
+    everything, filesystem = (NPM_SCOPE / n / "dist" / "index.js" for n in ("server-everything", "server-filesystem"))
+    _need(everything)
+    _need(filesystem)
+    root = tmp_path / "root"
+    root.mkdir()
+    outside = ROOT / ".cache" / f"ll-fs-outside-{os.getpid()}"
+    outside.mkdir(parents=True, exist_ok=True)
+    (outside / "secret.txt").write_text("SECRET\n")
+
+    async def main() -> dict[str, str]:
+        out = {}
+        async with MCPServerStdio(command=NODE, args=[str(everything), "stdio"], sandbox=LL).session() as conn:
+            out["echo"] = str(await conn.call_tool("echo", {"message": "boxed"}))
+        # The server is told it may use a folder outside its cwd: Landlock keeps it to its cwd.
+        async with MCPServerStdio(command=NODE, args=[str(filesystem), str(root), str(outside)], cwd=root,
+                                  sandbox=LL).session() as conn:
+            for key, name, args in (
+                ("inside", "write_file", {"path": str(root / "in.txt"), "content": "ok"}),
+                ("outside", "write_file", {"path": str(outside / "escaped.txt"), "content": "x"}),
+                ("secret", "read_text_file", {"path": str(outside / "secret.txt")}),
+            ):
+                out[key] = str(await conn.call_tool(name, args))
+        return out
+
+    try:
+        out = run(main())
+        print(out)
+        assert "boxed" in out["echo"]
+        assert not out["inside"].startswith("[tool error]") and (root / "in.txt").read_text() == "ok"
+        assert out["outside"].startswith("[tool error]") and not (outside / "escaped.txt").exists()
+        assert out["secret"].startswith("[tool error]") and "SECRET" not in out["secret"]
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_the_time_server_runs_and_the_git_server_commits_on_landlock_only_when_write_deny_is_waived(tmp_path: Path) -> None:
+    git_server = THIRDPARTY / "venv" / "bin" / "mcp-server-git"
+    _need(git_server)
+    if shutil.which("git") is None:
+        pytest.skip("git is not on PATH")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True, timeout=CLI_TIMEOUT)
+    (repo / "a.txt").write_text("one\n")
+    ident = {"GIT_AUTHOR_NAME": "Boxed", "GIT_AUTHOR_EMAIL": "boxed@example.invalid",
+             "GIT_COMMITTER_NAME": "Boxed", "GIT_COMMITTER_EMAIL": "boxed@example.invalid"}
+
+    async def add_and_commit(write_deny: bool) -> list[str]:
+        box = Sandbox(backend="landlock", writable=[str(repo)], write_deny=write_deny)
+        async with MCPServerStdio(command=str(git_server), env=ident, sandbox=box).session() as conn:
+            added = str(await conn.call_tool("git_add", {"repo_path": str(repo), "files": ["a.txt"]}))
+            if added.startswith("[tool error]"):
+                return [added]
+            return [added, str(await conn.call_tool("git_commit", {"repo_path": str(repo), "message": "boxed"}))]
+
+    async def now() -> str:
+        async with MCPServerStdio(command=str(git_server.with_name("mcp-server-time")), sandbox=LL).session() as conn:
+            return str(await conn.call_tool("get_current_time", {"timezone": "Asia/Tokyo"}))
+
+    assert "Asia/Tokyo" in run(now())
+    # The documented cost of carving .git around hooks/ and config: no new
+    # file at .git's top (index.lock), so git cannot stage.
+    kept = run(add_and_commit(True))
+    assert kept[0].startswith("[tool error]") and "index.lock" in kept[0], kept
+    waived = run(add_and_commit(False))
+    assert not any(r.startswith("[tool error]") for r in waived), waived
+    log = subprocess.run(["git", "log", "--format=%s %an"], cwd=repo, capture_output=True, text=True,
+                         timeout=CLI_TIMEOUT)
+    assert log.stdout.strip() == "boxed Boxed"
+
+
+def test_readable_paths_open_to_reading_only_on_landlock(place: Place) -> None:
+    async def main(box: Sandbox) -> tuple[str, str]:
+        async with place.server(box).session() as conn:
+            return (str(await conn.call_tool("read", {"path": str(place.outside / "notes.txt")})),
+                    str(await conn.call_tool("write", {"path": str(place.outside / "new.txt")})))
+
+    read, write = run(main(Sandbox(backend="landlock", readable=[str(place.outside)])))
+    assert read == "ok OUTSIDE\n" and write.startswith("denied")
+    read, _ = run(main(LL))
+    assert read.startswith("denied")
+
+
+def test_a_folder_in_the_arguments_is_not_granted_but_a_script_is(place: Place) -> None:
+    # "/" or a data root handed to a server must not open the file system:
+    # only a script's own folder is granted, so that it can run.
+    async def main() -> str:
+        server = MCPServerStdio(command=PY, args=[ESCAPE, "/", str(place.outside)], cwd=str(place.work), sandbox=LL)
+        async with server.session() as conn:
+            return str(await conn.call_tool("read", {"path": str(place.outside / "notes.txt")}))
+
+    assert run(main()).startswith("denied")
+
+
+def test_the_landlock_server_has_no_capabilities_no_new_privs_and_a_seccomp_filter(place: Place) -> None:
+    def status(pid: int) -> dict[str, str]:
+        with open(f"/proc/{pid}/status") as f:
+            return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+    async def main(box: Sandbox | None) -> dict[str, str]:
+        async with place.server(box).session() as conn:
+            assert conn.server_pid is not None
+            return status(conn.server_pid)
+
+    bare, boxed = run(main(None)), run(main(LL))
+    fields = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+    print({k: (bare.get(k), boxed.get(k)) for k in fields})
+    if os.geteuid() == 0:
+        assert int(bare["CapEff"], 16) != 0, "root's server has capabilities without the sandbox"
+    assert all(int(boxed[k], 16) == 0 for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
+    assert boxed["NoNewPrivs"] == "1" and boxed["Seccomp"] == "2"

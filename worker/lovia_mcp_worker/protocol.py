@@ -136,6 +136,9 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
       seccomp, where user namespaces are refused), or ``"auto"``: namespaces
       where they can be made, else Landlock; never no sandbox;
     - ``read_only``: paths kept read-only inside cwd or a writable path;
+    - ``readable``: paths the server may read besides the system, its own
+      runtime and cwd (Landlock, whose reads are an allowlist; under bwrap
+      everything not hidden is readable already);
     - ``write_deny``: keep :data:`WRITE_DENY` (git hooks and config, shell
       rc files, editor and MCP configs) read-only inside cwd and the writable
       paths; ``False`` opts out.
@@ -149,6 +152,7 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     hidden: list[str] | None = None
     backend: Literal["auto", "bwrap", "landlock"] = "auto"
     read_only: list[str] = []
+    readable: list[str] = []
     write_deny: bool = True
 
 

@@ -19,9 +19,12 @@ What the server may do:
 
 - **read** the system directories (:data:`SYSTEM_READ`), ``/proc`` and
   ``/sys``, its own runtime (the command's folder and prefix, a venv's base
-  interpreter, a ``#!`` interpreter), paths named in its arguments, cwd and
-  ``writable=``; nothing else (the home directory, other projects);
-- **write** its cwd, ``writable=`` and its private temporary directory, minus
+  interpreter, a ``#!`` interpreter), the folder of a script named in its
+  arguments (its ``node_modules`` tree), cwd, ``readable=`` and ``writable=``;
+  nothing else (the home directory, other projects);
+- **write** its cwd, ``writable=`` and its private folder (``TMPDIR``, and
+  ``HOME`` when the agent's home is not readable in the box, as it usually
+  is not: tools treat an unreadable ``~/.gitconfig`` or cache as fatal), minus
   the protected entries (:mod:`.writedeny`) and ``read_only=``;
 - **connect and bind TCP** (Landlock ABI 4+) only to the worker's proxy port
   with a network allowlist, to nothing with ``network=False``; the seccomp
@@ -62,6 +65,8 @@ from typing import Final
 
 from ..protocol import Sandbox
 from . import seccomp
+from ._runtime import runtime, script_tree
+from .privileges import drop_privileges
 from .bwrap import SandboxError, hidden_paths
 from .writedeny import protected_entries
 
@@ -179,56 +184,6 @@ class Plan:
             self.ruleset_fd = -1
 
 
-# --- privileges --------------------------------------------------------------
-
-_PR_CAPBSET_DROP: Final = 24
-_PR_SET_SECUREBITS: Final = 28
-_PR_SET_NO_NEW_PRIVS: Final = 38
-_PR_CAP_AMBIENT: Final = 47
-_PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
-# SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS, NO_CAP_AMBIENT_RAISE, each with its lock:
-# uid 0 gains no capabilities at exec, and nothing can turn that back.
-_SECUREBITS: Final = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
-_CAP_LAST_FALLBACK: Final = 40
-_SYS_CAPSET: Final = {"x86_64": 126, "aarch64": 91}.get(platform.machine())
-
-
-def _cap_last() -> int:
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return _CAP_LAST_FALLBACK
-
-
-_CAP_LAST: Final = _cap_last()
-
-
-def _prctl(option: int, arg: int = 0) -> int:
-    return int(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
-                           ctypes.c_ulong(0), ctypes.c_ulong(0)))
-
-
-def drop_privileges() -> None:
-    """Every capability gone for good (root included), and ``no_new_privs``.
-
-    The bounding set and securebits need CAP_SETPCAP: for an ordinary user
-    they fail, which is fine, as it has no capabilities to lose; the
-    securebits are what stops uid 0 from regaining them at exec.
-    """
-    for cap in range(_CAP_LAST + 1):
-        _prctl(_PR_CAPBSET_DROP, cap)
-    _prctl(_PR_SET_SECUREBITS, _SECUREBITS)
-    _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
-    # capset(version 3, this thread): effective, permitted, inheritable all zero.
-    header = struct.pack("Ii", 0x20080522, 0)
-    data = bytes(24)
-    if _SYS_CAPSET is not None:
-        _syscall(_SYS_CAPSET, ctypes.c_char_p(header), ctypes.c_char_p(data))
-    if _prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-
-
 # --- the rules ---------------------------------------------------------------
 
 
@@ -280,43 +235,6 @@ class _Grants:
             self.out[path] = self.out.get(path, 0) | rights
 
 
-def _runtime(command: str) -> list[str]:
-    """The folders a command needs to run: its own, its prefix, a venv's base, its ``#!`` interpreter's."""
-    out: list[str] = []
-    seen: set[str] = set()
-
-    def visit(cmd: str, depth: int) -> None:
-        for p in dict.fromkeys((os.path.abspath(cmd), os.path.realpath(cmd))):
-            if p in seen:
-                continue
-            seen.add(p)
-            folder = os.path.dirname(p)
-            prefix = os.path.dirname(folder) if os.path.basename(folder) in ("bin", "Scripts") else folder
-            out.extend((folder, prefix))
-            cfg = os.path.join(prefix, "pyvenv.cfg")
-            try:
-                with open(cfg) as f:
-                    for line in f:
-                        key, _, value = line.partition("=")
-                        if key.strip() == "home" and depth < 2:
-                            visit(os.path.join(value.strip(), "python"), depth + 1)
-            except OSError:
-                pass
-        if depth < 2:
-            try:
-                with open(cmd, "rb") as f:
-                    head = f.read(256)
-            except OSError:
-                return
-            if head.startswith(b"#!"):
-                words = head[2:].split(b"\n", 1)[0].split()
-                if words and words[0].startswith(b"/"):
-                    visit(os.fsdecode(words[0]), depth + 1)
-
-    visit(command, 0)
-    return out
-
-
 def _private_dir(parent: str, prefix: str) -> str:
     """A new folder only this user may enter (``tempfile.mkdtemp``'s first call costs ~10 ms)."""
     while True:
@@ -364,7 +282,10 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
         if not os.path.exists(path):
             raise SandboxError(f"a writable sandbox path does not exist: {path!r}",
                                hint="Create it first, or leave it out of Sandbox(writable=[...]).")
-    tmpdir = _private_dir(_tmp_base(), "s")
+    private = _private_dir(_tmp_base(), "s")
+    tmpdir, home = f"{private}/tmp", f"{private}/home"
+    os.mkdir(tmpdir, 0o700)
+    os.mkdir(home, 0o700)
     env["TMPDIR"] = tmpdir
     all_fs = fs_rights()
     grants = _Grants([os.path.realpath(p) for p in hidden_paths(box, env)],
@@ -373,15 +294,23 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
         grants.add(path, READ)
     if os.path.islink("/etc/resolv.conf"):  # often a link into /run (systemd-resolved)
         grants.add(os.path.dirname(os.path.realpath("/etc/resolv.conf")), READ)
-    for path in _runtime(argv[0]):
+    homes = [env.get("HOME", ""), os.path.expanduser("~")]
+    for path in runtime(argv[0], env.get("PATH"), homes):
         grants.add(path, READ)
     for arg in argv[1:]:
-        if os.path.isabs(arg) and os.path.exists(arg):
-            grants.add(arg if os.path.isdir(arg) else os.path.dirname(arg), READ)
+        for path in script_tree(arg, homes):
+            grants.add(path, READ)
+    for path in box.readable:
+        grants.add(path, READ)
     for dev in DEVICES:
         grants.add(dev, FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
-    for path in [*writable, tmpdir]:
+    for path in [*writable, private]:
         grants.add(path, all_fs)
+    if not _covered(env.get("HOME", ""), grants.out):
+        # The agent's home is not readable here, and tools treat an unreadable
+        # ~/.gitconfig or cache as fatal: the server gets a fresh, empty home
+        # of its own instead (caches such as ~/.npm then work too).
+        env["HOME"] = home
     handled_net = 0 if box.network is True else NET_BIND_TCP | NET_CONNECT_TCP
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if ABI >= SCOPE_ABI else 0
     attr = struct.pack("QQQ", all_fs, handled_net, scoped)
@@ -392,7 +321,7 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
     except OSError as exc:
         raise SandboxError(f"the Landlock ruleset could not be made ({exc.strerror})",
                            hint="Use Sandbox(backend='bwrap'), or check that Landlock is enabled.") from exc
-    plan = Plan(ruleset_fd=fd, network=box.network is True, tmpdir=tmpdir)
+    plan = Plan(ruleset_fd=fd, network=box.network is True, tmpdir=private)
     try:
         for path, rights in grants.out.items():
             _add_path_rule(fd, path, rights & all_fs)
@@ -406,6 +335,14 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
         plan.close()
         raise
     return plan
+
+
+def _covered(path: str, rules: dict[str, int]) -> bool:
+    """Whether ``path`` (a folder) is listable under ``rules``."""
+    if not path or not os.path.isabs(path):
+        return False
+    real = os.path.realpath(path)
+    return any(rights & FS_READ_DIR and _under(real, granted) for granted, rights in rules.items())
 
 
 def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
@@ -443,7 +380,6 @@ __all__ = [
     "SYSTEM_READ",
     "Plan",
     "cleanup",
-    "drop_privileges",
     "fs_rights",
     "prepare",
     "unavailable",
