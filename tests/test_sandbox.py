@@ -314,11 +314,15 @@ def test_the_sandbox_command_line_works_for_an_ordinary_user(monkeypatch: pytest
 
 def _run_as_nobody(work: Path) -> None:
     probe = f"ls /proc | grep -c '^[0-9]'; touch {work}/inside; touch {ROOT}/nobody.txt 2>/dev/null || echo denied"
-    argv = sandbox_mod.command(Sandbox(), ["/bin/sh", "-c", probe], cwd=str(work), env={"HOME": str(work)})
-    proc = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
-        capture_output=True, text=True, timeout=30, cwd=work,
-    )
+    fd = sandbox_mod.filter_fd(Sandbox())
+    argv = sandbox_mod.command(Sandbox(), ["/bin/sh", "-c", probe], cwd=str(work), env={"HOME": str(work)}, seccomp_fd=fd)
+    try:
+        proc = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
+            capture_output=True, text=True, timeout=30, cwd=work, pass_fds=(fd,),
+        )
+    finally:
+        os.close(fd)
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0, proc.stderr
     count, denied = proc.stdout.split()
@@ -342,7 +346,7 @@ def test_a_server_installed_under_tmp_stays_visible_read_only_through_the_privat
     script.write_text("")
     top = "/tmp/" + str(tmp_path).split("/")[2]
     assert sandbox_mod.tmp_roots([str(script), "/usr/bin/env", "relative"]) == [top]
-    argv = sandbox_mod.command(Sandbox(), [PY, str(script)], cwd=None, env={})
+    argv = sandbox_mod.command(Sandbox(), [PY, str(script)], cwd=None, env={}, seccomp_fd=99)
     after_tmp = argv[argv.index("--tmpfs"):]
     binds = [tuple(after_tmp[i + 1 : i + 3]) for i, a in enumerate(after_tmp) if a == "--ro-bind"]
     assert (top, top) in binds

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 # Bound on one child run: ~60 forked calls and an interpreter start, on a loaded 2-core CI.
 CHILD_TIMEOUT = 30.0
 
-# The child: argv[1] is "none", "network" or "offline" (which filter to install).
+# The child: argv[1] is "none", "network", "offline" or "offline_unix" (which filter to install).
 CHILD = r'''
 import ctypes, errno, json, mmap, os, platform, socket, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -42,7 +42,7 @@ mode = sys.argv[1]
 calls = json.loads(sys.argv[2])
 if mode != "none":
     from lovia_mcp_worker.sandbox import seccomp
-    seccomp.install(seccomp.program(network=mode == "network"))
+    seccomp.install(seccomp.program(network=mode == "network", allow_unix=mode == "offline_unix"))
 
 def int80_getpid():
     # i386 getpid (20) through int 0x80, from machine code: the foreign-ABI path.
@@ -176,7 +176,7 @@ def _denied_calls(network: bool) -> dict[str, tuple[str, list[int]]]:
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, int]]:
     every = {**_denied_calls(False), **{n: v for n, v in ALLOWED.items()}}
-    return {mode: _run(mode, every) for mode in ("none", "network", "offline")}
+    return {mode: _run(mode, every) for mode in ("none", "network", "offline", "offline_unix")}
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -185,6 +185,17 @@ def test_filter_refuses_the_call_in_every_network_mode(results: dict[str, dict[s
     print(name, {mode: errno.errorcode.get(r[name], r[name]) for mode, r in results.items()})
     assert results["network"][name] == expected
     assert results["offline"][name] == expected
+
+
+@pytest.mark.parametrize("name", sorted(CALLS) + sorted(OFFLINE_CALLS))
+def test_the_bridges_filter_allows_unix_sockets_and_refuses_the_rest(
+    results: dict[str, dict[str, int]], name: str
+) -> None:
+    # allow_unix: bwrap's init and the network bridge, which must reach the proxy's socket.
+    if name.startswith("socket_unix"):
+        assert results["offline_unix"][name] == results["none"][name] == 0
+    else:
+        assert results["offline_unix"][name] == {**CALLS, **OFFLINE_CALLS}[name][2]
 
 
 @pytest.mark.parametrize("name", sorted(CALLS) + sorted(OFFLINE_CALLS))
@@ -334,3 +345,48 @@ def test_system_call_numbers_match_the_kernel_headers(arch: str) -> None:
     print(arch, "checked", len(checked), "of", len(seccomp.SYSCALLS[arch]))
     assert len(checked) >= len(seccomp.SYSCALLS[arch]) - 4
 
+
+
+def _bridge(seccomp_fd: int | None, command: list[str]) -> subprocess.CompletedProcess[str]:
+    from lovia_mcp_worker.sandbox import netproxy
+
+    # The bridge's port is on the host's loopback here: a free one, taken from the kernel.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = netproxy.bridge_argv(command, socket_path="/nonexistent/proxy.sock", port=port, seccomp_fd=seccomp_fd)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+        pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+    )
+
+
+STATUS = "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status"
+
+
+def test_the_network_bridge_installs_the_filter_on_the_server_it_becomes() -> None:
+    from lovia_mcp import Sandbox
+    from lovia_mcp_worker.sandbox import bwrap
+
+    fd = bwrap.filter_fd(Sandbox())
+    try:
+        proc = _bridge(fd, ["/bin/sh", "-c", STATUS])
+    finally:
+        os.close(fd)
+    bare = _bridge(None, ["/bin/sh", "-c", STATUS])
+    print(proc.stdout, "|", bare.stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["NoNewPrivs:", "1", "Seccomp:", "2"]
+    assert bare.stdout.split() == ["NoNewPrivs:", "0", "Seccomp:", "0"]
+
+
+def test_the_network_bridge_refuses_to_run_the_server_without_its_filter() -> None:
+    r, w = os.pipe()
+    os.close(w)  # an empty program: nothing to install
+    try:
+        proc = _bridge(r, ["/bin/sh", "-c", "echo the server ran"])
+    finally:
+        os.close(r)
+    print(proc.stderr)
+    assert proc.returncode == 127 and "the server ran" not in proc.stdout
+    assert "seccomp" in proc.stderr

@@ -149,29 +149,38 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
 
 async def _sandboxed(
     spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]
-) -> tuple[list[str], landlock.Plan | None]:
+) -> tuple[list[str], tuple[int, ...], landlock.Plan | None]:
     """``argv`` inside the sandbox, or the Landlock plan for the pre-exec; sets ``env``.
 
     With a network allowlist the server is behind the worker's proxy: through
     a unix socket and a bridge for bwrap, on a loopback TCP port for Landlock.
+    Also returns bwrap's seccomp programs' descriptors: the spawn passes them
+    on, then closes them.
     """
+    fds: list[int] = []
     try:
-        kind = backend.choose(box)
-        if kind == "landlock":
+        if backend.choose(box) == "landlock":
             port: int | None = None
             if isinstance(box.network, list):
                 from ..sandbox import netroute
 
                 port = await netroute.route_tcp(box.network, env)
-            return argv, landlock.prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port)
+            return argv, (), landlock.prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port)
         proxy_socket: str | None = None
         if isinstance(box.network, list):
             from ..sandbox import netroute
 
-            proxy_socket, argv = await netroute.route(box.network, argv, env)
-        return sandbox.command(box, argv, cwd=spec.cwd, env=env, proxy_socket=proxy_socket), None
-    except sandbox.SandboxError as exc:
-        raise LaunchError(str(exc), hint=exc.hint) from exc
+            fds.append(sandbox.filter_fd(box))
+            proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
+        fds.append(sandbox.filter_fd(box, allow_unix=proxy_socket is not None))
+        argv = sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket)
+        return argv, tuple(fds), None
+    except BaseException as exc:
+        for fd in fds:
+            os.close(fd)
+        if isinstance(exc, sandbox.SandboxError):
+            raise LaunchError(str(exc), hint=exc.hint) from exc
+        raise
 
 
 P = TypeVar("P", bound=asyncio.SubprocessProtocol)
@@ -183,9 +192,10 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     argv = [resolve_command(spec, env), *spec.args]
+    pass_fds: tuple[int, ...] = ()
     box: landlock.Plan | None = None
     if spec.sandbox is not None:
-        argv, box = await _sandboxed(spec, spec.sandbox, argv, env)
+        argv, pass_fds, box = await _sandboxed(spec, spec.sandbox, argv, env)
     argv, preexec = _launch_plan(spec.limits, argv, box)
     loop = asyncio.get_running_loop()
     try:
@@ -199,6 +209,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=preexec,
+            pass_fds=pass_fds,
         )
     except subprocess.SubprocessError as exc:  # the pre-exec failed: no server ran
         raise LaunchError(
@@ -217,6 +228,8 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             hint="Check the command, its interpreter line and cwd.",
         ) from exc
     finally:
+        for fd in pass_fds:
+            os.close(fd)
         if box is not None:
             box.close()
 

@@ -343,14 +343,19 @@ def bridge_argv(
     port: int = BRIDGE_PORT,
     python: str = sys.executable,
     script: str = BRIDGE_SCRIPT,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The argv that runs ``argv`` behind the bridge: put it after bwrap's ``--``.
 
     ``socket_path`` and ``script`` are paths as seen inside the sandbox.
     ``-I -S``: the bridge needs the standard library only, so neither the
-    environment nor site-packages (``.pth`` files run code) touch it.
+    environment nor site-packages (``.pth`` files run code) touch it. With
+    ``seccomp_fd``, the bridge installs the seccomp program read from that
+    descriptor just before it executes ``argv`` (its own forwarder stays
+    outside the filter, since it needs AF_UNIX sockets).
     """
-    return [python, "-I", "-S", script, "--port", str(port), "--socket", socket_path, "--", *argv]
+    filtered = [] if seccomp_fd is None else ["--seccomp-fd", str(seccomp_fd)]
+    return [python, "-I", "-S", script, "--port", str(port), "--socket", socket_path, *filtered, "--", *argv]
 
 
 __all__ = [

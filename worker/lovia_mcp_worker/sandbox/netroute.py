@@ -38,11 +38,15 @@ def _decision(host: str, port: int, allowed: bool) -> None:
         logger.warning("sandbox proxy refused %s:%d (not in the network allowlist)", host, port)
 
 
-async def route(allowed: list[str], argv: list[str], env: dict[str, str]) -> tuple[str, list[str]]:
+async def route(
+    allowed: list[str], argv: list[str], env: dict[str, str], *, seccomp_fd: int | None = None
+) -> tuple[str, list[str]]:
     """Start (or reuse) the proxy for ``allowed``; set the proxy variables in ``env``.
 
     Returns the proxy's socket path (to bind into the sandbox) and ``argv``
-    behind the bridge. Raises SandboxError for a malformed allowlist entry.
+    behind the bridge, which installs the seccomp program from ``seccomp_fd``
+    before it executes ``argv``. Raises SandboxError for a malformed
+    allowlist entry.
     """
     key = tuple(allowed)
     entry = _proxies.get(key)
@@ -58,7 +62,7 @@ async def route(allowed: list[str], argv: list[str], env: dict[str, str]) -> tup
         entry = _proxies[key] = (proxy, path)
     _, path = entry
     env.update(netproxy.proxy_env())
-    return path, netproxy.bridge_argv(argv, socket_path=path)
+    return path, netproxy.bridge_argv(argv, socket_path=path, seccomp_fd=seccomp_fd)
 
 
 async def route_tcp(allowed: list[str], env: dict[str, str]) -> int:

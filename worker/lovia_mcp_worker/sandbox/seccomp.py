@@ -44,10 +44,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import platform
+import os
 import struct
-from collections.abc import Callable
-from typing import Final
+
+# No typing or platform at run time: the network bridge loads this file
+# inside the sandbox on every start, where each millisecond counts.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Final
 
 # BPF opcodes (linux/bpf_common.h).
 _LD_W_ABS: Final = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -177,7 +182,7 @@ def errno_ret(err: int) -> int:
 
 
 def _machine(machine: str | None) -> str:
-    name = machine or platform.machine()
+    name = machine or os.uname().machine
     name = {"amd64": "x86_64", "arm64": "aarch64"}.get(name.lower(), name.lower())
     if name not in _AUDIT_ARCH:
         raise OSError(errno.ENOTSUP, f"no seccomp filter for the {name} architecture (x86_64 and aarch64 only)")
@@ -207,11 +212,15 @@ def _deny_clone_flags(asm: _Asm, nr: dict[str, int], mask: int, block: str) -> N
     asm.label(f"{block}.end")
 
 
-def program(*, network: bool, machine: str | None = None) -> bytes:
+def program(*, network: bool, allow_unix: bool = False, machine: str | None = None) -> bytes:
     """The server's filter as an array of struct sock_filter (8 bytes each), for bwrap's
     --seccomp FD or install(). network=False also refuses AF_INET/AF_INET6 sockets that are not
     SOCK_STREAM (UDP, raw) -- TCP is left to the namespace or Landlock -- and every other
-    family but AF_NETLINK. ``machine`` defaults to this one; raises OSError on another."""
+    family but AF_NETLINK. ``machine`` defaults to this one; raises OSError on another.
+
+    ``allow_unix=True`` leaves ``socket(AF_UNIX)`` alone: for the network
+    bridge and bwrap's init, which must reach the proxy's socket; the server
+    gets the full filter stacked on top (filters stack: the strictest wins)."""
     arch = _machine(machine)
     nr = SYSCALLS[arch]
     eperm = errno_ret(errno.EPERM)
@@ -231,7 +240,7 @@ def program(*, network: bool, machine: str | None = None) -> bytes:
 
     asm.op(_JMP_JEQ_K, nr["socket"], 0, "allow")
     asm.op(_LD_W_ABS, _arg_low(0))
-    asm.op(_JMP_JEQ_K, AF_UNIX, "deny", 0)
+    asm.op(_JMP_JEQ_K, AF_UNIX, "allow" if allow_unix else "deny", 0)
     if not network:
         asm.op(_JMP_JEQ_K, AF_NETLINK, "allow", 0)
         asm.op(_JMP_JEQ_K, AF_INET, "inet", 0)
