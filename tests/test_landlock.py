@@ -483,3 +483,63 @@ def test_the_landlock_server_has_no_capabilities_no_new_privs_and_a_seccomp_filt
         assert int(bare["CapEff"], 16) != 0, "root's server has capabilities without the sandbox"
     assert all(int(boxed[k], 16) == 0 for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
     assert boxed["NoNewPrivs"] == "1" and boxed["Seccomp"] == "2"
+
+
+# After a timeout kill, how long the killed tree may take to be gone (milliseconds
+# for the raw server; the margin is for a loaded 2-core machine).
+GONE_WAIT = 5.0
+
+
+def test_a_timeout_kills_the_whole_landlock_tree_grandchildren_and_orphans_included() -> None:
+    import psutil
+
+    async def main() -> list[int]:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=1, kill_grace=0.2)
+        async with server.session() as conn:
+            children = json.loads(str(await conn.call_tool("spawn", {"n": 2})))
+            orphans = json.loads(str(await conn.call_tool("spawn", {"n": 1, "orphan": True})))
+            tree = [*children, *orphans]
+            assert all(psutil.pid_exists(p) for p in tree)
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(conn.call_tool("hang", timeout=1), 1)
+            procs = [psutil.Process(p) for p in tree if psutil.pid_exists(p)]
+            started = time.monotonic()
+            _, alive = psutil.wait_procs(procs, timeout=GONE_WAIT)
+            print(f"tree of {len(tree)} gone {time.monotonic() - started:.2f} s after the timeout")
+            return [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+    assert run(main()) == []
+
+
+def test_a_warm_spare_runs_in_the_landlock_sandbox_too() -> None:
+    from lovia_mcp import close_spares, warm_spares
+
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, spares=1)
+        try:
+            assert await warm_spares(server) == 1
+            async with server.session() as conn:
+                stats = await conn.stats()
+                assert stats.sandbox == "landlock"
+                assert str(await conn.call_tool("echo", {"text": "spare"})) == "spare"
+        finally:
+            await close_spares()
+
+    run(main())
+
+
+def test_a_config_file_sandbox_block_chooses_the_backend(tmp_path: Path) -> None:
+    from lovia_mcp.config_file.loader import load_servers
+
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"raw": {
+        "command": PY, "args": raw_args(), "sandbox": {"backend": "landlock", "write_deny": False},
+    }}}))
+    (server,) = load_servers(str(config))
+    assert isinstance(server, MCPServerStdio) and server.sandbox == Sandbox(backend="landlock", write_deny=False)
+
+    async def main() -> str | None:
+        async with server.session() as conn:
+            return (await conn.stats()).sandbox
+
+    assert run(main()) == "landlock"
