@@ -9,10 +9,14 @@ A sandboxed server never runs unsandboxed: where the asked backend (or, for
 ``auto``, neither) works, :func:`choose` raises SandboxError with each
 reason and a hint.
 
-The user-namespace probe is a real attempt (a forked child calls
-``unshare(CLONE_NEWUSER)``), because no sysctl tells everything: a seccomp
-filter (Docker's default profile) or an AppArmor rule refuses it silently.
-It runs once per worker, at the first sandboxed open that needs it.
+Whether user namespaces can be made: where nothing could refuse them (no
+seccomp filter on this process, ``user.max_user_namespaces`` above 0, and
+for an ordinary user neither ``kernel.unprivileged_userns_clone=0`` nor
+AppArmor's restriction) they are taken as allowed, at the cost of reading
+three files. Otherwise a real attempt decides (a forked child calls
+``unshare(CLONE_NEWUSER)``), since no file tells what a seccomp filter
+(Docker's default profile) refuses. Once per worker, at the first sandboxed
+open that needs it.
 """
 
 from __future__ import annotations
@@ -55,11 +59,32 @@ def _probe_userns() -> str | None:
     return f"user namespaces are refused here (unshare(CLONE_NEWUSER): {os.strerror(err)})"
 
 
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _nothing_could_refuse() -> bool:
+    """True where no filter, sysctl or AppArmor rule could refuse a user namespace."""
+    status = (_read("/proc/self/status") or "").splitlines()
+    if next((line.split()[-1] for line in status if line.startswith("Seccomp:")), "?") != "0":
+        return False  # a filter (or a kernel that does not say): only trying tells
+    if (_read("/proc/sys/user/max_user_namespaces") or "0").strip() == "0":
+        return False
+    if os.geteuid() == 0:
+        return True
+    return ((_read("/proc/sys/kernel/unprivileged_userns_clone") or "1").strip() != "0"
+            and (_read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") or "0").strip() == "0")
+
+
 def userns_refused() -> str | None:
     """Why a user namespace cannot be made here (cached), or None if it can."""
     global _userns
     if _userns is False:
-        _userns = _probe_userns()
+        _userns = None if _nothing_could_refuse() else _probe_userns()
     assert _userns is not True
     return _userns
 
