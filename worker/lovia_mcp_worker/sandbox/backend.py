@@ -15,14 +15,16 @@ for an ordinary user neither ``kernel.unprivileged_userns_clone=0`` nor
 AppArmor's restriction) they are taken as allowed, at the cost of reading
 three files. Otherwise a real attempt decides (a forked child calls
 ``unshare(CLONE_NEWUSER)``), since no file tells what a seccomp filter
-(Docker's default profile) refuses. Once per worker, at the first sandboxed
-open that needs it.
+(Docker's default profile) refuses. That attempt (a fork, ~10 ms) runs once,
+at import in the forkserver, so that no worker pays it per server; the file
+reads run at the first sandboxed open.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from typing import Final
 
 from ..protocol import Sandbox
@@ -87,6 +89,12 @@ def userns_refused() -> str | None:
         _userns = None if _nothing_could_refuse() else _probe_userns()
     assert _userns is not True
     return _userns
+
+
+# In the forkserver, which imports this module for every worker: where
+# something could refuse, the fork is paid here once rather than per server.
+if sys.platform.startswith("linux") and not _nothing_could_refuse():
+    _userns = _probe_userns()
 
 
 def choose(box: Sandbox) -> str:
