@@ -153,3 +153,27 @@ def test_the_vscode_block_carries_backend_deny_write_and_denied_domains(tmp_path
         MCPServerStdio(command="x", sandbox={"network": {"allowedDomains": ["*.github.com"],
                                                          "deniedDomains": ["gist.github.com"]}})
     assert "gist.github.com" in str(info.value) and info.value.hint
+
+
+def test_an_old_landlock_abi_is_refused_for_a_closed_network_and_accepted_for_the_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Linux 5.13 to 6.6 speak Landlock ABI 1 to 3: no TCP rules, so it could not keep the network closed.
+    monkeypatch.setattr(landlock, "ABI", 3)
+    why = landlock.unavailable(Sandbox())
+    assert why is not None and "ABI 3" in why and "6.7" in why
+    assert landlock.unavailable(Sandbox(network=True)) is None
+    monkeypatch.setattr(landlock, "ABI", 0)
+    assert "no Landlock" in str(landlock.unavailable(Sandbox(network=True)))
+
+
+def test_landlock_without_scoping_warns_that_signals_are_not_scoped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    if landlock.ABI < landlock.NETWORK_ABI:
+        pytest.skip("needs Landlock ABI 4")
+    monkeypatch.setattr(landlock, "ABI", 5)  # Linux 6.10: TCP rules, no scoping
+    plan = landlock.prepare(Sandbox(), [PY], cwd=str(tmp_path), env={}, proxy_port=None)
+    plan.close()
+    landlock.cleanup()
+    assert any("cannot scope signals" in r.getMessage() for r in caplog.records)

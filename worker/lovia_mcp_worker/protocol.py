@@ -122,9 +122,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """An OS sandbox around a stdio server (bubblewrap; Linux).
+    """An OS sandbox around a stdio server (bubblewrap or Landlock + seccomp; Linux).
 
-    - ``network``: ``False`` no network at all (a fresh network namespace),
+    - ``network``: ``False`` no network at all,
       ``True`` the host's, or a list of host names (``"*.npmjs.org"`` matches
       subdomains) reachable only through an HTTP(S) proxy run by the worker;
     - ``writable``: paths the server may write, besides its ``cwd``; the rest

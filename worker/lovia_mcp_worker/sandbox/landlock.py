@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import platform
 import shutil
@@ -313,6 +314,9 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
         env["HOME"] = home
     handled_net = 0 if box.network is True else NET_BIND_TCP | NET_CONNECT_TCP
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if ABI >= SCOPE_ABI else 0
+    if not scoped:  # best effort: said once per worker, never silently weaker
+        _warn_once(f"Landlock ABI {ABI} cannot scope signals (ABI {SCOPE_ABI}, Linux 6.12+): the sandboxed "
+                   "server may signal processes of the same user outside its own tree")
     attr = struct.pack("QQQ", all_fs, handled_net, scoped)
     size = 8 if ABI < NETWORK_ABI else (16 if ABI < SCOPE_ABI else 24)
     assert _SYS is not None
@@ -343,6 +347,15 @@ def _covered(path: str, rules: dict[str, int]) -> bool:
         return False
     real = os.path.realpath(path)
     return any(rights & FS_READ_DIR and _under(real, granted) for granted, rights in rules.items())
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logging.getLogger("lovia_mcp.sandbox").warning("%s", message)
+
+
+_warned: set[str] = set()
 
 
 def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
