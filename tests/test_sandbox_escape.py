@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import msgspec
 import pytest
-from conftest import PY, RAW_SERVER, ROOT, SERVERS, register_shared
+from conftest import PY, RAW_SERVER, ROOT, SERVERS, register_shared, run
 
 from lovia_mcp import MCPServerStdio, Sandbox
 from lovia_mcp_worker.sandbox import bwrap, landlock, seccomp
@@ -74,17 +74,21 @@ PROBES: list[Probe] = [
     Probe("agent_mem", "read the agent's memory through /proc/PID/mem"),
     Probe("setns_net", "connect to a host loopback listener, setns() into the host's network namespace"),
     Probe("proc_sys_write", "open /proc/sys/kernel/core_pattern for writing"),
+    Probe("sysfs_write", "open a /sys knob for writing"),
+    Probe("cgroup_write", "open a cgroup.procs for writing (to leave the worker's cgroup)"),
     Probe("keyring", "read a key from the user's keyring (keyctl)"),
     # Landlock cannot carve /proc/keys out of /proc: the key's description is
     # listed (its payload stays unreadable: keyctl is refused).
     Probe("proc_keys", "list the user's keys in /proc/keys", expect={"bwrap": True, "landlock": "allowed"}),
     Probe("tiocsti", "inject input into a terminal with TIOCSTI, remounting the host's /dev"),
     Probe("unix_connect", "connect() to a pathname unix socket on the host (the Docker-socket case)"),
+    Probe("unix_dgram_send", "send a datagram to a host unix socket (syslog, the journal) from a socketpair()"),
     Probe("abstract_unix_connect", "connect() to a host abstract unix socket, with the host's network", shape="on"),
     # Landlock's proxy listens on a loopback port: there is no socket folder.
     Probe("folder_write", "write into the network proxy's socket folder", shape="list", expect={"bwrap": True}),
     Probe("other_mem", "open another process's memory for writing (bwrap's init and the network bridge "
           "may make AF_UNIX sockets)", shape="list"),
+    Probe("capabilities", "hold an effective capability"),
     Probe("new_userns", "create a user namespace"),
     Probe("ptrace", "ptrace a process (its own child)"),
     Probe("process_vm_readv", "read another process's memory with process_vm_readv"),
@@ -182,6 +186,9 @@ class World:
         self.abstract.bind("\0" + self.abstract_name)
         self.abstract.listen()
         self.threads = [_serve(s, b"host says hi") for s in (self.tcp, self.unix, self.abstract)]
+        self.dgram_path = str(self.outside / "host-dgram.sock")
+        self.dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.dgram.bind(self.dgram_path)
         self.pty_master, self.pty_slave = os.openpty()
         self.key_description = f"lovia-escape17-{os.getpid()}"
         self.key = _add_user_key(self.key_description, b"KEYRING SECRET")
@@ -200,6 +207,7 @@ class World:
             "proc_keys": {"description": self.key_description},
             "tiocsti": {"tty": os.ttyname(self.pty_slave)},
             "unix_connect": {"path": self.unix_path},
+            "unix_dgram_send": {"path": self.dgram_path},
             "abstract_unix_connect": {"path": "@" + self.abstract_name},
             "folder_write": {"folder": self.folder},
             "open_by_handle": {"path": str(self.outside / "handle.txt")},
@@ -213,7 +221,7 @@ class World:
         )
 
     def close(self) -> None:
-        for s in (self.tcp, self.unix, self.abstract):
+        for s in (self.tcp, self.unix, self.abstract, self.dgram):
             s.close()
         for fd in (self.pty_master, self.pty_slave):
             os.close(fd)
@@ -404,3 +412,31 @@ def test_where_user_namespaces_are_refused_the_namespace_backend_fails_loudly_wi
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("refused: open"), proc.stdout
     assert "user namespaces" in proc.stdout
+
+
+def test_a_warm_spare_of_a_sandboxed_server_is_sandboxed_and_filtered(tmp_path: Path) -> None:
+    from lovia_mcp import close_spares, warm_spares
+
+    async def main() -> tuple[str, str, str]:
+        server = MCPServerStdio(
+            command=PY, args=[ESCAPE], cwd=str(tmp_path), sandbox=Sandbox(), spares=1,
+            env={"ESCAPE_HOST_MNT": os.readlink("/proc/self/ns/mnt")},
+        )
+        try:
+            assert await warm_spares(server) == 1
+            conn = await server.open()  # the spare
+            try:
+                seen = str(await conn.call_tool("procs", {}))
+                userns = str(await conn.call_tool("probe", {"name": "new_userns", "args": {}}))
+                agent = str(await conn.call_tool("environ", {"pid": os.getpid()}))
+            finally:
+                await conn.close()
+        finally:
+            await close_spares()
+        return seen, userns, agent
+
+    seen, userns, agent = run(main())
+    print(seen, "|", userns, "|", agent)
+    assert int(seen.split()[1]) <= 3
+    assert userns.startswith("denied") and "not permitted" in userns
+    assert agent.startswith("denied")

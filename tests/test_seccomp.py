@@ -116,7 +116,6 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     "kexec_load": ("kexec_load", [0, 0, 0, 0xFFFF0000], errno.EPERM),
     "kexec_file_load": ("kexec_file_load", [-1, -1, 0, 0, 0xFFFF0000], errno.EPERM),
     "open_by_handle_at": ("open_by_handle_at", [-1, 0, 0], errno.EPERM),
-    "name_to_handle_at": ("name_to_handle_at", [-1, 0, 0, 0, 0], errno.EPERM),
     "reboot": ("reboot", [0, 0, 0, 0], errno.EPERM),
     "swapon": ("swapon", [0, 0], errno.EPERM),
     "acct": ("acct", [ONE], errno.EPERM),
@@ -126,6 +125,9 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     "ioctl_tioclinux": ("ioctl", [-1, seccomp.TIOCLINUX, 0], errno.EPERM),
     "socket_unix": ("socket", [socket.AF_UNIX, socket.SOCK_STREAM, 0], errno.EPERM),
     "socket_unix_high_bits": ("socket", [socket.AF_UNIX | HIGH, socket.SOCK_DGRAM, 0], errno.EPERM),
+    # A datagram pair can sendto() any datagram socket on the host; AF_UNIX makes SOCK_RAW one too.
+    "socketpair_dgram": ("socketpair", [socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, 0, ONE], errno.EPERM),
+    "socketpair_raw": ("socketpair", [socket.AF_UNIX, socket.SOCK_RAW, 0, ONE], errno.EPERM),
 }
 # Refused only with the network off.
 OFFLINE_CALLS: dict[str, tuple[str, list[int], int]] = {
@@ -143,6 +145,8 @@ ALLOWED: dict[str, tuple[str, list[int]]] = {
     "socket_netlink": ("socket", [socket.AF_NETLINK, socket.SOCK_RAW, 0]),
     "ioctl_fionread": ("ioctl", [-1, 0x541B, 0]),  # EBADF, not EPERM
     "getpid": ("getpid", []),
+    "socketpair_stream": ("socketpair", [socket.AF_UNIX, socket.SOCK_STREAM, 0, ONE]),  # EFAULT, not EPERM
+    "socketpair_seqpacket": ("socketpair", [socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, ONE]),
 }
 
 

@@ -9,8 +9,11 @@ anthropic's sandbox-runtime were the reading), refused with ``EPERM``:
 - ``socket(AF_UNIX, ...)``: a read-only bind does not stop ``connect()`` to a
   pathname socket (the Docker socket, a session bus, an ssh-agent), and with
   the host's network an abstract one is reachable too. ``socketpair()`` stays
-  allowed: it makes a connected pair and reaches nothing, and asyncio's
-  self-pipe, Node's child-process stdio and many runtimes need it;
+  allowed for stream and seqpacket pairs: they are connected to each other
+  and reach nothing, and asyncio's self-pipe, Node's child-process stdio and
+  many runtimes need them. A datagram pair is refused (``SOCK_DGRAM``, and
+  ``SOCK_RAW``, which AF_UNIX makes a datagram socket): ``sendto()`` from it
+  reaches any datagram socket on the host (syslog, the journal);
 - namespaces and mounts: ``mount``, ``umount2``, ``pivot_root``, ``setns``,
   ``unshare``, ``chroot``, the new mount API (``fsopen``, ``open_tree``...),
   and ``clone`` with any ``CLONE_NEW*`` flag; ``clone3`` gets ``ENOSYS``,
@@ -22,8 +25,9 @@ anthropic's sandbox-runtime were the reading), refused with ``EPERM``:
   ``pidfd_getfd``;
 - kernel attack surface: ``io_uring_*``, ``bpf``, ``perf_event_open``,
   ``userfaultfd``, ``ioctl(TIOCSTI)`` and ``ioctl(TIOCLINUX)`` (terminal
-  injection), modules, ``kexec``, ``open_by_handle_at`` and friends, the
-  clock, swap, reboot, quota, acct, syslog.
+  injection), modules, ``kexec``, ``open_by_handle_at`` (the "shocker"
+  escape; ``name_to_handle_at`` stays, as in Docker: a handle opens nothing
+  without it), the clock, swap, reboot, quota, acct, syslog.
 
 With ``network=False`` the only sockets left are TCP (``AF_INET``/``AF_INET6``,
 ``SOCK_STREAM``, protocol 0 or TCP) and ``AF_NETLINK`` (interface listing):
@@ -84,7 +88,7 @@ _X32_SYSCALL_BIT: Final = 0x40000000
 # the headers where they are installed.
 SYSCALLS: Final[dict[str, dict[str, int]]] = {
     "x86_64": {
-        "ioctl": 16, "socket": 41, "clone": 56, "ptrace": 101, "syslog": 103,
+        "ioctl": 16, "socket": 41, "socketpair": 53, "clone": 56, "ptrace": 101, "syslog": 103,
         "uselib": 134, "chroot": 161, "acct": 163, "settimeofday": 164, "mount": 165,
         "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169, "iopl": 172,
         "ioperm": 173, "init_module": 175, "delete_module": 176, "quotactl": 179,
@@ -101,7 +105,7 @@ SYSCALLS: Final[dict[str, dict[str, int]]] = {
         "chroot": 51, "quotactl": 60, "acct": 89, "unshare": 97, "kexec_load": 104,
         "init_module": 105, "delete_module": 106, "clock_settime": 112, "syslog": 116,
         "ptrace": 117, "reboot": 142, "settimeofday": 170, "adjtimex": 171,
-        "socket": 198, "add_key": 217, "request_key": 218, "keyctl": 219, "clone": 220,
+        "socket": 198, "socketpair": 199, "add_key": 217, "request_key": 218, "keyctl": 219, "clone": 220,
         "swapon": 224, "swapoff": 225, "perf_event_open": 241, "fanotify_init": 262,
         "name_to_handle_at": 264, "open_by_handle_at": 265, "clock_adjtime": 266,
         "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
@@ -127,7 +131,7 @@ DENIED: Final = (
     "io_uring_setup", "io_uring_enter", "io_uring_register",
     "bpf", "perf_event_open", "userfaultfd", "fanotify_init",
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
-    "name_to_handle_at", "open_by_handle_at", "lookup_dcookie", "uselib",
+    "open_by_handle_at", "lookup_dcookie", "uselib",
     "quotactl", "quotactl_fd", "swapon", "swapoff", "reboot", "acct", "syslog",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm",
 )
@@ -138,6 +142,7 @@ AF_INET6: Final = 10
 AF_NETLINK: Final = 16
 _SOCK_TYPE_MASK: Final = 0xF  # the type without SOCK_NONBLOCK / SOCK_CLOEXEC
 _SOCK_STREAM: Final = 1
+_SOCK_SEQPACKET: Final = 5
 _IPPROTO_TCP: Final = 6
 TIOCSTI: Final = 0x5412
 TIOCLINUX: Final = 0x541C
@@ -237,6 +242,13 @@ def program(*, network: bool, allow_unix: bool = False, machine: str | None = No
     asm.op(_JMP_JEQ_K, TIOCSTI, "deny", 0)
     asm.op(_JMP_JEQ_K, TIOCLINUX, "deny", "allow")
     asm.label("ioctl.end")
+
+    asm.op(_JMP_JEQ_K, nr["socketpair"], 0, "socketpair.end")
+    asm.op(_LD_W_ABS, _arg_low(1))
+    asm.op(_ALU_AND_K, _SOCK_TYPE_MASK)
+    asm.op(_JMP_JEQ_K, _SOCK_STREAM, "allow", 0)
+    asm.op(_JMP_JEQ_K, _SOCK_SEQPACKET, "allow", "deny")
+    asm.label("socketpair.end")
 
     asm.op(_JMP_JEQ_K, nr["socket"], 0, "allow")
     asm.op(_LD_W_ABS, _arg_low(0))
