@@ -295,20 +295,25 @@ def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: P
     target = json.dumps({"path": str(place.outside / "out" / "w.txt")})
     (place.outside / "out").mkdir()
     server = ["--", PY, ESCAPE]
-    with ThreadPoolExecutor(4) as pool:
-        bare, boxed, writable, url = pool.map(lambda a: _cli(*a, cwd=place.work), [
+    config = place.work / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"escape": {"command": PY, "args": [ESCAPE]}}}))
+    with ThreadPoolExecutor(5) as pool:
+        bare, boxed, writable, url, check = pool.map(lambda a: _cli(*a, cwd=place.work), [
             ["call", "read", secret, *server],
             ["call", "read", secret, "--sandbox", "--sandbox-backend", "landlock", *server],
             ["call", "write", target, "--writable", str(place.outside / "out"), "--sandbox-backend", "landlock",
              *server],
             ["tools", "--url", "http://127.0.0.1:9/mcp", "--network", "example.com"],
+            ["check", "--config", str(config), "--sandbox-backend", "landlock", "-v"],
         ])
-    for r in (bare, boxed, writable, url):
+    for r in (bare, boxed, writable, url, check):
         print(r.returncode, r.stdout.strip()[:100], r.stderr.strip()[-300:])
     assert bare.returncode == 0 and "OUTSIDE" in bare.stdout
     assert boxed.returncode == 0 and boxed.stdout.startswith("denied")
     assert writable.returncode == 0 and writable.stdout.startswith("ok")
     assert url.returncode == 2 and "--sandbox" in url.stderr and "Traceback" not in url.stderr
+    # With --config, the flags box each command entry; -v shows the open's log line.
+    assert check.returncode == 0 and "sandbox: landlock" in check.stderr
 
 
 def test_readable_paths_open_to_reading_only_on_landlock(place: Place) -> None:
