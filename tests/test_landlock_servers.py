@@ -221,3 +221,21 @@ def test_a_config_file_sandbox_block_chooses_the_backend(tmp_path: Path) -> None
             return (await conn.stats()).sandbox
 
     assert run(main()) == "landlock"
+
+
+def test_a_dead_workers_private_folder_is_removed_by_the_next_landlock_spawn() -> None:
+    # A worker killed outright (SIGKILL) cannot remove its folder; its pid names it.
+    dead = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=GIT_TIMEOUT, check=True)
+    stale = Path(f"/tmp/lovia-mcp-ll-{dead.stdout.strip()}-test")
+    (stale / "s0" / "tmp").mkdir(parents=True)
+
+    async def main() -> None:
+        async with MCPServerStdio(command=PY, args=raw_args(), sandbox=LL).session() as conn:
+            assert str(await conn.call_tool("echo", {"text": "x"})) == "x"
+
+    try:
+        run(main())
+        assert not stale.exists()
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)

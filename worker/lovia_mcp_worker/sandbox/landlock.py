@@ -47,8 +47,9 @@ Caveats (docs/sandbox.md's table):
   only its existing entries are writable (opt out with ``write_deny=False``);
 - Landlock's TCP rules name a port, not an address: with an allowlist the
   server may connect to the proxy's port on any host;
-- the private temporary directories live under ``/tmp/lovia-mcp-ll-*`` until
-  the worker exits (:func:`cleanup`).
+- the private folders live under ``/tmp/lovia-mcp-ll-<worker pid>-*`` until
+  the worker exits (:func:`cleanup`); a worker killed outright leaves its
+  folder to the next worker's first Landlock spawn, which removes it.
 """
 
 from __future__ import annotations
@@ -250,8 +251,27 @@ def _private_dir(parent: str, prefix: str) -> str:
 def _tmp_base() -> str:
     global _tmp_root
     if _tmp_root is None or not os.path.isdir(_tmp_root):
-        _tmp_root = _private_dir("/tmp", _TMP_PREFIX)
+        _sweep_stale()
+        _tmp_root = _private_dir("/tmp", f"{_TMP_PREFIX}{os.getpid()}-")
     return _tmp_root
+
+
+def _sweep_stale() -> None:
+    """Remove the folders of workers that died without :func:`cleanup` (SIGKILL), named by their pid."""
+    try:
+        names = [n for n in os.listdir("/tmp") if n.startswith(_TMP_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_TMP_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(f"/tmp/{name}", ignore_errors=True)
+        except OSError:
+            pass  # alive (another user's): not ours to remove
 
 
 _tmp_root: str | None = None
