@@ -91,9 +91,10 @@ def test_where_user_namespaces_are_refused_auto_picks_landlock_and_the_probes_st
 ) -> None:
     out = agent("auto", where, listener)
     assert "outputs" in out, out
-    secret, connect, signal, write = out["outputs"]  # type: ignore[misc]
+    secret, connect, signal, write, *probes = out["outputs"]  # type: ignore[misc]
     assert secret.startswith("denied") and connect.startswith("denied")
     assert signal.startswith("denied") and write.startswith("denied")
+    assert len(probes) == 12 and all(p.startswith("denied") for p in probes), probes
     assert not (where.work.parent / "escaped.txt").exists()
     assert any("sandbox: landlock" in line for line in out["logs"]), out["logs"]  # type: ignore[attr-defined]
 

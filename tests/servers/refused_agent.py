@@ -27,6 +27,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # tests/, for _agent
 
+# escape_server.py's probes also run (each must be denied): the agent's
+# memory and environment, the kernel knobs, capabilities, namespaces and the
+# system calls the filter refuses.
+PROBES = ("agent_environ", "agent_mem", "proc_sys_write", "sysfs_write", "cgroup_write", "capabilities",
+          "new_userns", "ptrace", "process_vm_readv", "io_uring", "bpf", "perf_event_open")
 _ENOSYS = 38
 _LANDLOCK_CREATE_RULESET = 444
 
@@ -66,6 +71,7 @@ async def main(backend: str, cwd: str, secret: str, port: int) -> dict[str, obje
             ("connect", {"host": "127.0.0.1", "port": port}),
             ("signal", {"pid": os.getpid()}),
             ("write", {"path": os.path.join(os.path.dirname(cwd), "escaped.txt")}),
+            *(("probe", {"name": name, "args": {"pid": os.getpid()}}) for name in PROBES),
         ))
     except Exception as exc:  # noqa: BLE001 - reported to the test, which checks it
         return {"error": str(exc), "hint": getattr(exc, "hint", None), "type": type(exc).__name__}
