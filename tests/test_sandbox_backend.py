@@ -178,3 +178,27 @@ def test_landlock_without_scoping_warns_that_signals_are_not_scoped(
     plan.close()
     landlock.cleanup()
     assert any("cannot scope signals" in r.getMessage() for r in caplog.records)
+
+
+APPARMOR_LIKE = r'''
+import os, struct, sys
+from lovia_mcp_worker.sandbox import backend, seccomp
+# Like Ubuntu's AppArmor restriction: a user namespace may be made, but
+# nothing needing a capability inside it (here: a mount namespace) works.
+nr = seccomp.SYSCALLS[os.uname().machine]["unshare"]
+prog = b"".join(struct.pack("<HBBI", *i) for i in (
+    (0x20, 0, 0, 0), (0x15, 0, 3, nr),                # A = nr; unshare?
+    (0x20, 0, 0, 16), (0x45, 0, 1, 0x00020000),       # A = flags; CLONE_NEWNS?
+    (0x06, 0, 0, 0x00050000 | 1),                     # EPERM
+    (0x06, 0, 0, 0x7FFF0000),                         # allow
+))
+seccomp.install(prog)
+print(backend.userns_refused())
+'''
+
+
+def test_a_user_namespace_without_capabilities_counts_as_refused() -> None:
+    proc = subprocess.run([PY, "-c", APPARMOR_LIKE], capture_output=True, text=True, timeout=AGENT_RUN_TIMEOUT)
+    print(proc.stdout, proc.stderr[-1000:])
+    assert proc.returncode == 0, proc.stderr
+    assert "gives no capabilities" in proc.stdout and "CLONE_NEWNS" in proc.stdout

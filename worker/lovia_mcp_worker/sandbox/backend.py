@@ -32,33 +32,46 @@ from . import landlock
 from .bwrap import BWRAP, USERNS_HINT, SandboxError
 
 _CLONE_NEWUSER: Final = 0x10000000
+_CLONE_NEWNS: Final = 0x00020000
 
 _userns: str | None | bool = False  # False: not probed yet; None: allowed; str: why not
 _chosen: str | None = None
 
 
 def _probe_userns() -> str | None:
-    """None if this process may create a user namespace, else the reason."""
+    """None if this process may create a user namespace that bwrap can use, else the reason.
+
+    Two steps, as bwrap needs both: a user namespace, then a mount namespace
+    inside it. Ubuntu 23.10+'s AppArmor restriction lets the first succeed
+    and takes the capabilities away, so only the second fails there.
+    """
     libc = ctypes.CDLL(None, use_errno=True)
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child only makes the syscall and reports its errno
+    if pid == 0:  # the child only makes the two calls and reports which failed, with its errno
         try:
             os.close(r)
-            err = 0 if libc.unshare(_CLONE_NEWUSER) == 0 else ctypes.get_errno() or 1
-            os.write(w, bytes([min(err, 255)]))
+            step, err = 0, 0
+            for step, flag in enumerate((_CLONE_NEWUSER, _CLONE_NEWNS), 1):
+                if libc.unshare(flag) != 0:
+                    err = ctypes.get_errno() or 1
+                    break
+            os.write(w, bytes([step if err else 0, min(err, 255)]))
         finally:
             os._exit(0)
     os.close(w)
     try:
-        data = os.read(r, 1)
+        data = os.read(r, 2)
     finally:
         os.close(r)
         os.waitpid(pid, 0)
-    err = data[0] if data else 1
-    if err == 0:
+    step, err = (data[0], data[1]) if len(data) == 2 else (1, 1)
+    if step == 0:
         return None
-    return f"user namespaces are refused here (unshare(CLONE_NEWUSER): {os.strerror(err)})"
+    if step == 1:
+        return f"user namespaces are refused here (unshare(CLONE_NEWUSER): {os.strerror(err)})"
+    return ("a user namespace can be made here but gives no capabilities (an AppArmor restriction?): "
+            f"unshare(CLONE_NEWNS) in it: {os.strerror(err)}")
 
 
 def _read(path: str) -> str | None:
