@@ -83,6 +83,7 @@ PROBES: list[Probe] = [
     Probe("tiocsti", "inject input into a terminal with TIOCSTI, remounting the host's /dev"),
     Probe("unix_connect", "connect() to a pathname unix socket on the host (the Docker-socket case)"),
     Probe("unix_dgram_send", "send a datagram to a host unix socket (syslog, the journal) from a socketpair()"),
+    Probe("unix_seqpacket_send", "the same from a seqpacket socketpair()"),
     Probe("abstract_unix_connect", "connect() to a host abstract unix socket, with the host's network", shape="on"),
     # Landlock's proxy listens on a loopback port: there is no socket folder.
     Probe("folder_write", "write into the network proxy's socket folder", shape="list", expect={"bwrap": True}),
@@ -90,6 +91,11 @@ PROBES: list[Probe] = [
           "may make AF_UNIX sockets)", shape="list"),
     Probe("capabilities", "hold an effective capability"),
     Probe("new_userns", "create a user namespace"),
+    # The allowlist's box runs under a filter without the AF_UNIX rule (bwrap's
+    # init and the bridge need it) with the full one stacked on the server.
+    Probe("list/unix_connect", "connect() to a host unix socket, in the allowlist's box", shape="list"),
+    Probe("list/keyring", "read a key from the user's keyring, in the allowlist's box", shape="list"),
+    Probe("list/new_userns", "create a user namespace, in the allowlist's box", shape="list"),
     Probe("ptrace", "ptrace a process (its own child)"),
     Probe("process_vm_readv", "read another process's memory with process_vm_readv"),
     Probe("io_uring", "io_uring_setup"),
@@ -101,7 +107,16 @@ BACKENDS = ["bwrap"] + (["landlock"] if landlock.ABI >= landlock.NETWORK_ABI els
 
 
 def _probe_tool_name(probe: Probe) -> str:
-    return {"hidden_dir_secret": "hidden_secret", "abstract_unix_connect": "unix_connect"}.get(probe.name, probe.name)
+    """The escape_server probe behind a table entry ("list/x" is probe x in another shape)."""
+    return {
+        "hidden_dir_secret": "hidden_secret",
+        "abstract_unix_connect": "unix_connect",
+        "unix_seqpacket_send": "unix_dgram_send",
+    }.get(_base(probe), _base(probe))
+
+
+def _base(probe: Probe) -> str:
+    return probe.name.rsplit("/", 1)[-1]
 
 
 class LoopThread:
@@ -208,10 +223,11 @@ class World:
             "tiocsti": {"tty": os.ttyname(self.pty_slave)},
             "unix_connect": {"path": self.unix_path},
             "unix_dgram_send": {"path": self.dgram_path},
+            "unix_seqpacket_send": {"path": self.dgram_path, "pair": "seqpacket"},
             "abstract_unix_connect": {"path": "@" + self.abstract_name},
             "folder_write": {"folder": self.folder},
             "open_by_handle": {"path": str(self.outside / "handle.txt")},
-        }.get(probe.name, {})
+        }.get(_base(probe), {})
 
     def server(self, box: Sandbox | None) -> MCPServerStdio:
         return MCPServerStdio(
@@ -299,7 +315,7 @@ def _needs(probe: Probe, world: World) -> str | None:
     """Why this machine cannot show the escape unsandboxed, if it cannot."""
     if probe.name == "tiocsti" and Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "0":
         return "the kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti=0)"
-    if probe.name in ("keyring", "proc_keys") and world.key is None:
+    if _base(probe) in ("keyring", "proc_keys") and world.key is None:
         return "no user keyring here"
     return None
 
@@ -440,3 +456,8 @@ def test_a_warm_spare_of_a_sandboxed_server_is_sandboxed_and_filtered(tmp_path: 
     assert int(seen.split()[1]) <= 3
     assert userns.startswith("denied") and "not permitted" in userns
     assert agent.startswith("denied")
+
+
+def test_a_bubblewrap_too_old_for_the_hardening_is_named_with_a_hint() -> None:
+    why = bwrap.setup_error(1, ["bwrap: Unknown option --disable-userns"])
+    assert why is not None and "0.8 or later" in why and "--disable-userns" in why

@@ -128,6 +128,8 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     # A datagram pair can sendto() any datagram socket on the host; AF_UNIX makes SOCK_RAW one too.
     "socketpair_dgram": ("socketpair", [socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, 0, ONE], errno.EPERM),
     "socketpair_raw": ("socketpair", [socket.AF_UNIX, socket.SOCK_RAW, 0, ONE], errno.EPERM),
+    # A connected seqpacket socket still sendto()s any datagram socket.
+    "socketpair_seqpacket": ("socketpair", [socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, ONE], errno.EPERM),
 }
 # Refused only with the network off.
 OFFLINE_CALLS: dict[str, tuple[str, list[int], int]] = {
@@ -146,7 +148,6 @@ ALLOWED: dict[str, tuple[str, list[int]]] = {
     "ioctl_fionread": ("ioctl", [-1, 0x541B, 0]),  # EBADF, not EPERM
     "getpid": ("getpid", []),
     "socketpair_stream": ("socketpair", [socket.AF_UNIX, socket.SOCK_STREAM, 0, ONE]),  # EFAULT, not EPERM
-    "socketpair_seqpacket": ("socketpair", [socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, ONE]),
 }
 
 

@@ -240,7 +240,8 @@ def p_unix_connect(a: dict) -> str:
 
 def p_unix_dgram_send(a: dict) -> str:
     """A datagram to a host unix socket (a syslog or journal socket) from a socketpair(), not socket()."""
-    one, other = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    kind = {"dgram": socket.SOCK_DGRAM, "seqpacket": socket.SOCK_SEQPACKET}[a.get("pair", "dgram")]
+    one, other = socket.socketpair(socket.AF_UNIX, kind)
     with one, other:
         one.sendto(b"from the box", a["path"])
     return "sent"

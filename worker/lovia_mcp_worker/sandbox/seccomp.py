@@ -9,11 +9,13 @@ anthropic's sandbox-runtime were the reading), refused with ``EPERM``:
 - ``socket(AF_UNIX, ...)``: a read-only bind does not stop ``connect()`` to a
   pathname socket (the Docker socket, a session bus, an ssh-agent), and with
   the host's network an abstract one is reachable too. ``socketpair()`` stays
-  allowed for stream and seqpacket pairs: they are connected to each other
-  and reach nothing, and asyncio's self-pipe, Node's child-process stdio and
-  many runtimes need them. A datagram pair is refused (``SOCK_DGRAM``, and
-  ``SOCK_RAW``, which AF_UNIX makes a datagram socket): ``sendto()`` from it
-  reaches any datagram socket on the host (syslog, the journal);
+  allowed for stream pairs: they are connected to each other and reach
+  nothing (``connect()`` and ``sendto()`` get ``EISCONN``), and asyncio's
+  self-pipe, Node's child-process stdio and most runtimes need them. Other
+  pairs are refused: ``sendto()`` from a datagram pair (``SOCK_RAW`` is one
+  too, for AF_UNIX) or even a seqpacket pair reaches any datagram socket on
+  the host (syslog, the journal, chronyd's control socket). Chromium's
+  zygote, which uses seqpacket pairs, therefore does not start in the box;
 - namespaces and mounts: ``mount``, ``umount2``, ``pivot_root``, ``setns``,
   ``unshare``, ``chroot``, the new mount API (``fsopen``, ``open_tree``...),
   and ``clone`` with any ``CLONE_NEW*`` flag; ``clone3`` gets ``ENOSYS``,
@@ -142,7 +144,6 @@ AF_INET6: Final = 10
 AF_NETLINK: Final = 16
 _SOCK_TYPE_MASK: Final = 0xF  # the type without SOCK_NONBLOCK / SOCK_CLOEXEC
 _SOCK_STREAM: Final = 1
-_SOCK_SEQPACKET: Final = 5
 _IPPROTO_TCP: Final = 6
 TIOCSTI: Final = 0x5412
 TIOCLINUX: Final = 0x541C
@@ -246,8 +247,7 @@ def program(*, network: bool, allow_unix: bool = False, machine: str | None = No
     asm.op(_JMP_JEQ_K, nr["socketpair"], 0, "socketpair.end")
     asm.op(_LD_W_ABS, _arg_low(1))
     asm.op(_ALU_AND_K, _SOCK_TYPE_MASK)
-    asm.op(_JMP_JEQ_K, _SOCK_STREAM, "allow", 0)
-    asm.op(_JMP_JEQ_K, _SOCK_SEQPACKET, "allow", "deny")
+    asm.op(_JMP_JEQ_K, _SOCK_STREAM, "allow", "deny")
     asm.label("socketpair.end")
 
     asm.op(_JMP_JEQ_K, nr["socket"], 0, "allow")
