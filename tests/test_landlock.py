@@ -32,6 +32,9 @@ pytestmark = pytest.mark.skipif(landlock.ABI < landlock.NETWORK_ABI,
 
 ESCAPE = str(SERVERS / "escape_server.py")
 LL = Sandbox(backend="landlock")
+# Bound on one probe call: milliseconds normally (a connect probe waits up to
+# its own 5 s); the rest is margin for a loaded 2-core machine.
+CALL_WAIT = 10.0
 
 
 class Place:
@@ -68,7 +71,7 @@ def probe(place: Place, calls: list[tuple[str, dict[str, object]]], box: Sandbox
         answers: dict[int, list[str]] = {}
         for side, sb in enumerate((None, box)):
             async with place.server(sb).session() as conn:
-                answers[side] = [str(await asyncio.wait_for(conn.call_tool(t, a), 10)) for t, a in calls]
+                answers[side] = [str(await asyncio.wait_for(conn.call_tool(t, a), CALL_WAIT)) for t, a in calls]
         return [x for pair in zip(answers[0], answers[1]) for x in pair]
 
     out = run(main())

@@ -30,23 +30,31 @@ pytestmark = pytest.mark.skipif(landlock.ABI < landlock.NETWORK_ABI,
 LL = Sandbox(backend="landlock")
 # Bound on a git command run by the test itself.
 GIT_TIMEOUT = 25.0
+# The hung call's own timeout: short, since the test is about what follows it.
+HANG_TIMEOUT = 1.0
+# Bound on a call that makes the server restart first (a killed tree, a fresh
+# server's start): about a second; the margin is for a loaded 2-core machine.
+RESTART_WAIT = 15.0
+# Bound on a call that fails on the server's side (an exit, a passed memory
+# limit the watch or the kernel acts on).
+FAIL_WAIT = 20.0
 
 
 def test_stats_report_the_landlock_backend_and_timeouts_restarts_and_stderr_work() -> None:
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=1, kill_grace=0.2)
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=HANG_TIMEOUT, kill_grace=0.2)
         async with server.session() as conn:
             first = conn.server_pid
             stats = await conn.stats()
             assert stats.sandbox == "landlock"
             started = time.monotonic()
             with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(conn.call_tool("hang", timeout=1), 1)
-            assert str(await asyncio.wait_for(conn.call_tool("echo", {"text": "after"}), 15)) == "after"
+                await asyncio.wait_for(conn.call_tool("hang", timeout=HANG_TIMEOUT), HANG_TIMEOUT)
+            assert str(await asyncio.wait_for(conn.call_tool("echo", {"text": "after"}), RESTART_WAIT)) == "after"
             print(f"hung Landlock server replaced; next call served {time.monotonic() - started:.2f} s after the start")
             assert conn.server_pid != first
             with pytest.raises(MCPError) as info:
-                await asyncio.wait_for(conn.call_tool("stderr_then_exit", {"lines": 3, "code": 7}), 10)
+                await asyncio.wait_for(conn.call_tool("stderr_then_exit", {"lines": 3, "code": 7}), FAIL_WAIT)
             assert "stderr line 2" in info.value.stderr_tail
             stats = await conn.stats()
             assert stats.restarts >= 2 and stats.timeouts == 1 and stats.sandbox == "landlock"
@@ -60,7 +68,7 @@ def test_the_memory_and_cpu_limits_hold_on_landlock() -> None:
                                 limits=Limits(memory_mb=80, cpu_seconds=30))
         async with server.session() as conn:
             with pytest.raises(MCPError) as info:
-                await asyncio.wait_for(conn.call_tool("alloc", {"mb": 400}), 20)
+                await asyncio.wait_for(conn.call_tool("alloc", {"mb": 400}), FAIL_WAIT)
             assert info.value.kind == "limit" and "memory" in str(info.value)
 
     run(main())
@@ -172,14 +180,14 @@ def test_a_timeout_kills_the_whole_landlock_tree_grandchildren_and_orphans_inclu
     import psutil
 
     async def main() -> list[int]:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=1, kill_grace=0.2)
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=HANG_TIMEOUT, kill_grace=0.2)
         async with server.session() as conn:
             children = json.loads(str(await conn.call_tool("spawn", {"n": 2})))
             orphans = json.loads(str(await conn.call_tool("spawn", {"n": 1, "orphan": True})))
             tree = [*children, *orphans]
             assert all(psutil.pid_exists(p) for p in tree)
             with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(conn.call_tool("hang", timeout=1), 1)
+                await asyncio.wait_for(conn.call_tool("hang", timeout=HANG_TIMEOUT), HANG_TIMEOUT)
             procs = [psutil.Process(p) for p in tree if psutil.pid_exists(p)]
             started = time.monotonic()
             _, alive = psutil.wait_procs(procs, timeout=GONE_WAIT)
