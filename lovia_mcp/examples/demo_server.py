@@ -39,6 +39,9 @@ server = MCPServer(
     instructions="A demo weather service (canned data) that can also crash on request.",
 )
 calls_served = 0
+# Bound on phone_home's connection: a loopback one answers at once; a box
+# that drops it (rather than refusing it) must not stall the demo.
+CONNECT_TIMEOUT = 5.0
 
 
 @server.tool()
@@ -83,7 +86,7 @@ def read_file(path: str) -> str:
 def phone_home(host: str, port: int) -> str:
     """Open a TCP connection and return what the other side says first."""
     try:
-        with socket.create_connection((host, port), timeout=5) as conn:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT) as conn:
             return conn.recv(200).decode(errors="replace")
     except OSError as exc:
         raise ToolError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
