@@ -359,3 +359,20 @@ def test_the_landlock_server_has_no_capabilities_no_new_privs_and_a_seccomp_filt
         assert int(bare["CapEff"], 16) != 0, "root's server has capabilities without the sandbox"
     assert all(int(boxed[k], 16) == 0 for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
     assert boxed["NoNewPrivs"] == "1" and boxed["Seccomp"] == "2"
+
+
+def test_a_readable_home_keeps_home_and_its_secret_stores_stay_hidden(place: Place) -> None:
+    (place.home / "notes.txt").write_text("NOTES\n")
+    box = Sandbox(backend="landlock", readable=[str(place.home)])
+
+    async def main() -> tuple[str, str, str]:
+        async with place.server(box).session() as conn:
+            assert conn.server_pid is not None
+            with open(f"/proc/{conn.server_pid}/environ", "rb") as f:
+                home = next(v for v in f.read().decode().split("\0") if v.startswith("HOME="))
+            return (home, str(await conn.call_tool("read", {"path": str(place.home / "notes.txt")})),
+                    str(await conn.call_tool("read", {"path": str(place.home / ".ssh" / "id_rsa")})))
+
+    home, notes, secret = run(main())
+    assert home == f"HOME={place.home}" and notes == "ok NOTES\n"
+    assert secret.startswith("denied") and "SECRET" not in secret

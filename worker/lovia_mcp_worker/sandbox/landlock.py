@@ -23,8 +23,8 @@ What the server may do:
   arguments (its ``node_modules`` tree), cwd, ``readable=`` and ``writable=``;
   nothing else (the home directory, other projects);
 - **write** its cwd, ``writable=`` and its private folder (``TMPDIR``, and
-  ``HOME`` when the agent's home is not readable in the box, as it usually
-  is not: tools treat an unreadable ``~/.gitconfig`` or cache as fatal), minus
+  ``HOME`` unless cwd, ``readable=`` or ``writable=`` cover the agent's home:
+  tools treat an unreadable ``~/.gitconfig`` or cache as fatal), minus
   the protected entries (:mod:`.writedeny`) and ``read_only=``;
 - **connect and bind TCP** (Landlock ABI 4+) only to the worker's proxy port
   with a network allowlist, to nothing with ``network=False``; the seccomp
@@ -327,7 +327,7 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
         grants.add(dev, FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
     for path in [*writable, private]:
         grants.add(path, all_fs)
-    if not _covered(env.get("HOME", ""), grants.out):
+    if not _covered(env.get("HOME", ""), [*writable, *box.readable]):
         # The agent's home is not readable here, and tools treat an unreadable
         # ~/.gitconfig or cache as fatal: the server gets a fresh, empty home
         # of its own instead (caches such as ~/.npm then work too).
@@ -361,12 +361,16 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
     return plan
 
 
-def _covered(path: str, rules: dict[str, int]) -> bool:
-    """Whether ``path`` (a folder) is listable under ``rules``."""
+def _covered(path: str, granted: list[str]) -> bool:
+    """Whether ``path`` lies in a folder the user granted (cwd, ``readable``, ``writable``).
+
+    Not the runtime's grants: an interpreter under the home folder must not
+    keep a home whose ``.gitconfig`` the server cannot read.
+    """
     if not path or not os.path.isabs(path):
         return False
     real = os.path.realpath(path)
-    return any(rights & FS_READ_DIR and _under(real, granted) for granted, rights in rules.items())
+    return any(_under(real, os.path.realpath(g)) for g in granted)
 
 
 def _warn_once(message: str) -> None:
