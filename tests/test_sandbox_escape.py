@@ -75,6 +75,7 @@ PROBES: list[Probe] = [
     Probe("setns_net", "connect to a host loopback listener, setns() into the host's network namespace"),
     Probe("proc_sys_write", "open /proc/sys/kernel/core_pattern for writing"),
     Probe("sysfs_write", "open a /sys knob for writing"),
+    Probe("kernel_knobs", "open any file under /proc (but processes) or /sys for writing"),
     Probe("cgroup_write", "open a cgroup.procs for writing (to leave the worker's cgroup)"),
     Probe("keyring", "read a key from the user's keyring (keyctl)"),
     # Landlock cannot carve /proc/keys out of /proc: the key's description is

@@ -168,6 +168,32 @@ def p_proc_sys_write(a: dict) -> str:
     return "core_pattern is writable"
 
 
+# Opening these for writing does something, or they are harmless: PSI triggers
+# are per open file; debugfs and tracefs open handlers may act.
+KNOB_SKIP = ("/proc/pressure/", "/sys/kernel/debug", "/sys/kernel/tracing")
+
+
+def p_kernel_knobs(a: dict) -> str:
+    """Any file under /proc (but processes) or /sys that opens for writing: the first one found."""
+    seen = 0
+    for top in ("/proc", "/sys"):
+        for root, dirs, files in os.walk(top):
+            if root == "/proc":
+                dirs[:] = [d for d in dirs if not d.isdigit() and d not in ("self", "thread-self")]
+            dirs[:] = [d for d in dirs if not os.path.join(root, d).startswith(KNOB_SKIP)]
+            for name in files:
+                path = os.path.join(root, name)
+                if path.startswith(KNOB_SKIP):
+                    continue
+                seen += 1
+                try:
+                    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY))
+                except OSError:
+                    continue
+                return f"{path} is writable"
+    raise PermissionError(13, f"none of {seen} files under /proc and /sys opens for writing")
+
+
 def p_capabilities(a: dict) -> str:
     for line in read_all("/proc/self/status").splitlines():
         if line.startswith("CapEff:") and int(line.split()[1], 16):

@@ -94,7 +94,13 @@ BWRAP: Final = _find_bwrap()
 # /proc/sys is bound instead of the box's: a sysctl reads and writes the
 # namespaces of the process using it, not of the mount, so the values are
 # the same.
-READ_ONLY_PROC: Final = tuple(p for p in ("/proc/sys", "/proc/sysrq-trigger") if os.path.exists(p))
+# /proc/fs, /proc/acpi, /proc/scsi and /proc/driver hold root-writable knobs
+# on some machines (cifs, nfsd, ACPI wakeup, SCSI device add): Docker makes
+# them read-only or masks them.
+READ_ONLY_PROC: Final = tuple(
+    p for p in ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/acpi", "/proc/scsi", "/proc/driver")
+    if os.path.exists(p)
+)
 # Docker masks these: key descriptions of the user's keyrings (keyctl is
 # filtered, this file is not), and timers that leak other processes' activity.
 MASKED_PROC: Final = tuple(p for p in ("/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/kcore")
