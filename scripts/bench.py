@@ -117,6 +117,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("close", "close, warm (not a goal)", "ms", ("raw", "sdk"), "open", None, None, 1e3),
     # Paired: each sample is one sandboxed open minus the plain open just before it.
     Figure("sandbox_cost", "open in Sandbox() minus a plain open, warm", "ms", ("raw",), "open", 10.0, "abs", 1e3),
+    Figure("sandbox_cost_landlock", "open in Sandbox(backend='landlock') minus a plain open, warm", "ms", ("raw",),
+           "open", 10.0, "abs", 1e3),
     Figure("first_open", "first open in a fresh agent process", "ms", ("raw",), "first_open", 1.0, "ratio", 1e3),
     Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.3, "ratio", 1e3),
     Figure("concurrent", "{conc} concurrent small calls", "ms", ("raw", "sdk"), "concurrent", 1.0, "ratio", 1e3),
@@ -184,7 +186,7 @@ def _command(script: str) -> tuple[str, list[str]]:
     return sys.executable, [script]
 
 
-def _make_server(client: str, script: str, *, sandbox: bool = False, **options: Any) -> Any:
+def _make_server(client: str, script: str, *, sandbox: bool | str = False, **options: Any) -> Any:
     command, args = _command(script)
     if client == "lovia":
         from lovia.plugins.mcp import MCPServerStdio as LoviaStdio
@@ -193,10 +195,11 @@ def _make_server(client: str, script: str, *, sandbox: bool = False, **options: 
     import lovia_mcp
 
     return lovia_mcp.MCPServerStdio(command=command, args=args, isolation=client,
-                                    sandbox=lovia_mcp.Sandbox() if sandbox else None, **options)
+                                    sandbox=(lovia_mcp.Sandbox(backend=sandbox) if isinstance(sandbox, str)
+                                             else lovia_mcp.Sandbox() if sandbox else None), **options)
 
 
-async def _timed_open(client: str, script: str, *, sandbox: bool = False) -> tuple[float, float]:
+async def _timed_open(client: str, script: str, *, sandbox: bool | str = False) -> tuple[float, float]:
     cm = _make_server(client, script, sandbox=sandbox).session()
     t0 = time.perf_counter()
     conn = await cm.__aenter__()
@@ -321,8 +324,16 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
             async with _make_server(client, script).session() as conn:
                 warmed = True
         boxed = client != "lovia" and server == "raw" and _sandbox_available()
+        try:
+            from lovia_mcp_worker.sandbox import landlock
+        except ImportError:  # an older snapshot without the Landlock backend
+            landlocked = False
+        else:
+            landlocked = client == "process" and server == "raw" and landlock.ABI >= landlock.NETWORK_ABI
         if boxed:
             await _timed_open(client, script, sandbox=True)  # warm the sandbox path too
+        if landlocked:
+            await _timed_open(client, script, sandbox="landlock")
         for _ in range(reps):
             opened, closed = await _timed_open(client, script)
             add("open", opened)
@@ -330,6 +341,11 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
             if boxed:
                 opened_boxed, _ = await _timed_open(client, script, sandbox=True)
                 add("sandbox_cost", opened_boxed - opened)
+            if landlocked:
+                # Paired with its own plain open: the pair shares the moment's load.
+                plain, _ = await _timed_open(client, script)
+                opened_ll, _ = await _timed_open(client, script, sandbox="landlock")
+                add("sandbox_cost_landlock", opened_ll - plain)
 
 
 async def _measure_spares(client: str, server: str, script: str, reps: int, add: Any) -> None:

@@ -38,6 +38,7 @@ examples:
   {PROG} call get_current_time '{{"timezone": "Asia/Tokyo"}}' --timeout 10 --memory-mb 512 -- uvx mcp-server-time
   {PROG} tools --url http://127.0.0.1:8000/mcp --header 'Authorization: Bearer ...'
   {PROG} check --config .mcp.json
+  {PROG} tools --sandbox --network api.github.com --writable ./out -- npx -y some-mcp-server
   {PROG} call time__get_current_time '{{"timezone": "UTC"}}' --config .mcp.json
   {PROG} demo
 """
@@ -137,6 +138,17 @@ def _server_options() -> argparse.ArgumentParser:
     g.add_argument("--open-timeout", metavar="SECONDS", type=_positive(float),
                    help="give up if the server has not started and listed its tools after this "
                         "long (default 120: long enough for a first 'npx -y' download)")
+    g = p.add_argument_group("sandbox (Linux, process isolation; any of these turns it on)")
+    g.add_argument("--sandbox", action="store_true",
+                   help="run the server in Sandbox(): no network, the file system read-only but for its "
+                        "cwd, secret stores hidden")
+    g.add_argument("--network", metavar="HOST", action="append", default=[],
+                   help="let the sandboxed server reach this host name through the worker's proxy "
+                        "(repeatable; '*.example.com' for subdomains)")
+    g.add_argument("--writable", metavar="PATH", action="append", default=[],
+                   help="let the sandboxed server write this path besides its cwd (repeatable)")
+    g.add_argument("--sandbox-backend", choices=("auto", "bwrap", "landlock"),
+                   help="'auto' (default): namespaces (bubblewrap) where they can be made, else Landlock")
     g = p.add_argument_group("limits on the server's process tree (process isolation)")
     g.add_argument("--memory-mb", metavar="MB", type=_positive(float), help="resident memory of the tree")
     g.add_argument("--cpu-seconds", metavar="SECONDS", type=_positive(float), help="CPU time of the tree")

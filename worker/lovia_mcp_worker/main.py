@@ -170,6 +170,9 @@ async def _serve(loop: asyncio.AbstractEventLoop, channel: _Channel, closed_by_a
     if route is not None:  # a sandbox with a network allowlist ran: stop its proxy
         with contextlib.suppress(asyncio.TimeoutError, Exception):
             await asyncio.wait_for(route.aclose_all(), EXIT_WAIT)
+    landlock = sys.modules.get("lovia_mcp_worker.sandbox.landlock")
+    if landlock is not None:  # remove the Landlock servers' private temporary directories
+        landlock.cleanup()
     if channel.transport is not None:
         channel.transport.close()
 

@@ -122,9 +122,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """An OS sandbox around a stdio server (bubblewrap; Linux).
+    """An OS sandbox around a stdio server (bubblewrap or Landlock + seccomp; Linux).
 
-    - ``network``: ``False`` no network at all (a fresh network namespace),
+    - ``network``: ``False`` no network at all,
       ``True`` the host's, or a list of host names (``"*.npmjs.org"`` matches
       subdomains) reachable only through an HTTP(S) proxy run by the worker;
     - ``writable``: paths the server may write, besides its ``cwd``; the rest
@@ -132,13 +132,48 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     - ``hidden``: paths replaced by empty ones (``None``: the usual secret
       stores, :data:`DEFAULT_HIDDEN`; ``~`` is the agent's home).
 
-    The server also gets a private pid namespace with its own ``/proc``, a
-    new session, and dies with its worker.
+    - ``backend``: ``"bwrap"`` (namespaces), ``"landlock"`` (Landlock and
+      seccomp, where user namespaces are refused), or ``"auto"``: namespaces
+      where they can be made, else Landlock; never no sandbox;
+    - ``read_only``: paths kept read-only inside cwd or a writable path;
+    - ``readable``: paths the server may read besides the system, its own
+      runtime and cwd (Landlock, whose reads are an allowlist; under bwrap
+      everything not hidden is readable already);
+    - ``write_deny``: keep :data:`WRITE_DENY` (git hooks and config, shell
+      rc files, editor and MCP configs) read-only inside cwd and the writable
+      paths; ``False`` opts out.
+
+    The server also gets a private pid namespace with its own ``/proc``
+    (bwrap), a new session, and dies with its worker.
     """
 
     network: bool | list[str] = False
     writable: list[str] = []
     hidden: list[str] | None = None
+    backend: Literal["auto", "bwrap", "landlock"] = "auto"
+    read_only: list[str] = []
+    readable: list[str] = []
+    write_deny: bool = True
+
+
+# Entries of cwd and each writable path that stay read-only (sandbox-runtime's
+# mandatory deny list): a server that can write them runs code on the host the
+# next time the user runs git, a shell, or an editor or agent that reads them.
+WRITE_DENY: Final = (
+    ".git/hooks",
+    ".git/config",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+)
 
 
 # Secret stores hidden by default ("~" is the home directory).
@@ -202,6 +237,8 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     # Processes of this worker's server trees stopped by the kernel's OOM
     # killer at memory_mb (cgroup enforcement only).
     oom_kills: int = 0
+    # The sandbox backend the server runs in: "bwrap", "landlock", or None (no sandbox).
+    sandbox: str | None = None
 
 
 # --------------------------------------------------------------------------- #
@@ -414,6 +451,7 @@ __all__ = [
     "ToolSpec",
     "Tools",
     "ToolsChanged",
+    "WRITE_DENY",
     "WorkerMessage",
     "agent_decoder",
     "encoder",

@@ -54,6 +54,7 @@ from typing import Final
 
 from ..protocol import DEFAULT_HIDDEN, Sandbox
 from . import seccomp
+from .writedeny import protected_entries
 
 # The prefix of bwrap's own error lines on stderr.
 BWRAP_ERROR_PREFIX: Final = "bwrap: "
@@ -248,6 +249,8 @@ def command(
                 hint="Create it first, or leave it out of Sandbox(writable=[...]).",
             )
         args += ["--bind", path, path]
+    for path in protected_entries(sandbox, writable):
+        args += ["--ro-bind", path, path]  # after the writable binds, so it covers them
     if proxy_socket is not None:
         # Read-only: connect() to a socket needs no write access to its
         # mount, and the server must not plant files next to it.

@@ -305,6 +305,20 @@ async def start(allowed: Sequence[str], socket_path: str, *, on_decision: OnDeci
     return proxy
 
 
+async def start_tcp(allowed: Sequence[str], *, on_decision: OnDecision | None = None) -> tuple[Proxy, int]:
+    """Serve an allowlist proxy on a free loopback TCP port (the Landlock backend's way out).
+
+    Landlock cannot stop a ``connect()`` to a unix socket, and the seccomp
+    filter refuses unix sockets outright, so there the server reaches the
+    proxy over TCP; Landlock allows that one port. Returns the proxy and the port.
+    """
+    patterns = tuple(dict.fromkeys(normalize_pattern(p) for p in allowed))
+    proxy = Proxy("", patterns, on_decision)
+    proxy._server = await asyncio.start_server(proxy._accept, "127.0.0.1", 0, limit=MAX_HEAD)
+    port: int = proxy._server.sockets[0].getsockname()[1]
+    return proxy, port
+
+
 def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
     """The variables that point a sandboxed server at the bridge on ``127.0.0.1:port``.
 
@@ -359,4 +373,5 @@ __all__ = [
     "normalize_pattern",
     "proxy_env",
     "start",
+    "start_tcp",
 ]

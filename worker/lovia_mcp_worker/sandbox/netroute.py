@@ -30,6 +30,7 @@ logger = logging.getLogger("lovia_mcp.netproxy")
 SOCKET_NAME: Final = "proxy.sock"
 
 _proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, str]] = {}
+_tcp_proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, int]] = {}
 
 
 def _decision(host: str, port: int, allowed: bool) -> None:
@@ -64,8 +65,29 @@ async def route(
     return path, netproxy.bridge_argv(argv, socket_path=path, seccomp_fd=seccomp_fd)
 
 
+async def route_tcp(allowed: list[str], env: dict[str, str]) -> int:
+    """Start (or reuse) the loopback TCP proxy for ``allowed`` (the Landlock backend); set ``env``.
+
+    Returns the proxy's port, the only one the server may connect to.
+    """
+    key = tuple(allowed)
+    entry = _tcp_proxies.get(key)
+    if entry is None:
+        try:
+            entry = _tcp_proxies[key] = await netproxy.start_tcp(allowed, on_decision=_decision)
+        except ValueError as exc:
+            raise SandboxError(f"bad sandbox network allowlist: {exc}",
+                               hint="List host names, e.g. Sandbox(network=['api.github.com', '*.npmjs.org']).") from exc
+    env.update(netproxy.proxy_env(entry[1]))
+    return entry[1]
+
+
 async def aclose_all() -> None:
     """Stop every proxy and remove its socket directory (bounded by the proxies' own close)."""
+    for proxy, _ in list(_tcp_proxies.values()):
+        with contextlib.suppress(Exception):
+            await proxy.aclose()
+    _tcp_proxies.clear()
     entries = list(_proxies.values())
     _proxies.clear()
     for proxy, path in entries:
@@ -74,4 +96,4 @@ async def aclose_all() -> None:
         shutil.rmtree(path.rsplit("/", 1)[0], ignore_errors=True)
 
 
-__all__ = ["SOCKET_NAME", "aclose_all", "route"]
+__all__ = ["SOCKET_NAME", "aclose_all", "route", "route_tcp"]

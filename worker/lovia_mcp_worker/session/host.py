@@ -77,6 +77,7 @@ from ..protocol import (
     WorkerMessage,
 )
 from .standby import Standby
+from ..sandbox import backend as sandbox_backend
 
 class Host:
     """Serves one connection's requests; replies through ``emit``."""
@@ -146,6 +147,9 @@ class Host:
                 self._open(msg)
                 gen = await self._live()
                 self.listing.sent(gen.tools)
+                if msg.spec.sandbox is not None:
+                    self._log(logging.INFO, f"sandbox: {sandbox_backend.in_use()} "
+                              f"(asked for backend={msg.spec.sandbox.backend!r})")
                 self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools))
             elif isinstance(msg, ListTools):
                 gen = await self._live()
@@ -448,6 +452,7 @@ class Host:
             garbage_lines=self.garbage_lines,
             enforcement="none" if http else self.containment.enforcement or "watch",
             oom_kills=self.containment.total_oom_kills(),
+            sandbox=sandbox_backend.in_use() if self.spec is not None and self.spec.sandbox is not None else None,
         )
 
     def _log(self, level: int, message: str, stderr: bool = False) -> None:
