@@ -55,7 +55,7 @@ class Records(logging.Handler):
 
 
 async def main(backend: str, cwd: str, secret: str, port: int) -> dict[str, object]:
-    from _agent import drive, outputs
+    from helpers import drive, outputs
     from lovia.testing import batch
 
     from lovia_mcp import MCP, MCPServerStdio, Sandbox
