@@ -35,6 +35,9 @@ pytestmark = pytest.mark.timeout(120)
 # machine (each run: a session handshake, a listing, a call); a few
 # seconds unloaded.
 FORTY_AGENTS_WAIT = 60.0
+# An idle expiry of 0.5 s is swept every 0.25 s; the server's close is
+# bounded by the connection's own close wait. Generous for a loaded machine.
+IDLE_EXPIRY_WAIT = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +47,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
         "ann": server("annotated_server.py"),
         "ps": raw(session="per-session", max_sessions=2, idle=60),
         "slow": raw(timeout=0.5, kill_grace=0.1),
+        "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
+        "brief": raw(session="per-session", idle=0.5),
     }, "--max-body-bytes", "65536")
     register_shared(g.proc.pid)
     try:
@@ -202,6 +207,19 @@ def test_a_call_past_its_timeout_is_an_error_result_and_its_server_is_replaced(g
     assert after != before
 
 
+def test_a_server_past_its_memory_limit_is_killed_and_the_call_says_which_limit(gateway: Serve) -> None:
+    async def main() -> tuple[int, Any, int]:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            before = _pid(await client.call_tool("capped__pid", {}))
+            over = await client.call_tool("capped__alloc", {"mb": 150})
+            return before, over, _pid(await client.call_tool("capped__pid", {}))
+
+    before, over, after = run(main())
+    assert over.is_error is True and over.meta["lovia-mcp/error"] == "limit"
+    assert "memory limit" in over.content[0].text and "memory_mb=60" in over.content[0].text
+    assert after != before and not psutil.pid_exists(before)
+
+
 def test_forty_concurrent_agents_on_lovias_plugin_are_served_by_one_shared_server(gateway: Serve) -> None:
     async def one(i: int) -> Any:
         plugin = LoviaMCP(LoviaHTTP(url=gateway.url, headers=gateway.headers))
@@ -251,6 +269,20 @@ def test_per_session_servers_are_one_per_session_capped_and_closed_when_the_sess
     gone = [psutil.Process(p) for p in (out["a"][0], out["b"], out["d"]) if psutil.pid_exists(p)]
     _, alive = psutil.wait_procs(gone, timeout=10)
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_per_session_server_is_closed_after_its_idle_expiry(gateway: Serve) -> None:
+    async def main() -> int:
+        async with sdk_client(gateway.url, gateway.headers, mode="legacy") as client:
+            pid = _pid(await client.call_tool("brief__pid", {}))
+            # The session stays open; only its server expires (idle 0.5 s).
+            proc = psutil.Process(pid)
+            _, alive = await asyncio.to_thread(psutil.wait_procs, [proc], IDLE_EXPIRY_WAIT)
+            assert alive == [], "the idle session's server is still running"
+            return pid
+
+    pid = run(main())
+    assert not psutil.pid_exists(pid)
 
 
 def test_a_per_session_server_refuses_a_sessionless_2026_request_with_a_hint(gateway: Serve) -> None:
