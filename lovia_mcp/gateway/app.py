@@ -21,8 +21,9 @@ rebinding protection checks ``Host`` and ``Origin``.
 
 Failure semantics: a call that fails on the server's side (a crash, a
 limit, a timeout, an open circuit) is that call's ``isError`` result,
-with ``_meta["lovia-mcp/error"]`` naming the kind; an unknown tool, a
-refused session slot or a draining gateway is a JSON-RPC error. The
+with ``_meta["lovia-mcp/error"]`` naming the kind; an unknown tool or a
+refused session slot is a JSON-RPC error; a new session while draining
+is an HTTP 503. The
 server's own ``isError`` results and annotations pass through unchanged.
 """
 
@@ -44,6 +45,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
 from ..annotations import as_json
@@ -56,6 +58,7 @@ logger = logging.getLogger("lovia_mcp.gateway")
 
 SEPARATOR: Final = "__"
 SESSION_HEADER: Final = b"mcp-session-id"
+VERSION_HEADER: Final = b"mcp-protocol-version"
 # JSON-RPC error code for "try again elsewhere" (the server-defined range):
 # a draining gateway or a full session table.
 UNAVAILABLE: Final = -32000
@@ -150,7 +153,7 @@ class Gateway:
             await stack.enter_async_context(m.run())
 
     async def drain(self, timeout: float) -> bool:
-        """Refuse new sessions and calls; wait up to ``timeout`` for calls in flight. True if they all ended."""
+        """Refuse new sessions; wait up to ``timeout`` for the calls in flight. True if they all ended."""
         self.draining = True
         try:
             await asyncio.wait_for(self._idle_now.wait(), timeout)
@@ -203,9 +206,6 @@ class Gateway:
 
     async def _call(self, backend: Backend, raw: str, arguments: dict[str, Any],
                     session: str | None) -> types.CallToolResult:
-        if self.draining:
-            self.metrics.call(backend.name, raw, "refused", 0.0)
-            raise MCPError(UNAVAILABLE, "the gateway is shutting down; retry on another replica")
         self.in_flight += 1
         self._idle_now.clear()
         started = time.perf_counter()
@@ -284,8 +284,13 @@ class Gateway:
                                     "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
                                             + ", ".join(sorted(self.backends))})
             return
-        session = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == SESSION_HEADER), None)
-        if session is None and (self.draining or not self.ready):
+        headers = dict(scope.get("headers", ()))
+        session = headers[SESSION_HEADER].decode("latin-1") if SESSION_HEADER in headers else None
+        stateless = headers.get(VERSION_HEADER, b"").decode("latin-1") in MODERN_PROTOCOL_VERSIONS
+        # Draining refuses what would open a session (it would die with this
+        # replica); a session's calls and stateless requests are still served
+        # until HTTP stops, so a load balancer slow to notice /readyz loses nothing.
+        if session is None and (not self.ready or (self.draining and not stateless)):
             why = "the gateway is shutting down" if self.draining else "the gateway is still opening its servers"
             await _json(send, 503, {"jsonrpc": "2.0", "id": None,
                                     "error": {"code": UNAVAILABLE, "message": f"{why}; retry shortly"}},

@@ -10,8 +10,9 @@ Lifecycle:
    gets a second line, ``ready``. A server that cannot open stops the
    gateway with its error (exit 3), as ``check`` would report it.
 3. SIGTERM (or SIGINT) starts the drain, the Kubernetes termination contract:
-   ``/readyz`` says 503, new sessions and calls are refused, calls in flight
-   get up to ``--drain-seconds`` to finish; then HTTP stops, every server is
+   ``/readyz`` says 503, new sessions are refused (HTTP 503), calls in flight
+   get up to ``--drain-seconds`` to finish (a session's calls and stateless
+   requests are still served meanwhile); then HTTP stops, every server is
    closed (each connection's close is bounded and kills what is left) and
    the process exits 0.
 
@@ -130,7 +131,10 @@ def is_loopback(host: str) -> bool:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets
+    # whose proto says TCP, and without it every keep-alive response written
+    # in two parts waits out the client's delayed ACK (40 ms on Linux).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
