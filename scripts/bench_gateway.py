@@ -12,10 +12,11 @@ Three parts, each against real ``lovia-mcp serve`` processes on loopback:
      says how much of it is the HTTP round trip itself;
    - ``gateway_sdk``: the same call with the MCP SDK's ``Client`` (what an
      agent pays, client included).
-2. **throughput**: 100 concurrent sessions (SDK clients, 2025 handshake)
-   calling ``echo`` on one shared server for ``--seconds``; calls per second
-   and latency percentiles. Then the same with 100 concurrent stateless
-   clients (raw 2026-07-28 requests).
+2. **throughput**: 100 concurrent sessions (2025 handshake, a minimal HTTP
+   client) calling ``echo`` on one shared server for ``--seconds``; calls
+   per second, latency percentiles and the gateway's CPU. Then the same
+   with 100 SDK clients (the SDK's client is the bottleneck there), and
+   with 100 concurrent stateless clients (raw 2026-07-28 requests).
 3. **failover**: two ``serve`` replicas behind HAProxy (Debian's package,
    installed with apt-get if missing; ``--no-lb`` skips this part) with
    sticky sessions learnt from the ``Mcp-Session-Id`` response header,
@@ -66,6 +67,7 @@ HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 # Start-up of a serve process (imports, uvicorn, servers) on a loaded machine.
 START_WAIT = 60.0
 MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -95,6 +97,11 @@ class Http:
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, bytes]:
+        status, _, payload = await self.exchange(method, path, headers, body)
+        return status, payload
+
+    async def exchange(self, method: str, path: str, headers: dict[str, str],
+                       body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
         if self.writer is None or self.reader is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-length: {len(body)}\r\n"
@@ -104,20 +111,27 @@ class Http:
             status_line = await self.reader.readuntil(b"\r\n")
             if not status_line:
                 raise ConnectionError("connection closed")
-            length, close = 0, False
+            got: dict[str, str] = {}
             while (line := await self.reader.readuntil(b"\r\n")) != b"\r\n":
                 key, _, value = line.decode("latin-1").partition(":")
-                if key.lower() == "content-length":
-                    length = int(value)
-                elif key.lower() == "connection" and "close" in value.lower():
-                    close = True
-            payload = await self.reader.readexactly(length)
+                got[key.strip().lower()] = value.strip()
+            close = "close" in got.get("connection", "").lower()
+            if got.get("transfer-encoding") == "chunked":
+                # An SSE answer (2025 sessions): the stream ends after the response.
+                parts = []
+                while (size := int((await self.reader.readuntil(b"\r\n")).strip(), 16)):
+                    parts.append(await self.reader.readexactly(size))
+                    await self.reader.readuntil(b"\r\n")
+                await self.reader.readuntil(b"\r\n")
+                payload = b"".join(parts)
+            else:
+                payload = await self.reader.readexactly(int(got.get("content-length", "0")))
         except (asyncio.IncompleteReadError, ConnectionError):
             self.close()
             raise ConnectionError("connection closed") from None
         if close:
             self.close()
-        return int(status_line.split()[1]), payload
+        return int(status_line.split()[1]), got, payload
 
     def close(self) -> None:
         if self.writer is not None:
@@ -289,6 +303,53 @@ async def throughput(sessions: int, seconds: float) -> dict[str, Any]:
         done = len(latencies)
         elapsed = time.perf_counter() - started
         await asyncio.gather(*tasks)
+        # The SDK's client costs more CPU per call than the gateway does: with
+        # a hundred in this one process, the client is the bottleneck.
+        out["sdk_sessions_calls_per_s"] = round(done / elapsed, 1)
+        out["sdk_sessions_p50_ms"] = round(pct(latencies, 0.5) * 1000, 2)
+        out["sdk_sessions_p99_ms"] = round(pct(latencies, 0.99) * 1000, 2)
+
+        latencies.clear()
+        stop.clear()
+        ready, opened = asyncio.Event(), []
+        gateway = psutil.Process(g.proc.pid)
+
+        async def raw_session_loop() -> None:
+            http = Http(*_split(g.base))
+            base = {**HEADERS, "content-type": "application/json", "accept": ACCEPT}
+            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+            status, got, _ = await http.exchange("POST", "/mcp", base, json.dumps(init).encode())
+            assert status == 200, status
+            session = {**base, "mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": LEGACY}
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.request("POST", "/mcp", session, json.dumps(note).encode()))[0] == 202
+            opened.append(1)
+            if len(opened) == sessions:
+                ready.set()
+            await ready.wait()
+            i = 0
+            while not stop.is_set():
+                i += 1
+                body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                                   "params": {"name": "raw__echo", "arguments": {"text": "x"}}}).encode()
+                t = time.perf_counter()
+                status, payload = await http.request("POST", "/mcp", session, body)
+                assert status == 200 and b'"isError":false' in payload, payload
+                latencies.append(time.perf_counter() - t)
+            await http.request("DELETE", "/mcp", session)
+            http.close()
+
+        tasks = [asyncio.ensure_future(raw_session_loop()) for _ in range(sessions)]
+        await ready.wait()
+        used = sum(gateway.cpu_times()[:2])
+        started = time.perf_counter()
+        await asyncio.sleep(seconds)  # the measuring window
+        stop.set()
+        done = len(latencies)
+        elapsed = time.perf_counter() - started
+        out["sessions_gateway_cpu_percent"] = round((sum(gateway.cpu_times()[:2]) - used) / elapsed * 100)
+        await asyncio.gather(*tasks)
         out["sessions_calls_per_s"] = round(done / elapsed, 1)
         out["sessions_p50_ms"] = round(pct(latencies, 0.5) * 1000, 2)
         out["sessions_p99_ms"] = round(pct(latencies, 0.99) * 1000, 2)
@@ -308,7 +369,6 @@ async def throughput(sessions: int, seconds: float) -> dict[str, Any]:
                 latencies.append(time.perf_counter() - t)
             http.close()
 
-        gateway = psutil.Process(g.proc.pid)
         used = sum(gateway.cpu_times()[:2])
         started = time.perf_counter()
         tasks = [asyncio.ensure_future(stateless_loop()) for _ in range(sessions)]

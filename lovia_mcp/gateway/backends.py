@@ -166,9 +166,9 @@ class PerSession(Backend):
         self._sweeper = asyncio.ensure_future(self._sweep())
 
     def tools(self) -> list[MCPTool]:
-        for held in self._held.values():
-            return _tools_of(held.conn)
-        return list(self._listing)
+        # A live session's server knows of list changes; the first open's listing otherwise.
+        held = next(iter(self._held.values()), None)
+        return _tools_of(held.conn) if held is not None else list(self._listing)
 
     def sessions(self) -> int:
         return len(self._held) + len(self._opening)
