@@ -39,12 +39,13 @@ def server(script: str, **options: Any) -> dict[str, Any]:
 class Serve:
     """One ``lovia-mcp serve`` process: its URL, its stderr file, and how to stop it."""
 
-    def __init__(self, folder: Path, servers: dict[str, Any], *extra: str, token: bool = True) -> None:
+    def __init__(self, folder: Path, servers: dict[str, Any], *extra: str, token: bool = True,
+                 log_format: str = "text") -> None:
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / "mcp.json"
         config.write_text(json.dumps({"mcpServers": servers}))
         args = [PY, "-m", "lovia_mcp", "serve", "--config", str(config), "--listen", "127.0.0.1:0",
-                "--log-format", "text", *extra]
+                "--log-format", log_format, *extra]
         if token:
             tokens = folder / "tokens"
             tokens.write_text(f"# test tokens\n{TOKEN}\n")

@@ -15,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from _gateway import PY, Serve, raw, sdk_client, server
+from _gateway import PY, SERVERS, Serve, raw, sdk_client, server
 from conftest import ROOT, run
 from lovia_mcp.gateway.serve import HTTP_SHUTDOWN_GRACE
 
@@ -41,7 +41,8 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_sessions_serves_old_
     entered, release = tmp_path / "entered", tmp_path / "release"
     os.mkfifo(entered)
     os.mkfifo(release)
-    g = Serve(tmp_path / "g", {"latch": server("latch_server.py"), "ps": raw(session="per-session")})
+    g = Serve(tmp_path / "g", {"latch": server("latch_server.py"), "ps": raw(session="per-session")},
+              log_format="json")
     try:
         tree = g.tree()
         assert len(tree) >= 4  # two workers, two servers (and the forkserver)
@@ -92,7 +93,11 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_sessions_serves_old_
     assert code == 0, g.stderr()
     _, alive = psutil.wait_procs(tree, timeout=5.0)
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == [], g.stderr()
-    assert "draining done" in g.stderr()
+    # Structured logs: every line a JSON object.
+    records = [json.loads(line) for line in g.stderr().splitlines()]
+    assert {"time", "level", "logger", "message"} <= set(records[0])
+    assert any(r["message"] == "listening" and r["url"] == g.url for r in records)
+    assert [r["message"] for r in records][-2:] == ["draining done", "stopped"]
 
 
 def test_a_non_loopback_address_without_tokens_is_refused_before_anything_starts(tmp_path: Path) -> None:
@@ -128,3 +133,35 @@ def test_a_server_that_cannot_open_stops_the_gateway_with_its_error_and_no_proce
     lines = proc.stdout.splitlines()
     assert lines and lines[0].startswith("http://127.0.0.1:") and "ready" not in lines
     assert "bad" in proc.stderr and "7" in proc.stderr
+
+
+def test_while_servers_open_healthz_answers_readyz_and_sessions_wait_and_sigterm_exits_0(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    # Held open for writing by the test, so the gated server's open never blocks.
+    holder = os.open(gate, os.O_RDWR)
+    config = _config(tmp_path, {"slow": {"command": PY, "args": [str(SERVERS / "gated_server.py"), str(gate)]}})
+    proc = subprocess.Popen([PY, "-m", "lovia_mcp", "serve", "--config", config, "--listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        base = url.removesuffix("/mcp")
+        assert httpx.get(base + "/healthz").status_code == 200
+        ready = httpx.get(base + "/readyz")
+        assert (ready.status_code, ready.text) == (503, "opening servers\n")
+        early = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+                           headers={"accept": "application/json, text/event-stream"})
+        assert early.status_code == 503 and early.headers["retry-after"] == "1"
+        assert "still opening" in early.json()["error"]["message"]
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    finally:
+        os.close(holder)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, proc.stderr.read().decode() if proc.stderr else ""
+    _, alive = psutil.wait_procs(tree, timeout=5.0)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []

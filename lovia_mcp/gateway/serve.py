@@ -203,7 +203,8 @@ async def run(ns: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     logger.info("stopped")
-    return EXIT_OK if opened else EXIT_FAILED
+    # Stopped while opening is a stop asked for, not a failure.
+    return EXIT_OK if opened or stop.is_set() else EXIT_FAILED
 
 
 async def _open_all(backends: list[Backend], stop: asyncio.Event) -> bool:
