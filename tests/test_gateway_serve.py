@@ -23,6 +23,9 @@ pytestmark = pytest.mark.timeout(120)
 
 # The command exits before opening anything when the set-up is wrong.
 REFUSAL_WAIT = 30.0
+# A worker whose agent (here the gateway) is gone kills its server tree and
+# exits within about a second (DESIGN.md); generous for a loaded machine.
+KILLED_GONE_WAIT = 15.0
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -164,4 +167,18 @@ def test_while_servers_open_healthz_answers_readyz_and_sessions_wait_and_sigterm
             proc.wait()
     assert code == 0, proc.stderr.read().decode() if proc.stderr else ""
     _, alive = psutil.wait_procs(tree, timeout=5.0)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_gateway_killed_outright_leaves_no_worker_or_server_behind(tmp_path: Path) -> None:
+    g = Serve(tmp_path / "g", {"raw": raw(), "ps": raw(session="per-session")})
+    try:
+        tree = g.tree()
+        assert len(tree) >= 4
+        started = time.monotonic()
+        g.proc.kill()
+        _, alive = psutil.wait_procs(tree, timeout=KILLED_GONE_WAIT)
+        print(f"gateway SIGKILLed: its {len(tree)} processes gone in {time.monotonic() - started:.2f} s")
+    finally:
+        g.kill()
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
