@@ -9,9 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Final
+from typing import Any, AsyncIterator, Final, Iterator
 
 import psutil
 
@@ -105,6 +105,31 @@ class Serve:
         self._stderr.close()
 
 
+@contextmanager
+def sdk_http_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """tests/servers/http_server.py (the SDK's MCPServer on uvicorn): the process and its URL."""
+    proc = subprocess.Popen([PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            if not sel.select(START_WAIT):
+                raise AssertionError(f"http_server.py printed no port within {START_WAIT} s")
+        line = proc.stdout.readline().decode()
+        assert line.startswith("PORT "), line
+        yield proc, f"http://127.0.0.1:{int(line.split()[1])}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(STOP_WAIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 @asynccontextmanager
 async def sdk_client(url: str, headers: dict[str, str], mode: str = "auto") -> AsyncIterator[Any]:
     """The MCP SDK's own client on ``url``."""
@@ -118,4 +143,5 @@ async def sdk_client(url: str, headers: dict[str, str], mode: str = "auto") -> A
 
 
 
-__all__ = ["PY", "SERVERS", "START_WAIT", "STOP_WAIT", "TOKEN", "Serve", "raw", "sdk_client", "server"]
+__all__ = ["PY", "SERVERS", "START_WAIT", "STOP_WAIT", "TOKEN", "Serve", "raw", "sdk_client", "sdk_http_server",
+           "server"]

@@ -26,7 +26,7 @@ from lovia.testing import ScriptedProvider, call, text
 from lovia_mcp import MCPServerStreamableHTTP
 
 from _agent import outputs
-from _gateway import Serve, raw, sdk_client, server
+from _gateway import Serve, raw, sdk_client, sdk_http_server, server
 from conftest import register_shared, run
 
 pytestmark = pytest.mark.timeout(120)
@@ -44,8 +44,17 @@ KEEP_ALIVE_REQUESTS = 21
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+def remote() -> Iterator[str]:
+    """An HTTP server (the SDK's own) for the gateway to serve beside stdio ones."""
+    with sdk_http_server() as (proc, url):
+        register_shared(proc.pid)
+        yield url
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[Serve]:
     g = Serve(tmp_path_factory.mktemp("gateway"), {
+        "remote": {"type": "http", "url": remote},
         "raw": raw(),
         "ann": server("annotated_server.py"),
         "ps": raw(session="per-session", max_sessions=2, idle=60),
@@ -122,6 +131,22 @@ def test_the_sdk_client_sees_annotations_meta_and_is_error_results_unchanged_in_
     assert failed.is_error is True and failed.content[0].text == "something went wrong"
     assert "lovia-mcp/error" not in (failed.meta or {})
     assert echoed.is_error is False and echoed.content[0].text == "x"
+
+
+def test_an_http_server_in_the_config_is_served_beside_stdio_ones_with_its_annotations(gateway: Serve) -> None:
+    async def main() -> tuple[dict[str, Any], Any, Any]:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            return tools, await client.call_tool("remote__echo", {"text": "over http"}), \
+                await client.call_tool("remote__add", {"a": 1, "b": 2})
+
+    tools, echoed, added = run(main())
+    assert {"remote__echo", "remote__look", "raw__echo"} <= set(tools)
+    look = tools["remote__look"]
+    assert look.annotations.read_only_hint is True and look.annotations.open_world_hint is False
+    assert look.meta == {"example.com/k": 1}
+    assert echoed.content[0].text == "over http"
+    assert added.structured_content == {"sum": 3.0}
 
 
 # --------------------------------------------------------------------------- #
