@@ -9,7 +9,12 @@ test_gateway_serve.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import shutil
+import socket
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,12 +29,15 @@ from lovia.plugins.mcp import MCPServerStreamableHTTP as LoviaHTTP
 from lovia.testing import ScriptedProvider, call, text
 
 from lovia_mcp import MCPServerStreamableHTTP
+from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 from _agent import outputs
 from _gateway import Serve, raw, sdk_client, sdk_http_server, server
 from conftest import register_shared, run
 
 pytestmark = pytest.mark.timeout(120)
+
+SANDBOX = sandbox_mod.BWRAP is not None
 
 # A bound on forty agents' runs through one gateway on a loaded 2-core
 # machine (each run: a session handshake, a listing, a call); a few
@@ -61,6 +69,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[S
         "slow": raw(timeout=0.5, kill_grace=0.1),
         "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
         "brief": raw(session="per-session", idle=0.5),
+        "bare": server("escape_server.py"),
+        # Only where the sandbox can run (a server that cannot be sandboxed never opens).
+        **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
     }, "--max-body-bytes", "65536")
     register_shared(g.proc.pid)
     try:
@@ -246,6 +257,42 @@ def test_a_server_past_its_memory_limit_is_killed_and_the_call_says_which_limit(
     assert over.is_error is True and over.meta["lovia-mcp/error"] == "limit"
     assert "memory limit" in over.content[0].text and "memory_mb=60" in over.content[0].text
     assert after != before and not psutil.pid_exists(before)
+
+
+@pytest.mark.skipif(not SANDBOX, reason="bubblewrap is not available (Linux only)")
+def test_a_sandboxed_server_behind_the_gateway_can_neither_write_outside_nor_connect_out(gateway: Serve) -> None:
+    # Outside /tmp (private in the sandbox) and outside the server's cwd.
+    outside = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="lovia-gateway-"))
+    # A loopback listener that greets each connection (the tool reads a greeting).
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def greet() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.sendall(b"hello")
+
+    threading.Thread(target=greet, daemon=True).start()
+
+    async def main() -> dict[str, str]:
+        out = {}
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            for name in ("bare", "jail"):
+                wrote = await client.call_tool(f"{name}__write", {"path": str(outside / f"{name}.txt")})
+                reached = await client.call_tool(f"{name}__connect", {"host": "127.0.0.1", "port": port})
+                out[name] = f"{wrote.content[0].text} | {reached.content[0].text}"
+        return out
+
+    try:
+        out = run(main())
+    finally:
+        listener.close()
+        shutil.rmtree(outside, ignore_errors=True)
+    print(out)
+    assert out["bare"].startswith("ok") and out["bare"].endswith("| ok hello")
+    assert out["jail"].startswith("denied") and "| denied" in out["jail"]
 
 
 def test_forty_concurrent_agents_on_lovias_plugin_are_served_by_one_shared_server(gateway: Serve) -> None:
