@@ -31,7 +31,7 @@ from lovia.testing import ScriptedProvider, call, text
 from lovia_mcp import MCPServerStreamableHTTP
 from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
-from _agent import outputs
+from helpers import outputs
 from _gateway import Serve, raw, sdk_client, sdk_http_server, server
 from conftest import register_shared, run
 
