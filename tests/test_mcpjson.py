@@ -273,3 +273,17 @@ def test_the_codec_reads_a_raw_slice_a_str_and_bytes_alike() -> None:
 
     raw = msgspec.json.decode(line, type=Reply).result
     assert call_result(raw) == call_result(bytes(raw)) == call_result(bytes(raw).decode())
+
+
+def test_a_block_the_sdk_rejects_reaches_a_custom_renderer_as_the_wire_block_beside_sdk_models() -> None:
+    from lovia_mcp.render import sdk_content
+
+    rejected = {"type": "image", "data": "aGk=", "mimeType": ["image/png"]}  # the SDK wants a string
+    content, _, _ = call_result(result_json([BLOCKS["text"], rejected, BLOCKS["resource_text"]]))
+
+    text, image, resource = sdk_content(across_the_pipe(content))
+
+    assert isinstance(text, sdk.TextContent) and text.meta == {"example.com/trace": "t-1"}
+    assert isinstance(image, ContentBlock) and (image.type, image.data, image.mime_type) == ("image", "aGk=", None)
+    assert isinstance(resource, sdk.EmbeddedResource) and resource.resource.uri == "file:///a.txt"
+    assert render_mcp_content([text, image, resource]) == "héllo 😀\n[image: application/octet-stream, 2 B]\ninline"

@@ -35,6 +35,8 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
+_S = TypeVar("_S", bound=msgspec.Struct)
+
 
 # --------------------------------------------------------------------------- #
 # The structs (wire and JSON at once)
@@ -196,14 +198,13 @@ def _loose(raw: JSONData, decode: Callable[[JSONData], _S]) -> _S:
 
 
 def _given(raw: msgspec.Raw) -> bool:
-    """Whether a raw part was sent, and not as ``null``."""
-    return bool(raw) and bytes(raw) != b"null"
+    """Whether a raw part was sent, and not as ``null`` (compared without copying a big one)."""
+    return len(raw) > 0 and not (len(raw) == 4 and bytes(raw) == b"null")
 
 
 # --------------------------------------------------------------------------- #
 # Salvage: the valid fields of an object that failed its typed read
 # --------------------------------------------------------------------------- #
-_S = TypeVar("_S", bound=msgspec.Struct)
 # Per struct: (attribute, JSON name, decoder of the field's type, nested struct or None).
 _Field = tuple[str, str, "msgspec.json.Decoder[Any]", "type[msgspec.Struct] | None"]
 _FIELDS: dict[type[msgspec.Struct], list[_Field]] = {}
@@ -246,7 +247,7 @@ def _salvage(cls: type[_S], obj: dict[str, Any], **fixed: Any) -> _S:
 # --------------------------------------------------------------------------- #
 # tools/call results
 # --------------------------------------------------------------------------- #
-CallOutcome = tuple[list[ContentBlock], bool, "bytes | None"]
+CallOutcome = tuple[list[ContentBlock], bool, bytes | None]
 
 
 def _modelled(block: ContentBlock) -> bool:
