@@ -287,3 +287,17 @@ def test_a_block_the_sdk_rejects_reaches_a_custom_renderer_as_the_wire_block_bes
     assert isinstance(image, ContentBlock) and (image.type, image.data, image.mime_type) == ("image", "aGk=", None)
     assert isinstance(resource, sdk.EmbeddedResource) and resource.resource.uri == "file:///a.txt"
     assert render_mcp_content([text, image, resource]) == "héllo 😀\n[image: application/octet-stream, 2 B]\ninline"
+
+
+def test_a_result_already_parsed_reads_as_its_json_does_good_unknown_or_malformed() -> None:
+    results = [
+        {"content": list(BLOCKS.values()), "isError": True, "structuredContent": {"a": [1, 2]}},
+        {"content": [BLOCKS["text"], {"type": "widget", "knobs": 3}, "odd", {"type": "image", "mimeType": 5}]},
+        {"content": "not a list", "isError": "yes", "futureField": 1},
+        {},
+    ]
+    for parsed in results:
+        # Compact JSON, as msgspec writes it: raw parts then compare byte for byte.
+        assert call_result(copy.deepcopy(parsed)) == call_result(json.dumps(parsed, separators=(",", ":"))), parsed
+    page = {"tools": [{"name": "a", "inputSchema": {"type": "object"}}, {"name": 5}], "nextCursor": "n"}
+    assert tools_page(page, print) == tools_page(json.dumps(page, separators=(",", ":")), print)

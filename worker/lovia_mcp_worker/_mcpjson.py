@@ -117,6 +117,13 @@ class _CallResult(msgspec.Struct, rename="camel"):
     structured_content: msgspec.Raw = msgspec.Raw()
 
 
+# The same, already parsed (by the SDK, for HTTP).
+class _ParsedCallResult(msgspec.Struct, rename="camel"):
+    content: list[ContentBlock] = []
+    is_error: bool = False
+    structured_content: Any = None
+
+
 # The same, when the typed read failed: each part read on its own.
 class _LooseCallResult(msgspec.Struct, rename="camel"):
     content: msgspec.Raw = msgspec.Raw()
@@ -275,11 +282,23 @@ def _block(raw: msgspec.Raw) -> ContentBlock:
     return block if _modelled(block) else msgspec.structs.replace(block, extra=data)
 
 
-def call_result(raw: JSONData) -> CallOutcome:
+def call_result(raw: JSONData | dict[str, Any]) -> CallOutcome:
     """A ``tools/call`` result: its content blocks, ``isError`` and raw ``structuredContent``.
 
-    Raises :class:`MCPJSONError` if ``raw`` is not a JSON object.
+    ``raw`` is the result's JSON, or the result already parsed (the SDK's
+    model dumped as MCP JSON objects, for HTTP: converted without copying its
+    strings). Raises :class:`MCPJSONError` if it is not a JSON object.
     """
+    if isinstance(raw, dict):
+        try:
+            parsed = msgspec.convert(raw, _ParsedCallResult)
+        except msgspec.ValidationError:
+            pass
+        else:
+            if all(_modelled(b) for b in parsed.content):
+                sc = parsed.structured_content
+                return parsed.content, parsed.is_error, None if sc is None else _encode(sc)
+        raw = _encode(raw)  # read leniently, as JSON
     try:
         result = _decode_result(raw)
     except msgspec.ValidationError:
@@ -325,11 +344,15 @@ def _entry(raw: msgspec.Raw, warn: Callable[[str], None]) -> ToolSpec | None:
     )
 
 
-def tools_page(raw: JSONData, warn: Callable[[str], None]) -> tuple[list[ToolSpec], str | None]:
+def tools_page(raw: JSONData | dict[str, Any], warn: Callable[[str], None]) -> tuple[list[ToolSpec], str | None]:
     """One ``tools/list`` page: its tools (malformed entries skipped with a warning) and ``nextCursor``.
 
-    Raises :class:`MCPJSONError` if ``raw`` is not a JSON object.
+    ``raw`` is the page's JSON or the page already parsed (read as its
+    JSON: a listing is not on the call path). Raises :class:`MCPJSONError`
+    if it is not a JSON object.
     """
+    if isinstance(raw, dict):
+        raw = _encode(raw)
     page = _loose(raw, _decode_page)
     tools: list[ToolSpec] = []
     if _given(page.tools):
@@ -347,7 +370,7 @@ def tools_page(raw: JSONData, warn: Callable[[str], None]) -> tuple[list[ToolSpe
     return tools, cursor or None
 
 
-async def list_tools(fetch: Callable[[str | None], Awaitable[JSONData]], warn: Callable[[str], None]) -> list[ToolSpec]:
+async def list_tools(fetch: Callable[[str | None], Awaitable[JSONData | dict[str, Any]]], warn: Callable[[str], None]) -> list[ToolSpec]:
     """Every page of a listing: ``fetch(cursor)`` returns one ``tools/list`` result's JSON.
 
     A cursor seen before ends the listing with a warning instead of spinning,

@@ -8,7 +8,7 @@ the host: ``start`` (handshake and listing), ``list_tools``, ``call`` and
 session lives inside :meth:`HttpSession.running`, held by the generation's
 own task.
 
-The SDK's validated results are dumped to JSON and read by the
+The SDK's validated results are dumped as MCP JSON objects and read by the
 protocol's MCP-JSON codec, as the stdio client's are (the same structs, the
 same pagination loop and page cap).
 
@@ -107,10 +107,10 @@ class HttpSession:
     async def list_tools(self) -> list[ToolSpec]:
         from mcp_types import PaginatedRequestParams
 
-        async def page(cursor: str | None) -> str:
+        async def page(cursor: str | None) -> dict[str, Any]:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
             listed = await self._race(self._live().list_tools(params=params), "tools/list")
-            return str(listed.model_dump_json(by_alias=True, exclude_none=True))
+            return dict(listed.model_dump(by_alias=True, mode="json", exclude_none=True))
 
         try:
             return await list_tools(page, self._warn)
@@ -133,7 +133,8 @@ class HttpSession:
 
         result = await self._race(self._live().call_tool(name, args, progress_callback=callback), name)
         try:
-            return call_result(str(result.model_dump_json(by_alias=True, exclude_none=True)))
+            # Dumped as objects, not JSON: a big text is then never copied.
+            return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
         except MCPJSONError as exc:
             raise failures.bad_reply(name, str(exc)) from None
 
