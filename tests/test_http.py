@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -20,6 +21,9 @@ from lovia.testing import ScriptedProvider, call, text
 
 from lovia_mcp import MCP, MCPError, MCPServerStreamableHTTP, MCPToolResult
 
+# Bound on listing MAX_LIST_PAGES in-memory pages (well under a second idle):
+# without the cap the listing never ends, and this turns that into a failure.
+ENDLESS_LISTING_WAIT = 30.0
 
 @pytest.fixture(scope="session")
 def http_url() -> Iterator[str]:
@@ -158,3 +162,36 @@ def test_an_http_server_that_adds_a_tool_is_re_listed_before_the_call_that_added
 
     assert f"web__{name}" not in before and f"web__{name}" in after
     assert answer == f"{name}: hi"
+
+
+class EndlessListing:
+    """Stands in for the SDK's ``ClientSession``: every ``tools/list`` page names a fresh next cursor."""
+
+    def __init__(self) -> None:
+        self.pages = 0
+
+    async def list_tools(self, params: Any = None) -> Any:
+        import mcp_types
+
+        self.pages += 1
+        tool = mcp_types.Tool(name=f"t{self.pages}", input_schema={"type": "object"})
+        return mcp_types.ListToolsResult(tools=[tool], next_cursor=f"c{self.pages}")
+
+
+def test_an_http_listing_whose_cursors_never_end_is_cut_at_the_same_page_cap_as_stdio() -> None:
+    from lovia_mcp_worker.protocol import MAX_LIST_PAGES, ServerSpec
+    from lovia_mcp_worker.transport.http import HttpSession
+
+    warnings: list[str] = []
+    sdk = EndlessListing()
+
+    async def go() -> list[Any]:
+        session = HttpSession(ServerSpec(name="web", transport="http", url="http://127.0.0.1:9/mcp"),
+                              on_end=lambda _: None, warn=warnings.append)
+        session._session = sdk  # our own class: the SDK session it would hold inside running()
+        return await asyncio.wait_for(session.list_tools(), ENDLESS_LISTING_WAIT)
+
+    tools = run(go())
+
+    assert len(tools) == sdk.pages == MAX_LIST_PAGES
+    assert warnings == [f"tools/list had more than {MAX_LIST_PAGES} pages; listing stopped at {MAX_LIST_PAGES} tools"]

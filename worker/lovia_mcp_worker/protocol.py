@@ -9,7 +9,10 @@ ever unpickled.
 
 Content blocks keep the MCP SDK 2.x attribute names (``type``, ``text``,
 ``mime_type``, ``data``, ``uri``, ``resource``) so a ``result_renderer``
-written against the SDK's models reads them unchanged.
+written against the SDK's models reads them unchanged. They, the tool
+listing and annotation structs, and the codec that reads a server's MCP JSON
+into them (with the one pagination loop) live in the private ``_mcpjson``
+module beside this one and are re-exported here: import them from here.
 
 This module must import nothing but the standard library and msgspec: the
 agent process imports it and must never pull in ``mcp``.
@@ -18,14 +21,32 @@ agent process imports it and must never pull in ``mcp``.
 from __future__ import annotations
 
 import struct
-from typing import Any, Final, Literal, Union
+from typing import Final, Literal, Union
 
 import msgspec
+
+from ._mcpjson import (
+    KNOWN_BLOCKS,
+    MAX_LIST_PAGES,
+    CallOutcome,
+    ContentBlock,
+    MCPJSONError,
+    Resource,
+    ToolAnnotations,
+    ToolSpec,
+    call_result,
+    json_object,
+    list_tools,
+    to_json,
+    tools_page,
+)
 
 # The wire protocol's version: the agent sends it with Open and a worker that
 # speaks another refuses the connection (an agent and a forkserver from two
 # installs of different versions).
-PROTOCOL_VERSION: Final = 4
+# 5: content blocks and tool annotations cross under their MCP JSON names
+# (mimeType, readOnlyHint, _meta), the codec's one declaration of them.
+PROTOCOL_VERSION: Final = 5
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -35,73 +56,6 @@ HEADER: Final = struct.Struct("<I")
 # --------------------------------------------------------------------------- #
 # Values carried inside messages
 # --------------------------------------------------------------------------- #
-class Resource(msgspec.Struct, frozen=True, omit_defaults=True):
-    """An embedded resource's contents (SDK ``TextResourceContents`` / ``BlobResourceContents``)."""
-
-    uri: str = ""
-    mime_type: str | None = None
-    text: str | None = None
-    blob: str | None = None
-
-
-class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One MCP content block, whatever its ``type``; unused fields stay ``None``.
-
-    ``extra`` keeps the JSON of fields this struct does not model (for an
-    unknown block type), so nothing the server sent is silently lost.
-    ``annotations`` and ``meta`` (the block's ``_meta``) are the server's
-    JSON objects as dicts, named as on the SDK's models.
-    """
-
-    type: str
-    text: str | None = None
-    data: str | None = None
-    mime_type: str | None = None
-    uri: str | None = None
-    name: str | None = None
-    title: str | None = None
-    description: str | None = None
-    resource: Resource | None = None
-    extra: bytes | None = None
-    annotations: dict[str, Any] | None = None
-    meta: dict[str, Any] | None = None
-
-    def model_dump(self) -> dict[str, Any]:
-        """A dict like the SDK model's ``model_dump()``, for renderers that call it."""
-        out: dict[str, Any] = {
-            f: getattr(self, f) for f in self.__struct_fields__ if f != "extra"
-        }
-        if self.resource is not None:
-            out["resource"] = msgspec.structs.asdict(self.resource)
-        if self.extra:
-            out.update(msgspec.json.decode(self.extra))
-        return {k: v for k, v in out.items() if v is not None}
-
-
-class ToolAnnotations(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A tool's behaviour hints, with the SDK's attribute names (``ToolAnnotations``).
-
-    Hints the server gives about itself: untrusted unless the user trusts
-    the server (``trust_annotations=True``). ``None`` means not said.
-    """
-
-    title: str | None = None
-    read_only_hint: bool | None = None
-    destructive_hint: bool | None = None
-    idempotent_hint: bool | None = None
-    open_world_hint: bool | None = None
-
-
-class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A tool as listed by the server; ``input_schema`` and ``meta`` (its ``_meta``) are raw JSON."""
-
-    name: str
-    description: str | None = None
-    input_schema: bytes = b"null"
-    annotations: ToolAnnotations | None = None
-    meta: bytes | None = None
-
-
 class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Limits on a server's whole process tree. ``None`` means no limit.
 
@@ -422,8 +376,11 @@ def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
 
 __all__ = [
     "HEADER",
+    "KNOWN_BLOCKS",
+    "MAX_LIST_PAGES",
     "PROTOCOL_VERSION",
     "AgentMessage",
+    "CallOutcome",
     "CallTool",
     "Cancel",
     "Close",
@@ -436,6 +393,7 @@ __all__ = [
     "Limits",
     "ListTools",
     "Log",
+    "MCPJSONError",
     "Open",
     "Opened",
     "DEFAULT_HIDDEN",
@@ -454,6 +412,11 @@ __all__ = [
     "WRITE_DENY",
     "WorkerMessage",
     "agent_decoder",
+    "call_result",
     "encoder",
+    "json_object",
+    "list_tools",
+    "to_json",
+    "tools_page",
     "worker_decoder",
 ]

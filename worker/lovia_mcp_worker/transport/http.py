@@ -8,6 +8,10 @@ the host: ``start`` (handshake and listing), ``list_tools``, ``call`` and
 session lives inside :meth:`HttpSession.running`, held by the generation's
 own task.
 
+The SDK's validated results are dumped as MCP JSON objects and read by the
+protocol's MCP-JSON codec, as the stdio client's are (the same structs, the
+same pagination loop and page cap).
+
 Caveats: results are validated by the SDK against the protocol models, as in
 lovia's in-process plugin, so a server whose tool listing breaks the schema
 fails here where the stdio client (which validates nothing it does not use)
@@ -22,10 +26,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from .. import failures
-from .content import call_result, tool_specs
 from ..failures import HostError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import ContentBlock, ServerSpec, ToolSpec
+from ..protocol import CallOutcome, MCPJSONError, ServerSpec, ToolSpec, call_result, list_tools
 
 # The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
 # and pool; 5 min to read, since a server may hold a response stream open.
@@ -104,24 +107,17 @@ class HttpSession:
     async def list_tools(self) -> list[ToolSpec]:
         from mcp_types import PaginatedRequestParams
 
-        tools: list[ToolSpec] = []
-        seen: set[str] = set()
-        cursor: str | None = None
-        while True:
+        async def page(cursor: str | None) -> dict[str, Any]:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
-            page = await self._race(self._live().list_tools(params=params), "tools/list")
-            tools.extend(tool_specs(page.model_dump(by_alias=True, mode="json", exclude_none=True), self._warn))
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
-            if cursor in seen:
-                self._warn(f"tools/list repeated the cursor {cursor[:80]!r}; listing stopped at {len(tools)} tools")
-                return tools
-            seen.add(cursor)
+            listed = await self._race(self._live().list_tools(params=params), "tools/list")
+            return dict(listed.model_dump(by_alias=True, mode="json", exclude_none=True))
 
-    async def call(
-        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
-    ) -> tuple[list[ContentBlock], bool, bytes | None]:
+        try:
+            return await list_tools(page, self._warn)
+        except MCPJSONError as exc:
+            raise failures.bad_reply("tools/list", str(exc)) from None
+
+    async def call(self, name: str, arguments: bytes, on_progress: OnProgress | None = None) -> CallOutcome:
         import msgspec
 
         args = msgspec.json.decode(arguments) if arguments else {}
@@ -136,7 +132,11 @@ class HttpSession:
                     forward(*found[1:])
 
         result = await self._race(self._live().call_tool(name, args, progress_callback=callback), name)
-        return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        try:
+            # Dumped as objects, not JSON: a big text is then never copied.
+            return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        except MCPJSONError as exc:
+            raise failures.bad_reply(name, str(exc)) from None
 
     def _live(self) -> Any:
         """The SDK session, or the reason it is gone.

@@ -6,8 +6,8 @@ a tool server and nothing more:
 
 - ``initialize`` / ``notifications/initialized`` with version negotiation
   (:data:`PROTOCOL_VERSIONS`; the server's counter-offer must be one of them);
-- paginated ``tools/list`` (a cursor seen before ends the listing with a
-  warning instead of spinning), ``tools/call``;
+- paginated ``tools/list`` (the protocol's one pagination loop,
+  :func:`~lovia_mcp_worker.protocol.list_tools`), ``tools/call``;
 - ``notifications/cancelled`` when a caller abandons a request;
 - a ``progressToken`` on each ``tools/call`` whose caller wants progress,
   and ``notifications/progress`` for it handed to that caller;
@@ -20,9 +20,9 @@ a tool server and nothing more:
 Request ids are integers, as the SDK numbers them (some servers accept
 nothing else). Replies are matched by their *top-level* id whatever the key
 order; a line that cannot be decoded still answers its request through
-:func:`~lovia_mcp_worker.transport._jsonscan.top_level_id`. Results are decoded only
-as far as they are used: no model validation, so one loose schema or an
-extra field never fails a call.
+:func:`~lovia_mcp_worker.transport._jsonscan.top_level_id`. Results are decoded
+by the protocol's MCP-JSON codec, leniently: no model validation, so one
+loose schema or an extra field never fails a call.
 
 Non-goals: resources, prompts, sampling, subscriptions; batches (MCP dropped
 them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
@@ -34,24 +34,20 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
 from .. import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
-from .content import tool_specs
 from ..failures import HostError, RemoteError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import ToolSpec
+from ..protocol import CallOutcome, MCPJSONError, ToolSpec, call_result, json_object, list_tools
 
 # Newest first: the first is offered, any is accepted back (the SDK's
 # handshake versions; the 2026 stateless era is not spoken over stdio here).
 PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 CLIENT_INFO: Final = {"name": "lovia-mcp", "version": "0.1.0"}
-# A listing longer than this many pages is cut (with a warning): a server
-# whose cursors never repeat but never end must not spin until open_timeout.
-MAX_LIST_PAGES: Final = 1000
 METHOD_NOT_FOUND: Final = -32601
 # Requests only a client sends: a "server" sending one back is echoing
 # our own stdin (``cat``), not speaking MCP.
@@ -68,6 +64,8 @@ _LOG_LEVELS: Final = {
     "alert": logging.CRITICAL,
     "emergency": logging.CRITICAL,
 }
+
+T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
@@ -278,22 +276,20 @@ class Client:
                 )
             raise
 
-    async def _object(self, method: str, params: bytes | None, *, what: str, cancellable: bool = True) -> dict[str, Any]:
+    async def _decoded(self, method: str, params: bytes | None, read: Callable[[msgspec.Raw], T], *, what: str,
+                       cancellable: bool = True) -> T:
+        """The result of a request, read by the MCP-JSON codec; a reply it cannot read is a protocol failure."""
         raw = await self.request(method, params, what=what, cancellable=cancellable)
         try:
-            value = _decode(raw)
-        except _UNDECODABLE as exc:
-            why = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise failures.bad_reply(what, f"could not be decoded ({why})") from None
-        if not isinstance(value, dict):
-            raise failures.bad_reply(what, f"was a {type(value).__name__}, not an object")
-        return value
+            return read(raw)
+        except MCPJSONError as exc:
+            raise failures.bad_reply(what, str(exc)) from None
 
     # -- MCP ----------------------------------------------------------------- #
     async def initialize(self) -> dict[str, Any]:
         params = _encode({"protocolVersion": PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO})
         # The spec forbids cancelling initialize.
-        result = await self._object("initialize", params, what="initialize", cancellable=False)
+        result = await self._decoded("initialize", params, json_object, what="initialize", cancellable=False)
         version = result.get("protocolVersion")
         if version not in PROTOCOL_VERSIONS:
             raise HostError(
@@ -307,24 +303,16 @@ class Client:
         return result
 
     async def list_tools(self, warn: Callable[[str], None]) -> list[ToolSpec]:
-        tools: list[ToolSpec] = []
-        seen: set[str] = set()
-        cursor: str | None = None
-        for _ in range(MAX_LIST_PAGES):
+        async def page(cursor: str | None) -> msgspec.Raw:
             params = None if cursor is None else _encode({"cursor": cursor})
-            page = await self._object("tools/list", params, what="tools/list")
-            tools.extend(tool_specs(page, warn))
-            cursor = page.get("nextCursor")
-            if not cursor or not isinstance(cursor, str):
-                return tools
-            if cursor in seen:
-                warn(f"tools/list repeated the cursor {cursor[:80]!r}; listing stopped at {len(tools)} tools")
-                return tools
-            seen.add(cursor)
-        warn(f"tools/list had more than {MAX_LIST_PAGES} pages; listing stopped at {len(tools)} tools")
-        return tools
+            return await self.request("tools/list", params, what="tools/list")
 
-    async def call_tool(self, name: str, arguments: bytes, on_progress: OnProgress | None = None) -> dict[str, Any]:
+        try:
+            return await list_tools(page, warn)
+        except MCPJSONError as exc:
+            raise failures.bad_reply("tools/list", str(exc)) from None
+
+    async def call_tool(self, name: str, arguments: bytes, on_progress: OnProgress | None = None) -> CallOutcome:
         """``tools/call`` with the agent's argument bytes as they are (a JSON object).
 
         With ``on_progress``, the request carries a ``progressToken`` and each
@@ -332,14 +320,14 @@ class Client:
         """
         params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}")
         if on_progress is None:
-            return await self._object("tools/call", params + b"}", what=name)
+            return await self._decoded("tools/call", params + b"}", call_result, what=name)
         token = next(self._tokens)
         self._progress[token] = on_progress
         try:
             params += b',"_meta":{"progressToken":%d}}' % token
-            return await self._object("tools/call", params, what=name)
+            return await self._decoded("tools/call", params, call_result, what=name)
         finally:
             self._progress.pop(token, None)
 
 
-__all__ = ["CLIENT_INFO", "CLIENT_METHODS", "MAX_LIST_PAGES", "PROTOCOL_VERSIONS", "Client"]
+__all__ = ["CLIENT_INFO", "CLIENT_METHODS", "PROTOCOL_VERSIONS", "Client"]

@@ -29,7 +29,6 @@ from typing import Any, Final
 
 from .. import failures
 from ._jsonscan import MISSING, IdScanner
-from .content import call_result
 from ..failures import HostError, RemoteError
 from .jsonrpc import Client
 from ..containment.launch import spawn, wrapper_exec_error
@@ -319,7 +318,7 @@ class StdioSession:
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
         try:
-            return call_result(await self.client.call_tool(name, arguments, on_progress))
+            return await self.client.call_tool(name, arguments, on_progress)
         except RemoteError as exc:
             raise failures.remote(name, exc) from None
 
