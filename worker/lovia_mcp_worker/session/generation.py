@@ -74,6 +74,10 @@ class Session(Protocol):
 
     async def list_tools(self) -> list[ToolSpec]: ...
 
+    async def ping(self) -> None:
+        """Return once the server answers a ping (its cancel grace, :mod:`.calls`)."""
+        ...
+
     async def call(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]: ...

@@ -119,6 +119,10 @@ class HttpSession:
                 return tools
             seen.add(cursor)
 
+    async def ping(self) -> None:
+        """Returns once the server answers a ping."""
+        await self._race(self._live().send_ping(), "ping")
+
     async def call(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
