@@ -22,11 +22,8 @@ the circuit); :meth:`ClientCore.close` is bounded and shielded by its caller.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
-import os
-import signal
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
@@ -49,7 +46,7 @@ from lovia_mcp_worker.protocol import (
     WorkerMessage,
 )
 
-from .._channel import LocalChannel, ProcessChannel, kill_leftovers
+from .._channel import LocalChannel, ProcessChannel
 from .circuit import RestartCircuit
 from .retry import ENDED
 
@@ -281,11 +278,11 @@ class ClientCore:
         if channel is not self._channel or self.closed:
             return
         logger.warning("%s: %s", self.spec.name, why)
+        self.server_pid = None
         self.circuit.ended(why)
         if channel.alive:
             # Given up while its pipe is still open (the backstop): it goes.
             asyncio.ensure_future(channel.aclose())
-        self._after_worker_loss(channel)
         pending, self._pending = self._pending, {}
         for rid, fut in pending.items():
             if not fut.done():
@@ -321,26 +318,12 @@ class ClientCore:
             either: set[asyncio.Future[Any]] = {fut, lost}
             try:
                 await asyncio.wait(either, timeout=CLOSE_WAIT, return_when=asyncio.FIRST_COMPLETED)
-                died = lost.done() and not fut.done()
             finally:
                 lost.cancel()
                 self._pending.pop(rid, None)
-            if died:
-                self._after_worker_loss(channel)
+        # A worker that died meanwhile left its tree to the forkserver, which
+        # kills it (lovia_mcp_worker.process): nothing of it is the agent's.
         await channel.aclose()
-
-    def _after_worker_loss(self, channel: Channel) -> None:
-        """What a dead worker could not kill itself: its server's group and its cgroups' leftovers.
-
-        The server dies with its worker (parent-death signal); its process
-        group may still hold grandchildren, which nothing else on the worker
-        side outlives the worker to kill.
-        """
-        pid, self.server_pid = self.server_pid, None
-        if pid is not None and isinstance(channel, ProcessChannel):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        kill_leftovers(channel)
 
 
 __all__ = ["ANSWER_BACKSTOP", "CLOSE_WAIT", "ClientCore", "Isolation"]

@@ -29,6 +29,9 @@ PROTOCOL_VERSION: Final = 5
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
+# On a worker's status socket from the forkserver (lovia_mcp_worker.process):
+# its pid, then its exit code (negative: the signal); a pid_t fits.
+FORKSERVER_STATUS: Final = struct.Struct("q")
 
 
 
@@ -398,6 +401,7 @@ def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
 
 
 __all__ = [
+    "FORKSERVER_STATUS",
     "HEADER",
     "PROTOCOL_VERSION",
     "AgentMessage",
