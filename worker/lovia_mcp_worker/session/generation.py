@@ -84,6 +84,14 @@ class Session(Protocol):
 
     def end(self, reason: HostError) -> None: ...
 
+    # The process's end, for the teardown of a transport with a local tree
+    # (a remote one has none: exited, nothing to wait for or close).
+    def has_exited(self) -> bool: ...
+
+    async def wait_exited(self, timeout: float) -> bool: ...
+
+    def close_transport(self) -> None: ...
+
 
 class Generation:
     def __init__(self, number: int) -> None:

@@ -5,17 +5,10 @@ in through :meth:`Host.handle` and are answered through ``emit``. The same
 code runs inside a worker process (``isolation="process"``) and inside the
 agent process (``isolation="none"``); only the channel differs.
 
-What lives where:
-
-- :mod:`.generation`: one server's life as a state machine;
-- :mod:`.stdio` and :mod:`.jsonrpc`: the stdio transport and our own
-  JSON-RPC client; :mod:`.http`: the SDK for streamable HTTP;
-- :mod:`.failures`: what every failure is called; :mod:`.content`: results
-  and listings as wire structs; :mod:`.guard`: the process tree;
-- :mod:`.standby`: the READY generation a persistent connection with
-  spares keeps for its next restart;
-- :mod:`.containment`: each generation's tree, its limit watch and the kill
-  at its end.
+Around it (the package's ``__init__`` has the layout): :mod:`.generation`
+(one server's life), :mod:`.transports` (which session speaks to it),
+:mod:`.calls` (deadlines, cancels), :mod:`.standby`, :mod:`.listing`,
+:mod:`.progress`; ``containment`` (each generation's tree, limits, kill).
 
 Lifecycle: requests use the current generation, starting one on demand
 (single flight). A generation ends when the server exits, passes a limit,
@@ -28,11 +21,8 @@ a timed-out call on_timeout="kill" retires its generation: new calls go to a
 fresh server; the calls still running on the old one get its ``kill_grace``,
 then fail as ``server_exited`` (the agent retries them once).
 
-Calls (:mod:`.calls`): the worker holds each call's deadline, decides what
-a cancel means and gives a server its cancel grace (a ping); the agent is
-told the outcome.
-
-Restarts are not counted here: the agent's circuit does (it alone also sees
+The worker holds each call's deadline, decides what a cancel means and
+gives a server its cancel grace (:mod:`.calls`). Restarts are not counted here: the agent's circuit does (it alone also sees
 worker deaths), told by ``Started`` and ``Ended``.
 """
 
@@ -45,7 +35,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Final
 
 from .. import failures
 from ..containment import cgroup, guard
@@ -55,6 +44,7 @@ from .generation import Generation, Session, State
 from ..containment.launch import LaunchError
 from .calls import Calls
 from .listing import Listing
+from .transports import Hooks, transport
 from .progress import ProgressForwarder
 from ..protocol import (
     PROTOCOL_VERSION,
@@ -289,7 +279,7 @@ class Host:
             raise HostError("internal", "no server spec: Open was never sent")
         self._generations += 1
         gen = Generation(self._generations)
-        if spec.transport == "stdio":
+        if transport(spec).contained:
             gen.tree = self.containment.tree(gen.number, spec)
         self._gens.append(gen)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -329,24 +319,13 @@ class Host:
             await asyncio.wait_for(gen.down.wait(), SHUTDOWN_WAIT)
 
     def _session(self, gen: Generation, spec: ServerSpec) -> Session:
-        if spec.transport == "http":
-            from ..transport.http import HttpSession
-
-            return HttpSession(
-                spec, on_end=gen.stop, warn=lambda text: self._log(logging.WARNING, text),
-                on_tools_changed=lambda: self.listing.changed(gen),
-            )
-
-        from ..transport.stdio import StdioSession
-
-        return StdioSession(
-            spec,
+        return transport(spec).make(spec, Hooks(
             on_end=gen.stop,
             log=self._log,
             on_garbage=self._garbage,
             explain=lambda reason: self.containment.kernel_reason(gen, spec, reason),
             on_tools_changed=lambda: self.listing.changed(gen),
-        )
+        ))
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
         """Own one generation from launch to teardown (anyio needs one task for both)."""
@@ -356,23 +335,11 @@ class Host:
         entering: asyncio.Future[int] | None = None
         try:
             async with session.running():
-                if gen.tree is not None and gen.server_pid is not None:
-                    gen.tree.attach(gen.server_pid)
-                    if isinstance(gen.tree, cgroup.CgroupTree):
-                        # The move into the cgroup waits out an RCU grace
-                        # period: done beside the handshake, not before it.
-                        entering = asyncio.ensure_future(asyncio.to_thread(gen.tree.cgroup.enter, gen.server_pid))
+                # The move into a cgroup runs beside the handshake.
+                entering = self.containment.attach(gen)
                 watchers += self.containment.watch(gen, spec)
                 tools = await session.start()
-                if entering is not None:
-                    try:
-                        await entering
-                    except OSError as exc:
-                        cgroup.disable()
-                        raise HostError(
-                            "open", f"could not move the server into its cgroup: {exc}",
-                            hint=f"Set {cgroup.ENV_SWITCH}=0 to use the watch instead of cgroups.",
-                        ) from None
+                await self.containment.entered(entering)
                 if gen.state is State.STARTING:
                     gen.ready(tools)
                     ready.set_result(None)
@@ -385,13 +352,7 @@ class Host:
             if isinstance(exc, asyncio.CancelledError):
                 gen.stop(failures.closed())
                 raise
-            opened = gen.state is not State.STARTING
-            if spec.transport == "http":
-                gen.stop(failures.http_failed(spec.url, failures.describe(exc), opened=opened))
-            elif opened:
-                gen.stop(failures.lost(failures.describe(exc), session.stderr_tail))
-            else:
-                gen.stop(failures.start_failed(failures.describe(exc), session.stderr_tail))
+            gen.stop(transport(spec).failed(spec, session, exc, gen.state is not State.STARTING))
         finally:
             gen.stop(failures.closed())  # a no-op unless the body ended without a reason
             if self.current is gen:
@@ -433,7 +394,7 @@ class Host:
         use = guard.TreeUsage(0, 0.0, 0)
         if gen is not None and pid is not None and gen.tree is not None:
             use = gen.tree.usage()
-        http = self.spec is not None and self.spec.transport == "http"
+        contained = self.spec is None or transport(self.spec).contained
         return Stats(
             worker_pid=os.getpid(),
             server_pid=pid,
@@ -445,7 +406,7 @@ class Host:
             timeouts=self.timeouts,
             uptime_seconds=time.monotonic() - self._created,
             garbage_lines=self.garbage_lines,
-            enforcement="none" if http else self.containment.enforcement or "watch",
+            enforcement=self.containment.enforcement or "watch" if contained else "none",
             oom_kills=self.containment.total_oom_kills(),
         )
 

@@ -159,6 +159,16 @@ class HttpSession:
             hint="Check that the server is running and reachable.",
         )
 
+    # No local process: nothing to wait for or close at teardown.
+    def has_exited(self) -> bool:
+        return True
+
+    async def wait_exited(self, timeout: float) -> bool:
+        return True
+
+    def close_transport(self) -> None:
+        pass
+
     def end(self, reason: HostError) -> None:
         if not self._ended.done():
             self._ended.set_result(reason)

@@ -414,6 +414,9 @@ class StdioSession:
             self._ended = True
             self._on_end(reason)
 
+    def has_exited(self) -> bool:
+        return self.exited.done()
+
     async def wait_exited(self, timeout: float) -> bool:
         if self.transport is None:
             return True
