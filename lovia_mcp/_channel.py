@@ -171,6 +171,12 @@ class ProcessChannel:
             msg = msgspec.structs.replace(msg, environ=dict(os.environ))
         send_frame(transport, self._enc.encode(msg))
 
+    def abort(self) -> None:
+        """Give the worker up at once (it stopped answering): SIGKILL; :meth:`aclose` still reaps it."""
+        self._lost = True
+        if self._proc is not None:
+            self._proc.kill()
+
     async def aclose(self) -> None:
         """Drop the pipe and make sure the worker is gone (bounded)."""
         self._lost = True
@@ -211,6 +217,10 @@ class LocalChannel:
     async def wait_lost(self) -> None:
         """Return once the channel is closed (the host cannot be lost otherwise)."""
         await self._gone.wait()
+
+    def abort(self) -> None:
+        """Stop using this host (:meth:`aclose` stops its servers)."""
+        self.alive = False
 
     async def aclose(self) -> None:
         self.alive = False

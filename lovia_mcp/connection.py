@@ -54,7 +54,8 @@ from ._errors import to_error
 from ._parity import LoviaFields
 from ._tools import build_tools
 from .client.circuit import RestartCircuit
-from .client.core import ANSWER_BACKSTOP, ClientCore
+from .client import core as client_core
+from .client.core import ClientCore
 from .client.retry import retry
 from .render import MCPToolResult, default_renderer, with_sdk_models
 
@@ -223,7 +224,7 @@ class MCPConnection(LoviaFields):
         # The deadline runs from here (lovia's wait_for wraps this call): time
         # spent replacing a worker or on a first attempt counts.
         deadline = None if timeout is None else time.monotonic() + timeout
-        backstop = None if timeout is None else timeout + self.server.kill_grace + ANSWER_BACKSTOP
+        backstop = None if timeout is None else timeout + self.server.kill_grace + client_core.ANSWER_BACKSTOP
 
         def make(i: int) -> CallTool:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

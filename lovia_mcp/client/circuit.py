@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 
 from lovia_mcp_worker.protocol import Failure
 
@@ -24,9 +25,10 @@ from lovia_mcp_worker.protocol import Failure
 class RestartCircuit:
     """Restarts in a sliding window, whether the server needs one, and why the last generation ended."""
 
-    def __init__(self, limit: int, window: float) -> None:
+    def __init__(self, limit: int, window: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.window = window
+        self._clock = clock
         self._times: collections.deque[float] = collections.deque()
         # The serving generation ended: the next request starts a fresh one.
         self.needs_restart = False
@@ -44,7 +46,7 @@ class RestartCircuit:
 
     def restarted(self) -> None:
         """A fresh generation or worker serves now."""
-        self._times.append(time.monotonic())
+        self._times.append(self._clock())
         self.restarts += 1
         self.last_restart_reason = self._last_end
         self.needs_restart = False
@@ -55,7 +57,7 @@ class RestartCircuit:
 
     def check(self, name: str) -> Failure | None:
         """``circuit_open`` if ``limit`` restarts fall in the window, else ``None``."""
-        now = time.monotonic()
+        now = self._clock()
         times = self._times
         while times and now - times[0] > self.window:
             times.popleft()

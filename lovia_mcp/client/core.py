@@ -92,6 +92,8 @@ class ClientCore:
         self.server_pid: int | None = None
         self._generation = 0
         self.worker_restarts = 0
+        # Closes of given-up channels under way (asyncio keeps only weak references).
+        self._closing: set[asyncio.Future[None]] = set()
         self._server_log = logging.getLogger(f"lovia_mcp.server.{spec.name}")
 
     # -- what callers may read ------------------------------------------------- #
@@ -282,7 +284,10 @@ class ClientCore:
         self.circuit.ended(why)
         if channel.alive:
             # Given up while its pipe is still open (the backstop): it goes.
-            asyncio.ensure_future(channel.aclose())
+            channel.abort()
+            closing = asyncio.ensure_future(channel.aclose())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
         pending, self._pending = self._pending, {}
         for rid, fut in pending.items():
             if not fut.done():
