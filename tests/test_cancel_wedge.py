@@ -11,6 +11,7 @@ instead of waiting behind the wedged one until its own timeout.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import time
@@ -89,3 +90,31 @@ def test_a_run_cancelled_on_a_wedged_server_does_not_leave_the_next_run_waiting_
     print(f"[{isolation}] next run served by a fresh server {took * 1000:.0f} ms after the cancel "
           f"(cancel grace {KILL_GRACE} s; wedged pid {old}, fresh pid {new})")
     assert new != old
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_a_cancelled_call_on_a_server_that_still_answers_keeps_that_server(isolation: str) -> None:
+    async def main() -> tuple[int, int, int]:
+        # sup_server's "wait" never answers but keeps reading: it sees the
+        # cancel and answers the ping (with a method-not-found error, which
+        # is an answer).
+        server = MCPServerStdio(
+            command=PY, args=[str(SERVERS / "sup_server.py")], name="sup", kill_grace=KILL_GRACE,
+            isolation=isolation,  # type: ignore[arg-type]
+        )
+        async with server.session() as conn:
+            old = int(str(await conn.call_tool("pid")))
+            waiting = asyncio.ensure_future(conn.call_tool("wait"))
+            # Each answer of "cancelled" is a round trip to the server, which
+            # lists the waiting calls it has received.
+            while not json.loads(str(await conn.call_tool("cancelled")))["waiting"]:
+                pass
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            new = int(str(await conn.call_tool("pid")))
+            return old, new, (await conn.stats()).restarts
+
+    old, new, restarts = run(main())
+    assert new == old and restarts == 0

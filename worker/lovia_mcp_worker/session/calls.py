@@ -109,7 +109,9 @@ class Calls:
             if gen.serving:
                 reason = failures.wedged(wait)
                 self._log_wedged(gen, reason.message)
-                self._retire(gen, 0.0, reason)
+                # New calls go to a fresh server now; calls still running on
+                # this one (a busy, not wedged, server) get one more grace.
+                self._retire(gen, wait, reason)
         except Exception:  # noqa: BLE001 - an error answer is an answer; a generation that ended is replaced anyway
             pass
 
