@@ -20,10 +20,10 @@ from lovia_mcp_worker.protocol import Limits, Sandbox, ServerSpec
 
 from . import _sandbox_config, spares
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
+from .client.core import Isolation
 from .connection import MCPConnection
 from .spares import MAX_SPARES
 
-Isolation = Literal["process", "none"]
 ISOLATIONS: Final = ("process", "none")
 
 # Spawn + handshake + tool listing. Generous: a first `npx -y pkg` or `uvx pkg`

@@ -65,6 +65,7 @@ CLOSE_WAIT: Final = 8.0
 ANSWER_BACKSTOP: Final = 10.0
 
 Channel = ProcessChannel | LocalChannel
+# Where the session host runs: a worker process, or the agent's own loop.
 Isolation = Literal["process", "none"]
 OnTools = Callable[[list[ToolSpec], bool], None]
 
