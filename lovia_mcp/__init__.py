@@ -12,8 +12,8 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``spares``: warm spares, opened per-run connections kept ready for the next run;
 - ``client/``: the client core under the connection (request ids, the
   channel and its replacement, dispatch, the one retry decision, the restart
-  circuit) and the agent's handle on its forkserver;
-- ``_channel``: the worker process (forkserver, pipe) or the in-process host;
+  circuit), the channels (a worker process over a pipe, or the in-process
+  host) and the agent's handle on its forkserver;
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
 - ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block);
@@ -30,7 +30,7 @@ repository). The agent imports from it only this public surface, all of it
   ``isolation="none"``.
 
 It also names, without importing them, what the forkserver runs:
-``lovia_mcp_worker.process.serve`` and the preload list (``_channel``).
+``lovia_mcp_worker.process.serve`` and the preload list (``client.channel``).
 """
 
 import logging

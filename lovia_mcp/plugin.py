@@ -23,7 +23,7 @@ from lovia.plugins.base import PluginInstance
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
-from ._channel import warm_up_soon
+from .client.channel import warm_up_soon
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from lovia_mcp_worker.protocol import Sandbox
 

@@ -259,7 +259,7 @@ def test_calls_made_while_a_dead_workers_exit_status_is_read_are_failed_over_not
     # Reading a dead worker's exit status takes a join on a thread. A call made
     # in that window must still be answered: failed over to a fresh worker,
     # not left waiting on a channel nobody reports on any more.
-    from lovia_mcp import _channel
+    from lovia_mcp.client import channel as _channel
 
     release = threading.Event()
     original = _channel.ProcessChannel._exit_description

@@ -7,7 +7,10 @@ the lovia-facing surface over it):
   dispatch of worker messages, the clean-up after a lost worker; a request
   ends in the answer or a ``Failure`` value, never an exception;
 - ``retry``: the one retry decision, by the failure's kind;
-- ``circuit``: the restart circuit (only the agent sees worker deaths).
+- ``circuit``: the restart circuit (only the agent sees worker deaths);
+- ``channel``: a worker process reached over a socket pair, or the host in
+  the agent's own loop (``isolation="none"``);
+- ``forkserver``: the agent's handle on the forkserver its workers fork from.
 """
 
 __all__: list[str] = []

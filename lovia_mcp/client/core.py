@@ -46,7 +46,7 @@ from lovia_mcp_worker.protocol import (
     WorkerMessage,
 )
 
-from .._channel import LocalChannel, ProcessChannel
+from .channel import LocalChannel, ProcessChannel
 from .circuit import RestartCircuit
 from .retry import ENDED
 

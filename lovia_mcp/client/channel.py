@@ -1,7 +1,7 @@
 """Channels from a connection to its session host.
 
 - :class:`ProcessChannel`: a worker process forked from lovia-mcp's own
-  forkserver (:mod:`.client.forkserver`), which has the worker package
+  forkserver (:mod:`.forkserver`), which has the worker package
   preloaded (and the MCP SDK where HTTP servers are used, see
   :func:`warm_up`); frames over a socket pair, read without ever
   blocking the agent's event loop, decoded only as typed msgspec and never
@@ -32,7 +32,7 @@ from lovia.exceptions import UserError
 from lovia_mcp_worker.framing import FrameReader, send_frame
 from lovia_mcp_worker.protocol import AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
-from .client.forkserver import SUPPORTED, ForkServer, WorkerProcess
+from .forkserver import SUPPORTED, ForkServer, WorkerProcess
 
 # Modules the forkserver imports once so every worker starts with them loaded.
 # A missing module (no ``mcp``) is skipped by the forkserver; the worker then
@@ -52,8 +52,6 @@ OnMessage = Callable[[WorkerMessage], None]
 OnLost = Callable[[str], None]
 
 _forkserver = ForkServer(PRELOAD)
-# The reader under its former name (tests count the bytes it reads).
-_Reader = FrameReader
 
 
 def warm_up(*, http: bool = False) -> None:
