@@ -21,10 +21,9 @@ a timed-out call on_timeout="kill" retires its generation: new calls go to a
 fresh server; the calls still running on the old one get its ``kill_grace``,
 then fail as ``server_exited`` (the agent retries them once).
 
-The worker holds each call's deadline, decides what a cancel means and
-gives a server its cancel grace (:mod:`.calls`). Restarts are not counted
-here: the agent's circuit does (it alone also sees worker deaths), told by
-``Started`` and ``Ended``.
+The worker holds each call's deadline and gives a server its cancel grace
+(:mod:`.calls`). Restarts are counted by the agent's circuit (it alone also
+sees worker deaths), told by ``Started`` and ``Ended``.
 """
 
 from __future__ import annotations
@@ -164,7 +163,7 @@ class Host:
 
     def _cancel(self, msg: Cancel) -> None:
         task = self._calls.tasks.get(msg.id)
-        if task is None or msg.id in self._calls.expired:
+        if task is None or task.done() or msg.id in self._calls.expired:
             return  # answered, or already timed out here
         if self._calls.due(msg.id):
             # The caller's timer and this side's deadline: one timeout.
@@ -179,7 +178,8 @@ class Host:
             self._calls.probe(gen, self.spec.kill_grace)
 
     def _deadline(self, rid: int) -> None:
-        if rid in self._calls.tasks and rid not in self._calls.expired:
+        task = self._calls.tasks.get(rid)
+        if task is not None and not task.done() and rid not in self._calls.expired:
             self._timed_out(self._calls.expire(rid))
 
     def _timed_out(self, gen: Generation | None) -> None:
