@@ -201,7 +201,7 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
 
 def _shared_helpers() -> dict[int, str]:
     """The forkserver: one per agent process, by design."""
-    from ._channel import helper_pids
+    from .client.channel import helper_pids
 
     return {pid: "forkserver" for pid in helper_pids()}
 

@@ -23,7 +23,7 @@ from lovia.plugins.base import PluginInstance
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
-from ._channel import warm_up_soon
+from .client.channel import warm_up_soon
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from lovia_mcp_worker.protocol import Sandbox
 
@@ -109,7 +109,7 @@ class MCP:
 
     def connections(self) -> list[MCPConnection]:
         """The connections this plugin opened that are still open (for ``stats()``)."""
-        return [c for c in self._open if not c._closed]
+        return [c for c in self._open if not c.closed]
 
     async def aclose(self) -> None:
         """Close the warm spares of this plugin's configs on the running loop (shared ones included).

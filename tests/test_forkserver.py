@@ -29,7 +29,7 @@ def _agent_script(tmp_path: Path, body: str) -> str:
     script.write_text(
         "import asyncio, json, sys\n"
         "from lovia_mcp import MCPServerStdio\n"
-        "from lovia_mcp._channel import helper_pids\n"
+        "from lovia_mcp.client.channel import helper_pids\n"
         f"open({str(tmp_path / 'imports.log')!r}, 'a').write('imported\\n')  # unguarded\n"
         "async def main():\n"
         f"    server = MCPServerStdio(command={PY!r}, args=[{RAW_SERVER!r}], name='raw')\n"
@@ -91,7 +91,7 @@ def test_a_workers_exit_status_reaches_the_agent_through_the_forkserver() -> Non
     # from the status socket, not from waitpid.
     import asyncio
 
-    from lovia_mcp._channel import ProcessChannel
+    from lovia_mcp.client.channel import ProcessChannel
     from lovia_mcp_worker.framing import frame_cap
     from lovia_mcp_worker.protocol import Close, Closed
 

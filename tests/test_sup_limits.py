@@ -27,7 +27,7 @@ from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
 from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio
-from lovia_mcp import _channel
+from lovia_mcp.client import channel as _channel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -144,13 +144,13 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     received = [0]
-    original = _channel._Reader.buffer_updated
+    original = _channel.FrameReader.buffer_updated
 
-    def counting(self: _channel._Reader, nbytes: int) -> None:
+    def counting(self: _channel.FrameReader, nbytes: int) -> None:
         received[0] += nbytes
         original(self, nbytes)
 
-    monkeypatch.setattr(_channel._Reader, "buffer_updated", counting)
+    monkeypatch.setattr(_channel.FrameReader, "buffer_updated", counting)
     size = 20 * 1024 * 1024
     cap = 1024 * 1024
 

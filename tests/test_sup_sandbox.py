@@ -15,7 +15,8 @@ import sys
 import pytest
 from helpers import ISOLATIONS, PY, raw_args, run
 
-from lovia_mcp import MCPError, MCPServerStdio, _channel
+from lovia_mcp import MCPError, MCPServerStdio
+from lovia_mcp.client import channel as _channel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
