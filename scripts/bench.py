@@ -36,7 +36,14 @@ Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
   machine merely preempted the agent;
 - rss_per_server: agent RSS delta when N (default 5) more connections are
   opened after a first one, divided by N;
-- worker_uss: unique memory (USS) of each worker process (process mode only).
+- worker_uss: unique memory (USS) of each worker process (process mode only);
+- run1 / run5 (and ``_spares``): a whole ``Runner.run`` of a real lovia
+  ``Agent`` (``ScriptedProvider``: one tool call, then text) with 1 or 5
+  per-run servers, from the call to its return; ``_spares``: process with
+  ``spares=1`` and a spare ready for each server (lovia's figure is its
+  plain run, the same baseline); the ``_setup`` / ``_call`` / ``_close``
+  rows split that run: the plugin's setup, the run in between (the model
+  turns and the tool call), and the plugin's close at the run's end;
 
 Usage::
 
@@ -108,17 +115,18 @@ class Figure:
     servers: tuple[str, ...]
     group: str  # what a child must run to produce it (``--only`` takes either)
     goal: float | None = None
-    goal_kind: str | None = None  # "ratio": process/lovia <= goal; "abs": process <= goal
+    # "ratio": process/lovia <= goal; "ratio_none": process/none <= goal; "abs": process <= goal
+    goal_kind: str | None = None
     scale: float = 1.0  # samples are seconds/bytes; shown as unit
 
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("open", "open (spawn, handshake, list), warm", "ms", ("raw", "sdk"), "open", 1.5, "ratio", 1e3),
+    Figure("open", "open (spawn, handshake, list), warm", "ms", ("raw", "sdk"), "open", 1.0, "ratio", 1e3),
     Figure("close", "close, warm (not a goal)", "ms", ("raw", "sdk"), "open", None, None, 1e3),
     # Paired: each sample is one sandboxed open minus the plain open just before it.
     Figure("sandbox_cost", "open in Sandbox() minus a plain open, warm", "ms", ("raw",), "open", 10.0, "abs", 1e3),
     Figure("first_open", "first open in a fresh agent process", "ms", ("raw",), "first_open", 1.0, "ratio", 1e3),
-    Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.3, "ratio", 1e3),
+    Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.0, "ratio", 1e3),
     Figure("concurrent", "{conc} concurrent small calls", "ms", ("raw", "sdk"), "concurrent", 1.0, "ratio", 1e3),
     Figure("big", "one {big} text result", "ms", ("raw", "sdk"), "big", 0.5, "ratio", 1e3),
     Figure("stall_max", "agent loop stall during it, max", "ms", ("raw", "sdk"), "big", 5.0, "abs", 1e3),
@@ -151,8 +159,23 @@ FIGURES: tuple[Figure, ...] = (
     Figure("crash_retry_standby", "crash mid-call and its retry on the standby (not a goal)", "ms", ("raw",),
            "spares", None, None, 1e3),
 )
+# Whole runs (issue 19): the goals are what a user pays for a Runner.run.
+RUN_GOALS: dict[str, tuple[float | None, str | None]] = {
+    "run1": (None, None),
+    "run5": (1.1, "ratio_none"),  # the servers' own start is the limit without spares
+    "run1_spares": (0.1, "ratio"),
+    "run5_spares": (0.05, "ratio"),
+}
+for _key, (_goal, _kind) in RUN_GOALS.items():
+    _n = 1 if _key.startswith("run1") else FIVE
+    _what = "spares ready" if _key.endswith("spares") else "no spares"
+    FIGURES += (Figure(_key, f"whole Runner.run, {_n} server(s), one call, {_what}", "ms", ("raw",), "run", _goal,
+                       _kind, 1e3),)
+    for _phase, _text in (("setup", "its setup"), ("call", "its turns and call"), ("close", "its close at run end")):
+        FIGURES += (Figure(f"{_key}_{_phase}", f"  {_text} ({_n} server(s), {_what}; not a goal)", "ms", ("raw",),
+                           "run", None, None, 1e3),)
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
-GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares")
+GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares", "run")
 
 
 @dataclass(frozen=True)
@@ -316,6 +339,9 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
     if "spares" in groups:
         await _measure_spares(client, server, script, reps, add)
 
+    if "run" in groups and server == "raw":
+        await _measure_runs(client, script, reps, add)
+
     if "open" in groups:
         if not warmed:
             async with _make_server(client, script).session() as conn:
@@ -397,6 +423,82 @@ async def _measure_spares(client: str, server: str, script: str, reps: int, add:
         for _ in range(reps):
             add("crash_retry", await _crash_retry(standby=False))
             add("crash_retry_standby", await _crash_retry(standby=True))
+
+
+class _PhaseTimer:
+    """A plugin around another that stamps a run's phases: its setup, and its close at the run's end."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.setup_took = 0.0
+        self.close_took = 0.0
+
+    async def setup(self, ctx: Any) -> Any:
+        import dataclasses
+
+        t0 = time.perf_counter()
+        instance = await self.inner.setup(ctx)
+        self.setup_took = time.perf_counter() - t0
+        inner_close = instance.aclose
+
+        async def aclose() -> None:
+            t1 = time.perf_counter()
+            try:
+                await inner_close()
+            finally:
+                self.close_took = time.perf_counter() - t1
+
+        return dataclasses.replace(instance, aclose=aclose)
+
+
+async def _measure_runs(client: str, script: str, reps: int, add: Any) -> None:
+    """Whole ``Runner.run`` calls: a real Agent, one tool call on the first of n per-run servers."""
+    from lovia import Agent, Runner
+    from lovia.testing import ScriptedProvider, call, text
+
+    spare = client == "process"
+    if spare:
+        from lovia_mcp import close_spares, warm_spares
+
+    def plugin_of(configs: list[Any]) -> Any:
+        if client == "lovia":
+            from lovia.plugins.mcp import MCP as LoviaMCP
+
+            return LoviaMCP(*configs)
+        from lovia_mcp import MCP
+
+        return MCP(*configs)
+
+    async def one_run(configs: list[Any], *keys: str) -> None:
+        timer = _PhaseTimer(plugin_of(configs))
+        model = ScriptedProvider([call("s0__echo", {"text": "hi"}), text("done")])
+        agent = Agent(name="bench", model=model, plugins=[timer])
+        t0 = time.perf_counter()
+        result = await Runner.run(agent, "go")
+        took = time.perf_counter() - t0
+        assert result.output == "done", result.output
+        for key in keys:
+            add(key, took)
+            add(f"{key}_setup", timer.setup_took)
+            add(f"{key}_close", timer.close_took)
+            add(f"{key}_call", took - timer.setup_took - timer.close_took)
+
+    for n in (1, FIVE):
+        plain = [_make_server(client, script, name=f"s{i}") for i in range(n)]
+        await one_run(plain)  # warm: imports, the forkserver
+        for _ in range(reps):
+            # lovia has no spares: its plain run is the baseline of both.
+            await one_run(plain, f"run{n}", *([f"run{n}_spares"] if client == "lovia" else []))
+        if not spare:
+            continue
+        spared = [_make_server(client, script, name=f"s{i}", spares=1) for i in range(n)]
+        await warm_spares(*spared)
+        await one_run(spared)  # warm
+        for _ in range(reps):
+            await warm_spares(*spared)  # every spare ready (the last run's refills done), not timed
+            await one_run(spared, f"run{n}_spares")
+        await close_spares()
 
 
 class _StandbyReady(logging.Handler):
@@ -631,13 +733,18 @@ def _summarise(samples: dict[str, dict[str, list[float]]], p: Params, wanted: se
             base, iso = values["lovia"], values["process"]
             ratio = iso / base if iso is not None and base else None
             met: bool | None = None
+            none = values["none"]
             if fig.goal_kind == "ratio" and ratio is not None:
                 met = ratio <= fig.goal  # type: ignore[operator]
+            elif fig.goal_kind == "ratio_none" and iso is not None and none:
+                met = iso / none <= fig.goal  # type: ignore[operator]
             elif fig.goal_kind == "abs" and iso is not None:
                 met = iso <= fig.goal  # type: ignore[operator]
             goal = None
             if fig.goal_kind == "ratio":
                 goal = f"ratio <= {fig.goal:g}"
+            elif fig.goal_kind == "ratio_none":
+                goal = f"<= {fig.goal:g}x none"
             elif fig.goal_kind == "abs":
                 goal = f"<= {fig.goal:g} {fig.unit}"
             rows.append({
