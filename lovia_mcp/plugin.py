@@ -109,7 +109,7 @@ class MCP:
 
     def connections(self) -> list[MCPConnection]:
         """The connections this plugin opened that are still open (for ``stats()``)."""
-        return [c for c in self._open if not c._closed]
+        return [c for c in self._open if not c.closed]
 
     async def aclose(self) -> None:
         """Close the warm spares of this plugin's configs on the running loop (shared ones included).

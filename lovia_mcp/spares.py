@@ -14,7 +14,7 @@ sandbox, ...) and the agent's environment. Equal configs in several ``MCP``
 plugins or agents on one loop share one pool; what is not in the spec (tool
 filters, approval, renderer, retries, timeouts) is the taker's own, applied
 when the spare is handed over. Bounds: ``spares`` per key (the latest
-taker's value) and :data:`~lovia_mcp.config.MAX_SPARES` in the process.
+taker's value) and :data:`MAX_SPARES` in the process.
 
 Lifecycle: a spare nobody took for ``spare_idle`` seconds is closed and not
 replaced until the next run takes or asks for one. :func:`close_spares` and
@@ -44,9 +44,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 import msgspec
-from lovia.exceptions import MCPError, UserError
+from lovia.exceptions import UserError
 
-from .config import MAX_SPARES
 from .connection import MCPConnection
 
 if TYPE_CHECKING:
@@ -63,6 +62,11 @@ CHECK_WAIT: Final = 2.0
 # milliseconds, and a replacement forked meanwhile would compete with it for
 # the CPU (measured: 5 spares taken in 9 ms with immediate replacements).
 REFILL_DELAY: Final = 0.05
+
+# Spares per agent process, over every config and event loop: each is a
+# worker (about 11 MB unique memory) and a live server tree, so a typo like
+# spares=100 must not start a hundred of them.
+MAX_SPARES: Final = 16
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -129,10 +133,10 @@ class _Pool:
         server = entry.server
         conn = MCPConnection(server, isolation="process", close_after_run=True)
         try:
-            await conn._connect()  # closes what it started when it fails or is cancelled
+            await conn.connect()  # closes what it started when it fails or is cancelled
         except Exception as exc:  # noqa: BLE001 - reported by the next run's own open, and to warm_spares
             entry.failure = exc
-            logger.warning("%s: a warm spare failed to open: %s", conn._spec.name, exc)
+            logger.warning("%s: a warm spare failed to open: %s", conn.name, exc)
             return
         entry.failure = None
         if self.closing or self.entries.get(key) is not entry or spare_key(server) != key:
@@ -141,7 +145,7 @@ class _Pool:
             return
         entry.ready.append((conn, time.monotonic()))
         self.wake()
-        logger.debug("%s: a warm spare is ready (worker pid %s)", conn._spec.name, conn.worker_pid)
+        logger.debug("%s: a warm spare is ready (worker pid %s)", conn.name, conn.worker_pid)
 
     def discard(self, conn: MCPConnection) -> None:
         task = self.loop.create_task(conn.close())
@@ -158,7 +162,7 @@ class _Pool:
             for conn, since in entry.ready:
                 left = since + idle - now
                 if left <= 0:
-                    logger.debug("%s: a warm spare idle for %.0f s is closed", conn._spec.name, now - since)
+                    logger.debug("%s: a warm spare idle for %.0f s is closed", conn.name, now - since)
                     self.discard(conn)
                 else:
                     kept.append((conn, since))
@@ -226,17 +230,6 @@ def _total() -> int:
     return sum(p.count() for p in list(_pools.values()) if not p.loop.is_closed())
 
 
-async def _healthy(conn: MCPConnection) -> bool:
-    channel = conn._channel
-    if conn._closed or channel is None or not channel.alive or conn._needs_restart:
-        return False
-    try:
-        stats = await asyncio.wait_for(conn.stats(), CHECK_WAIT)
-    except (MCPError, asyncio.TimeoutError):
-        return False
-    return stats.server_pid is not None and conn._channel is channel and not conn._needs_restart
-
-
 async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | None:
     """A ready spare of ``server``'s key, now the caller's; ``None`` when none is ready.
 
@@ -253,16 +246,16 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
             # Out of the pool before the first await: no one else can take it.
             conn, _ = entry.ready.popleft()
             try:
-                healthy = await _healthy(conn)
+                healthy = await conn.check(CHECK_WAIT)
             except BaseException:
                 pool.discard(conn)
                 raise
             if healthy:
-                conn._adopt(server, close_after_run=close_after_run)
+                conn.adopt(server, close_after_run=close_after_run)
                 taken = True
                 return conn
             logger.info("%s: a warm spare's server or worker ended while it waited; it is replaced",
-                        conn._spec.name)
+                        conn.name)
             pool.discard(conn)
         return None
     finally:
@@ -319,4 +312,4 @@ async def close_spares(*servers: MCPServer) -> None:
     await pool.aclose(keys)
 
 
-__all__ = ["CHECK_WAIT", "REFILL_DELAY", "close_spares", "refill", "spare_key", "take", "warm_spares"]
+__all__ = ["CHECK_WAIT", "MAX_SPARES", "REFILL_DELAY", "close_spares", "refill", "spare_key", "take", "warm_spares"]

@@ -302,10 +302,10 @@ def test_a_worker_survives_an_oversized_frame_from_the_agent_and_answers_it() ->
         server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw")
         async with server.session() as conn:
             worker = conn.worker_pid
-            channel: Any = conn._channel  # noqa: SLF001 - the test writes past the connection's checks
+            channel: Any = conn.core.channel  # noqa: SLF001 - the test writes past the connection's checks
             rid = 10_000
             fut = asyncio.get_running_loop().create_future()
-            conn._pending[rid] = fut  # noqa: SLF001 - to see the worker's answer to the raw frame
+            conn.core._pending[rid] = fut  # noqa: SLF001 - to see the worker's answer to the raw frame
             big = CallTool(id=rid, name="echo", arguments=msgspec.json.encode({"text": "x" * (MAX_REQUEST_BYTES + 1)}))
             body = encoder().encode(big)
             channel._transport.writelines((HEADER.pack(len(body)), body))  # noqa: SLF001

@@ -218,9 +218,9 @@ def test_a_spare_whose_worker_died_while_waiting_is_replaced_not_handed_out() ->
         try:
             await warm_spares(server)
             (spare,) = ready_spares()
-            assert spare.worker_pid is not None and spare._channel is not None
+            assert spare.worker_pid is not None and spare.core.channel is not None
             os.kill(spare.worker_pid, signal.SIGKILL)
-            await asyncio.wait_for(spare._channel.wait_lost(), GONE_WAIT)
+            await asyncio.wait_for(spare.core.channel.wait_lost(), GONE_WAIT)
             conn = await server.open()
             try:
                 assert conn is not spare

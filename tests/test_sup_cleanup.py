@@ -103,7 +103,7 @@ def test_closing_with_a_call_in_flight_fails_the_call_and_still_ends_the_tree(is
         server_pid = json.loads(str(await conn.call_tool("pid")))["pid"]
         children = json.loads(str(await conn.call_tool("spawn", {"n": 1, "orphan": True})))
         in_flight = asyncio.ensure_future(conn.call_tool("hang"))  # ignores SIGTERM too
-        while not conn._pending:  # noqa: SLF001 - close once the call is in flight
+        while not conn.core.in_flight:  # noqa: SLF001 - close once the call is in flight
             await asyncio.sleep(0)
         started = time.monotonic()
         await conn.close()

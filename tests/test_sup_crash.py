@@ -124,7 +124,7 @@ def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves
             assert worker is not None
             in_flight = asyncio.ensure_future(conn.call_tool("hang"))
             # Kill once the request has been sent (it is then in flight).
-            while not conn._pending:  # noqa: SLF001 - only to know the request was sent
+            while not conn.core.in_flight:  # noqa: SLF001 - only to know the request was sent
                 await asyncio.sleep(0)
             os.kill(worker, signal.SIGKILL)
             killed = time.monotonic()
@@ -274,7 +274,7 @@ def test_calls_made_while_a_dead_workers_exit_status_is_read_are_failed_over_not
         async with server.session() as conn:
             worker = conn.worker_pid
             assert worker is not None
-            channel = conn._channel  # noqa: SLF001 - to see the loss begin
+            channel = conn.core.channel  # noqa: SLF001 - to see the loss begin
             os.kill(worker, signal.SIGKILL)
             while not channel._losing:  # noqa: SLF001
                 await asyncio.sleep(0.01)

@@ -25,10 +25,13 @@ import msgspec
 # The wire protocol's version: the agent sends it with Open and a worker that
 # speaks another refuses the connection (an agent and a forkserver from two
 # installs of different versions).
-PROTOCOL_VERSION: Final = 4
+PROTOCOL_VERSION: Final = 5
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
+# On a worker's status socket from the forkserver (lovia_mcp_worker.process):
+# its pid, then its exit code (negative: the signal); a pid_t fits.
+FORKSERVER_STATUS: Final = struct.Struct("q")
 
 
 
@@ -174,8 +177,6 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     open_timeout: float = 60.0
     kill_grace: float = 1.0
     on_timeout: Literal["kill", "cancel"] = "kill"
-    restart_limit: int = 5
-    restart_window: float = 60.0
     sandbox: Sandbox | None = None
     # Keep one more server READY beside the current one (a persistent
     # connection with spares): a crash or timeout restart promotes it.
@@ -191,10 +192,12 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     calls: int
     errors: int
     timeouts: int
-    restarts: int
-    last_restart_reason: str | None
     uptime_seconds: float
     garbage_lines: int
+    # The agent's restart circuit counts restarts (server generations and
+    # replaced workers) and fills these in; a worker sends the defaults.
+    restarts: int = 0
+    last_restart_reason: str | None = None
     # How the tree's limits are enforced: "cgroup" (the kernel: a cgroup per
     # server generation), "watch" (rlimits and the sampled psutil watch), or
     # "none" (an HTTP server: no local tree).
@@ -225,19 +228,30 @@ class ListTools(msgspec.Struct, frozen=True, tag=True):
     id: int
 
 
-class CallTool(msgspec.Struct, frozen=True, tag=True):
-    """Call a tool; ``arguments`` is the JSON object the model sent."""
+class CallTool(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Call a tool; ``arguments`` is the JSON object the model sent.
+
+    ``timeout``: seconds from receipt to the call's deadline (``None``: none).
+    The worker holds the deadline: at it, the call is cancelled, the spec's
+    ``on_timeout`` applied, and the answer is a ``timeout`` failure.
+    """
 
     id: int
     name: str
     arguments: bytes
+    timeout: float | None = None
 
 
 class Cancel(msgspec.Struct, frozen=True, tag=True):
-    """Abandon request ``id``; ``timed_out`` applies the spec's ``on_timeout``."""
+    """Abandon request ``id``.
+
+    The worker decides what the cancel means: at the call's deadline it is
+    the timeout (``on_timeout`` applies); before it, a plain cancel (the
+    server gets its cancel grace, and a server still wedged after it is
+    replaced).
+    """
 
     id: int
-    timed_out: bool = False
 
 
 class GetStats(msgspec.Struct, frozen=True, tag=True):
@@ -260,28 +274,31 @@ class Opened(msgspec.Struct, frozen=True, tag=True):
     id: int
     server_pid: int | None
     tools: list[ToolSpec]
+    generation: int = 1
 
 
 class Started(msgspec.Struct, frozen=True, tag=True):
-    """Unsolicited: the worker started a fresh server generation (a restart).
+    """Unsolicited: a fresh server generation serves (a restart, for the agent's circuit).
 
-    The agent follows ``server_pid`` so that, if this worker dies, it kills
-    the right process group itself.
+    ``server_pid`` is for the agent to show; the worker owns the process.
     """
 
     server_pid: int | None
     generation: int
 
 
-class Ended(msgspec.Struct, frozen=True, tag=True):
-    """Unsolicited: a server generation that served has ended (its tree is being killed).
+class Ended(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Unsolicited: a server generation that served has ended or was retired (its tree is being killed).
 
-    The agent stops reporting ``server_pid`` as the connection's server if
-    it is still the one it follows (a fresh generation may already serve).
+    If it is the generation the agent knows as current, the next request
+    needs a restart (the agent's circuit decides); ``reason`` says why.
+    ``draining``: retired, its server still alive for its calls' grace (a
+    second ``Ended`` follows when it is down).
     """
 
-    server_pid: int | None
     generation: int
+    reason: str | None = None
+    draining: bool = False
 
 
 class Tools(msgspec.Struct, frozen=True, tag=True):
@@ -384,6 +401,7 @@ def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
 
 
 __all__ = [
+    "FORKSERVER_STATUS",
     "HEADER",
     "PROTOCOL_VERSION",
     "AgentMessage",

@@ -119,6 +119,10 @@ class HttpSession:
                 return tools
             seen.add(cursor)
 
+    async def ping(self) -> None:
+        """Returns once the server answers a ping."""
+        await self._race(self._live().send_ping(), "ping")
+
     async def call(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
@@ -154,6 +158,16 @@ class HttpSession:
             f"the connection to {self.spec.url} closed",
             hint="Check that the server is running and reachable.",
         )
+
+    # No local process: nothing to wait for or close at teardown.
+    def has_exited(self) -> bool:
+        return True
+
+    async def wait_exited(self, timeout: float) -> bool:
+        return True
+
+    def close_transport(self) -> None:
+        pass
 
     def end(self, reason: HostError) -> None:
         if not self._ended.done():

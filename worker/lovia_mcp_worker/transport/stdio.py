@@ -315,6 +315,11 @@ class StdioSession:
     def _warn(self, text: str) -> None:
         self._log(logging.WARNING, text, False)
 
+    async def ping(self) -> None:
+        """Returns once the server answers a ping (an error object is an answer too: it is alive)."""
+        with contextlib.suppress(RemoteError):
+            await self.client.request("ping", None, what="ping")
+
     async def call(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
@@ -408,6 +413,9 @@ class StdioSession:
         if not self._ended:
             self._ended = True
             self._on_end(reason)
+
+    def has_exited(self) -> bool:
+        return self.exited.done()
 
     async def wait_exited(self, timeout: float) -> bool:
         if self.transport is None:

@@ -1,0 +1,13 @@
+"""The agent's client core: what the agent side does with one worker, each job in one place.
+
+Layout (the role httpcore plays for httpx; :mod:`lovia_mcp.connection` is
+the lovia-facing surface over it):
+
+- ``core``: request ids and futures, the channel and its replacement, the
+  dispatch of worker messages, the clean-up after a lost worker; a request
+  ends in the answer or a ``Failure`` value, never an exception;
+- ``retry``: the one retry decision, by the failure's kind;
+- ``circuit``: the restart circuit (only the agent sees worker deaths).
+"""
+
+__all__: list[str] = []
