@@ -46,7 +46,7 @@ from helpers import (
 
 from lovia_mcp_worker.containment import cgroup
 from lovia_mcp_worker.containment.guard import become_subreaper
-from lovia_mcp_worker.process import ForkServer
+from lovia_mcp.client.forkserver import ForkServer
 
 # Bound on waiting, after a test, for its processes to finish exiting.
 LEAK_WAIT = 5.0
