@@ -37,6 +37,8 @@ Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
 - rss_per_server: agent RSS delta when N (default 5) more connections are
   opened after a first one, divided by N;
 - worker_uss: unique memory (USS) of each worker process (process mode only);
+- idle_worker_uss: USS of the worker the forkserver forks ahead of the next
+  open, while it waits (process mode only);
 - run1 / run5 (and ``_spares``): a whole ``Runner.run`` of a real lovia
   ``Agent`` (``ScriptedProvider``: one tool call, then text) with 1 or 5
   per-run servers, from the call to its return; ``_spares``: process with
@@ -139,6 +141,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("loop_cpu", "agent loop CPU during it, total (not a goal)", "ms", ("raw", "sdk"), "big", None, None, 1e3),
     Figure("rss_per_server", "agent RSS per extra server (N={n})", "MB", ("raw",), "memory", 2.0, "abs", 1 / 2**20),
     Figure("worker_uss", "worker USS per connection", "MB", ("raw",), "memory", 20.0, "abs", 1 / 2**20),
+    # The worker the forkserver forks ahead of the next open (issue 19), while it waits.
+    Figure("idle_worker_uss", "the forkserver's idle worker: USS (not a goal)", "MB", ("raw",), "memory", None, None,
+           1 / 2**20),
     # Per-run opens (server.open(), as lovia's runtime does per run); "process" with spares=1 and a spare
     # ready (warm_spares before each sample, not timed).
     Figure("spare_open", "per-run open, spare ready (spares=1)", "ms", ("raw",), "spares", 0.1, "ratio", 1e3),
@@ -591,6 +596,15 @@ def _sandbox_available() -> bool:
         return False
     return BWRAP is not None
 
+def _idle_worker() -> int | None:
+    """The forkserver's idle worker (None before issue 19, or when it has none)."""
+    from lovia_mcp import _channel
+
+    forkserver = getattr(_channel, "_forkserver", None)
+    idle_pid = getattr(forkserver, "idle_pid", None)
+    return None if idle_pid is None else idle_pid(10.0)
+
+
 async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None:
     import psutil
 
@@ -612,6 +626,9 @@ async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None
             pid = getattr(conn, "worker_pid", None)
             if pid is not None:
                 add("worker_uss", float(psutil.Process(pid).memory_full_info().uss))
+        idle = _idle_worker() if client == "process" else None
+        if idle is not None:
+            add("idle_worker_uss", float(psutil.Process(idle).memory_full_info().uss))
     finally:
         everything = [first, *conns]
         if client == "lovia":
