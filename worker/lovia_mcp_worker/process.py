@@ -171,13 +171,16 @@ def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[i
     """An idle worker: drop the forkserver's state now, then wait for a worker's fds (or EOF: exit)."""
     try:
         _reset(objects, fds)
+        from .main import Prepared
+
+        prepared = Prepared()
         msg, got, _, _ = socket.recv_fds(sock, 1, 2)
         sock.close()
     except BaseException:  # noqa: BLE001 - never back into the forkserver's loop
         os._exit(1)
     if not msg or not got:
         os._exit(0)  # the forkserver is gone: no request will come
-    _serve_worker(got[0], got[1] if len(got) > 1 else None)
+    _serve_worker(got[0], got[1] if len(got) > 1 else None, prepared)
 
 
 def _reset(objects: list[_Closable], fds: list[int]) -> None:
@@ -202,17 +205,17 @@ def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int])
     _serve_worker(chan, cwd)
 
 
-def _serve_worker(chan: int, cwd: int | None) -> NoReturn:
-    """Be the worker of ``chan``, in the agent's working directory ``cwd``."""
+def _serve_worker(chan: int, cwd: int | None, prepared: Any = None) -> NoReturn:
+    """Be the worker of ``chan``, in the agent's working directory ``cwd`` (set up now unless ``prepared``)."""
     code = 1
     try:
         if cwd is not None:
             with contextlib.suppress(OSError):
                 os.fchdir(cwd)
             os.close(cwd)
-        from .main import run
+        from .main import Prepared
 
-        run(socket.socket(fileno=chan))
+        (prepared or Prepared()).run(socket.socket(fileno=chan))
         code = 0
     except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
         traceback.print_exc()
