@@ -167,7 +167,7 @@ class ClientCore:
                 channel.send(Cancel(id=rid))
             raise
         except asyncio.TimeoutError:
-            why = f"the worker did not answer within {backstop:g} s of a call's deadline"
+            why = f"the worker did not answer a call within {backstop:g} s (its timeout, kill grace and backstop)"
             self._lost(channel, why)
             reply = Failure(id=rid, kind="timeout", message=why, hint="A fresh worker serves the next call.")
         finally:

@@ -243,12 +243,15 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, idle: _
                 idle.sock.close()
                 idle_died = True
             continue  # an adopted orphan, killed below
+        code = os.waitstatus_to_exitcode(sts)
         with contextlib.suppress(OSError):
-            sock.sendall(FORKSERVER_STATUS.pack(os.waitstatus_to_exitcode(sts)))
+            sock.sendall(FORKSERVER_STATUS.pack(code))
         sock.close()
-        dead.add(pid)
-        with contextlib.suppress(Exception):
-            cgroup.kill_leftovers(pid)
+        if code != 0:
+            # A worker that exited cleanly removed its own cgroups.
+            dead.add(pid)
+            with contextlib.suppress(Exception):
+                cgroup.kill_leftovers(pid)
     adopted = [pid for pid in _children() if pid not in status and (idle is None or idle_died or pid != idle.pid)]
     for pid in adopted:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -22,8 +22,9 @@ fresh server; the calls still running on the old one get its ``kill_grace``,
 then fail as ``server_exited`` (the agent retries them once).
 
 The worker holds each call's deadline, decides what a cancel means and
-gives a server its cancel grace (:mod:`.calls`). Restarts are not counted here: the agent's circuit does (it alone also sees
-worker deaths), told by ``Started`` and ``Ended``.
+gives a server its cancel grace (:mod:`.calls`). Restarts are not counted
+here: the agent's circuit does (it alone also sees worker deaths), told by
+``Started`` and ``Ended``.
 """
 
 from __future__ import annotations
