@@ -1,7 +1,9 @@
 """The ``MCP`` plugin: lovia's MCP plugin, with each server in its own worker.
 
 Per run, ``setup`` opens every server config (closing them at run end) and
-uses every live connection as is (never closing it). Servers with
+uses every live connection as is (never closing it). The run's end only
+starts those closes (:mod:`.client.closing`): ``MCP.aclose()``,
+``close_spares()`` and the loop's end wait for them. Servers with
 ``defer=True`` are reached through one shared ``search_mcp_tools`` /
 ``call_mcp_tool`` pair, built by a copy of lovia's own code (``_deferred``)
 so behaviour matches exactly. When setup fails half-way, exactly the
