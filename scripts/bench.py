@@ -49,6 +49,10 @@ Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
   ``_drain``: after the run returned, the time until the closes it started
   in the background are done (every worker joined; lovia-mcp only; not in
   the run's figure, and waited for before the next sample);
+- run5_spares_model: the same five-server run with spares, its scripted
+  model answering after 100 ms a turn (minus those 200 ms): the refills a
+  take starts would land inside it; ``--refills-in-run`` starts them there
+  (as before issue 19) to show what waiting for the run's end buys;
 
 Usage::
 
@@ -110,6 +114,10 @@ CRASH_SERVER = str(ROOT / "tests" / "servers" / "raw_server.py")
 SPARE_IDLE_SECONDS = 5.0
 # Servers opened by one run in the "five servers" figures.
 FIVE = 5
+# The scripted model's answer time in the run5_spares_model figure: a real
+# model takes seconds; 100 ms already puts a take's refills (REFILL_DELAY,
+# 50 ms, after it) inside the run, where they would compete with it.
+MODEL_LATENCY = 0.1
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,8 @@ for _key, (_goal, _kind) in RUN_GOALS.items():
                           ("drain", "after it: its closes finish in the background")):
         FIGURES += (Figure(f"{_key}_{_phase}", f"  {_text} ({_n} server(s), {_what}; not a goal)", "ms", ("raw",),
                            "run", None, None, 1e3),)
+FIGURES += (Figure("run5_spares_model", "whole Runner.run, 5 servers, spares ready, model 100 ms a turn, "
+                   "minus the model's 200 ms (not a goal)", "ms", ("raw",), "run", None, None, 1e3),)
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
 GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares", "run")
 
@@ -196,6 +206,9 @@ class Params:
     big: int
     n_conns: int
     sdk_open_repeat: int  # the SDK server takes ~0.5 s to start: fewer opens
+    # Refills start REFILL_DELAY after a take even while the run goes on (as
+    # before issue 19): to show what deferring them buys.
+    refills_in_run: bool = False
 
     def per_round(self, total: int) -> int:
         return max(1, math.ceil(total / self.rounds))
@@ -349,7 +362,7 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
         await _measure_spares(client, server, script, reps, add)
 
     if "run" in groups and server == "raw":
-        await _measure_runs(client, script, reps, add)
+        await _measure_runs(client, script, reps, add, p)
 
     if "open" in groups:
         if not warmed:
@@ -472,7 +485,7 @@ async def _drain_closes() -> float:
     return time.perf_counter() - t0
 
 
-async def _measure_runs(client: str, script: str, reps: int, add: Any) -> None:
+async def _measure_runs(client: str, script: str, reps: int, add: Any, p: Params) -> None:
     """Whole ``Runner.run`` calls: a real Agent, one tool call on the first of n per-run servers."""
     from lovia import Agent, Runner
     from lovia.testing import ScriptedProvider, call, text
@@ -480,6 +493,11 @@ async def _measure_runs(client: str, script: str, reps: int, add: Any) -> None:
     spare = client == "process"
     if spare:
         from lovia_mcp import close_spares, warm_spares
+
+        if p.refills_in_run:
+            from lovia_mcp import spares
+
+            spares.run_started = lambda: None  # the pool never learns of a run in progress
 
     def plugin_of(configs: list[Any]) -> Any:
         if client == "lovia":
@@ -490,14 +508,27 @@ async def _measure_runs(client: str, script: str, reps: int, add: Any) -> None:
 
         return MCP(*configs)
 
-    async def one_run(configs: list[Any], *keys: str) -> None:
+    class SlowModel(ScriptedProvider):  # type: ignore[misc]
+        """Answers after MODEL_LATENCY, as a model over the network would (the loop idle meanwhile)."""
+
+        async def stream(self, *args: Any, **kw: Any) -> Any:
+            await asyncio.sleep(MODEL_LATENCY)
+            async for delta in super().stream(*args, **kw):
+                yield delta
+
+    async def one_run(configs: list[Any], *keys: str, slow: bool = False) -> None:
         timer = _PhaseTimer(plugin_of(configs))
-        model = ScriptedProvider([call("s0__echo", {"text": "hi"}), text("done")])
+        model = (SlowModel if slow else ScriptedProvider)([call("s0__echo", {"text": "hi"}), text("done")])
         agent = Agent(name="bench", model=model, plugins=[timer])
         t0 = time.perf_counter()
         result = await Runner.run(agent, "go")
         took = time.perf_counter() - t0
         assert result.output == "done", result.output
+        if slow:
+            await _drain_closes()
+            for key in keys:
+                add(key, took - 2 * MODEL_LATENCY)
+            return
         # Not timed in the run: the closes a run's end handed to the
         # background (lovia-mcp since issue 19), waited for here so that
         # every sample starts on a quiet machine, as lovia's do.
@@ -516,6 +547,9 @@ async def _measure_runs(client: str, script: str, reps: int, add: Any) -> None:
         for _ in range(reps):
             # lovia has no spares: its plain run is the baseline of both.
             await one_run(plain, f"run{n}", *([f"run{n}_spares"] if client == "lovia" else []))
+        if n == FIVE and client == "lovia":
+            for _ in range(reps):
+                await one_run(plain, "run5_spares_model", slow=True)
         if not spare:
             continue
         spared = [_make_server(client, script, name=f"s{i}", spares=1) for i in range(n)]
@@ -524,6 +558,10 @@ async def _measure_runs(client: str, script: str, reps: int, add: Any) -> None:
         for _ in range(reps):
             await warm_spares(*spared)  # every spare ready (the last run's refills done), not timed
             await one_run(spared, f"run{n}_spares")
+        if n == FIVE:
+            for _ in range(reps):
+                await warm_spares(*spared)
+                await one_run(spared, "run5_spares_model", slow=True)
         await close_spares()
 
 
@@ -863,6 +901,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", type=int, default=None, help="bytes of the big result (default 10_000_000; quick 1_000_000)")
     ap.add_argument("--conc", type=int, default=None, help="concurrent calls (default 300; quick 100)")
     ap.add_argument("--conns", type=int, default=None, help="extra connections for the RSS figure (default 5; quick 2)")
+    ap.add_argument("--refills-in-run", action="store_true",
+                    help="refills start while a run goes on, as before issue 19 (for run5_spares_model)")
     ap.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
     ap.add_argument("--child-servers", help=argparse.SUPPRESS)
     ap.add_argument("--child-groups", help=argparse.SUPPRESS)
@@ -887,6 +927,7 @@ def main(argv: list[str] | None = None) -> int:
         big=args.big or (1_000_000 if quick else 10_000_000),
         n_conns=args.conns or (2 if quick else 5),
         sdk_open_repeat=1 if quick else max(3, repeat // 2),
+        refills_in_run=args.refills_in_run,
     )
     wanted = _wanted(args.only)
     groups = {FIGURE_BY_KEY[k].group for k in wanted}
