@@ -614,6 +614,12 @@ def test_a_refill_scheduled_before_the_pool_closed_starts_nothing() -> None:
     run(main())
 
 
+# Bound on holding a run in its second turn for the refill's timer (50 ms,
+# or the shortened REFILL_MAX_DEFER): past it the run goes on and the test
+# fails on what it saw, instead of hanging.
+HOLD_WAIT = 10.0
+
+
 class _HoldsSecondTurn(Model):
     """A scripted model whose second turn starts only once ``go`` is set (the run stays in progress)."""
 
@@ -625,7 +631,8 @@ class _HoldsSecondTurn(Model):
     async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
         self.turns += 1
         if self.turns == 2:
-            await self.go.wait()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.go.wait(), HOLD_WAIT)
         async for delta in super().stream(entries, tools=tools, **kw):
             yield delta
 
@@ -655,6 +662,40 @@ def test_a_refill_waits_for_the_run_that_took_the_spare_to_end(monkeypatch: pyte
         assert result.output == "done"
         assert during == [0]  # the timer fired in the run, and started nothing
         assert len(entry.starting) == 1  # the run's end started it
+        assert await warm_spares(server) == 1
+        await close_spares()
+
+    run(main())
+
+
+def test_a_run_that_goes_on_past_refill_max_defer_gets_its_refills_started_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A long run mostly waits for its model: a concurrent run starting then
+    # should find spares, so deferred refills start after REFILL_MAX_DEFER
+    # even though the run is still in progress (shortened here).
+    monkeypatch.setattr(spares, "REFILL_MAX_DEFER", 0.2)
+
+    async def main() -> None:
+        server = raw(spares=1)
+        await warm_spares(server)
+        pool = spares._pool()
+        ((_, entry),) = pool.entries.items()
+        started = asyncio.Event()
+        during: list[int] = []
+        deferred = spares._Pool.refill_deferred
+
+        def spy(self: Any) -> None:
+            deferred(self)
+            if self.runs:
+                during.append(len(entry.starting) + len(entry.ready))
+                started.set()
+
+        monkeypatch.setattr(spares._Pool, "refill_deferred", spy)
+        model = _HoldsSecondTurn(started, call("raw__echo", {"text": "hi"}), text("done"))
+        result = await Runner.run(Agent(name="tester", model=model, plugins=[MCP(server)]), "go")
+        assert result.output == "done"
+        assert during == [1]  # started while the run was still held
         assert await warm_spares(server) == 1
         await close_spares()
 

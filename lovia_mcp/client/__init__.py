@@ -7,7 +7,11 @@ the lovia-facing surface over it):
   dispatch of worker messages, the clean-up after a lost worker; a request
   ends in the answer or a ``Failure`` value, never an exception;
 - ``retry``: the one retry decision, by the failure's kind;
-- ``circuit``: the restart circuit (only the agent sees worker deaths).
+- ``circuit``: the restart circuit (only the agent sees worker deaths);
+- ``forkserver``: the agent's handle on its forkserver and the workers
+  (and the idle worker) it starts;
+- ``closing``: closes a run's end started, finished in the background and
+  waited for by ``MCP.aclose()``, ``close_spares()`` and the loop's end.
 """
 
 __all__: list[str] = []
