@@ -108,6 +108,7 @@ def test_close_spares_waits_for_the_closes_a_run_started() -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.timing
 def test_a_call_in_flight_when_the_run_closes_gets_a_closed_error_and_nothing_is_left() -> None:
     async def main() -> None:
         plugin = MCP(raw("process"))
