@@ -10,7 +10,8 @@ are the core's (:mod:`.client.core`).
 Lifecycle: :meth:`MCPConnection.connect` opens (spawn, handshake, tool
 listing); a worker that dies is replaced on the next request; a server that
 dies is replaced by the worker. :meth:`MCPConnection.close` is shielded from
-cancellation and bounded.
+cancellation and bounded; :meth:`MCPConnection.close_soon` (a run's end)
+starts the same close without waiting for the server's death.
 
 Timeouts: a call carries its deadline to the worker, which cancels it there,
 applies ``on_timeout`` and answers; lovia's own ``wait_for`` around the tool
@@ -302,8 +303,17 @@ class MCPConnection(LoviaFields):
         )
 
     async def close(self) -> None:
-        """Stop the server tree and the worker; shielded and bounded."""
+        """Stop the server tree and the worker, and wait until they are gone; shielded and bounded."""
         await self.core.close()
+
+    def close_soon(self) -> asyncio.Future[None]:
+        """Start :meth:`close` and return at once (a run's end); the future ends when it is done.
+
+        From now on the connection refuses calls; calls already in flight
+        get their answer or a ``closed`` error. ``MCP.aclose()``,
+        ``close_spares()`` and the event loop's end wait for the rest.
+        """
+        return self.core.close_soon()
 
 
 def _renderer(server: MCPServer) -> Any:

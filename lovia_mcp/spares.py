@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 from lovia.exceptions import UserError
 
+from .client import closing
 from .connection import MCPConnection
 
 if TYPE_CHECKING:
@@ -62,6 +63,13 @@ CHECK_WAIT: Final = 2.0
 # milliseconds, and a replacement forked meanwhile would compete with it for
 # the CPU (measured: 5 spares taken in 9 ms with immediate replacements).
 REFILL_DELAY: Final = 0.05
+
+# While a run of an MCP plugin is in progress on the loop, refills wait for
+# its end (a refill is a fork and a server start, tens of milliseconds of
+# CPU each: issue 19 measured five of them doubling a run's close). A run
+# that goes on longer than this is waiting for its model most of the time,
+# and a concurrent run starting then should find spares: they start anyway.
+REFILL_MAX_DEFER: Final = 1.0
 
 # Spares per agent process, over every config and event loop: each is a
 # worker (about 11 MB unique memory) and a live server tree, so a typo like
@@ -95,6 +103,11 @@ class _Pool:
         self.closing = False
         self.changed = asyncio.Event()
         self.closers: set[asyncio.Task[None]] = set()
+        # Plugin runs in progress on this loop (setup done, close not yet
+        # started), and the refills waiting for them to end.
+        self.runs = 0
+        self.deferred: dict[bytes, _Entry] = {}
+        self.defer_timer: asyncio.TimerHandle | None = None
         # Runs while the pool has spares (ready or starting), so a loop
         # closed without asyncio.run's clean-up finds no task of ours pending.
         self.keeper: asyncio.Task[None] | None = None
@@ -112,7 +125,25 @@ class _Pool:
         return sum(len(e.ready) + len(e.starting) for e in list(self.entries.values()))
 
     def refill_soon(self, key: bytes, entry: _Entry) -> None:
-        self.loop.call_later(REFILL_DELAY, self.refill, key, entry)
+        self.loop.call_later(REFILL_DELAY, self.refill_when_idle, key, entry)
+
+    def refill_when_idle(self, key: bytes, entry: _Entry) -> None:
+        """Refill now if no run is in progress (or the oldest waiting refill waited long enough)."""
+        if self.runs:
+            if self.defer_timer is None:
+                self.defer_timer = self.loop.call_later(REFILL_MAX_DEFER, self.refill_deferred)
+            self.deferred[key] = entry
+            return
+        self.refill(key, entry)
+
+    def refill_deferred(self) -> None:
+        """Start the refills that waited for the runs in progress (they ended, or waited long enough)."""
+        deferred, self.deferred = self.deferred, {}
+        if self.defer_timer is not None:
+            self.defer_timer.cancel()
+            self.defer_timer = None
+        for key, entry in deferred.items():
+            self.refill(key, entry)
 
     def refill(self, key: bytes, entry: _Entry) -> None:
         if self.entries.get(key) is not entry:
@@ -264,6 +295,19 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
         pool.wake()
 
 
+def run_started() -> None:
+    """A plugin's run began on this loop: refills wait for it to end (up to :data:`REFILL_MAX_DEFER`)."""
+    _pool().runs += 1
+
+
+def run_ended() -> None:
+    """A plugin's run ended on this loop: with none left, the refills that waited start."""
+    pool = _pool()
+    pool.runs = max(0, pool.runs - 1)
+    if not pool.runs and pool.deferred:
+        pool.refill_deferred()
+
+
 def refill(server: MCPServer) -> None:
     """Start ``server``'s missing spares in the background soon (on this loop, up to the bounds)."""
     pool = _pool()
@@ -296,9 +340,13 @@ async def warm_spares(*servers: MCPServer) -> int:
 
 
 async def close_spares(*servers: MCPServer) -> None:
-    """Close the spares on this loop: those of ``servers`` (equal configs), or all of them."""
+    """Close the spares on this loop: those of ``servers`` (equal configs), or all of them.
+
+    Then wait for every close a run's end started on this loop (every worker joined).
+    """
     pool = _pools.get(asyncio.get_running_loop())
     if pool is None:
+        await closing.wait_closed()
         return
     if not servers:
         keys = list(pool.entries)
@@ -310,6 +358,10 @@ async def close_spares(*servers: MCPServer) -> None:
             except UserError:  # its cwd is gone: matched by equality above, if at all
                 pass
     await pool.aclose(keys)
+    await closing.wait_closed()
 
 
-__all__ = ["CHECK_WAIT", "MAX_SPARES", "REFILL_DELAY", "close_spares", "refill", "spare_key", "take", "warm_spares"]
+__all__ = [
+    "CHECK_WAIT", "MAX_SPARES", "REFILL_DELAY", "REFILL_MAX_DEFER", "close_spares", "refill", "run_ended",
+    "run_started", "spare_key", "take", "warm_spares",
+]

@@ -70,11 +70,12 @@ def test_the_forkserver_goes_with_an_agent_killed_by_sigkill(tmp_path: Path) -> 
         ready, _, _ = select.select([agent.stdout], [], [], REPORT_WAIT)
         assert ready, "the agent process did not report its pids"
         report = json.loads(agent.stdout.readline())
-        [forkserver] = report["forkserver"]
-        assert forkserver not in (agent.pid, report["worker"])
+        # The forkserver, and the idle worker it forked ahead of the next open.
+        helpers = report["forkserver"]
+        assert 1 <= len(helpers) <= 2 and not set(helpers) & {agent.pid, report["worker"]}
         os.kill(agent.pid, signal.SIGKILL)
         agent.wait(5)
-        alive, took = alive_after_sync([forkserver, report["worker"]], 2.0)
+        alive, took = alive_after_sync([*helpers, report["worker"]], 2.0)
         assert alive == [], f"still alive {took:.2f} s after the agent's SIGKILL: {alive}"
     finally:
         if agent.poll() is None:

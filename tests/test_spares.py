@@ -21,8 +21,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import PY, RAW_SERVER, alive_after, alive_after_sync, drive, leftover_cgroups, outputs, pid_alive, pid_of, raw, run
-from lovia.testing import call
+from helpers import (
+    PY, RAW_SERVER, Model, alive_after, alive_after_sync, drive, leftover_cgroups, outputs, pid_alive, pid_of, raw, run,
+)
+from lovia import Agent, Runner
+from lovia.testing import call, text
 
 from lovia_mcp import MCP, MCPConnection, MCPError, MCPServerStdio, UserError, close_spares, spares, warm_spares
 from lovia_mcp.config import MAX_SPARES
@@ -607,5 +610,93 @@ def test_a_refill_scheduled_before_the_pool_closed_starts_nothing() -> None:
         await MCP(server).aclose()
         pool.refill(key, entry)
         assert entry.starting == set() and pool.count() == 0
+
+    run(main())
+
+
+# Bound on holding a run in its second turn for the refill's timer (50 ms,
+# or the shortened REFILL_MAX_DEFER): past it the run goes on and the test
+# fails on what it saw, instead of hanging.
+HOLD_WAIT = 10.0
+
+
+class _HoldsSecondTurn(Model):
+    """A scripted model whose second turn starts only once ``go`` is set (the run stays in progress)."""
+
+    def __init__(self, go: asyncio.Event, *script: Any) -> None:
+        super().__init__(*script)
+        self.go = go
+        self.turns = 0
+
+    async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
+        self.turns += 1
+        if self.turns == 2:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.go.wait(), HOLD_WAIT)
+        async for delta in super().stream(entries, tools=tools, **kw):
+            yield delta
+
+
+def test_a_refill_waits_for_the_run_that_took_the_spare_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 19: five refills starting inside a run competed with it for the
+    # CPU. The refill's timer (REFILL_DELAY after the take) fires while the
+    # run is held in its second model turn; it must start nothing until the
+    # run has ended.
+    async def main() -> None:
+        server = raw(spares=1)
+        await warm_spares(server)
+        pool = spares._pool()
+        ((_, entry),) = pool.entries.items()
+        fired = asyncio.Event()
+        during: list[int] = []
+        timer = spares._Pool.refill_when_idle
+
+        def spy(self: Any, key: bytes, e: Any) -> None:
+            timer(self, key, e)
+            during.append(len(e.starting) + len(e.ready))
+            fired.set()
+
+        monkeypatch.setattr(spares._Pool, "refill_when_idle", spy)
+        model = _HoldsSecondTurn(fired, call("raw__echo", {"text": "hi"}), text("done"))
+        result = await Runner.run(Agent(name="tester", model=model, plugins=[MCP(server)]), "go")
+        assert result.output == "done"
+        assert during == [0]  # the timer fired in the run, and started nothing
+        assert len(entry.starting) == 1  # the run's end started it
+        assert await warm_spares(server) == 1
+        await close_spares()
+
+    run(main())
+
+
+def test_a_run_that_goes_on_past_refill_max_defer_gets_its_refills_started_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A long run mostly waits for its model: a concurrent run starting then
+    # should find spares, so deferred refills start after REFILL_MAX_DEFER
+    # even though the run is still in progress (shortened here).
+    monkeypatch.setattr(spares, "REFILL_MAX_DEFER", 0.2)
+
+    async def main() -> None:
+        server = raw(spares=1)
+        await warm_spares(server)
+        pool = spares._pool()
+        ((_, entry),) = pool.entries.items()
+        started = asyncio.Event()
+        during: list[int] = []
+        deferred = spares._Pool.refill_deferred
+
+        def spy(self: Any) -> None:
+            deferred(self)
+            if self.runs:
+                during.append(len(entry.starting) + len(entry.ready))
+                started.set()
+
+        monkeypatch.setattr(spares._Pool, "refill_deferred", spy)
+        model = _HoldsSecondTurn(started, call("raw__echo", {"text": "hi"}), text("done"))
+        result = await Runner.run(Agent(name="tester", model=model, plugins=[MCP(server)]), "go")
+        assert result.output == "done"
+        assert during == [1]  # started while the run was still held
+        assert await warm_spares(server) == 1
+        await close_spares()
 
     run(main())

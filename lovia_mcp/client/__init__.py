@@ -10,7 +10,10 @@ the lovia-facing surface over it):
 - ``circuit``: the restart circuit (only the agent sees worker deaths);
 - ``channel``: a worker process reached over a socket pair, or the host in
   the agent's own loop (``isolation="none"``);
-- ``forkserver``: the agent's handle on the forkserver its workers fork from.
+- ``forkserver``: the agent's handle on its forkserver and the workers
+  (and the idle worker) it starts;
+- ``closing``: closes a run's end started, finished in the background and
+  waited for by ``MCP.aclose()``, ``close_spares()`` and the loop's end.
 """
 
 __all__: list[str] = []

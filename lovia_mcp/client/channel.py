@@ -74,9 +74,8 @@ def _quiet_warm_up(http: bool) -> None:
 
 
 def helper_pids() -> set[int]:
-    """Pids of this process's long-lived helpers (the forkserver), shared by every connection."""
-    pid = _forkserver.pid
-    return set() if pid is None else {pid}
+    """Pids of this process's long-lived helpers (the forkserver and its idle worker), shared by every connection."""
+    return _forkserver.helper_pids()
 
 
 class ProcessChannel:

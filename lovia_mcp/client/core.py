@@ -16,7 +16,10 @@ only a bounded backstop for a worker that never answers at all.
 
 Lifecycle: :meth:`ClientCore.connect` starts a channel and waits for
 ``Opened``; a lost worker is replaced on the next request (a restart for
-the circuit); :meth:`ClientCore.close` is bounded and shielded by its caller.
+the circuit); :meth:`ClientCore.close` is bounded and shielded;
+:meth:`ClientCore.close_soon` starts the same close and leaves its end to
+a background task (:mod:`.closing`), so a run's end does not wait for a
+server's death.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from lovia_mcp_worker.protocol import (
 )
 
 from .channel import LocalChannel, ProcessChannel
+from . import closing
 from .circuit import RestartCircuit
 from .retry import ENDED
 
@@ -95,6 +99,8 @@ class ClientCore:
         self.worker_restarts = 0
         # Closes of given-up channels under way (asyncio keeps only weak references).
         self._closing: set[asyncio.Future[None]] = set()
+        # This connection's own close, once started (close_soon).
+        self._close_task: asyncio.Task[None] | None = None
         self._server_log = logging.getLogger(f"lovia_mcp.server.{spec.name}")
 
     # -- what callers may read ------------------------------------------------- #
@@ -298,21 +304,41 @@ class ClientCore:
 
     # -- close --------------------------------------------------------------- #
     async def close(self) -> None:
-        """Stop the server tree and the worker (bounded, shielded); requests in flight fail as ``closed``."""
-        if self.closed:
-            return
+        """Stop the server tree and the worker and wait for it (bounded, shielded).
+
+        Requests in flight get their answer or fail as ``closed``.
+        """
+        await asyncio.shield(self.close_soon())
+
+    def close_soon(self) -> asyncio.Future[None]:
+        """Start the close and return at once; the returned future ends when the worker is joined.
+
+        The connection refuses new requests from now on. The rest (the
+        worker's tree kill, its exit, the join) runs in a task of
+        :mod:`.closing`, which ``MCP.aclose()``, ``close_spares()`` and the
+        loop's end wait for.
+        """
+        if self._close_task is not None:
+            return self._close_task
         self.closed = True
         channel, self._channel = self._channel, None
         if self._starting is not None:
             self._starting.cancel()
-        if channel is not None:
-            await asyncio.shield(self._close_channel(channel))
-        pending, self._pending = self._pending, {}
-        for rid, fut in pending.items():
-            if not fut.done():
-                fut.set_result(Failure(id=rid, kind="closed", message="the connection was closed"))
+        self._close_task = closing.hand_off(self._finish_close(channel))
+        return self._close_task
+
+    async def _finish_close(self, channel: Channel | None) -> None:
+        try:
+            if channel is not None:
+                await self._close_channel(channel)
+        finally:
+            pending, self._pending = self._pending, {}
+            for rid, fut in pending.items():
+                if not fut.done():
+                    fut.set_result(Failure(id=rid, kind="closed", message="the connection was closed"))
 
     async def _close_channel(self, channel: Channel) -> None:
+        cancelled = False
         if channel.alive:
             rid = next(self._ids)
             fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
@@ -324,12 +350,19 @@ class ClientCore:
             either: set[asyncio.Future[Any]] = {fut, lost}
             try:
                 await asyncio.wait(either, timeout=CLOSE_WAIT, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                # The loop is ending (asyncio.run cancels what is left, then
+                # waits for it): skip the reply, but drop the pipe (the worker
+                # then kills its tree) and join the worker before ending.
+                cancelled = True
             finally:
                 lost.cancel()
                 self._pending.pop(rid, None)
         # A worker that died meanwhile left its tree to the forkserver, which
         # kills it (lovia_mcp_worker.process): nothing of it is the agent's.
         await channel.aclose()
+        if cancelled:
+            raise asyncio.CancelledError
 
 
 __all__ = ["ANSWER_BACKSTOP", "CLOSE_WAIT", "ClientCore", "Isolation"]

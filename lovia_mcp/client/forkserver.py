@@ -9,7 +9,11 @@ agent runs: starting it, asking it for a worker, joining a worker.
 
 Lifecycle: :meth:`ForkServer.ensure_running` starts ``python -c`` with the
 agent's ``sys.path`` and interpreter flags, stdin on ``/dev/null``; it
-imports the preload list, then waits on a *control* socket pair. To start a
+imports the preload list, then waits on a *control* socket pair. Whenever
+it has nothing else to do it forks the next worker ahead of its request (an
+*idle* worker, about 1 MB of unique memory), so a worker's start is off the
+open's path; it announces that worker's pid on the control socket
+(:meth:`ForkServer.helper_pids`). To start a
 worker, the agent sends one byte with the worker's end of the worker's
 socket pair, the forkserver's end of a *status* socket pair, and the agent's
 working directory (a directory fd). The forkserver writes the child's pid to
@@ -28,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -124,6 +129,10 @@ class ForkServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
         self._atexit = False
+        # The idle worker the forkserver forked ahead of the next request,
+        # as it last told (on the control socket), and a partial record.
+        self._idle_pid: int | None = None
+        self._idle_got = b""
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forget)
 
@@ -131,6 +140,44 @@ class ForkServer:
     def pid(self) -> int | None:
         proc = self._proc
         return None if proc is None else proc.pid
+
+    def helper_pids(self) -> set[int]:
+        """The forkserver's pid and its idle worker's: processes of lovia-mcp's own, not of a connection."""
+        with self._lock:
+            self._drain_idle()
+            return {p for p in (self.pid, self._idle_pid) if p is not None}
+
+    def idle_pid(self, wait: float = 0.0) -> int | None:
+        """The idle worker waiting for the next request; blocks up to ``wait`` seconds for one to be announced."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                self._drain_idle()
+                pid, ctrl = self._idle_pid, self._ctrl
+            left = deadline - time.monotonic()
+            if pid is not None or ctrl is None or left <= 0:
+                return pid
+            select.select([ctrl], [], [], left)
+
+    def _drain_idle(self) -> None:
+        """Read the idle workers' pids the forkserver announced; the last one waits now (0: none)."""
+        ctrl = self._ctrl
+        if ctrl is None:
+            return
+        while True:
+            try:
+                data = ctrl.recv(4096, socket.MSG_DONTWAIT)
+            except OSError:  # nothing more (BlockingIOError), or the forkserver is gone
+                break
+            if not data:
+                break
+            self._idle_got += data
+        size = FORKSERVER_STATUS.size
+        whole = len(self._idle_got) // size * size
+        if whole:
+            (pid,) = FORKSERVER_STATUS.unpack(self._idle_got[whole - size:whole])
+            self._idle_pid = pid or None
+            self._idle_got = self._idle_got[whole:]
 
     def _forget(self) -> None:
         """In a forked copy of the agent: that forkserver is the parent's.
@@ -143,6 +190,7 @@ class ForkServer:
             with contextlib.suppress(OSError):
                 self._ctrl.close()
         self._ctrl = self._proc = None
+        self._idle_pid, self._idle_got = None, b""
 
     def ensure_running(self, preload: Sequence[str] | None = None) -> None:
         """Start the forkserver unless it runs (it preloads in the background).
@@ -166,6 +214,7 @@ class ForkServer:
         try:
             with self._lock:
                 self._ensure_running()
+                self._drain_idle()  # its announcements never pile up
                 try:
                     self._send(fds)
                 except OSError:
@@ -228,6 +277,7 @@ class ForkServer:
     def _stop(self) -> None:
         ctrl, proc = self._ctrl, self._proc
         self._ctrl = self._proc = None
+        self._idle_pid, self._idle_got = None, b""
         if ctrl is not None:
             ctrl.close()  # EOF: the forkserver exits
         if proc is not None:

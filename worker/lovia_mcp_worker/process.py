@@ -81,28 +81,43 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
     signal.set_wakeup_fd(wake_w)
     status: dict[int, socket.socket] = {}  # live workers' status sockets
     dead: set[int] = set()  # workers whose cgroups are still to be removed
+    idle: _Idle | None = None
     with selectors.DefaultSelector() as sel:
         sel.register(ctrl, selectors.EVENT_READ)
         sel.register(wake_r, selectors.EVENT_READ)
         while True:
-            for key, _ in sel.select():
+            # Nothing to do: fork the next worker ahead of its request.
+            events = sel.select(0 if idle is None else None)
+            if not events and idle is None:
+                idle = _prefork(ctrl, [sel, ctrl, *status.values()], [wake_r, wake_w])
+                continue
+            for key, _ in events:
                 if key.fd == wake_r:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(wake_r, 4096):
                             pass
-                    _reap(status, dead, cgroup)
+                    if _reap(status, dead, cgroup, idle):
+                        idle = None  # it died waiting: another is forked when idle
                     continue
-                msg, fds, _, _ = socket.recv_fds(ctrl, 1, 3)
+                try:
+                    msg, fds, _, _ = socket.recv_fds(ctrl, 1, 3)
+                except ConnectionResetError:  # closed with announcements unread: gone all the same
+                    msg, fds = b"", []
                 if not msg:
-                    os._exit(0)  # the agent is gone
+                    os._exit(0)  # the agent is gone (an idle worker sees its socket close and exits)
                 if len(fds) < 2:
                     for fd in fds:
                         os.close(fd)
                     continue
                 chan, st, *rest = fds
-                pid = os.fork()
-                if pid == 0:
-                    _child(chan, rest[0] if rest else None, [sel, ctrl, *status.values()], [wake_r, wake_w, st])
+                pid = idle.hand(chan, rest) if idle is not None else None
+                if idle is not None:
+                    _announce(ctrl, 0)  # no idle worker now: that one is a connection's
+                idle = None
+                if pid is None:
+                    pid = os.fork()
+                    if pid == 0:
+                        _child(chan, rest[0] if rest else None, [sel, ctrl, *status.values()], [wake_r, wake_w, st])
                 status[pid] = sock = socket.socket(fileno=st)
                 os.close(chan)
                 for fd in rest:
@@ -111,24 +126,96 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                     sock.sendall(FORKSERVER_STATUS.pack(pid))
 
 
+class _Idle:
+    """A worker forked ahead of its request, waiting for its socket (the forkserver's view)."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+
+    def hand(self, chan: int, rest: list[int]) -> int | None:
+        """Give it the worker's fds; its pid, or ``None`` if it is gone (the caller forks instead)."""
+        try:
+            socket.send_fds(self.sock, [b"W"], [chan, *rest])
+        except OSError:
+            return None
+        finally:
+            self.sock.close()
+        return self.pid
+
+
+def _prefork(ctrl: socket.socket, objects: list[_Closable], fds: list[int]) -> _Idle | None:
+    """Fork an idle worker and tell the agent its pid (on the control socket: it is one of the agent's helpers)."""
+    ours, theirs = socket.socketpair()
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None  # out of processes: the next request forks as it arrives
+    if pid == 0:
+        _wait_for_request(theirs, [*objects, ours], fds)
+    theirs.close()
+    _announce(ctrl, pid)
+    return _Idle(pid, ours)
+
+
+def _announce(ctrl: socket.socket, idle_pid: int) -> None:
+    """Tell the agent which worker waits idle (0: none); its leak checks and tools count it as a helper."""
+    with contextlib.suppress(OSError):
+        # Never blocks: an agent that does not read these any more only loses them.
+        ctrl.send(FORKSERVER_STATUS.pack(idle_pid), socket.MSG_DONTWAIT)
+
+
+def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[int]) -> NoReturn:
+    """An idle worker: drop the forkserver's state now, then wait for a worker's fds (or EOF: exit)."""
+    try:
+        _reset(objects, fds)
+        from .main import Prepared
+
+        prepared = Prepared()
+        msg, got, _, _ = socket.recv_fds(sock, 1, 2)
+        sock.close()
+    except BaseException:  # noqa: BLE001 - never back into the forkserver's loop
+        os._exit(1)
+    if not msg or not got:
+        os._exit(0)  # the forkserver is gone: no request will come
+    _serve_worker(got[0], got[1] if len(got) > 1 else None, prepared)
+
+
+def _reset(objects: list[_Closable], fds: list[int]) -> None:
+    """In a freshly forked child: the forkserver's signal set-up and descriptors are not a worker's."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for obj in objects:
+        obj.close()
+    for fd in fds:
+        os.close(fd)
+
+
 def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int]) -> NoReturn:
-    """A freshly forked worker: drop the forkserver's state, then serve ``chan``."""
+    """A worker forked on request (no idle one was ready): drop the forkserver's state, then serve ``chan``."""
+    try:
+        _reset(objects, fds)
+    except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    _serve_worker(chan, cwd)
+
+
+def _serve_worker(chan: int, cwd: int | None, prepared: Any = None) -> NoReturn:
+    """Be the worker of ``chan``, in the agent's working directory ``cwd`` (set up now unless ``prepared``)."""
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for obj in objects:
-            obj.close()
-        for fd in fds:
-            os.close(fd)
         if cwd is not None:
             with contextlib.suppress(OSError):
                 os.fchdir(cwd)
             os.close(cwd)
-        from .main import run
+        from .main import Prepared
 
-        run(socket.socket(fileno=chan))
+        (prepared or Prepared()).run(socket.socket(fileno=chan))
         code = 0
     except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
         traceback.print_exc()
@@ -137,8 +224,12 @@ def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int])
         os._exit(code)
 
 
-def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any) -> None:
-    """Reap exited children: tell the agent of its workers' exits, kill what dead workers left."""
+def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, idle: _Idle | None) -> bool:
+    """Reap exited children: tell the agent of its workers' exits, kill what dead workers left.
+
+    Returns whether the idle worker was among them.
+    """
+    idle_died = False
     while True:
         try:
             pid, sts = os.waitpid(-1, os.WNOHANG)
@@ -148,6 +239,9 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any) -> None
             break
         sock = status.pop(pid, None)
         if sock is None:
+            if idle is not None and pid == idle.pid:
+                idle.sock.close()
+                idle_died = True
             continue  # an adopted orphan, killed below
         code = os.waitstatus_to_exitcode(sts)
         with contextlib.suppress(OSError):
@@ -158,7 +252,7 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any) -> None
             dead.add(pid)
             with contextlib.suppress(Exception):
                 cgroup.kill_leftovers(pid)
-    adopted = [pid for pid in _children() if pid not in status]
+    adopted = [pid for pid in _children() if pid not in status and (idle is None or idle_died or pid != idle.pid)]
     for pid in adopted:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -168,6 +262,7 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any) -> None
             with contextlib.suppress(Exception):
                 if not cgroup.remove_leftovers(pid):
                     dead.discard(pid)
+    return idle_died
 
 
 def _children() -> list[int]:
