@@ -46,6 +46,9 @@ KILL_WAIT: Final = 2.0
 # not reap (psutil's wait does, for children): the server's exit status
 # belongs to asyncio's child watcher, which otherwise reports 255.
 EXIT_POLL: Final = 0.01
+# The resolution of psutil's create_time (the kernel counts start times in
+# clock ticks): a child may seem born a tick before its server.
+CLOCK_TICK: Final = 1 / os.sysconf("SC_CLK_TCK")
 
 _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
@@ -267,17 +270,11 @@ class Tree(Protocol):
     enforcement: str  # "cgroup" or "watch", as reported by stats()
 
     def attach(self, server_pid: int) -> None: ...
-
     def pids(self) -> list[int]: ...
-
     def usage(self) -> TreeUsage: ...
-
     def check(self, limits: Limits) -> Breach | None: ...
-
     def kill(self, term_grace: float) -> None: ...
-
     def oom_kills(self) -> int: ...
-
     def close(self) -> None: ...
 
 
@@ -340,10 +337,10 @@ class WatchTree:
         def start(t: WatchTree) -> float:
             return float("inf") if t.started is None else t.started
 
-        before = [t for t in trees if t.started is None or t.started <= born]
-        if before:
-            return max(before, key=start)
-        return min(trees, key=start) if trees else None
+        # Born before every live generation's server: a retired generation's
+        # orphan, still dying, never the newest one's (whose limit it would break).
+        before = [t for t in trees if t.started is None or t.started <= born + CLOCK_TICK]
+        return max(before, key=start) if before else None
 
     def procs(self) -> list[psutil.Process]:
         if self.server_pid is None:
