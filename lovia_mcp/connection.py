@@ -52,6 +52,7 @@ from lovia.tools import Tool
 from lovia_mcp_worker import failures
 from lovia_mcp_worker.framing import MAX_REQUEST_BYTES, frame_cap
 from lovia_mcp_worker.protocol import (
+    MCP_MODERN_VERSIONS,
     AgentMessage,
     CallTool,
     Cancel,
@@ -79,6 +80,7 @@ from ._channel import LocalChannel, ProcessChannel, kill_leftovers
 from ._errors import to_error
 from ._tools import build_tools
 from . import annotations as _hints
+from . import tracing
 from ._parity import LoviaFields
 from .render import MCPToolResult, default_renderer, with_sdk_models
 
@@ -157,6 +159,10 @@ class MCPConnection(LoviaFields):
         self._last_end: str | None = None
         self._server_log = logging.getLogger(f"lovia_mcp.server.{self._spec.name}")
         self._renderer = _renderer(server)
+        # Spans of the operations in flight (worker events go onto them), and
+        # the MCP protocol version the server speaks (from Opened / Started).
+        self._ops: set[tracing.Operation] = set()
+        self.protocol_version: str | None = None
 
     # -- the plugin's view --------------------------------------------------- #
     @property
@@ -209,7 +215,9 @@ class MCPConnection(LoviaFields):
 
     async def refresh_tools(self) -> list[Tool]:
         """Re-list the server's tools and rebuild the lovia tools."""
-        reply = await self._request(lambda i: ListTools(id=i), tool_name=None)
+        with self._operation("tools/list") as op:
+            trace = op.trace if op is not None else None
+            reply = await self._request(lambda i: ListTools(id=i, trace=trace), tool_name=None, op=op)
         assert isinstance(reply, Tools)
         self._tools = self._build_tools(reply.tools)
         return list(self._tools)
@@ -253,7 +261,25 @@ class MCPConnection(LoviaFields):
                 tool_name=name,
                 kind="too_large",
             )
+        with self._operation("tools/call", name) as op:
+            result = await self._call_tool(name, body, timeout, op)
+            if result.is_error and op is not None:
+                op.fail("tool_error")
+            return result
+
+    def _operation(self, method: str, target: str | None = None) -> Any:
+        """The span of one MCP operation (:mod:`.tracing`); ``None`` inside without OpenTelemetry."""
+        return tracing.operation(
+            method, target, **{
+                "network.transport": tracing.NETWORK_TRANSPORT.get(self._spec.transport),
+                "mcp.protocol.version": self.protocol_version,
+                "lovia_mcp.server.name": self._spec.name,
+            },
+        )
+
+    async def _call_tool(self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None) -> MCPToolResult:
         retried = False
+        trace = op.trace if op is not None else None
         # The timeout runs from here (lovia's wait_for wraps this call):
         # time spent replacing a worker or on a first attempt counts, so a
         # cancel at the deadline is always recognised as a timeout.
@@ -263,11 +289,11 @@ class MCPConnection(LoviaFields):
         def make(i: int) -> CallTool:
             sent.append(i)
             self._calls[i] = name
-            return CallTool(id=i, name=name, arguments=body)
+            return CallTool(id=i, name=name, arguments=body, trace=trace)
 
         while True:
             try:
-                reply = await self._request(make, tool_name=name, timeout=timeout, retry=True, started=started)
+                reply = await self._request(make, tool_name=name, timeout=timeout, retry=True, started=started, op=op)
             except _Retry as r:
                 if not self.server.auto_reconnect or retried:
                     raise r.error from None
@@ -278,6 +304,8 @@ class MCPConnection(LoviaFields):
                     )
                     raise r.error from None
                 retried = True
+                if op is not None:
+                    op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": str(r.error)})
                 logger.warning("%s: retrying %r once on a fresh server after: %s", self._spec.name, name, r.error)
                 continue
             finally:
@@ -295,6 +323,7 @@ class MCPConnection(LoviaFields):
         timeout: float | None = None,
         retry: bool = False,
         started: float | None = None,
+        op: tracing.Operation | None = None,
     ) -> WorkerMessage:
         """Send one request and wait for its answer.
 
@@ -323,6 +352,9 @@ class MCPConnection(LoviaFields):
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         msg: AgentMessage = make(rid)
+        if op is not None:
+            op.set("jsonrpc.request.id", rid)
+            self._ops.add(op)
         channel.send(msg)
         try:
             reply = await fut
@@ -333,12 +365,18 @@ class MCPConnection(LoviaFields):
                 # the deadline, never meaningfully before it.
                 timed_out = timeout is not None and time.monotonic() - started >= timeout - 0.01
                 channel.send(Cancel(id=rid, timed_out=timed_out))
+                if timed_out and op is not None:
+                    op.timed_out(timeout, self._spec.on_timeout)
                 if timed_out and self._spec.on_timeout == "kill":
                     self._needs_restart = True
             raise
         finally:
             self._pending.pop(rid, None)
+            if op is not None:
+                self._ops.discard(op)
         if isinstance(reply, Failure):
+            if op is not None:
+                op.failure(reply)
             if reply.kind in ENDED:
                 self._needs_restart = True
                 self._last_end = reply.message
@@ -376,7 +414,12 @@ class MCPConnection(LoviaFields):
         if old is not None:
             self.worker_restarts += 1
             self._restart_times.append(time.monotonic())
+            tracing.worker_restarted(self._ops, self._last_worker_loss)
             await old.aclose()
+        with self._operation("initialize") as op:
+            await self._open_channel(op)
+
+    async def _open_channel(self, op: tracing.Operation | None) -> None:
         channel: ProcessChannel | LocalChannel
         if self.isolation == "process":
             # The largest frame this worker may send: never allocate past it.
@@ -391,18 +434,30 @@ class MCPConnection(LoviaFields):
         rid = next(self._ids)
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
-        channel.send(Open(id=rid, spec=self._spec))
+        if op is not None:
+            op.set("jsonrpc.request.id", rid)
+            self._ops.add(op)
+        channel.send(Open(id=rid, spec=self._spec, trace=op.trace if op is not None else None))
         try:
             reply = await fut
         finally:
             self._pending.pop(rid, None)
+            if op is not None:
+                self._ops.discard(op)
         if isinstance(reply, Failure):
+            if op is not None:
+                op.failure(reply)
             self._channel = None
             with contextlib.suppress(Exception):
                 await self._close_channel(channel)
             raise _StartFailed(reply)
         assert isinstance(reply, Opened)
         self._server_pid = reply.server_pid
+        self.protocol_version = reply.protocol_version
+        if op is not None:
+            op.set("mcp.protocol.version", reply.protocol_version)
+            if reply.protocol_version in MCP_MODERN_VERSIONS:
+                op.rename("server/discover")  # the stateless era's open has no initialize
         if self._tools is None or reply.tools != self._specs:
             # A replaced worker's server may list other tools.
             self._tools = self._build_tools(reply.tools)
@@ -433,8 +488,11 @@ class MCPConnection(LoviaFields):
             # Follow its pid, so a worker death kills the right group.
             self._server_pid = msg.server_pid
             self._needs_restart = False
+            if msg.protocol_version is not None:
+                self.protocol_version = msg.protocol_version
             if msg.generation > 1:
                 self._restart_times.append(time.monotonic())
+            tracing.started(self._ops, msg)
             return
         if isinstance(msg, Progress):
             self._log_progress(msg)
@@ -444,6 +502,7 @@ class MCPConnection(LoviaFields):
             # generation's Started already replaced it.
             if msg.server_pid == self._server_pid:
                 self._server_pid = None
+            tracing.ended(self._ops, msg)
             return
         fut = self._pending.pop(msg.id, None)
         if fut is not None and not fut.done():

@@ -30,6 +30,12 @@ PROTOCOL_VERSION: Final = 4
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
 
+# MCP protocol revisions lovia-mcp speaks, newest first: those reached by the
+# initialize handshake, and the stateless ones (no initialize; a per-request
+# _meta envelope; server/discover is the probe).
+MCP_HANDSHAKE_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+MCP_MODERN_VERSIONS: Final = ("2026-07-28",)
+
 
 
 # --------------------------------------------------------------------------- #
@@ -202,6 +208,8 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     # Processes of this worker's server trees stopped by the kernel's OOM
     # killer at memory_mb (cgroup enforcement only).
     oom_kills: int = 0
+    # The MCP protocol version the current generation speaks (None: none serves).
+    protocol_version: str | None = None
 
 
 # --------------------------------------------------------------------------- #
@@ -219,10 +227,17 @@ class Open(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     spec: ServerSpec
     environ: dict[str, str] | None = None
     protocol: int = PROTOCOL_VERSION
+    trace: dict[str, str] | None = None
+
+
+# ``trace`` on a request: the agent's W3C trace context (``traceparent``,
+# ``tracestate``) for the server, which the worker puts into the MCP
+# request's ``_meta`` (the agent owns the spans; a worker has no exporter).
 
 
 class ListTools(msgspec.Struct, frozen=True, tag=True):
     id: int
+    trace: dict[str, str] | None = None
 
 
 class CallTool(msgspec.Struct, frozen=True, tag=True):
@@ -231,6 +246,7 @@ class CallTool(msgspec.Struct, frozen=True, tag=True):
     id: int
     name: str
     arguments: bytes
+    trace: dict[str, str] | None = None
 
 
 class Cancel(msgspec.Struct, frozen=True, tag=True):
@@ -260,6 +276,8 @@ class Opened(msgspec.Struct, frozen=True, tag=True):
     id: int
     server_pid: int | None
     tools: list[ToolSpec]
+    # The MCP protocol version negotiated with the server.
+    protocol_version: str | None = None
 
 
 class Started(msgspec.Struct, frozen=True, tag=True):
@@ -271,6 +289,12 @@ class Started(msgspec.Struct, frozen=True, tag=True):
 
     server_pid: int | None
     generation: int
+    # Why the generation before it ended (None for the first), the MCP
+    # protocol version it speaks, and the sandbox backend in force ("bwrap";
+    # None: no sandbox): the agent makes span events of them.
+    reason: str | None = None
+    protocol_version: str | None = None
+    sandbox: str | None = None
 
 
 class Ended(msgspec.Struct, frozen=True, tag=True):
@@ -346,6 +370,9 @@ class Failure(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     exit_code: int | None = None
     signal: str | None = None
     stderr_tail: list[str] = []
+    # For kind "limit": which one ("memory", "process", "CPU", or "oom" when
+    # the kernel's OOM killer stopped the tree at memory_mb).
+    limit: str | None = None
 
 
 class StatsReply(msgspec.Struct, frozen=True, tag=True):
@@ -385,6 +412,8 @@ def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
 
 __all__ = [
     "HEADER",
+    "MCP_HANDSHAKE_VERSIONS",
+    "MCP_MODERN_VERSIONS",
     "PROTOCOL_VERSION",
     "AgentMessage",
     "CallTool",

@@ -91,7 +91,7 @@ class Containment:
         found = tree.check(spec.limits)
         if found is None or found[0] == "CPU":
             return reason
-        limited = failures.limit(*found, reason.stderr_tail)
+        limited = failures.limit(*found, reason.stderr_tail, oom=found[0] == "memory")
         self._log(logging.WARNING, f"server {spec.name!r}: {limited.message}")
         return limited
 

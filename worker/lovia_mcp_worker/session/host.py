@@ -78,6 +78,10 @@ from ..protocol import (
 )
 from .standby import Standby
 
+def _version(gen: Generation) -> str | None:
+    return None if gen.session is None else gen.session.protocol_version
+
+
 class Host:
     """Serves one connection's requests; replies through ``emit``."""
 
@@ -113,6 +117,8 @@ class Host:
         self._last_end: str | None = None
         self.last_restart_reason: str | None = None
         self.garbage_lines = 0
+        # The agent's trace context for the open's handshake (Open.trace).
+        self._open_trace: dict[str, str] | None = None
         # What the agent knows of the tools; re-listing after list_changed.
         self.listing = Listing(emit, self._log, lambda: self.current)
 
@@ -146,11 +152,12 @@ class Host:
                 self._open(msg)
                 gen = await self._live()
                 self.listing.sent(gen.tools)
-                self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools))
+                self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools,
+                                  protocol_version=_version(gen)))
             elif isinstance(msg, ListTools):
                 gen = await self._live()
                 assert gen.session is not None
-                gen.tools = await gen.session.list_tools()
+                gen.tools = await gen.session.list_tools(msg.trace)
                 self.listing.sent(gen.tools)
                 self._emit(Tools(id=msg.id, tools=gen.tools))
             elif isinstance(msg, CallTool):
@@ -176,6 +183,7 @@ class Host:
                 hint="The agent and its worker come from different lovia-mcp installs; restart the agent process.",
             )
         self.spec = msg.spec
+        self._open_trace = msg.trace
 
     def _cancel(self, msg: Cancel) -> None:
         task = self._tasks.get(msg.id)
@@ -209,7 +217,7 @@ class Host:
         self._on[msg.id] = gen
         progress = ProgressForwarder(self._emit, msg.id)
         try:
-            content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress)
+            content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
             # A list_changed the server sent before this answer is sent first.
             await self.listing.settled(gen)
         finally:
@@ -259,7 +267,7 @@ class Host:
         self.current = gen
         self._log(logging.INFO, f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, "
                                 f"generation {gen.number})")
-        self._emit(Started(server_pid=gen.server_pid, generation=gen.number))
+        self._emit(self._started_message(gen, spec))
         # As after a cold restart: the standby's server may list other tools
         # (or changed them while it waited, when nobody was told).
         self.listing.announce(gen.tools)
@@ -319,10 +327,18 @@ class Host:
         self._log(logging.INFO, f"server {spec.name!r} started (pid {gen.server_pid}, generation {gen.number})")
         # If this worker dies, the agent kills the server's process group
         # itself, and that must be this generation's group.
-        self._emit(Started(server_pid=gen.server_pid, generation=gen.number))
+        self._emit(self._started_message(gen, spec))
         # A restarted server may list other tools than the one before it.
         self.listing.announce(gen.tools)
         return gen
+
+    def _started_message(self, gen: Generation, spec: ServerSpec) -> Started:
+        return Started(
+            server_pid=gen.server_pid, generation=gen.number,
+            reason=self.last_restart_reason if self.restarts else None,
+            protocol_version=_version(gen),
+            sandbox="bwrap" if spec.sandbox is not None and spec.transport == "stdio" else None,
+        )
 
     async def _wait_down(self, gen: Generation) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -363,7 +379,9 @@ class Host:
                         # period: done beside the handshake, not before it.
                         entering = asyncio.ensure_future(asyncio.to_thread(gen.tree.cgroup.enter, gen.server_pid))
                 watchers += self.containment.watch(gen, spec)
-                tools = await session.start()
+                # The open's trace context goes with the first handshake only.
+                trace, self._open_trace = self._open_trace, None
+                tools = await session.start(trace)
                 if entering is not None:
                     try:
                         await entering
@@ -448,6 +466,7 @@ class Host:
             garbage_lines=self.garbage_lines,
             enforcement="none" if http else self.containment.enforcement or "watch",
             oom_kills=self.containment.total_oom_kills(),
+            protocol_version=_version(gen) if serving and gen is not None else None,
         )
 
     def _log(self, level: int, message: str, stderr: bool = False) -> None:

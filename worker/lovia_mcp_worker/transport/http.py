@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextvars
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 from .. import failures
@@ -41,6 +42,16 @@ def _missing_mcp(exc: ImportError) -> HostError:
         f"MCP over HTTP requires the 'mcp' package, which could not be imported ({exc})",
         hint="Install it with: pip install 'mcp>=2.3'",
     )
+
+
+def _traced(trace: dict[str, str] | None) -> contextvars.Context:
+    """A copy of the current context, with the agent's trace context current in it."""
+    ctx = contextvars.copy_context()
+    if trace:
+        from opentelemetry import context, propagate
+
+        ctx.run(context.attach, propagate.extract(trace))
+    return ctx
 
 
 class HttpSession:
@@ -96,12 +107,17 @@ class HttpSession:
         if isinstance(message, ToolListChangedNotification) and self._on_tools_changed is not None:
             self._on_tools_changed()
 
-    async def start(self) -> list[ToolSpec]:
-        await self._race(self._live().initialize(), "initialize")
-        self.initialized = True
-        return await self.list_tools()
+    @property
+    def protocol_version(self) -> str | None:
+        session = self._session
+        return None if session is None else session.protocol_version
 
-    async def list_tools(self) -> list[ToolSpec]:
+    async def start(self, trace: dict[str, str] | None = None) -> list[ToolSpec]:
+        await self._race(self._live().initialize(), "initialize", trace)
+        self.initialized = True
+        return await self.list_tools(trace)
+
+    async def list_tools(self, trace: dict[str, str] | None = None) -> list[ToolSpec]:
         from mcp_types import PaginatedRequestParams
 
         tools: list[ToolSpec] = []
@@ -109,7 +125,7 @@ class HttpSession:
         cursor: str | None = None
         while True:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
-            page = await self._race(self._live().list_tools(params=params), "tools/list")
+            page = await self._race(self._live().list_tools(params=params), "tools/list", trace)
             tools.extend(tool_specs(page.model_dump(by_alias=True, mode="json", exclude_none=True), self._warn))
             cursor = page.next_cursor
             if not cursor:
@@ -120,7 +136,8 @@ class HttpSession:
             seen.add(cursor)
 
     async def call(
-        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None,
+        trace: dict[str, str] | None = None,
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
         import msgspec
 
@@ -135,7 +152,7 @@ class HttpSession:
                 if found is not None:
                     forward(*found[1:])
 
-        result = await self._race(self._live().call_tool(name, args, progress_callback=callback), name)
+        result = await self._race(self._live().call_tool(name, args, progress_callback=callback), name, trace)
         return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
 
     def _live(self) -> Any:
@@ -160,11 +177,17 @@ class HttpSession:
             self._ended.set_result(reason)
             self._on_end(reason)
 
-    async def _race(self, aw: Awaitable[T], what: str) -> T:
-        """Await the SDK unless the session ends first; SDK errors become HostErrors."""
+    async def _race(self, aw: Coroutine[Any, Any, T], what: str, trace: dict[str, str] | None = None) -> T:
+        """Await the SDK unless the session ends first; SDK errors become HostErrors.
+
+        With ``trace``, the SDK's request runs in the agent's trace context:
+        the SDK injects the current context into the request's ``_meta``
+        (its own span is a no-op here, where no OpenTelemetry SDK is set up,
+        and so carries the agent's span on).
+        """
         if self._ended.done():
             raise self._ended.result()
-        work: asyncio.Future[T] = asyncio.ensure_future(aw)
+        work: asyncio.Future[T] = asyncio.get_running_loop().create_task(aw, context=_traced(trace))
         ended: asyncio.Future[Any] = self._ended
         try:
             await asyncio.wait((work, ended), return_when=asyncio.FIRST_COMPLETED)

@@ -71,6 +71,8 @@ _LOG_LEVELS: Final = {
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
+# The agent's W3C trace context for one request's ``_meta`` (None: untraced).
+Trace = dict[str, str] | None
 
 
 class _Message(msgspec.Struct):
@@ -290,8 +292,9 @@ class Client:
         return value
 
     # -- MCP ----------------------------------------------------------------- #
-    async def initialize(self) -> dict[str, Any]:
-        params = _encode({"protocolVersion": PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO})
+    async def initialize(self, trace: Trace = None) -> dict[str, Any]:
+        params = _encode({"protocolVersion": PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO,
+                          **({"_meta": trace} if trace else {})})
         # The spec forbids cancelling initialize.
         result = await self._object("initialize", params, what="initialize", cancellable=False)
         version = result.get("protocolVersion")
@@ -306,12 +309,15 @@ class Client:
         self.notify("notifications/initialized")
         return result
 
-    async def list_tools(self, warn: Callable[[str], None]) -> list[ToolSpec]:
+    async def list_tools(self, warn: Callable[[str], None], trace: Trace = None) -> list[ToolSpec]:
         tools: list[ToolSpec] = []
         seen: set[str] = set()
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
-            params = None if cursor is None else _encode({"cursor": cursor})
+            fields: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
+            if trace:
+                fields["_meta"] = trace
+            params = _encode(fields) if fields else None
             page = await self._object("tools/list", params, what="tools/list")
             tools.extend(tool_specs(page, warn))
             cursor = page.get("nextCursor")
@@ -324,19 +330,25 @@ class Client:
         warn(f"tools/list had more than {MAX_LIST_PAGES} pages; listing stopped at {len(tools)} tools")
         return tools
 
-    async def call_tool(self, name: str, arguments: bytes, on_progress: OnProgress | None = None) -> dict[str, Any]:
+    async def call_tool(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None, trace: Trace = None
+    ) -> dict[str, Any]:
         """``tools/call`` with the agent's argument bytes as they are (a JSON object).
 
         With ``on_progress``, the request carries a ``progressToken`` and each
-        ``notifications/progress`` for it is handed to ``on_progress``.
+        ``notifications/progress`` for it is handed to ``on_progress``;
+        ``trace`` (the agent's ``traceparent``/``tracestate``) goes into ``_meta``.
         """
         params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}")
         if on_progress is None:
+            if trace:
+                params += b',"_meta":' + _encode(trace)
             return await self._object("tools/call", params + b"}", what=name)
         token = next(self._tokens)
         self._progress[token] = on_progress
         try:
-            params += b',"_meta":{"progressToken":%d}}' % token
+            meta: dict[str, Any] = {"progressToken": token, **(trace or {})}
+            params += b',"_meta":' + _encode(meta) + b"}"
             return await self._object("tools/call", params, what=name)
         finally:
             self._progress.pop(token, None)

@@ -31,7 +31,7 @@ from .. import failures
 from ._jsonscan import MISSING, IdScanner
 from .content import call_result
 from ..failures import HostError, RemoteError
-from .jsonrpc import Client
+from .jsonrpc import Client, Trace
 from ..containment.launch import spawn, wrapper_exec_error
 from ..session.progress import OnProgress
 from ..protocol import ContentBlock, ServerSpec, ToolSpec
@@ -295,20 +295,24 @@ class StdioSession:
         self.transport, _ = await spawn(self.spec, lambda: _Pipes(self))
         yield
 
-    async def start(self) -> list[ToolSpec]:
+    @property
+    def protocol_version(self) -> str | None:
+        return self.client.protocol_version
+
+    async def start(self, trace: Trace = None) -> list[ToolSpec]:
         """Handshake and list the tools. Raises HostError."""
         what = "initialize"
         try:
-            await self.client.initialize()
+            await self.client.initialize(trace)
             self.initialized = True
             what = "tools/list"
-            return await self.client.list_tools(self._warn)
+            return await self.client.list_tools(self._warn, trace)
         except RemoteError as exc:
             raise failures.start_failed(f"{what} was answered with an error: {exc}", list(self.stderr.tail)) from None
 
-    async def list_tools(self) -> list[ToolSpec]:
+    async def list_tools(self, trace: Trace = None) -> list[ToolSpec]:
         try:
-            return await self.client.list_tools(self._warn)
+            return await self.client.list_tools(self._warn, trace)
         except RemoteError as exc:
             raise failures.remote("tools/list", exc) from None
 
@@ -316,10 +320,10 @@ class StdioSession:
         self._log(logging.WARNING, text, False)
 
     async def call(
-        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None, trace: Trace = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
         try:
-            return call_result(await self.client.call_tool(name, arguments, on_progress))
+            return call_result(await self.client.call_tool(name, arguments, on_progress, trace))
         except RemoteError as exc:
             raise failures.remote(name, exc) from None
 
