@@ -119,7 +119,9 @@ def test_a_tool_call_is_a_client_span_and_its_trace_context_reaches_the_stdio_se
         assert seen["meta"]["traceparent"].startswith(traceparent(span)), seen
         # The progress token still travels beside it.
         assert "progress_token" in seen["meta"] or "progressToken" in seen["meta"]
-        [opened] = named("initialize")
+        # The SDK's server speaks 2026-07-28, whose open is server/discover.
+        assert seen["version"] == "2026-07-28" == span.attributes["mcp.protocol.version"]  # type: ignore[index]
+        [opened] = named("server/discover")
         assert [e.name for e in opened.events] == [tracing.EVENT_START]
         assert opened.events[0].attributes is not None
         assert opened.events[0].attributes["lovia_mcp.sandbox.backend"] == "none"

@@ -82,10 +82,11 @@ class HostError(Exception):
 class RemoteError(Exception):
     """The server answered a request with a JSON-RPC error object."""
 
-    def __init__(self, code: object, message: object) -> None:
+    def __init__(self, code: object, message: object, data: object = None) -> None:
         super().__init__(f"{message} (code {code})")
         self.code = code
         self.message = message
+        self.data = data
 
 
 def signal_name(num: int) -> str:

@@ -35,6 +35,8 @@ HEADER: Final = struct.Struct("<I")
 # _meta envelope; server/discover is the probe).
 MCP_HANDSHAKE_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 MCP_MODERN_VERSIONS: Final = ("2026-07-28",)
+# ServerSpec.protocol: negotiate ("auto"), the handshake only ("legacy"), or a pinned version.
+MCP_PROTOCOL_MODES: Final = ("auto", "legacy", *MCP_MODERN_VERSIONS, *MCP_HANDSHAKE_VERSIONS)
 
 
 
@@ -186,6 +188,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     # Keep one more server READY beside the current one (a persistent
     # connection with spares): a crash or timeout restart promotes it.
     standby: bool = False
+    # The MCP protocol negotiation: "auto" (probe server/discover, fall back
+    # to initialize), "legacy" (initialize only), or a version to pin.
+    protocol: str = "auto"
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
@@ -414,6 +419,7 @@ __all__ = [
     "HEADER",
     "MCP_HANDSHAKE_VERSIONS",
     "MCP_MODERN_VERSIONS",
+    "MCP_PROTOCOL_MODES",
     "PROTOCOL_VERSION",
     "AgentMessage",
     "CallTool",

@@ -4,8 +4,11 @@ One client per server generation, fed whole lines by the stdio transport
 and writing whole lines back through it. It does what an MCP client needs of
 a tool server and nothing more:
 
-- ``initialize`` / ``notifications/initialized`` with version negotiation
-  (:data:`PROTOCOL_VERSIONS`; the server's counter-offer must be one of them);
+- the protocol era (:mod:`.era`): ``server/discover`` pipelined with
+  ``initialize`` / ``notifications/initialized``, as the SDK's ``mode="auto"``
+  negotiates, or the handshake only, or a pinned version; in the 2026-07-28
+  era every request carries the ``_meta`` envelope, and tool-list changes
+  come on a ``subscriptions/listen`` stream (:meth:`Client.listen`);
 - paginated ``tools/list`` (a cursor seen before ends the listing with a
   warning instead of spinning), ``tools/call``;
 - ``notifications/cancelled`` when a caller abandons a request;
@@ -24,8 +27,8 @@ order; a line that cannot be decoded still answers its request through
 as far as they are used: no model validation, so one loose schema or an
 extra field never fails a call.
 
-Non-goals: resources, prompts, sampling, subscriptions; batches (MCP dropped
-them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
+Non-goals: resources, prompts, sampling, resource subscriptions; batches
+(MCP dropped them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 import msgspec
@@ -43,19 +46,22 @@ from ._jsonscan import MISSING, repair_surrogates, top_level_id
 from .content import tool_specs
 from ..failures import HostError, RemoteError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import ToolSpec
+from ..protocol import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS, ToolSpec
+from . import era
+from .era import CLIENT_INFO
 
-# Newest first: the first is offered, any is accepted back (the SDK's
-# handshake versions; the 2026 stateless era is not spoken over stdio here).
-PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-CLIENT_INFO: Final = {"name": "lovia-mcp", "version": "0.1.0"}
+# The handshake's versions, newest first: the first is offered, any is
+# accepted back (the modern era's are negotiated by :mod:`.era`).
+PROTOCOL_VERSIONS: Final = MCP_HANDSHAKE_VERSIONS
 # A listing longer than this many pages is cut (with a warning): a server
 # whose cursors never repeat but never end must not spin until open_timeout.
 MAX_LIST_PAGES: Final = 1000
 METHOD_NOT_FOUND: Final = -32601
 # Requests only a client sends: a "server" sending one back is echoing
 # our own stdin (``cat``), not speaking MCP.
-CLIENT_METHODS: Final = frozenset({"initialize", "tools/list", "tools/call"})
+CLIENT_METHODS: Final = frozenset(
+    {"initialize", "server/discover", "tools/list", "tools/call", "subscriptions/listen"}
+)
 
 # MCP logging levels to Python's, for notifications/message.
 _LOG_LEVELS: Final = {
@@ -88,6 +94,7 @@ class _Message(msgspec.Struct):
 class _Error(msgspec.Struct):
     code: object = None
     message: object = None
+    data: object = None
 
 
 _message = msgspec.json.Decoder(_Message)
@@ -144,6 +151,12 @@ class Client:
         self._pending: dict[int, tuple[asyncio.Future[msgspec.Raw], str]] = {}
         self._closed: HostError | None = None
         self.protocol_version: str | None = None
+        # The modern era's per-request _meta entries (None: the handshake era),
+        # the server's discover result, and how long the last listing may be
+        # reused (seconds; None: no limit, as in the handshake era).
+        self._envelope: dict[str, Any] | None = None
+        self.discovered: dict[str, Any] | None = None
+        self.listing_ttl: float | None = None
 
     # -- incoming ------------------------------------------------------------ #
     def feed(self, line: bytes | bytearray | memoryview) -> None:
@@ -182,7 +195,7 @@ class Client:
                 err = _error.decode(msg.error)
             except _UNDECODABLE:
                 err = _Error(message=bytes(msg.error)[:200].decode("utf-8", "replace"))
-            fut.set_exception(RemoteError(err.code, err.message))
+            fut.set_exception(RemoteError(err.code, err.message, err.data))
         elif msg.result:
             fut.set_result(msg.result)
         else:
@@ -292,11 +305,41 @@ class Client:
         return value
 
     # -- MCP ----------------------------------------------------------------- #
+    def _meta(self, *parts: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A request's ``_meta``: the era's envelope and ``parts`` (None if empty)."""
+        meta: dict[str, Any] = dict(self._envelope or {})
+        for part in parts:
+            if part:
+                meta.update(part)
+        return meta or None
+
+    @property
+    def modern(self) -> bool:
+        return self._envelope is not None
+
+    async def negotiate(self, mode: str = "auto", trace: Trace = None) -> None:
+        """Settle the protocol era and version (:mod:`.era`); raises RemoteError or HostError."""
+        if mode == "legacy" or mode in MCP_HANDSHAKE_VERSIONS:
+            self._adopt_handshake(await self._handshake(mode if mode != "legacy" else None, trace))
+        elif mode in MCP_MODERN_VERSIONS:
+            self._adopt_modern(mode, None)  # pinned: no probe, as the SDK's pin
+        else:
+            await self._negotiate_auto(trace)
+
     async def initialize(self, trace: Trace = None) -> dict[str, Any]:
-        params = _encode({"protocolVersion": PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO,
-                          **({"_meta": trace} if trace else {})})
+        """The handshake era's ``initialize`` and ``notifications/initialized``."""
+        result = await self._handshake(None, trace)
+        self._adopt_handshake(result)
+        return result
+
+    def _handshake(self, version: str | None, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
+        params = {"protocolVersion": version or PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO}
+        if trace:
+            params["_meta"] = trace
         # The spec forbids cancelling initialize.
-        result = await self._object("initialize", params, what="initialize", cancellable=False)
+        return self._object("initialize", _encode(params), what="initialize", cancellable=False)
+
+    def _adopt_handshake(self, result: dict[str, Any]) -> None:
         version = result.get("protocolVersion")
         if version not in PROTOCOL_VERSIONS:
             raise HostError(
@@ -306,8 +349,77 @@ class Client:
                 hint="Use a server release that supports one of these versions.",
             )
         self.protocol_version = version
+        self._envelope = None
         self.notify("notifications/initialized")
-        return result
+
+    def _adopt_modern(self, version: str, discovered: dict[str, Any] | None) -> None:
+        self.protocol_version = version
+        self._envelope = era.envelope(version)
+        self.discovered = discovered
+
+    def _discover(self, version: str, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
+        params = _encode({"_meta": {**era.envelope(version), **(trace or {})}})
+        return self._object("server/discover", params, what="server/discover", cancellable=False)
+
+    async def _negotiate_auto(self, trace: Trace) -> None:
+        """The SDK's ``mode="auto"`` with the probe and the handshake pipelined (:mod:`.era`)."""
+        probe: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(self._discover(MCP_MODERN_VERSIONS[0], trace))
+        handshake: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(self._handshake(None, trace))
+        try:
+            await asyncio.wait((probe, handshake), return_when=asyncio.FIRST_COMPLETED)
+            if not probe.done() and handshake.exception() is None:
+                self._adopt_handshake(handshake.result())  # answered out of order: the handshake era
+                return
+            await asyncio.wait((probe,))
+            failed = probe.exception()
+            if failed is None:
+                version = era.mutual_modern(probe.result().get("supportedVersions"))
+                if version is not None:
+                    self._adopt_modern(version, probe.result())
+                    return
+            elif not isinstance(failed, RemoteError):
+                raise failed  # the server died or broke the protocol: no era verdict
+            elif failed.code == era.UNSUPPORTED_PROTOCOL_VERSION:
+                named = era.supported(failed)
+                mutual = era.mutual_modern(named)
+                if mutual is not None:
+                    await self._reprobe(mutual, trace)
+                    return
+                if named is not None and era.only_modern(named):
+                    raise era.incompatible(named)
+            try:
+                result = await handshake
+            except RemoteError as exc:
+                # -32022 from the handshake is modern evidence (the probe
+                # settled the era server-side): one re-probe at a named version.
+                mutual = era.mutual_modern(era.supported(exc)) if exc.code == era.UNSUPPORTED_PROTOCOL_VERSION else None
+                if mutual is None:
+                    raise
+                await self._reprobe(mutual, trace)
+                return
+            self._adopt_handshake(result)
+        finally:
+            for task in (probe, handshake):
+                if not task.done():
+                    task.cancel()
+                else:
+                    task.exception()  # retrieved: the losing answer is not an error
+
+    async def _reprobe(self, version: str, trace: Trace) -> None:
+        result = await self._discover(version, trace)
+        mutual = era.mutual_modern(result.get("supportedVersions"))
+        if mutual is None:
+            raise era.incompatible([v for v in result.get("supportedVersions") or [] if isinstance(v, str)])
+        self._adopt_modern(mutual, result)
+
+    async def listen(self) -> None:
+        """Hold a ``subscriptions/listen`` stream for tool-list changes (the modern era) until cancelled.
+
+        The server's ``notifications/tools/list_changed`` on it reach
+        ``on_tools_changed`` as in the handshake era; cancelling ends it.
+        """
+        params = _encode({"notifications": {"toolsListChanged": True}, "_meta": self._meta()})
+        await self.request("subscriptions/listen", params, what="subscriptions/listen")
 
     async def list_tools(self, warn: Callable[[str], None], trace: Trace = None) -> list[ToolSpec]:
         tools: list[ToolSpec] = []
@@ -315,10 +427,14 @@ class Client:
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
             fields: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
-            if trace:
-                fields["_meta"] = trace
+            meta = self._meta(trace)
+            if meta:
+                fields["_meta"] = meta
             params = _encode(fields) if fields else None
             page = await self._object("tools/list", params, what="tools/list")
+            ttl = era.ttl_seconds(page)
+            if cursor is None or ttl is None or (self.listing_ttl is not None and ttl < self.listing_ttl):
+                self.listing_ttl = ttl  # a listing is as fresh as its shortest-lived page
             tools.extend(tool_specs(page, warn))
             cursor = page.get("nextCursor")
             if not cursor or not isinstance(cursor, str):
@@ -341,14 +457,14 @@ class Client:
         """
         params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}")
         if on_progress is None:
-            if trace:
-                params += b',"_meta":' + _encode(trace)
+            meta = self._meta(trace)
+            if meta:
+                params += b',"_meta":' + _encode(meta)
             return await self._object("tools/call", params + b"}", what=name)
         token = next(self._tokens)
         self._progress[token] = on_progress
         try:
-            meta: dict[str, Any] = {"progressToken": token, **(trace or {})}
-            params += b',"_meta":' + _encode(meta) + b"}"
+            params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
             return await self._object("tools/call", params, what=name)
         finally:
             self._progress.pop(token, None)

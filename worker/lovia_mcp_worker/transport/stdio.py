@@ -31,6 +31,7 @@ from .. import failures
 from ._jsonscan import MISSING, IdScanner
 from .content import call_result
 from ..failures import HostError, RemoteError
+from . import era
 from .jsonrpc import Client, Trace
 from ..containment.launch import spawn, wrapper_exec_error
 from ..session.progress import OnProgress
@@ -299,16 +300,32 @@ class StdioSession:
     def protocol_version(self) -> str | None:
         return self.client.protocol_version
 
+    @property
+    def listing_ttl(self) -> float | None:
+        return self.client.listing_ttl
+
     async def start(self, trace: Trace = None) -> list[ToolSpec]:
-        """Handshake and list the tools. Raises HostError."""
-        what = "initialize"
+        """Negotiate the protocol (:mod:`.era`) and list the tools. Raises HostError."""
+        what = "initialize" if self.spec.protocol == "legacy" else "the protocol negotiation"
         try:
-            await self.client.initialize(trace)
+            await self.client.negotiate(self.spec.protocol, trace)
             self.initialized = True
             what = "tools/list"
-            return await self.client.list_tools(self._warn, trace)
+            tools = await self.client.list_tools(self._warn, trace)
         except RemoteError as exc:
             raise failures.start_failed(f"{what} was answered with an error: {exc}", list(self.stderr.tail)) from None
+        if self.client.modern and (self.client.discovered is None or era.lists_changes(self.client.discovered)):
+            self._spawn_task(self._listen())
+        return tools
+
+    async def _listen(self) -> None:
+        """Tool-list changes in the modern era: a ``subscriptions/listen`` stream for the generation's life."""
+        try:
+            await self.client.listen()
+        except RemoteError as exc:
+            self._log(logging.INFO, f"the server refused subscriptions/listen ({exc}); tool-list changes are not followed", False)
+        except HostError:
+            pass  # the generation ended
 
     async def list_tools(self, trace: Trace = None) -> list[ToolSpec]:
         try:
@@ -323,9 +340,13 @@ class StdioSession:
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None, trace: Trace = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
         try:
-            return call_result(await self.client.call_tool(name, arguments, on_progress, trace))
+            result = await self.client.call_tool(name, arguments, on_progress, trace)
         except RemoteError as exc:
             raise failures.remote(name, exc) from None
+        asked = era.input_required(result)
+        if asked is not None:
+            return [ContentBlock(type="text", text=asked)], True, None
+        return call_result(result)
 
     # -- the process's side -------------------------------------------------- #
     def _write(self, line: bytes) -> None:

@@ -1,0 +1,163 @@
+"""MCP 2026-07-28 (stateless) beside the handshake era, on stdio and streamable HTTP.
+
+Servers: the SDK's own (``meta_sdk_server.py``: both eras, choosing by the
+client's first request), a raw one that speaks only 2026-07-28 and refuses
+``initialize`` with -32022 (``modern_server.py``; ``--legacy`` makes it a
+handshake-era server that answers the probe only after the handshake
+arrived), over stdio and HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import PY, SERVERS, raw_args, register_shared, run
+from test_http import _read_port
+
+from lovia import Agent, Runner
+from lovia.exceptions import UserError
+from lovia.testing import ScriptedProvider, call, text
+from lovia.transcript import ToolResultEntry
+from lovia_mcp import MCP, MCPError, MCPServerStdio, MCPServerStreamableHTTP
+
+META_SERVER = str(SERVERS / "meta_sdk_server.py")
+MODERN_SERVER = str(SERVERS / "modern_server.py")
+MODERN = "2026-07-28"
+HANDSHAKE = "2025-11-25"
+ENVELOPE = (
+    "io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientInfo",
+    "io.modelcontextprotocol/clientCapabilities",
+)
+# How long an HTTP server gets to exit on SIGTERM at the end before SIGKILL.
+SERVER_EXIT_WAIT = 5.0
+
+
+def modern(*flags: str, **options: Any) -> MCPServerStdio:
+    return MCPServerStdio(command=PY, args=[MODERN_SERVER, *flags], name="modern", **options)
+
+
+def seen(result: Any) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(str(result))
+    return found
+
+
+@pytest.mark.parametrize(("protocol", "version"), [("auto", MODERN), ("legacy", HANDSHAKE), (MODERN, MODERN)])
+def test_the_sdk_server_speaks_the_era_each_protocol_option_asks_for(protocol: str, version: str) -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=[META_SERVER], name="meta", protocol=protocol)
+        async with server.session() as conn:
+            reply = seen(await conn.call_tool("meta"))
+            assert reply["version"] == version == conn.protocol_version
+            assert (await conn.stats()).protocol_version == version
+            envelope = [k for k in ENVELOPE if k in reply["meta"]]
+            assert envelope == (list(ENVELOPE) if version == MODERN else []), reply
+
+    run(main())
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_a_server_that_speaks_only_2026_07_28_opens_and_every_request_carries_the_envelope(isolation: str) -> None:
+    async def main() -> None:
+        async with modern(isolation=isolation).session() as conn:
+            assert conn.protocol_version == MODERN
+            meta = seen(await conn.call_tool("meta"))
+            assert meta["io.modelcontextprotocol/protocolVersion"] == MODERN
+            assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "lovia-mcp"
+            assert str(await conn.call_tool("echo", {"text": "hi"})) == "hi"
+
+    run(main())
+
+
+def test_legacy_against_a_modern_only_server_fails_at_open_naming_the_refusal() -> None:
+    async def main() -> None:
+        with pytest.raises(MCPError) as info:
+            async with modern(protocol="legacy").session():
+                pass
+        err = info.value
+        assert err.kind == "open"
+        assert "initialize was answered with an error" in str(err) and "-32022" in str(err), str(err)
+
+    run(main())
+
+
+def test_a_server_that_speaks_only_versions_lovia_mcp_does_not_fails_at_open_with_a_hint() -> None:
+    async def main() -> None:
+        with pytest.raises(MCPError) as info:
+            async with modern("--supported", "2099-01-01").session():
+                pass
+        err = info.value
+        assert err.kind == "open"
+        assert "speaks only MCP protocol versions 2099-01-01" in str(err), str(err)
+        assert "Use a server release" in str(err)
+
+    run(main())
+
+
+def test_a_pinned_modern_version_is_spoken_without_a_probe() -> None:
+    async def main() -> None:
+        async with modern(protocol=MODERN).session() as conn:
+            assert conn.protocol_version == MODERN
+            assert str(await conn.call_tool("echo", {"text": "pinned"})) == "pinned"
+
+    run(main())
+
+
+def test_an_unknown_protocol_option_is_refused_with_a_hint() -> None:
+    with pytest.raises(UserError) as info:
+        modern(protocol="2030-01-01")
+    assert "unknown protocol '2030-01-01'" in str(info.value)
+    assert "legacy" in str(info.value.hint)
+
+
+def test_the_probe_is_pipelined_with_the_handshake_so_a_handshake_era_server_costs_no_extra_round_trip() -> None:
+    # This server refuses server/discover only once initialize has arrived: a
+    # client that waited for the probe's answer first would never open it.
+    async def main() -> None:
+        started = time.monotonic()
+        async with modern("--legacy", open_timeout=10).session() as conn:
+            opened = time.monotonic() - started
+            assert conn.protocol_version == HANDSHAKE
+            assert str(await conn.call_tool("echo", {"text": "old"})) == "old"
+        print(f"open of a handshake-era server under protocol='auto': {opened * 1e3:.1f} ms")
+
+    run(main())
+
+
+def test_a_handshake_era_raw_server_still_opens_under_auto() -> None:
+    async def main() -> None:
+        async with MCPServerStdio(command=PY, args=raw_args(), name="raw").session() as conn:
+            assert conn.protocol_version == HANDSHAKE
+            assert str(await conn.call_tool("echo", {"text": "x"})) == "x"
+
+    run(main())
+
+
+def test_an_input_required_result_reaches_the_model_as_a_tool_error_naming_what_was_asked() -> None:
+    async def main() -> None:
+        agent = Agent(
+            name="a", model=ScriptedProvider([call("modern__ask", {}), text("done")]), plugins=[MCP(modern())],
+        )
+        result = await Runner.run(agent, "go")
+        [entry] = [e for e in result.entries if isinstance(e, ToolResultEntry)]
+        output = str(entry.output)
+        assert "elicitation/create ('Really delete every file?')" in output, output
+        assert "sampling/createMessage" in output and "does not answer elicitation" in output
+        assert output.startswith("[tool error] "), output  # as an isError result renders
+
+    run(main())
+
+
+def test_tool_list_changes_of_a_modern_server_arrive_on_its_listen_stream() -> None:
+    # The server announces changes only to subscriptions/listen streams.
+    async def main() -> None:
+        async with modern().session() as conn:
+            await conn.call_tool("add_tool", {"name": "fresh"})
+            assert "modern__fresh" in [t.name for t in conn.tools()]
+
+    run(main())
