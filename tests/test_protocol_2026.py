@@ -161,3 +161,70 @@ def test_tool_list_changes_of_a_modern_server_arrive_on_its_listen_stream() -> N
             assert "modern__fresh" in [t.name for t in conn.tools()]
 
     run(main())
+
+
+# --------------------------------------------------------------------------- #
+# Streamable HTTP: the SDK's own negotiation (mcp.Client's mode)
+# --------------------------------------------------------------------------- #
+def _serve(*argv: str) -> Iterator[str]:
+    proc = subprocess.Popen([PY, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    register_shared(proc.pid)
+    try:
+        yield f"http://127.0.0.1:{_read_port(proc)}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(SERVER_EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(SERVER_EXIT_WAIT)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def sdk_url() -> Iterator[str]:
+    yield from _serve(META_SERVER, "--http")
+
+
+@pytest.fixture(scope="module")
+def modern_url() -> Iterator[str]:
+    yield from _serve(MODERN_SERVER, "--http")
+
+
+@pytest.mark.parametrize(("protocol", "version"), [("auto", MODERN), ("legacy", HANDSHAKE), (MODERN, MODERN)])
+def test_the_sdk_http_server_speaks_the_era_each_protocol_option_asks_for(
+    sdk_url: str, protocol: str, version: str
+) -> None:
+    async def main() -> None:
+        server = MCPServerStreamableHTTP(url=sdk_url, name="meta", protocol=protocol)
+        async with server.session() as conn:
+            reply = seen(await conn.call_tool("meta"))
+            assert reply["version"] == version == conn.protocol_version
+            assert (await conn.stats()).protocol_version == version
+
+    run(main())
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_an_http_server_that_speaks_only_2026_07_28_opens_and_gets_the_envelope(modern_url: str, isolation: str) -> None:
+    async def main() -> None:
+        server = MCPServerStreamableHTTP(url=modern_url, name="modern", isolation=isolation)  # type: ignore[arg-type]
+        async with server.session() as conn:
+            assert conn.protocol_version == MODERN
+            meta = seen(await conn.call_tool("meta"))
+            assert meta["io.modelcontextprotocol/protocolVersion"] == MODERN
+            asked = await conn.call_tool("ask")
+            assert asked.is_error and "elicitation/create ('Really delete every file?')" in str(asked), str(asked)
+
+    run(main())
+
+
+def test_legacy_against_a_modern_only_http_server_fails_at_open(modern_url: str) -> None:
+    async def main() -> None:
+        with pytest.raises(MCPError) as info:
+            async with MCPServerStreamableHTTP(url=modern_url, name="modern", protocol="legacy").session():
+                pass
+        assert info.value.kind == "open" and "-32022" in str(info.value), str(info.value)
+
+    run(main())

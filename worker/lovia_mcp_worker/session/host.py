@@ -350,7 +350,7 @@ class Host:
 
             return HttpSession(
                 spec, on_end=gen.stop, warn=lambda text: self._log(logging.WARNING, text),
-                on_tools_changed=lambda: self.listing.changed(gen),
+                on_tools_changed=lambda: self.listing.changed(gen), trace=self._open_trace,
             )
 
         from ..transport.stdio import StdioSession

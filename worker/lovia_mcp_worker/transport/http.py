@@ -26,7 +26,9 @@ from .. import failures
 from .content import call_result, tool_specs
 from ..failures import HostError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import ContentBlock, ServerSpec, ToolSpec
+from ..protocol import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS, ContentBlock, ServerSpec, ToolSpec
+from . import era
+from .era import CLIENT_INFO
 
 # The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
 # and pool; 5 min to read, since a server may hold a response stream open.
@@ -42,6 +44,21 @@ def _missing_mcp(exc: ImportError) -> HostError:
         f"MCP over HTTP requires the 'mcp' package, which could not be imported ({exc})",
         hint="Install it with: pip install 'mcp>=2.3'",
     )
+
+
+def _sdk_mode(protocol: str) -> str:
+    """The SDK ``Client``'s ``mode`` for ``protocol=``: it pins modern versions only, so a handshake one is "legacy"."""
+    return "legacy" if protocol in MCP_HANDSHAKE_VERSIONS else protocol
+
+
+def _attached(trace: dict[str, str] | None) -> Callable[[], None]:
+    """Make the agent's trace context current in this task; returns the undo."""
+    if not trace:
+        return lambda: None
+    from opentelemetry import context, propagate
+
+    token = context.attach(propagate.extract(trace))
+    return lambda: context.detach(token)
 
 
 def _traced(trace: dict[str, str] | None) -> contextvars.Context:
@@ -68,22 +85,27 @@ class HttpSession:
         on_end: Callable[[HostError], None],
         warn: Callable[[str], None],
         on_tools_changed: Callable[[], None] | None = None,
+        trace: dict[str, str] | None = None,
     ) -> None:
         self.spec = spec
         self._on_end = on_end
         self._warn = warn
         self._on_tools_changed = on_tools_changed
+        # The agent's trace context for the negotiation (the open's).
+        self._trace = trace
         self._session: Any = None
+        self.listing_ttl: float | None = None
         self._ended: asyncio.Future[HostError] = asyncio.get_running_loop().create_future()
         self.initialized = False
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The SDK's transport and session, open for the body's duration."""
+        """The SDK's transport and client, negotiated (:func:`_sdk_mode`), open for the body's duration."""
         try:
             import httpx2
-            from mcp import ClientSession
+            from mcp import Client
             from mcp.client.streamable_http import streamable_http_client
+            from mcp_types import Implementation
         except ImportError as exc:
             raise _missing_mcp(exc) from exc
         assert self.spec.url is not None
@@ -91,14 +113,51 @@ class HttpSession:
             headers=dict(self.spec.headers) or None,
             timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=READ_TIMEOUT),
         )
-        async with client:
-            async with streamable_http_client(self.spec.url, http_client=client) as streams:
-                async with ClientSession(streams[0], streams[1], message_handler=self._message) as session:
-                    self._session = session
-                    try:
-                        yield
-                    finally:
-                        self._session = None
+        sdk = Client(
+            streamable_http_client(self.spec.url, http_client=client), mode=_sdk_mode(self.spec.protocol),
+            message_handler=self._message,
+            client_info=Implementation(name=CLIENT_INFO["name"], version=CLIENT_INFO["version"]),
+            cache=None,  # listings are re-read by the host, which honours ttlMs itself
+        )
+        async with client, contextlib.AsyncExitStack() as stack:
+            # In this task (anyio's contexts are left in the task that entered
+            # them), in the agent's trace context (its open's span).
+            restore = _attached(self._trace)
+            try:
+                await stack.enter_async_context(sdk)
+            except Exception as exc:  # noqa: BLE001 - classified here, in one place
+                leaf = failures.leaf(exc)  # the SDK's task group wraps it
+                failed = self._classify(leaf if isinstance(leaf, Exception) else exc, "the protocol negotiation")
+                raise HostError("open", failed.message, hint=failed.hint) from exc
+            finally:
+                restore()
+            self._session = sdk.session
+            follow = None
+            if self._session.protocol_version in MCP_MODERN_VERSIONS and self._on_tools_changed is not None:
+                caps = self._session.server_capabilities
+                if caps is not None and caps.tools is not None and caps.tools.list_changed:
+                    follow = asyncio.ensure_future(self._follow(sdk))
+            try:
+                yield
+            finally:
+                self._session = None
+                if follow is not None:
+                    follow.cancel()
+                    with contextlib.suppress(BaseException):
+                        await follow
+
+    async def _follow(self, sdk: Any) -> None:
+        """Tool-list changes in the modern era: the SDK's ``listen`` stream, for the session's life."""
+        assert self._on_tools_changed is not None
+        try:
+            async with sdk.listen(tools_list_changed=True) as events:
+                async for _ in events:
+                    self._on_tools_changed()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a lost stream only stops following changes
+            self._warn(f"the server's subscriptions/listen stream ended ({failures.describe(exc)}); "
+                       "tool-list changes are no longer followed")
 
     async def _message(self, message: object) -> None:
         """The SDK's ``message_handler``: server notifications (and transport errors, which the calls see too)."""
@@ -113,7 +172,7 @@ class HttpSession:
         return None if session is None else session.protocol_version
 
     async def start(self, trace: dict[str, str] | None = None) -> list[ToolSpec]:
-        await self._race(self._live().initialize(), "initialize", trace)
+        self._live()  # negotiated when running() was entered
         self.initialized = True
         return await self.list_tools(trace)
 
@@ -126,7 +185,14 @@ class HttpSession:
         while True:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
             page = await self._race(self._live().list_tools(params=params), "tools/list", trace)
-            tools.extend(tool_specs(page.model_dump(by_alias=True, mode="json", exclude_none=True), self._warn))
+            dumped = page.model_dump(by_alias=True, mode="json", exclude_none=True)
+            tools.extend(tool_specs(dumped, self._warn))
+            if cursor is None:
+                self.listing_ttl = None
+            if self.protocol_version in MCP_MODERN_VERSIONS:  # the SDK's model says 0 where a handshake server said nothing
+                ttl = era.ttl_seconds(dumped)
+                if ttl is not None and (self.listing_ttl is None or ttl < self.listing_ttl):
+                    self.listing_ttl = ttl
             cursor = page.next_cursor
             if not cursor:
                 return tools
@@ -152,8 +218,14 @@ class HttpSession:
                 if found is not None:
                     forward(*found[1:])
 
-        result = await self._race(self._live().call_tool(name, args, progress_callback=callback), name, trace)
-        return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        result = await self._race(
+            self._live().call_tool(name, args, progress_callback=callback, allow_input_required=True), name, trace,
+        )
+        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        asked = era.input_required(dumped)
+        if asked is not None:
+            return [ContentBlock(type="text", text=asked)], True, None
+        return call_result(dumped)
 
     def _live(self) -> Any:
         """The SDK session, or the reason it is gone.
