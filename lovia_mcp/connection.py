@@ -163,6 +163,10 @@ class MCPConnection(LoviaFields):
         # the MCP protocol version the server speaks (from Opened / Started).
         self._ops: set[tracing.Operation] = set()
         self.protocol_version: str | None = None
+        # The server's ttlMs for the listing (seconds; None: no limit) and
+        # when it was received: a warm spare re-lists once it has expired.
+        self._listing_ttl: float | None = None
+        self._listed_at = time.monotonic()
 
     # -- the plugin's view --------------------------------------------------- #
     @property
@@ -219,8 +223,21 @@ class MCPConnection(LoviaFields):
             trace = op.trace if op is not None else None
             reply = await self._request(lambda i: ListTools(id=i, trace=trace), tool_name=None, op=op)
         assert isinstance(reply, Tools)
+        self._listing_ttl, self._listed_at = reply.listing_ttl, time.monotonic()
         self._tools = self._build_tools(reply.tools)
         return list(self._tools)
+
+    async def _freshen(self) -> bool:
+        """Re-list if the listing's ttlMs has passed (a spare taken after waiting); False if that failed."""
+        ttl = self._listing_ttl
+        if ttl is None or time.monotonic() - self._listed_at < ttl:
+            return True
+        try:
+            await self.refresh_tools()
+        except Exception as exc:  # noqa: BLE001 - the caller opens a fresh connection instead
+            logger.info("%s: re-listing an expired listing failed: %s", self._spec.name, exc)
+            return False
+        return True
 
     def _build_tools(self, specs: list[ToolSpec]) -> list[Tool]:
         self._specs = list(specs)
@@ -454,6 +471,7 @@ class MCPConnection(LoviaFields):
         assert isinstance(reply, Opened)
         self._server_pid = reply.server_pid
         self.protocol_version = reply.protocol_version
+        self._listing_ttl, self._listed_at = reply.listing_ttl, time.monotonic()
         if op is not None:
             op.set("mcp.protocol.version", reply.protocol_version)
             if reply.protocol_version in MCP_MODERN_VERSIONS:
@@ -474,6 +492,7 @@ class MCPConnection(LoviaFields):
                 logger.log(msg.level, "%s: %s", self._spec.name, msg.message)
             return
         if isinstance(msg, ToolsChanged):
+            self._listed_at = time.monotonic()  # the worker has just listed
             if self._tools is not None:
                 before = set(self.raw_names.values())
                 self._tools = self._build_tools(msg.tools)

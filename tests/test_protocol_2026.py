@@ -9,7 +9,9 @@ arrived), over stdio and HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ from lovia import Agent, Runner
 from lovia.exceptions import UserError
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
-from lovia_mcp import MCP, MCPError, MCPServerStdio, MCPServerStreamableHTTP
+from lovia_mcp import MCP, MCPError, MCPServerStdio, MCPServerStreamableHTTP, close_spares, warm_spares
 
 META_SERVER = str(SERVERS / "meta_sdk_server.py")
 MODERN_SERVER = str(SERVERS / "modern_server.py")
@@ -226,5 +228,65 @@ def test_legacy_against_a_modern_only_http_server_fails_at_open(modern_url: str)
             async with MCPServerStreamableHTTP(url=modern_url, name="modern", protocol="legacy").session():
                 pass
         assert info.value.kind == "open" and "-32022" in str(info.value), str(info.value)
+
+    run(main())
+
+
+# --------------------------------------------------------------------------- #
+# ttlMs: a spare or a standby reuses its listing while it is fresh
+# --------------------------------------------------------------------------- #
+# A listing that stays fresh for the whole test, and one stale at once.
+FRESH_TTL_MS = "600000"
+STALE_TTL_MS = "0"
+# Bound on waiting for the worker's standby to report itself ready.
+STANDBY_WAIT = 15.0
+
+
+@pytest.mark.parametrize(("ttl", "listings"), [(FRESH_TTL_MS, 1), (STALE_TTL_MS, 2)])
+def test_a_spare_reuses_its_listing_while_fresh_and_re_lists_it_once_expired(ttl: str, listings: int) -> None:
+    async def main() -> None:
+        server = modern("--ttl-ms", ttl, spares=1)
+        assert await warm_spares(server) == 1
+        conn = await server.open()  # the spare
+        try:
+            assert str(await conn.call_tool("listings")) == str(listings)
+        finally:
+            await conn.close()
+            await close_spares()
+
+    run(main())
+
+
+class _Ready(logging.Handler):
+    """Set once the worker logs its standby server ready."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.event = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "standby server" in record.getMessage():
+            self.event.set()
+
+
+@pytest.mark.parametrize(("ttl", "listings"), [(FRESH_TTL_MS, 1), (STALE_TTL_MS, 2)])
+def test_a_standby_taking_over_reuses_its_listing_while_fresh_and_re_lists_it_once_expired(
+    ttl: str, listings: int
+) -> None:
+    async def main() -> None:
+        log = logging.getLogger("lovia_mcp")
+        ready, level = _Ready(), log.level
+        log.setLevel(logging.DEBUG)
+        log.addHandler(ready)
+        try:
+            async with modern("--ttl-ms", ttl, spares=1, auto_reconnect=False).session() as conn:
+                await asyncio.wait_for(ready.event.wait(), STANDBY_WAIT)
+                with pytest.raises(MCPError):
+                    await conn.call_tool("exit")
+                assert str(await conn.call_tool("listings")) == str(listings)  # the standby's
+                assert (await conn.stats()).restarts == 1
+        finally:
+            log.removeHandler(ready)
+            log.setLevel(level)
 
     run(main())

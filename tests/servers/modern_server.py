@@ -22,12 +22,13 @@ Tools: ``echo {text}``; ``meta`` (the ``_meta`` of this call, as JSON);
 ``ask`` (answers ``InputRequiredResult``: an elicitation and a sampling
 request); ``add_tool {name}`` (adds a tool and announces the change on the
 listen stream before answering); ``listings`` (how many ``tools/list``
-requests this process has served).
+requests this process has served); ``exit`` (exits mid-call, code 3).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,6 +60,7 @@ TOOLS: list[dict[str, Any]] = [
     {"name": "ask", "description": "Needs input from the client.", "inputSchema": schema()},
     {"name": "add_tool", "description": "Add a tool.", "inputSchema": schema(name="string")},
     {"name": "listings", "description": "tools/list requests served.", "inputSchema": schema()},
+    {"name": "exit", "description": "Exit mid-call (code 3).", "inputSchema": schema()},
 ]
 state = {"listings": 0}
 held: list[object] = []  # --legacy: server/discover ids not yet refused
@@ -96,6 +98,9 @@ def call(rid: object, params: dict[str, Any], meta: dict[str, Any]) -> dict[str,
         return ok(rid, text(json.dumps(meta)))
     if name == "listings":
         return ok(rid, text(str(state["listings"])))
+    if name == "exit":
+        sys.stdout.flush()
+        os._exit(3)
     if name == "ask":
         return {"jsonrpc": "2.0", "id": rid, "result": {
             "resultType": "input_required",

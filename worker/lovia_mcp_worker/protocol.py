@@ -281,8 +281,10 @@ class Opened(msgspec.Struct, frozen=True, tag=True):
     id: int
     server_pid: int | None
     tools: list[ToolSpec]
-    # The MCP protocol version negotiated with the server.
+    # The MCP protocol version negotiated with the server, and how long the
+    # listing may be reused (the server's ttlMs, in seconds; None: no limit).
     protocol_version: str | None = None
+    listing_ttl: float | None = None
 
 
 class Started(msgspec.Struct, frozen=True, tag=True):
@@ -316,6 +318,7 @@ class Ended(msgspec.Struct, frozen=True, tag=True):
 class Tools(msgspec.Struct, frozen=True, tag=True):
     id: int
     tools: list[ToolSpec]
+    listing_ttl: float | None = None  # as on Opened
 
 
 class ToolsChanged(msgspec.Struct, frozen=True, tag=True):

@@ -73,6 +73,16 @@ class Session(Protocol):
         """The MCP protocol version negotiated (None until it is)."""
         ...
 
+    @property
+    def listing_ttl(self) -> float | None:
+        """How long the last listing may be reused (the server's ``ttlMs``; None: no limit)."""
+        ...
+
+    @property
+    def listed_at(self) -> float:
+        """When the last listing was asked for (``time.monotonic()``)."""
+        ...
+
     def running(self) -> AbstractAsyncContextManager[None]: ...
 
     # ``trace``: the agent's W3C trace context for the request's ``_meta``.

@@ -82,6 +82,10 @@ def _version(gen: Generation) -> str | None:
     return None if gen.session is None else gen.session.protocol_version
 
 
+def _ttl(gen: Generation) -> float | None:
+    return None if gen.session is None else gen.session.listing_ttl
+
+
 class Host:
     """Serves one connection's requests; replies through ``emit``."""
 
@@ -153,13 +157,13 @@ class Host:
                 gen = await self._live()
                 self.listing.sent(gen.tools)
                 self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools,
-                                  protocol_version=_version(gen)))
+                                  protocol_version=_version(gen), listing_ttl=_ttl(gen)))
             elif isinstance(msg, ListTools):
                 gen = await self._live()
                 assert gen.session is not None
                 gen.tools = await gen.session.list_tools(msg.trace)
                 self.listing.sent(gen.tools)
-                self._emit(Tools(id=msg.id, tools=gen.tools))
+                self._emit(Tools(id=msg.id, tools=gen.tools, listing_ttl=_ttl(gen)))
             elif isinstance(msg, CallTool):
                 self._emit(await self._call(msg))
             elif isinstance(msg, Close):
@@ -240,6 +244,8 @@ class Host:
             if self._starting is None:
                 promoted = self._promote()
                 if promoted is not None:
+                    # A standby reuses its listing while it is fresh (ttlMs).
+                    await self.listing.freshen(promoted)
                     return promoted
                 self._starting = asyncio.ensure_future(self._start())
                 self._starting.add_done_callback(self._started)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
@@ -95,6 +96,7 @@ class HttpSession:
         self._trace = trace
         self._session: Any = None
         self.listing_ttl: float | None = None
+        self.listed_at = 0.0  # when the last listing was asked for (monotonic)
         self._ended: asyncio.Future[HostError] = asyncio.get_running_loop().create_future()
         self.initialized = False
 
@@ -182,6 +184,7 @@ class HttpSession:
         tools: list[ToolSpec] = []
         seen: set[str] = set()
         cursor: str | None = None
+        asked = time.monotonic()
         while True:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
             page = await self._race(self._live().list_tools(params=params), "tools/list", trace)
@@ -195,6 +198,7 @@ class HttpSession:
                     self.listing_ttl = ttl
             cursor = page.next_cursor
             if not cursor:
+                self.listed_at = asked
                 return tools
             if cursor in seen:
                 self._warn(f"tools/list repeated the cursor {cursor[:80]!r}; listing stopped at {len(tools)} tools")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
@@ -157,6 +158,7 @@ class Client:
         self._envelope: dict[str, Any] | None = None
         self.discovered: dict[str, Any] | None = None
         self.listing_ttl: float | None = None
+        self.listed_at = 0.0  # when the last listing was asked for (monotonic)
 
     # -- incoming ------------------------------------------------------------ #
     def feed(self, line: bytes | bytearray | memoryview) -> None:
@@ -425,6 +427,7 @@ class Client:
         tools: list[ToolSpec] = []
         seen: set[str] = set()
         cursor: str | None = None
+        asked = time.monotonic()
         for _ in range(MAX_LIST_PAGES):
             fields: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
             meta = self._meta(trace)
@@ -438,6 +441,7 @@ class Client:
             tools.extend(tool_specs(page, warn))
             cursor = page.get("nextCursor")
             if not cursor or not isinstance(cursor, str):
+                self.listed_at = asked
                 return tools
             if cursor in seen:
                 warn(f"tools/list repeated the cursor {cursor[:80]!r}; listing stopped at {len(tools)} tools")

@@ -304,6 +304,10 @@ class StdioSession:
     def listing_ttl(self) -> float | None:
         return self.client.listing_ttl
 
+    @property
+    def listed_at(self) -> float:
+        return self.client.listed_at
+
     async def start(self, trace: Trace = None) -> list[ToolSpec]:
         """Negotiate the protocol (:mod:`.era`) and list the tools. Raises HostError."""
         what = "initialize" if self.spec.protocol == "legacy" else "the protocol negotiation"
