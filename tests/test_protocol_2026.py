@@ -290,3 +290,26 @@ def test_a_standby_taking_over_reuses_its_listing_while_fresh_and_re_lists_it_on
             log.setLevel(level)
 
     run(main())
+
+
+def test_the_protocol_option_is_read_from_a_config_file() -> None:
+    from lovia_mcp import load_servers
+
+    [legacy, pinned] = load_servers({"mcpServers": {
+        "modern": {"command": PY, "args": [MODERN_SERVER], "protocol": "legacy"},
+        "pinned": {"command": PY, "args": [MODERN_SERVER], "protocol": MODERN},
+    }})
+    assert legacy.protocol == "legacy" and pinned.protocol == MODERN
+    with pytest.raises(UserError, match="unknown protocol"):
+        load_servers({"mcpServers": {"x": {"command": PY, "protocol": "2030"}}})
+
+
+def test_a_pinned_handshake_version_is_the_only_one_offered_and_accepted() -> None:
+    async def main() -> None:
+        async with MCPServerStdio(command=PY, args=[META_SERVER], name="meta", protocol="2025-06-18").session() as conn:
+            assert seen(await conn.call_tool("meta"))["version"] == "2025-06-18" == conn.protocol_version
+        with pytest.raises(MCPError, match="answered protocol='2024-11-05' with version '2025-11-25'"):
+            async with modern("--legacy", protocol="2024-11-05").session():
+                pass
+
+    run(main())

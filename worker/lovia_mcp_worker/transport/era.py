@@ -31,10 +31,14 @@ only one offered and accepted).
 
 from __future__ import annotations
 
-from typing import Any, Final
+import asyncio
+from typing import TYPE_CHECKING, Any, Final
 
 from ..failures import HostError, RemoteError
 from ..protocol import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS
+
+if TYPE_CHECKING:
+    from .jsonrpc import Client
 
 UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
@@ -127,6 +131,60 @@ def input_required(result: dict[str, Any]) -> str | None:
     )
 
 
+async def negotiate_auto(client: Client, trace: dict[str, str] | None) -> None:
+    """The SDK's ``mode="auto"`` with the probe and the handshake pipelined (the rules above)."""
+    probe = asyncio.ensure_future(client.discover(MCP_MODERN_VERSIONS[0], trace))
+    handshake = asyncio.ensure_future(client.handshake(None, trace))
+    try:
+        await asyncio.wait((probe, handshake), return_when=asyncio.FIRST_COMPLETED)
+        if not probe.done() and handshake.exception() is None:
+            client.adopt_handshake(handshake.result())  # answered out of order: the handshake era
+            return
+        await asyncio.wait((probe,))
+        failed = probe.exception()
+        if failed is None:
+            version = mutual_modern(probe.result().get("supportedVersions"))
+            if version is not None:
+                client.adopt_modern(version, probe.result())
+                return
+        elif not isinstance(failed, RemoteError):
+            raise failed  # the server died or broke the protocol: no era verdict
+        elif failed.code == UNSUPPORTED_PROTOCOL_VERSION:
+            named = supported(failed)
+            mutual = mutual_modern(named)
+            if mutual is not None:
+                await _reprobe(client, mutual, trace)
+                return
+            if named is not None and only_modern(named):
+                raise incompatible(named)
+        try:
+            result = await handshake
+        except RemoteError as exc:
+            # -32022 from the handshake is modern evidence (the probe settled
+            # the era server-side): one re-probe at a version it names.
+            mutual = mutual_modern(supported(exc)) if exc.code == UNSUPPORTED_PROTOCOL_VERSION else None
+            if mutual is None:
+                raise
+            await _reprobe(client, mutual, trace)
+            return
+        client.adopt_handshake(result)
+    finally:
+        for task in (probe, handshake):
+            if not task.done():
+                task.cancel()  # no notifications/cancelled: the spec forbids cancelling either
+            else:
+                task.exception()  # retrieved: the losing answer is not an error
+
+
+async def _reprobe(client: Client, version: str, trace: dict[str, str] | None) -> None:
+    result = await client.discover(version, trace)
+    versions = result.get("supportedVersions")
+    mutual = mutual_modern(versions)
+    if mutual is None:
+        raise incompatible([v for v in versions or [] if isinstance(v, str)] if isinstance(versions, list) else [])
+    client.adopt_modern(mutual, result)
+
+
 __all__ = [
     "CLIENT_CAPABILITIES",
     "CLIENT_CAPABILITIES_KEY",
@@ -138,6 +196,7 @@ __all__ = [
     "incompatible",
     "input_required",
     "lists_changes",
+    "negotiate_auto",
     "mutual_modern",
     "only_modern",
     "supported",

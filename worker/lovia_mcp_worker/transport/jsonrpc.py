@@ -322,26 +322,33 @@ class Client:
     async def negotiate(self, mode: str = "auto", trace: Trace = None) -> None:
         """Settle the protocol era and version (:mod:`.era`); raises RemoteError or HostError."""
         if mode == "legacy" or mode in MCP_HANDSHAKE_VERSIONS:
-            self._adopt_handshake(await self._handshake(mode if mode != "legacy" else None, trace))
+            pinned = None if mode == "legacy" else mode
+            result = await self.handshake(pinned, trace)
+            if pinned is not None and result.get("protocolVersion") != pinned:
+                raise HostError(
+                    "open", f"the server answered protocol={pinned!r} with version {result.get('protocolVersion')!r}",
+                    hint="Pin the version the server speaks, or use protocol='auto'.",
+                )
+            self.adopt_handshake(result)
         elif mode in MCP_MODERN_VERSIONS:
-            self._adopt_modern(mode, None)  # pinned: no probe, as the SDK's pin
+            self.adopt_modern(mode, None)  # pinned: no probe, as the SDK's pin
         else:
-            await self._negotiate_auto(trace)
+            await era.negotiate_auto(self, trace)
 
     async def initialize(self, trace: Trace = None) -> dict[str, Any]:
         """The handshake era's ``initialize`` and ``notifications/initialized``."""
-        result = await self._handshake(None, trace)
-        self._adopt_handshake(result)
+        result = await self.handshake(None, trace)
+        self.adopt_handshake(result)
         return result
 
-    def _handshake(self, version: str | None, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
+    def handshake(self, version: str | None, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
         params = {"protocolVersion": version or PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO}
         if trace:
             params["_meta"] = trace
         # The spec forbids cancelling initialize.
         return self._object("initialize", _encode(params), what="initialize", cancellable=False)
 
-    def _adopt_handshake(self, result: dict[str, Any]) -> None:
+    def adopt_handshake(self, result: dict[str, Any]) -> None:
         version = result.get("protocolVersion")
         if version not in PROTOCOL_VERSIONS:
             raise HostError(
@@ -354,65 +361,14 @@ class Client:
         self._envelope = None
         self.notify("notifications/initialized")
 
-    def _adopt_modern(self, version: str, discovered: dict[str, Any] | None) -> None:
+    def adopt_modern(self, version: str, discovered: dict[str, Any] | None) -> None:
         self.protocol_version = version
         self._envelope = era.envelope(version)
         self.discovered = discovered
 
-    def _discover(self, version: str, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
+    def discover(self, version: str, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
         params = _encode({"_meta": {**era.envelope(version), **(trace or {})}})
         return self._object("server/discover", params, what="server/discover", cancellable=False)
-
-    async def _negotiate_auto(self, trace: Trace) -> None:
-        """The SDK's ``mode="auto"`` with the probe and the handshake pipelined (:mod:`.era`)."""
-        probe: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(self._discover(MCP_MODERN_VERSIONS[0], trace))
-        handshake: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(self._handshake(None, trace))
-        try:
-            await asyncio.wait((probe, handshake), return_when=asyncio.FIRST_COMPLETED)
-            if not probe.done() and handshake.exception() is None:
-                self._adopt_handshake(handshake.result())  # answered out of order: the handshake era
-                return
-            await asyncio.wait((probe,))
-            failed = probe.exception()
-            if failed is None:
-                version = era.mutual_modern(probe.result().get("supportedVersions"))
-                if version is not None:
-                    self._adopt_modern(version, probe.result())
-                    return
-            elif not isinstance(failed, RemoteError):
-                raise failed  # the server died or broke the protocol: no era verdict
-            elif failed.code == era.UNSUPPORTED_PROTOCOL_VERSION:
-                named = era.supported(failed)
-                mutual = era.mutual_modern(named)
-                if mutual is not None:
-                    await self._reprobe(mutual, trace)
-                    return
-                if named is not None and era.only_modern(named):
-                    raise era.incompatible(named)
-            try:
-                result = await handshake
-            except RemoteError as exc:
-                # -32022 from the handshake is modern evidence (the probe
-                # settled the era server-side): one re-probe at a named version.
-                mutual = era.mutual_modern(era.supported(exc)) if exc.code == era.UNSUPPORTED_PROTOCOL_VERSION else None
-                if mutual is None:
-                    raise
-                await self._reprobe(mutual, trace)
-                return
-            self._adopt_handshake(result)
-        finally:
-            for task in (probe, handshake):
-                if not task.done():
-                    task.cancel()
-                else:
-                    task.exception()  # retrieved: the losing answer is not an error
-
-    async def _reprobe(self, version: str, trace: Trace) -> None:
-        result = await self._discover(version, trace)
-        mutual = era.mutual_modern(result.get("supportedVersions"))
-        if mutual is None:
-            raise era.incompatible([v for v in result.get("supportedVersions") or [] if isinstance(v, str)])
-        self._adopt_modern(mutual, result)
 
     async def listen(self) -> None:
         """Hold a ``subscriptions/listen`` stream for tool-list changes (the modern era) until cancelled.
