@@ -42,6 +42,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -284,15 +285,27 @@ class MCPConnection(LoviaFields):
                 op.fail("tool_error")
             return result
 
-    def _operation(self, method: str, target: str | None = None) -> Any:
-        """The span of one MCP operation (:mod:`.tracing`); ``None`` inside without OpenTelemetry."""
-        return tracing.operation(
+    @contextlib.contextmanager
+    def _operation(self, method: str, target: str | None = None) -> Iterator[tracing.Operation | None]:
+        """The span of one MCP operation (:mod:`.tracing`); ``None`` inside without OpenTelemetry.
+
+        While it is in flight, what the worker reports becomes its events.
+        """
+        with tracing.operation(
             method, target, **{
                 "network.transport": tracing.NETWORK_TRANSPORT.get(self._spec.transport),
                 "mcp.protocol.version": self.protocol_version,
                 "lovia_mcp.server.name": self._spec.name,
             },
-        )
+        ) as op:
+            if op is None:
+                yield None
+                return
+            self._ops.add(op)
+            try:
+                yield op
+            finally:
+                self._ops.discard(op)
 
     async def _call_tool(self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None) -> MCPToolResult:
         retried = False
@@ -371,7 +384,6 @@ class MCPConnection(LoviaFields):
         msg: AgentMessage = make(rid)
         if op is not None:
             op.set("jsonrpc.request.id", rid)
-            self._ops.add(op)
         channel.send(msg)
         try:
             reply = await fut
@@ -389,8 +401,6 @@ class MCPConnection(LoviaFields):
             raise
         finally:
             self._pending.pop(rid, None)
-            if op is not None:
-                self._ops.discard(op)
         if isinstance(reply, Failure):
             if op is not None:
                 op.failure(reply)
@@ -453,14 +463,11 @@ class MCPConnection(LoviaFields):
         self._pending[rid] = fut
         if op is not None:
             op.set("jsonrpc.request.id", rid)
-            self._ops.add(op)
         channel.send(Open(id=rid, spec=self._spec, trace=op.trace if op is not None else None))
         try:
             reply = await fut
         finally:
             self._pending.pop(rid, None)
-            if op is not None:
-                self._ops.discard(op)
         if isinstance(reply, Failure):
             if op is not None:
                 op.failure(reply)

@@ -33,7 +33,8 @@ from test_http import _read_port
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
-from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio, MCPServerStreamableHTTP, tracing
+from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio, MCPServerStreamableHTTP, Sandbox, tracing
+from lovia_mcp_worker.sandbox import bwrap
 
 __all__ = ["enforcement"]  # the fixture, imported for pytest
 
@@ -299,3 +300,34 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=30, env=dict(os.environ))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(bwrap.BWRAP is None, reason="bubblewrap is not available (Linux only)")
+def test_the_sandbox_backend_in_force_is_on_the_opens_start_event() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="boxed", sandbox=Sandbox())
+        async with server.session() as conn:
+            await conn.call_tool("echo", {"text": "x"})
+        [opened] = named("initialize")
+        [start] = [e for e in opened.events if e.name == tracing.EVENT_START]
+        assert start.attributes is not None and start.attributes["lovia_mcp.sandbox.backend"] == "bwrap"
+
+    run(main())
+
+
+def test_a_lost_worker_is_a_worker_restart_event_on_the_span_of_the_call_that_replaces_it() -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
+        async with server.session() as conn:
+            with pytest.raises(MCPError):
+                await conn.call_tool("kill_parent")  # SIGKILLs the worker
+            assert str(await conn.call_tool("echo", {"text": "again"})) == "again"
+        [lost] = named("tools/call kill_parent")
+        assert (lost.attributes or {})["error.type"] == "worker_died"
+        [span] = named("tools/call echo")
+        [event] = [e for e in span.events if e.name == tracing.EVENT_WORKER_RESTART]
+        assert event.attributes is not None and "SIGKILL" in str(event.attributes["lovia_mcp.reason"])
+        # The fresh worker's open is its own span, nested in nothing of ours.
+        assert len(named("initialize")) == 2
+
+    run(main())
