@@ -313,3 +313,16 @@ def test_a_pinned_handshake_version_is_the_only_one_offered_and_accepted() -> No
                 pass
 
     run(main())
+
+
+@pytest.mark.parametrize("first", ["-32022", "-32603"])
+def test_a_refused_probe_is_followed_by_one_re_probe_as_the_sdk_does(first: str) -> None:
+    # -32022 naming a mutual version: probed again at it. Any other error:
+    # the fallback handshake, which this server refuses with -32022 (modern
+    # evidence), and then the one re-probe.
+    async def main() -> None:
+        async with modern("--first-probe", first).session() as conn:
+            assert conn.protocol_version == MODERN
+            assert str(await conn.call_tool("probes")) == "2"
+
+    run(main())

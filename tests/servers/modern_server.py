@@ -13,6 +13,9 @@ refuses any other request whose ``_meta`` lacks the per-request envelope
 - ``subscriptions/listen`` (stdio only) is acknowledged and held open; a
   tool-list change is announced on it;
 - ``--supported V1,V2``: the versions it claims (default ``2026-07-28``);
+- ``--first-probe CODE``: answers the first ``server/discover`` with the
+  JSON-RPC error CODE (-32022 names the versions it speaks), as a server
+  still starting up might; ``probes`` counts them;
 - ``--legacy``: the opposite, a handshake-era server that refuses
   ``server/discover`` with -32601 but only once ``initialize`` has arrived:
   a client that waits for the probe's answer before sending the handshake
@@ -47,6 +50,7 @@ def flag(name: str, default: str) -> str:
 SUPPORTED = flag("--supported", "2026-07-28").split(",")
 TTL_MS = int(flag("--ttl-ms", "60000"))
 HTTP = "--http" in ARGS
+FIRST_PROBE = int(flag("--first-probe", "0"))
 LEGACY = "--legacy" in ARGS
 
 
@@ -61,8 +65,9 @@ TOOLS: list[dict[str, Any]] = [
     {"name": "add_tool", "description": "Add a tool.", "inputSchema": schema(name="string")},
     {"name": "listings", "description": "tools/list requests served.", "inputSchema": schema()},
     {"name": "exit", "description": "Exit mid-call (code 3).", "inputSchema": schema()},
+    {"name": "probes", "description": "server/discover requests received.", "inputSchema": schema()},
 ]
-state = {"listings": 0}
+state = {"listings": 0, "probes": 0}
 held: list[object] = []  # --legacy: server/discover ids not yet refused
 listeners: list[object] = []
 lock = threading.Lock()
@@ -98,6 +103,8 @@ def call(rid: object, params: dict[str, Any], meta: dict[str, Any]) -> dict[str,
         return ok(rid, text(json.dumps(meta)))
     if name == "listings":
         return ok(rid, text(str(state["listings"])))
+    if name == "probes":
+        return ok(rid, text(str(state["probes"])))
     if name == "exit":
         sys.stdout.flush()
         os._exit(3)
@@ -136,6 +143,11 @@ def handle(msg: dict[str, Any]) -> dict[str, Any] | None:
     if method == "initialize":
         return error(rid, -32022, "Unsupported protocol version: this server speaks only the stateless revision",
                      {"supported": SUPPORTED, "requested": params.get("protocolVersion")})
+    if method == "server/discover":
+        state["probes"] += 1
+        if state["probes"] == 1 and FIRST_PROBE:
+            data = {"supported": SUPPORTED, "requested": meta.get(VERSION_KEY)} if FIRST_PROBE == -32022 else None
+            return error(rid, FIRST_PROBE, "Not now", data)
     requested = meta.get(VERSION_KEY)
     if requested not in SUPPORTED:
         if method == "server/discover" or requested is not None:
