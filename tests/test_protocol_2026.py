@@ -326,3 +326,46 @@ def test_a_refused_probe_is_followed_by_one_re_probe_as_the_sdk_does(first: str)
             assert str(await conn.call_tool("probes")) == "2"
 
     run(main())
+
+
+class _Changed(logging.Handler):
+    """Set when the connection applies a changed tool list."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.event = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "the server's tools changed" in record.getMessage():
+            self.event.set()
+
+
+# Bound on waiting for a listen stream's change to be applied (it may come
+# after the call's own answer: another stream).
+CHANGE_WAIT = 10.0
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_the_sdk_servers_tool_list_changes_arrive_through_subscriptions_listen(transport: str, sdk_url: str) -> None:
+    async def main() -> None:
+        log = logging.getLogger("lovia_mcp")
+        changed, level = _Changed(), log.level
+        log.setLevel(logging.INFO)
+        log.addHandler(changed)
+        server: MCPServerStdio | MCPServerStreamableHTTP
+        if transport == "stdio":
+            server = MCPServerStdio(command=PY, args=[META_SERVER], name="meta")
+        else:
+            server = MCPServerStreamableHTTP(url=sdk_url, name="meta")
+        try:
+            async with server.session() as conn:
+                assert conn.protocol_version == MODERN
+                name = f"fresh_{transport}"
+                await conn.call_tool("add_tool", {"name": name})
+                await asyncio.wait_for(changed.event.wait(), CHANGE_WAIT)
+                assert f"meta__{name}" in [t.name for t in conn.tools()]
+        finally:
+            log.removeHandler(changed)
+            log.setLevel(level)
+
+    run(main())

@@ -11,6 +11,8 @@ Tools:
 - ``meta``: the ``_meta`` of this ``tools/call`` as JSON, with the protocol
   version the request was served at (``"version"``);
 - ``echo {text}``: the text back;
+- ``add_tool {name}``: adds a tool and announces it to ``subscriptions/listen``
+  streams (the modern era's only route for it);
 - ``crash``: exits the process mid-call (code 3).
 """
 
@@ -41,6 +43,18 @@ def meta(ctx: Context) -> str:
 def echo(text: str) -> str:
     """The text back."""
     return text
+
+
+@server.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Add a tool that echoes its text; announce it on subscriptions/listen streams (2026-07-28)."""
+
+    def added(text: str) -> str:
+        return f"{name}: {text}"
+
+    server.add_tool(added, name=name, description=f"Added at run time: {name}.")
+    await ctx.notify_tools_changed()
+    return f"added {name}"
 
 
 @server.tool()
