@@ -307,7 +307,9 @@ class MCPConnection(LoviaFields):
             finally:
                 self._ops.discard(op)
 
-    async def _call_tool(self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None) -> MCPToolResult:
+    async def _call_tool(
+        self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None
+    ) -> MCPToolResult:
         retried = False
         trace = op.trace if op is not None else None
         # The timeout runs from here (lovia's wait_for wraps this call):

@@ -83,7 +83,8 @@ def _instruments() -> tuple[Tracer, Histogram]:
 
         _tracer = trace.get_tracer(SCOPE)
         _histogram = metrics.get_meter(SCOPE).create_histogram(
-            DURATION_METRIC, unit="s", description="The duration of an MCP request or notification, as the client sees it.",
+            DURATION_METRIC, unit="s",
+            description="The duration of an MCP request or notification, as the client sees it.",
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
     return _tracer, _histogram

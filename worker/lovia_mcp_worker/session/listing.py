@@ -14,6 +14,11 @@ of that call already sees it. Notifications that arrive while a listing is
 under way are coalesced into one more listing after it (the list being read
 may predate them).
 
+In MCP 2026-07-28 the change comes on the generation's
+``subscriptions/listen`` stream (the transports hold one) and is handled
+alike. A listing also expires there (the server's ``ttlMs``): a standby
+taking over re-lists an expired one first (:meth:`Listing.freshen`).
+
 Non-goals: ``prompts``/``resources`` list changes (lovia-mcp offers neither).
 """
 

@@ -1,10 +1,12 @@
 """Streamable HTTP servers, through the MCP SDK's public API (the one place it is used).
 
-The SDK's ``ClientSession`` and ``streamable_http_client`` do the HTTP
-transport (sessions, SSE, redirects within the origin); this module adapts
-them to the interface :class:`~lovia_mcp_worker.transport.stdio.StdioSession` offers
-the host: ``start`` (handshake and listing), ``list_tools``, ``call`` and
-``end``. anyio wants its contexts entered and left in one task, so the
+The SDK's ``Client`` and ``streamable_http_client`` do the HTTP transport
+(sessions, SSE, redirects within the origin) and the protocol negotiation
+(``mode=``: the ``protocol=`` option; 2026-07-28 or the handshake era); this
+module adapts them to the interface
+:class:`~lovia_mcp_worker.transport.stdio.StdioSession` offers the host:
+``start`` (the listing, once ``running`` has negotiated), ``list_tools``,
+``call`` and ``end``. anyio wants its contexts entered and left in one task, so the
 session lives inside :meth:`HttpSession.running`, held by the generation's
 own task.
 
@@ -192,7 +194,8 @@ class HttpSession:
             tools.extend(tool_specs(dumped, self._warn))
             if cursor is None:
                 self.listing_ttl = None
-            if self.protocol_version in MCP_MODERN_VERSIONS:  # the SDK's model says 0 where a handshake server said nothing
+            # Modern listings only: the SDK's model says 0 where a handshake server said nothing.
+            if self.protocol_version in MCP_MODERN_VERSIONS:
                 ttl = era.ttl_seconds(dumped)
                 if ttl is not None and (self.listing_ttl is None or ttl < self.listing_ttl):
                     self.listing_ttl = ttl

@@ -327,7 +327,9 @@ class StdioSession:
         try:
             await self.client.listen()
         except RemoteError as exc:
-            self._log(logging.INFO, f"the server refused subscriptions/listen ({exc}); tool-list changes are not followed", False)
+            self._log(
+                logging.INFO, f"the server refused subscriptions/listen ({exc}); tool-list changes are not followed", False
+            )
         except HostError:
             pass  # the generation ended
 
