@@ -253,7 +253,9 @@ def test_a_memory_limit_kill_is_a_span_event_naming_the_figure(enforcement: str)
         [span] = named("tools/call hold")
         assert (span.attributes or {})["error.type"] == "limit"
         want = tracing.EVENT_OOM if enforcement == "cgroup" else tracing.EVENT_LIMIT
-        [event] = [e for e in span.events if e.name == want]
+        found = [e for e in span.events if e.name == want]
+        assert len(found) == 1, [(e.name, dict(e.attributes or {})) for e in span.events]
+        [event] = found
         assert event.attributes is not None and "memory_mb=60" in str(event.attributes["lovia_mcp.reason"])
 
     run(main())

@@ -104,7 +104,9 @@ class Containment:
         if guard.limits_watched(spec.limits):
 
             def breach(what: str, figure: str, setting: str, hint: str) -> None:
-                reason = failures.limit(what, figure, setting, hint, session_tail(gen))
+                # Under a cgroup, memory is the kernel's to enforce: a breach is its OOM kill.
+                oom = what == "memory" and isinstance(tree, cgroup.CgroupTree)
+                reason = failures.limit(what, figure, setting, hint, session_tail(gen), oom=oom)
                 self._log(logging.WARNING, f"server {spec.name!r}: {reason.message}")
                 gen.stop(reason)
 
