@@ -279,6 +279,8 @@ class MCPConnection(LoviaFields):
                 tool_name=name,
                 kind="too_large",
             )
+        if not tracing.enabled():  # the common case, kept free of the context managers
+            return await self._call_tool(name, body, timeout, None)
         with self._operation("tools/call", name) as op:
             result = await self._call_tool(name, body, timeout, op)
             if result.is_error and op is not None:

@@ -309,6 +309,8 @@ class Client:
     # -- MCP ----------------------------------------------------------------- #
     def _meta(self, *parts: dict[str, Any] | None) -> dict[str, Any] | None:
         """A request's ``_meta``: the era's envelope and ``parts`` (None if empty)."""
+        if self._envelope is None and not any(parts):
+            return None  # the handshake era, untraced: the common case
         meta: dict[str, Any] = dict(self._envelope or {})
         for part in parts:
             if part:
