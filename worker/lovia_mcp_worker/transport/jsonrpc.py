@@ -426,7 +426,10 @@ class Client:
         token = next(self._tokens)
         self._progress[token] = on_progress
         try:
-            params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
+            if self._envelope is None and not trace:  # the common case, without building a dict
+                params += b',"_meta":{"progressToken":%d}}' % token
+            else:
+                params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
             return await self._object("tools/call", params, what=name)
         finally:
             self._progress.pop(token, None)
