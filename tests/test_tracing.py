@@ -333,3 +333,24 @@ def test_a_lost_worker_is_a_worker_restart_event_on_the_span_of_the_call_that_re
         assert len(named("initialize")) == 2
 
     run(main())
+
+
+def test_tracestate_travels_with_traceparent_into_the_servers_meta() -> None:
+    from opentelemetry import context, propagate
+
+    incoming = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "vendor=opaque"}
+
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=[META_SERVER], name="meta", protocol="legacy")
+        async with server.session() as conn:
+            token = context.attach(propagate.extract(incoming))  # as a request handler continuing a remote trace
+            try:
+                seen = server_meta(await conn.call_tool("meta"))
+            finally:
+                context.detach(token)
+        [span] = named("tools/call meta")
+        assert seen["meta"]["traceparent"].startswith(traceparent(span))
+        assert seen["meta"]["tracestate"] == "vendor=opaque"
+        assert span.context is not None and f"{span.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+
+    run(main())
