@@ -298,6 +298,7 @@ class MCPConnection(LoviaFields):
                 "network.transport": tracing.NETWORK_TRANSPORT.get(self._spec.transport),
                 "mcp.protocol.version": self.protocol_version,
                 "lovia_mcp.server.name": self._spec.name,
+                **tracing.server_address(self._spec.url),
             },
         ) as op:
             if op is None:

@@ -7,7 +7,8 @@ named ``{mcp.method.name} {target}``, with the attributes of the
 OpenTelemetry semantic conventions for MCP:
 
 - ``mcp.method.name``, ``jsonrpc.request.id``, ``mcp.protocol.version``,
-  ``network.transport`` (``pipe`` for stdio, ``tcp`` for HTTP);
+  ``network.transport`` (``pipe`` for stdio, ``tcp`` for HTTP), and for
+  HTTP ``server.address`` and ``server.port``;
 - for ``tools/call``: ``gen_ai.tool.name`` and ``gen_ai.operation.name``
   (``execute_tool``);
 - ``error.type`` on failure: the failure's kind (``server_exited``,
@@ -184,6 +185,20 @@ def _cancelled(exc: BaseException) -> bool:
     return isinstance(exc, asyncio.CancelledError)
 
 
+def server_address(url: str | None) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of an HTTP server's URL (nothing for stdio)."""
+    if not url:
+        return {}
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return {}
+    return {"server.address": parts.hostname, "server.port": port}
+
+
 def started(ops: Iterable[Operation], msg: Started) -> None:
     """The worker started a server generation: an event on each operation in flight."""
     for op in ops:
@@ -223,6 +238,7 @@ __all__ = [
     "ended",
     "enabled",
     "operation",
+    "server_address",
     "started",
     "worker_restarted",
 ]

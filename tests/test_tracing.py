@@ -141,6 +141,8 @@ def test_a_tool_call_over_streamable_http_carries_the_agents_trace_context_into_
                 seen = server_meta(await conn.call_tool("meta"))
         [span] = named("tools/call meta")
         check_call_span(span, tool="meta", transport="tcp", parent=named("app")[0])
+        assert (span.attributes or {})["server.address"] == "127.0.0.1"
+        assert (span.attributes or {})["server.port"] == int(meta_url.split(":")[2].split("/")[0])
         if isolation == "process":
             assert seen["meta"]["traceparent"].startswith(traceparent(span)), seen
         else:
