@@ -12,7 +12,10 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``spares``: warm spares, opened per-run connections kept ready for the next run;
 - ``tracing``: OpenTelemetry spans, trace context and the duration metric of
   MCP operations (imported lazily: only where the application has OpenTelemetry);
-- ``_channel``: the worker process (forkserver, pipe) or the in-process host;
+- ``client/``: the client core under the connection (request ids, the
+  channel and its replacement, dispatch, the one retry decision, the restart
+  circuit), the channels (a worker process over a pipe, or the in-process
+  host) and the agent's handle on its forkserver;
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
 - ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block);
@@ -20,9 +23,16 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``cli/``: the ``lovia-mcp`` command.
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
-repository). The agent imports only its ``mcp``-free modules: ``protocol``
-(the messages), ``framing``, ``process`` (the forkserver), ``failures``, and
-``containment.cgroup`` (to clean up after a dead worker).
+repository). The agent imports from it only this public surface, all of it
+``mcp``-free (tests/test_layout.py checks):
+
+- ``protocol``: the messages, the one module both sides are written against;
+- ``framing``: the length-framed pipe, read the same way on both sides;
+- ``session.host.Host``: the host, run in the agent's own loop for
+  ``isolation="none"``.
+
+It also names, without importing them, what the forkserver runs:
+``lovia_mcp_worker.process.serve`` and the preload list (``client.channel``).
 """
 
 import logging

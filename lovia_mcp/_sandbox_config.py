@@ -2,16 +2,22 @@
 
 Accepted: ``None`` (no sandbox), ``True`` (``Sandbox()``), a ``Sandbox``, or
 a dict: either ``Sandbox``'s own fields (``network``, ``writable``,
-``hidden``) or the ``sandbox`` block of the configuration files users
-already have (VS Code's ``.vscode/mcp.json``)::
+``hidden``, ``backend``, ``read_only``, ``readable``, ``write_deny``) or the ``sandbox``
+block of the configuration files users already have (VS Code's
+``.vscode/mcp.json``)::
 
-    {"filesystem": {"allowWrite": [...], "denyRead": [...]},
-     "network": {"allowedDomains": [...]}}
+    {"filesystem": {"allowWrite": [...], "denyRead": [...], "denyWrite": [...]},
+     "network": {"allowedDomains": [...], "deniedDomains": [...]},
+     "backend": "auto"}
 
 ``allowWrite`` becomes ``writable``, ``denyRead`` is hidden on top of the
-default secret stores, ``allowedDomains`` becomes the network allowlist (an
-empty one: no network). Paths are made absolute here, against the agent's
-cwd at open time, with ``~`` expanded.
+default secret stores, ``denyWrite`` becomes ``read_only``,
+``allowedDomains`` becomes the network allowlist (an empty one: no
+network). ``deniedDomains`` takes names out of it: a name listed in both is
+dropped; a denied name that an allowed wildcard still matches is refused
+(the proxy has allow rules only), with a hint to list the allowed names
+instead. Paths are made absolute here, against the agent's cwd at open time,
+with ``~`` expanded.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from lovia.exceptions import UserError
 
 from lovia_mcp_worker.protocol import DEFAULT_HIDDEN, Sandbox
 
-_OWN_KEYS = {"network", "writable", "hidden"}
-_VSCODE_KEYS = {"filesystem", "network", "enabled"}
+_OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny"}
+_VSCODE_KEYS = {"filesystem", "network", "enabled", "backend"}
+_BACKENDS = ("auto", "bwrap", "landlock")
 _EXAMPLE = "Sandbox(network=False, writable=['/srv/data'])"
 
 
@@ -41,24 +48,55 @@ def _from_vscode(block: Mapping[str, Any]) -> Sandbox:
     unknown = set(block) - _VSCODE_KEYS
     if unknown:
         raise UserError(f"unknown sandbox keys: {', '.join(sorted(unknown))}",
-                        hint="Use 'filesystem' (allowWrite, denyRead) and 'network' (allowedDomains).")
+                        hint="Use 'filesystem' (allowWrite, denyRead, denyWrite), 'network' "
+                        "(allowedDomains, deniedDomains) and 'backend'.")
     fs = block.get("filesystem") or {}
     net = block.get("network") or {}
     if not isinstance(fs, Mapping) or not isinstance(net, Mapping):
         raise UserError("sandbox 'filesystem' and 'network' must be objects",
                         hint='"sandbox": {"filesystem": {"allowWrite": ["."]}, "network": {"allowedDomains": []}}')
-    for name, part, known in (("filesystem", fs, {"allowWrite", "denyRead"}), ("network", net, {"allowedDomains"})):
+    for name, part, known in (("filesystem", fs, {"allowWrite", "denyRead", "denyWrite"}),
+                              ("network", net, {"allowedDomains", "deniedDomains"})):
         extra = set(part) - known
         if extra:
             raise UserError(f"unknown sandbox {name} keys: {', '.join(sorted(extra))}",
                             hint=f"Known: {', '.join(sorted(known))}.")
-    domains = _strings(net.get("allowedDomains", []), "network.allowedDomains")
+    domains = _allowed_minus_denied(_strings(net.get("allowedDomains", []), "network.allowedDomains"),
+                                    _strings(net.get("deniedDomains", []), "network.deniedDomains"))
     deny = _strings(fs.get("denyRead", []), "filesystem.denyRead")
     return Sandbox(
         network=domains or False,
         writable=_strings(fs.get("allowWrite", []), "filesystem.allowWrite"),
         hidden=[*DEFAULT_HIDDEN, *deny] if deny else None,
+        read_only=_strings(fs.get("denyWrite", []), "filesystem.denyWrite"),
+        backend=_backend(block.get("backend", "auto")),
     )
+
+
+def _allowed_minus_denied(allowed: list[str], denied: list[str]) -> list[str]:
+    from lovia_mcp_worker.sandbox.netrequest import host_allowed, normalize_pattern
+
+    gone = {d.lower().rstrip(".") for d in denied}
+    kept = [a for a in allowed if a.lower().rstrip(".") not in gone]
+    try:
+        patterns = tuple(normalize_pattern(a) for a in kept)
+    except ValueError as exc:
+        raise UserError(f"bad sandbox network.allowedDomains: {exc}",
+                        hint='"allowedDomains": ["api.github.com", "*.npmjs.org"]') from exc
+    for name in denied:
+        if not name.startswith("*") and host_allowed(name, patterns):
+            raise UserError(
+                f"sandbox network.deniedDomains has {name!r}, which an allowed wildcard still matches",
+                hint="The sandbox proxy has allow rules only: list the allowed names one by one "
+                     "instead of the wildcard, leaving the denied one out.")
+    return kept
+
+
+def _backend(value: object) -> Any:
+    if value not in _BACKENDS:
+        raise UserError(f"sandbox backend must be one of {', '.join(_BACKENDS)}, got {value!r}",
+                        hint="'auto' uses namespaces where they can be made, else Landlock.")
+    return value
 
 
 def coerce(value: object) -> Sandbox | None:
@@ -80,10 +118,17 @@ def coerce(value: object) -> Sandbox | None:
     network = value.network
     if not isinstance(network, bool):
         network = _strings(network, "network")
+    if not isinstance(value.write_deny, bool):
+        raise UserError(f"sandbox write_deny must be true or false, got {value.write_deny!r}",
+                        hint="write_deny=False lets the server write .git/hooks, shell rc files and editor configs.")
     return Sandbox(
         network=network,
         writable=_strings(value.writable, "writable") if value.writable else [],
         hidden=None if value.hidden is None else (_strings(value.hidden, "hidden") if value.hidden else []),
+        backend=_backend(value.backend),
+        read_only=_strings(value.read_only, "read_only") if value.read_only else [],
+        readable=_strings(value.readable, "readable") if value.readable else [],
+        write_deny=value.write_deny,
     )
 
 
@@ -97,6 +142,10 @@ def resolved(box: Sandbox, cwd: str) -> Sandbox:
         network=box.network,
         writable=[fix(p) for p in box.writable],
         hidden=None if box.hidden is None else [p if p.startswith("~") else fix(p) for p in box.hidden],
+        backend=box.backend,
+        read_only=[fix(p) for p in box.read_only],
+        readable=[fix(p) for p in box.readable],
+        write_deny=box.write_deny,
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 from lovia.tools import ApprovalPredicate, Tool
-from lovia_mcp_worker.protocol import ToolAnnotations
+from lovia_mcp_worker.protocol import ToolAnnotations, to_json
 
 AutoReconnect: TypeAlias = bool | Literal["safe"]
 Approval: TypeAlias = bool | ApprovalPredicate | Literal["destructive"]
@@ -53,19 +53,9 @@ class MCPTool(Tool):
     raw_name: str = ""
 
 
-# The SDK's attribute names and the MCP JSON names they stand for.
-_JSON_NAMES: Final = (
-    ("title", "title"),
-    ("read_only_hint", "readOnlyHint"),
-    ("destructive_hint", "destructiveHint"),
-    ("idempotent_hint", "idempotentHint"),
-    ("open_world_hint", "openWorldHint"),
-)
-
-
 def as_json(annotations: ToolAnnotations) -> dict[str, Any]:
     """The hints under their MCP JSON names (``readOnlyHint``...), as a server lists them; unset ones left out."""
-    return {key: value for attr, key in _JSON_NAMES if (value := getattr(annotations, attr)) is not None}
+    return to_json(annotations)
 
 
 def meta_object(raw: bytes | None) -> dict[str, Any] | None:

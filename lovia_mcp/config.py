@@ -12,19 +12,18 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from lovia.exceptions import UserError
 from lovia.tools.base import ToolResultRenderer
 from lovia_mcp_worker.protocol import MCP_PROTOCOL_MODES as PROTOCOL_MODES, Limits, Sandbox, ServerSpec
 
-from . import _sandbox_config
+from . import _sandbox_config, spares
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
+from .client.core import Isolation
+from .connection import MCPConnection
+from .spares import MAX_SPARES
 
-if TYPE_CHECKING:
-    from .connection import MCPConnection
-
-Isolation = Literal["process", "none"]
 ISOLATIONS: Final = ("process", "none")
 
 # Spawn + handshake + tool listing. Generous: a first `npx -y pkg` or `uvx pkg`
@@ -40,10 +39,6 @@ DEFAULT_RESTART_WINDOW: Final = 60.0
 # between the runs of a busy agent, short enough that an agent gone quiet
 # does not keep a worker and a server tree for nothing.
 DEFAULT_SPARE_IDLE: Final = 300.0
-# Spares per agent process, over every config and event loop: each is a
-# worker (about 11 MB unique memory) and a live server tree, so a typo like
-# spares=100 must not start a hundred of them.
-MAX_SPARES: Final = 16
 
 
 def _names(value: Sequence[str] | None, field: str) -> None:
@@ -58,7 +53,7 @@ def _names(value: Sequence[str] | None, field: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class MCPServer:
-    """Options shared by every transport (see the README's table)."""
+    """Options shared by every transport (see the table in docs/options.md)."""
 
     name: str | None = None
     include_tools: list[str] | None = None
@@ -173,20 +168,16 @@ class MCPServer:
             await conn.close()
 
     async def _open(self, *, isolation: Isolation | None, close_after_run: bool) -> MCPConnection:
-        from .connection import MCPConnection
-
         mode: Isolation = self.isolation or isolation or "process"
         # Per-run opens take the pool's spares; a persistent connection keeps
         # a standby server in its own worker instead (MCPConnection).
         pooled = bool(self.spares) and mode == "process" and close_after_run
         if pooled:
-            from . import spares
-
             spare = await spares.take(self, close_after_run=close_after_run)
             if spare is not None:
                 return spare
         conn = MCPConnection(self, isolation=mode, close_after_run=close_after_run)
-        await conn._connect()
+        await conn.connect()
         if pooled:
             # After this open, not beside it: the two would compete for the
             # CPU. (Not after a failed one: a broken config starts nothing more.)
@@ -207,8 +198,6 @@ class MCPServer:
             "open_timeout": float(self.open_timeout),
             "kill_grace": float(self.kill_grace),
             "on_timeout": self.on_timeout,
-            "restart_limit": self.restart_limit,
-            "restart_window": float(self.restart_window),
             "protocol": self.protocol,
         }
 

@@ -1,29 +1,22 @@
-"""A live connection: the agent's handle on one server's session host.
+"""A live connection: the lovia-facing surface over the client core.
 
-The connection sends typed requests with ids to its channel (a worker
-process, or the in-process host) and resolves them as answers arrive, so
-many calls can be in flight and concurrent runs can share one connection.
-It turns every worker :class:`~lovia_mcp_worker.protocol.Failure` into the
-right lovia error in one place (:meth:`MCPConnection._error`).
+:class:`MCPConnection` holds what lovia's own connection has (the config's
+fields, ``tools()``, ``refresh_tools()``, ``call_tool()``), builds the lovia
+tools from the listing the worker announces, and turns each failure into
+the right lovia error (:mod:`._errors`) after the one retry decision
+(:mod:`.client.retry`). Requests, the channel, the circuit and worker loss
+are the core's (:mod:`.client.core`).
 
-Lifecycle: ``_connect`` starts the channel and waits for ``Opened`` (spawn,
-handshake, tool listing). A worker that dies is replaced on the next request;
-a server that dies is replaced by the worker. ``close`` is shielded from
-cancellation and bounded.
+Lifecycle: :meth:`MCPConnection.connect` opens (spawn, handshake, tool
+listing); a worker that dies is replaced on the next request; a server that
+dies is replaced by the worker. :meth:`MCPConnection.close` is shielded from
+cancellation and bounded; :meth:`MCPConnection.close_soon` (a run's end)
+starts the same close without waiting for the server's death.
 
-The restart circuit is the connection's: server restarts (each ``Started``
-after a worker's first) and worker replacements count alike, so a server
-that keeps killing its worker is stopped as one that keeps crashing. Past
-``restart_limit`` restarts in ``restart_window`` a request that would need a
-restart fails fast (``circuit_open``) until the window has passed. (Each
-worker also keeps its own count of server restarts as a backstop.)
-
-Caveats: like lovia's plugin, the one retry after a lost connection is
-at-least-once: a server that died after doing the work but before answering
-does it twice; so is a call retried because another call's timeout killed
-the server it ran on. Use ``auto_reconnect=False`` for mutating tools, or
-``"safe"``: only tools whose annotations say read-only or idempotent are
-retried (:mod:`.annotations`).
+Timeouts: a call carries its deadline to the worker, which cancels it there,
+applies ``on_timeout`` and answers; lovia's own ``wait_for`` around the tool
+usually fires at the same moment, and the worker counts a cancel that
+arrives at the deadline as the timeout (:mod:`lovia_mcp_worker.session.host`).
 
 Tool-list changes: the worker sends ``ToolsChanged`` when the server's list
 changes (``tools/list_changed``, or a restarted server listing others);
@@ -35,14 +28,8 @@ list its plugin set up with.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
-import itertools
 import logging
-import os
-import signal
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -50,68 +37,46 @@ from lovia.exceptions import MCPError
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
-from lovia_mcp_worker import failures
-from lovia_mcp_worker.framing import MAX_REQUEST_BYTES, frame_cap
+from lovia_mcp_worker.framing import MAX_REQUEST_BYTES
 from lovia_mcp_worker.protocol import (
-    MCP_MODERN_VERSIONS,
-    AgentMessage,
     CallTool,
-    Cancel,
-    Close,
-    Ended,
     Failure,
     GetStats,
     ListTools,
-    Log,
-    Open,
-    Opened,
-    Progress,
     Result,
-    Started,
     Stats,
     StatsReply,
     ToolAnnotations,
     ToolSpec,
-    Tools,
-    ToolsChanged,
     WorkerMessage,
 )
 
-from ._channel import LocalChannel, ProcessChannel, kill_leftovers
-from ._errors import to_error
-from ._tools import build_tools
-from . import annotations as _hints
 from . import tracing
+from ._errors import to_error
 from ._parity import LoviaFields
+from ._tools import build_tools
+from .client.circuit import RestartCircuit
+from .client import core as client_core
+from .client.core import ClientCore
+from .client.retry import retry
 from .render import MCPToolResult, default_renderer, with_sdk_models
 
 if TYPE_CHECKING:
     from .config import Isolation, MCPServer
 
 logger = logging.getLogger("lovia_mcp")
-# MCP progress of running calls: one INFO record per update (the worker
-# coalesces them), with ``server``, ``tool``, ``progress``, ``total`` and
-# ``progress_message`` (the server's own text, or None).
-progress_logger = logging.getLogger("lovia_mcp.progress")
 
-# Bound on a close: the worker's own tree kill is bounded below this.
-CLOSE_WAIT: Final = 8.0
-# Failure kinds after which one retry on a fresh server can succeed.
-RETRYABLE: Final = frozenset({"server_exited", "worker_died", "protocol"})
-# Failure kinds that mean the server generation ended: the next request
-# needs a restart, which the circuit may refuse.
-ENDED: Final = frozenset({"server_exited", "worker_died", "protocol", "limit"})
 # The largest tool-call arguments sent (JSON bytes): a worker takes frames up
 # to MAX_REQUEST_BYTES, and the rest of the CallTool message needs room.
 ARGUMENTS_CAP: Final = MAX_REQUEST_BYTES - 64 * 1024
 
+# How close to the deadline a cancel counts as the timeout on the call's
+# span: the worker's own tolerance (session.calls.CANCEL_SLACK), since
+# lovia's wait_for and the worker's timer fire at about the same moment.
+CANCEL_SLACK: Final = 0.25
+
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.decode
-
-
-class _Retry(Exception):
-    def __init__(self, error: Exception) -> None:
-        self.error = error
 
 
 class MCPConnection(LoviaFields):
@@ -128,46 +93,24 @@ class MCPConnection(LoviaFields):
         self.isolation = isolation
         self.prefix = server.name
         self._close_after_run = close_after_run
-        self._spec = server._spec()
+        spec = server._spec()
         if server.spares and not close_after_run and isolation == "process":
             # Persistent: a crash or timeout restart takes a standby server
             # the worker keeps ready (per-run opens take the pool's spares).
-            self._spec = msgspec.structs.replace(self._spec, standby=True)
-        self._channel: ProcessChannel | LocalChannel | None = None
-        self._starting: asyncio.Task[None] | None = None
-        self._pending: dict[int, asyncio.Future[WorkerMessage]] = {}
-        self._ids = itertools.count(1)
+            spec = msgspec.structs.replace(spec, standby=True)
+        self.name = spec.name
+        circuit = RestartCircuit(server.restart_limit, float(server.restart_window))
+        self.core = ClientCore(spec, isolation, circuit, self._apply_tools)
         self._tools: list[Tool] | None = None
-        # Request id of each tools/call in flight -> its raw tool name (for progress).
-        self._calls: dict[int, str] = {}
         # The listing the tools were built from (a warm spare rebuilds them for
         # its taker), and each raw name's hints.
-        self._specs: list[ToolSpec] | None = None
+        self._specs: list[ToolSpec] = []
         self._annotations: dict[str, ToolAnnotations | None] = {}
         # Visible tool name -> the server's raw name (what calls are sent as).
         self.raw_names: dict[str, str] = {}
         # Raw names already reported as listed twice: a refresh repeats no warning.
         self._duplicates_reported: set[str] = set()
-        self._closed = False
-        self._server_pid: int | None = None
-        self.worker_restarts = 0
-        self._last_worker_loss: str | None = None
-        # The connection's restart circuit: when each restart (server or
-        # worker) happened, whether the server is known to need one, and why
-        # the last one ended.
-        self._restart_times: collections.deque[float] = collections.deque()
-        self._needs_restart = False
-        self._last_end: str | None = None
-        self._server_log = logging.getLogger(f"lovia_mcp.server.{self._spec.name}")
         self._renderer = _renderer(server)
-        # Spans of the operations in flight (worker events go onto them), and
-        # the MCP protocol version the server speaks (from Opened / Started).
-        self._ops: set[tracing.Operation] = set()
-        self.protocol_version: str | None = None
-        # The server's ttlMs for the listing (seconds; None: no limit) and
-        # when it was received: a warm spare re-lists once it has expired.
-        self._listing_ttl: float | None = None
-        self._listed_at = time.monotonic()
 
     # -- the plugin's view --------------------------------------------------- #
     @property
@@ -188,15 +131,29 @@ class MCPConnection(LoviaFields):
         await self.close()
 
     @property
+    def closed(self) -> bool:
+        return self.core.closed
+
+    @property
     def worker_pid(self) -> int | None:
-        ch = self._channel
-        return ch.pid if ch is not None and self.isolation == "process" else None
+        return self.core.worker_pid
 
     @property
     def server_pid(self) -> int | None:
-        return self._server_pid
+        """The server's pid as the worker last reported it (``None`` between generations)."""
+        return self.core.server_pid
 
-    def _adopt(self, server: MCPServer, *, close_after_run: bool) -> None:
+    @property
+    def protocol_version(self) -> str | None:
+        """The MCP protocol version the server speaks (``None`` until opened)."""
+        return self.core.protocol_version
+
+    @property
+    def worker_restarts(self) -> int:
+        """Workers replaced after one was lost, over the connection's life."""
+        return self.core.worker_restarts
+
+    def adopt(self, server: MCPServer, *, close_after_run: bool) -> None:
         """Hand this (warm spare) connection to ``server``, a config with the same worker spec.
 
         What is not in the spec (tool filters, approval, renderer, retries,
@@ -207,7 +164,7 @@ class MCPConnection(LoviaFields):
         self._close_after_run = close_after_run
         self._renderer = _renderer(server)
         self._duplicates_reported = set()
-        self._tools = self._build_tools(self._specs or [])
+        self._tools = self._build_tools(self._specs)
 
     # -- tools --------------------------------------------------------------- #
     def tools(self) -> list[Tool]:
@@ -220,32 +177,42 @@ class MCPConnection(LoviaFields):
 
     async def refresh_tools(self) -> list[Tool]:
         """Re-list the server's tools and rebuild the lovia tools."""
-        with self._operation("tools/list") as op:
-            trace = op.trace if op is not None else None
-            reply = await self._request(lambda i: ListTools(id=i, trace=trace), tool_name=None, op=op)
-        assert isinstance(reply, Tools)
-        self._listing_ttl, self._listed_at = reply.listing_ttl, time.monotonic()
-        self._tools = self._build_tools(reply.tools)
-        return list(self._tools)
+        with self.core.operation("tools/list") as op:
+            trace = None if op is None else op.trace
+            await self._ask(lambda i: ListTools(id=i, trace=trace), op)
+        return self.tools()
 
-    async def _freshen(self) -> bool:
+    async def freshen(self) -> bool:
         """Re-list if the listing's ttlMs has passed (a spare taken after waiting); False if that failed."""
-        ttl = self._listing_ttl
-        if ttl is None or time.monotonic() - self._listed_at < ttl:
+        ttl = self.core.listing_ttl
+        if ttl is None or time.monotonic() - self.core.listed_at < ttl:
             return True
         try:
             await self.refresh_tools()
         except Exception as exc:  # noqa: BLE001 - the caller opens a fresh connection instead
-            logger.info("%s: re-listing an expired listing failed: %s", self._spec.name, exc)
+            logger.info("%s: re-listing an expired listing failed: %s", self.name, exc)
             return False
         return True
+
+    def _apply_tools(self, specs: list[ToolSpec], changed: bool) -> None:
+        """The worker announced ``specs``: the tools are rebuilt from them, as they are."""
+        if changed and self._tools is None:
+            return  # not opened yet: Opened brings the list
+        before = set(self.raw_names.values())
+        self._tools = self._build_tools(specs)
+        if changed:
+            after = set(self.raw_names.values())
+            logger.info(
+                "%s: the server's tools changed (%d now; added %s, removed %s)", self.name,
+                len(after), sorted(after - before) or "none", sorted(before - after) or "none",
+            )
 
     def _build_tools(self, specs: list[ToolSpec]) -> list[Tool]:
         self._specs = list(specs)
         self._annotations = {spec.name: spec.annotations for spec in specs}
         tools, self.raw_names = build_tools(
             self.server, self.prefix, specs, self._make_invoke, self._renderer,
-            reported=self._duplicates_reported, server_name=self._spec.name,
+            reported=self._duplicates_reported, server_name=self.name,
         )
         return tools
 
@@ -262,11 +229,12 @@ class MCPConnection(LoviaFields):
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None
     ) -> MCPToolResult:
-        """Call a tool by its raw name; ``timeout`` only classifies a cancellation.
+        """Call a tool by its raw name, with ``timeout`` seconds to answer.
 
-        The caller enforces the timeout (lovia's ``run_tool`` does, with
-        ``asyncio.wait_for``); when the call is cancelled at or after
-        ``timeout`` seconds, the worker applies ``on_timeout``.
+        The deadline goes with the call: the worker cancels it there and
+        applies ``on_timeout`` (an ``MCPError`` of kind ``timeout`` when the
+        caller did not cancel first; lovia's ``run_tool`` usually does, with
+        the same timeout, and reports lovia's own timeout error).
         """
         body = _json_encode(arguments or {})
         if len(body) > ARGUMENTS_CAP:
@@ -279,382 +247,119 @@ class MCPConnection(LoviaFields):
                 tool_name=name,
                 kind="too_large",
             )
-        if not tracing.enabled():  # the common case, kept free of the context managers
-            return await self._call_tool(name, body, timeout, None)
-        with self._operation("tools/call", name) as op:
-            result = await self._call_tool(name, body, timeout, op)
+        if not tracing.enabled():  # the common case, kept free of the span's context managers
+            return await self._call(name, body, timeout, None)
+        with self.core.operation("tools/call", name) as op:
+            result = await self._call(name, body, timeout, op)
             if result.is_error and op is not None:
                 op.fail("tool_error")
             return result
 
-    @contextlib.contextmanager
-    def _operation(self, method: str, target: str | None = None) -> Iterator[tracing.Operation | None]:
-        """The span of one MCP operation (:mod:`.tracing`); ``None`` inside without OpenTelemetry.
-
-        While it is in flight, what the worker reports becomes its events.
-        """
-        with tracing.operation(
-            method, target, **{
-                "network.transport": tracing.NETWORK_TRANSPORT.get(self._spec.transport),
-                "mcp.protocol.version": self.protocol_version,
-                "lovia_mcp.server.name": self._spec.name,
-                **tracing.server_address(self._spec.url),
-            },
-        ) as op:
-            if op is None:
-                yield None
-                return
-            self._ops.add(op)
-            try:
-                yield op
-            finally:
-                self._ops.discard(op)
-
-    async def _call_tool(
-        self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None
-    ) -> MCPToolResult:
-        retried = False
-        trace = op.trace if op is not None else None
-        # The timeout runs from here (lovia's wait_for wraps this call):
-        # time spent replacing a worker or on a first attempt counts, so a
-        # cancel at the deadline is always recognised as a timeout.
-        started = time.monotonic()
-        sent: list[int] = []
+    async def _call(self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None) -> MCPToolResult:
+        # The deadline runs from here (lovia's wait_for wraps this call): time
+        # spent replacing a worker or on a first attempt counts.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backstop = None if timeout is None else timeout + self.server.kill_grace + client_core.ANSWER_BACKSTOP
+        trace = None if op is None else op.trace
 
         def make(i: int) -> CallTool:
-            sent.append(i)
-            self._calls[i] = name
-            return CallTool(id=i, name=name, arguments=body, trace=trace)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            return CallTool(id=i, name=name, arguments=body, timeout=left, trace=trace)
 
+        retried = False
         while True:
+            self._check_open(name)
             try:
-                reply = await self._request(make, tool_name=name, timeout=timeout, retry=True, started=started, op=op)
-            except _Retry as r:
-                if not self.server.auto_reconnect or retried:
-                    raise r.error from None
-                if self.server.auto_reconnect == "safe" and not _hints.retry_is_safe(self._annotations.get(name)):
-                    logger.warning(
-                        "%s: not retrying %r (auto_reconnect='safe': its annotations say neither "
-                        "read-only nor idempotent) after: %s", self._spec.name, name, r.error,
-                    )
-                    raise r.error from None
-                retried = True
-                if op is not None:
-                    op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": str(r.error)})
-                logger.warning("%s: retrying %r once on a fresh server after: %s", self._spec.name, name, r.error)
-                continue
-            finally:
-                while sent:
-                    self._calls.pop(sent.pop(), None)
+                reply = await self.core.request(make, tool=name, backstop=backstop, op=op)
+            except asyncio.CancelledError:
+                # lovia's wait_for cancels at the deadline: that is the timeout
+                # (the worker counts it so too).
+                if op is not None and deadline is not None and time.monotonic() >= deadline - CANCEL_SLACK:
+                    op.timed_out(timeout, self.server.on_timeout)
+                raise
+            if isinstance(reply, Failure):
+                if op is not None and reply.kind == "timeout":
+                    op.timed_out(timeout, self.server.on_timeout)
+                if retry(reply, policy=self.server.auto_reconnect, annotations=self._annotations.get(name),
+                         retried=retried, server=self.name, tool=name):
+                    retried = True
+                    if op is not None:
+                        op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": reply.message})
+                    continue
+                raise self._error(reply, name)
             assert isinstance(reply, Result)
             structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
             return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured)
 
-    async def _request(
-        self,
-        make: Any,
-        *,
-        tool_name: str | None,
-        timeout: float | None = None,
-        retry: bool = False,
-        started: float | None = None,
-        op: tracing.Operation | None = None,
-    ) -> WorkerMessage:
-        """Send one request and wait for its answer.
+    async def _ask(self, make: Any, op: tracing.Operation | None = None) -> WorkerMessage:
+        """A request that is not a call: its failure raised as the lovia error, never retried."""
+        self._check_open(None)
+        reply = await self.core.request(make, op=op)
+        if isinstance(reply, Failure):
+            raise self._error(reply, None)
+        return reply
 
-        With ``retry``, a failure after which a fresh server may succeed is
-        raised as ``_Retry`` (for ``call_tool``'s one retry); otherwise every
-        failure is raised as the lovia error itself. ``started``: when the
-        caller's ``timeout`` began (default: now).
-        """
-        if self._closed:
+    def _check_open(self, tool_name: str | None) -> None:
+        if self.core.closed:
             raise MCPError(
                 "MCP connection is closed.",
                 hint="Open it per run, or keep it alive with 'async with server.session()'.",
                 tool_name=tool_name,
             )
-        if started is None:
-            started = time.monotonic()
-        if self._needs_restart:
-            self._check_circuit(tool_name)
-        try:
-            channel = await self._ready(tool_name)
-        except _Retry as r:
-            if retry:
-                raise
-            raise r.error from None
-        rid = next(self._ids)
-        fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        msg: AgentMessage = make(rid)
-        if op is not None:
-            op.set("jsonrpc.request.id", rid)
-        channel.send(msg)
-        try:
-            reply = await fut
-        except asyncio.CancelledError:
-            self._pending.pop(rid, None)
-            if channel.alive:
-                # The tolerance absorbs timer granularity: wait_for fires at
-                # the deadline, never meaningfully before it.
-                timed_out = timeout is not None and time.monotonic() - started >= timeout - 0.01
-                channel.send(Cancel(id=rid, timed_out=timed_out))
-                if timed_out and op is not None:
-                    op.timed_out(timeout, self._spec.on_timeout)
-                if timed_out and self._spec.on_timeout == "kill":
-                    self._needs_restart = True
-            raise
-        finally:
-            self._pending.pop(rid, None)
-        if isinstance(reply, Failure):
-            if op is not None:
-                op.failure(reply)
-            if reply.kind in ENDED:
-                self._needs_restart = True
-                self._last_end = reply.message
-            error = self._error(reply, tool_name)
-            if retry and reply.kind in RETRYABLE:
-                raise _Retry(error)
-            raise error
-        return reply
-
-    async def _ready(self, tool_name: str | None) -> ProcessChannel | LocalChannel:
-        while True:
-            ch = self._channel
-            if ch is not None and ch.alive:
-                return ch
-            if self._starting is None:
-                if ch is not None:
-                    self._check_circuit(tool_name)  # a replacement worker is a restart
-                self._starting = asyncio.ensure_future(self._start_channel())
-                self._starting.add_done_callback(self._start_done)
-            try:
-                await asyncio.shield(self._starting)
-            except _StartFailed as exc:
-                error = self._error(exc.failure, tool_name)
-                if exc.failure.kind in RETRYABLE:
-                    raise _Retry(error) from None
-                raise error from None
-
-    def _start_done(self, task: asyncio.Task[None]) -> None:
-        self._starting = None
-        if not task.cancelled():
-            task.exception()  # retrieved by the awaiting callers
-
-    async def _start_channel(self) -> None:
-        old = self._channel
-        if old is not None:
-            self.worker_restarts += 1
-            self._restart_times.append(time.monotonic())
-            tracing.worker_restarted(self._ops, self._last_worker_loss)
-            await old.aclose()
-        with self._operation("initialize") as op:
-            await self._open_channel(op)
-
-    async def _open_channel(self, op: tracing.Operation | None) -> None:
-        channel: ProcessChannel | LocalChannel
-        if self.isolation == "process":
-            # The largest frame this worker may send: never allocate past it.
-            channel = ProcessChannel(frame_cap(self._spec.limits.max_result_bytes))
-        else:
-            channel = LocalChannel()
-        def lost(why: str) -> None:
-            self._on_lost(channel, why)
-
-        await channel.start(self._on_message, lost)
-        self._channel = channel
-        rid = next(self._ids)
-        fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        if op is not None:
-            op.set("jsonrpc.request.id", rid)
-        channel.send(Open(id=rid, spec=self._spec, trace=op.trace if op is not None else None))
-        try:
-            reply = await fut
-        finally:
-            self._pending.pop(rid, None)
-        if isinstance(reply, Failure):
-            if op is not None:
-                op.failure(reply)
-            self._channel = None
-            with contextlib.suppress(Exception):
-                await self._close_channel(channel)
-            raise _StartFailed(reply)
-        assert isinstance(reply, Opened)
-        self._server_pid = reply.server_pid
-        self.protocol_version = reply.protocol_version
-        self._listing_ttl, self._listed_at = reply.listing_ttl, time.monotonic()
-        if op is not None:
-            op.set("mcp.protocol.version", reply.protocol_version)
-            if reply.protocol_version in MCP_MODERN_VERSIONS:
-                op.rename("server/discover")  # the stateless era's open has no initialize
-        if self._tools is None or reply.tools != self._specs:
-            # A replaced worker's server may list other tools.
-            self._tools = self._build_tools(reply.tools)
-        logger.info(
-            "%s: connected (%s isolation, worker pid %s, server pid %s)",
-            self._spec.name, self.isolation, channel.pid, reply.server_pid,
-        )
-
-    def _on_message(self, msg: WorkerMessage) -> None:
-        if isinstance(msg, Log):
-            if msg.stderr:
-                self._server_log.log(msg.level, "%s", msg.message)
-            else:
-                logger.log(msg.level, "%s: %s", self._spec.name, msg.message)
-            return
-        if isinstance(msg, ToolsChanged):
-            self._listed_at = time.monotonic()  # the worker has just listed
-            if self._tools is not None:
-                before = set(self.raw_names.values())
-                self._tools = self._build_tools(msg.tools)
-                after = set(self.raw_names.values())
-                logger.info(
-                    "%s: the server's tools changed (%d now; added %s, removed %s)", self._spec.name,
-                    len(after), sorted(after - before) or "none", sorted(before - after) or "none",
-                )
-            return
-        if isinstance(msg, Started):
-            # The worker started a fresh server (a restart after its first).
-            # Follow its pid, so a worker death kills the right group.
-            self._server_pid = msg.server_pid
-            self._needs_restart = False
-            if msg.protocol_version is not None:
-                self.protocol_version = msg.protocol_version
-            if msg.generation > 1:
-                self._restart_times.append(time.monotonic())
-            tracing.started(self._ops, msg)
-            return
-        if isinstance(msg, Progress):
-            self._log_progress(msg)
-            return
-        if isinstance(msg, Ended):
-            # A dead server is no longer the connection's, unless a fresh
-            # generation's Started already replaced it.
-            if msg.server_pid == self._server_pid:
-                self._server_pid = None
-            tracing.ended(self._ops, msg)
-            return
-        fut = self._pending.pop(msg.id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(msg)
-
-    def _log_progress(self, msg: Progress) -> None:
-        tool = self._calls.get(msg.id)
-        if tool is None:
-            return  # the call already ended (or was abandoned)
-        done = f"{msg.progress:g}" if msg.total is None else f"{msg.progress:g}/{msg.total:g}"
-        text = f"{self._spec.name}/{tool}: {done}" + (f" {msg.message}" if msg.message else "")
-        progress_logger.info(
-            "%s", text,
-            extra={"server": self._spec.name, "tool": tool, "progress": msg.progress, "total": msg.total,
-                   "progress_message": msg.message},
-        )
-
-    def _on_lost(self, channel: ProcessChannel | LocalChannel, why: str) -> None:
-        if channel is not self._channel or self._closed:
-            return
-        logger.warning("%s: %s", self._spec.name, why)
-        self._last_worker_loss = why
-        self._last_end = why
-        self._needs_restart = True
-        # The worker's parent-death signal takes the server; its group may
-        # still hold grandchildren.
-        if self._server_pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._server_pid, signal.SIGKILL)
-        kill_leftovers(channel)
-        pending, self._pending = self._pending, {}
-        for rid, fut in pending.items():
-            if not fut.done():
-                fut.set_result(
-                    Failure(id=rid, kind="worker_died", message=why, hint="A fresh worker serves the next call.")
-                )
-
-    def _check_circuit(self, tool_name: str | None) -> None:
-        """Raise ``circuit_open`` if ``restart_limit`` restarts fall in the window (the connection's circuit)."""
-        spec = self._spec
-        now = time.monotonic()
-        times = self._restart_times
-        while times and now - times[0] > spec.restart_window:
-            times.popleft()
-        if len(times) >= spec.restart_limit:
-            wait = spec.restart_window - (now - times[0])
-            reason = failures.circuit_open(spec.name, len(times), spec.restart_window, self._last_end, wait)
-            raise self._error(reason.failure(0), tool_name)
 
     def _error(self, failure: Failure, tool_name: str | None) -> Exception:
-        return to_error(failure, tool_name, self._spec.name)
+        return to_error(failure, tool_name, self.name)
 
     # -- open, stats, close -------------------------------------------------- #
-    async def _connect(self) -> None:
+    async def connect(self) -> None:
+        """Open: start the worker and the server, list the tools; closes what it started on failure."""
         try:
-            await self._ready(None)
-        except _Retry as r:
-            await self.close()
-            raise r.error from None
+            failed = await self.core.connect()
         except BaseException:
             await self.close()
             raise
+        if failed is not None:
+            await self.close()
+            raise self._error(failed, None)
+
+    async def check(self, wait: float) -> bool:
+        """Whether the worker and its server still serve: one round trip, bounded by ``wait``."""
+        if not self.core.usable:
+            return False
+        channel = self.core.channel
+        try:
+            stats = await asyncio.wait_for(self.stats(), wait)
+        except (MCPError, asyncio.TimeoutError):
+            return False
+        return stats.server_pid is not None and self.core.channel is channel and self.core.usable
 
     async def stats(self) -> Stats:
         """Counters and the server tree's usage: one round trip to the worker.
 
         ``restarts`` counts server restarts and worker replacements over the
-        connection's life; ``last_restart_reason`` is the latest of either.
-        A replaced worker's own counters (calls, errors, timeouts) start anew.
+        connection's life (the agent's circuit counts both); ``last_restart_reason``
+        is the latest's. A replaced worker's own counters (calls, errors,
+        timeouts) start anew.
         """
-        reply = await self._request(lambda i: GetStats(id=i), tool_name=None)
+        reply = await self._ask(lambda i: GetStats(id=i))
         assert isinstance(reply, StatsReply)
-        stats = reply.stats
-        if self.worker_restarts:
-            stats = msgspec.structs.replace(
-                stats,
-                restarts=stats.restarts + self.worker_restarts,
-                last_restart_reason=stats.last_restart_reason or self._last_worker_loss,
-            )
-        return stats
+        circuit = self.core.circuit
+        return msgspec.structs.replace(
+            reply.stats, restarts=circuit.restarts, last_restart_reason=circuit.last_restart_reason
+        )
 
     async def close(self) -> None:
-        """Stop the server tree and the worker; shielded and bounded."""
-        if self._closed:
-            return
-        self._closed = True
-        channel, self._channel = self._channel, None
-        starting = self._starting
-        if starting is not None:
-            starting.cancel()
-        if channel is not None:
-            await asyncio.shield(self._close_channel(channel))
-        pending, self._pending = self._pending, {}
-        for rid, fut in pending.items():
-            if not fut.done():
-                fut.set_result(Failure(id=rid, kind="closed", message="the connection was closed"))
+        """Stop the server tree and the worker, and wait until they are gone; shielded and bounded."""
+        await self.core.close()
 
-    async def _close_channel(self, channel: ProcessChannel | LocalChannel) -> None:
-        if channel.alive:
-            rid = next(self._ids)
-            fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
-            self._pending[rid] = fut
-            channel.send(Close(id=rid))
-            # The reply or the channel's loss, whichever comes first: a worker
-            # that dies while closing never answers.
-            lost = asyncio.ensure_future(channel.wait_lost())
-            either: set[asyncio.Future[Any]] = {fut, lost}
-            try:
-                await asyncio.wait(either, timeout=CLOSE_WAIT, return_when=asyncio.FIRST_COMPLETED)
-                died = lost.done() and not fut.done()
-            finally:
-                lost.cancel()
-                self._pending.pop(rid, None)
-            if died and self._server_pid is not None:
-                # As in _on_lost (which ignores a closed connection): the
-                # parent-death signal takes the server, not its group.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self._server_pid, signal.SIGKILL)
-            if died:
-                kill_leftovers(channel)
-        await channel.aclose()
+    def close_soon(self) -> asyncio.Future[None]:
+        """Start :meth:`close` and return at once (a run's end); the future ends when it is done.
+
+        From now on the connection refuses calls; calls already in flight
+        get their answer or a ``closed`` error. ``MCP.aclose()``,
+        ``close_spares()`` and the event loop's end wait for the rest.
+        """
+        return self.core.close_soon()
 
 
 def _renderer(server: MCPServer) -> Any:
@@ -662,9 +367,4 @@ def _renderer(server: MCPServer) -> Any:
     return with_sdk_models(server.result_renderer) if server.result_renderer else default_renderer
 
 
-class _StartFailed(Exception):
-    def __init__(self, failure: Failure) -> None:
-        self.failure = failure
-
-
-__all__ = ["MCPConnection"]
+__all__ = ["ARGUMENTS_CAP", "MCPConnection"]

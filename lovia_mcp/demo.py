@@ -6,7 +6,9 @@ SDK's ``MCPServer`` over stdio) through ``MCP(..., isolation="process")``.
 The script makes normal calls, gets an ``isError`` result, crashes the server
 mid-call and carries on against a fresh one; then the demo checks that the
 agent process never imported ``mcp`` and that no worker or server process is
-left. Every expectation is checked, not just shown: the exit code is 0 only
+left. A second chapter (:mod:`._demo_sandbox`) runs the same server bare and
+in ``Sandbox()``, where it tries to read a secret file and to open a
+connection: the box stops both. Every expectation is checked, not just shown: the exit code is 0 only
 when all of them hold.
 
 Narration goes to stdout; ``-v`` adds the ``lovia_mcp`` logs (the server's
@@ -199,7 +201,7 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
 
 def _shared_helpers() -> dict[int, str]:
     """The forkserver: one per agent process, by design."""
-    from ._channel import helper_pids
+    from .client.channel import helper_pids
 
     return {pid: "forkserver" for pid in helper_pids()}
 
@@ -247,6 +249,13 @@ async def _demo(check: _Checks) -> None:
     helpers = ", ".join(f"{what} {pid}" for pid, what in sorted(_shared_helpers().items()))
     shared = f"only the shared {helpers} remain, and end with this process" if helpers else ""
     check(not left, "no worker or server process is left behind", ", ".join(left) if left else shared)
+    print()
+    print("Chapter 2: the same server turns hostile; one copy runs bare, one in Sandbox()")
+    from ._demo_sandbox import chapter
+
+    workers = await asyncio.wait_for(chapter(DEMO_SERVER, check), RUN_TIMEOUT)
+    left = _leftovers(_Seen(worker_pids=set(workers)))
+    check(not left, "no sandboxed worker or server is left behind", ", ".join(left))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,9 @@
 """The ``MCP`` plugin: lovia's MCP plugin, with each server in its own worker.
 
 Per run, ``setup`` opens every server config (closing them at run end) and
-uses every live connection as is (never closing it). Servers with
+uses every live connection as is (never closing it). The run's end only
+starts those closes (:mod:`.client.closing`): ``MCP.aclose()``,
+``close_spares()`` and the loop's end wait for them. Servers with
 ``defer=True`` are reached through one shared ``search_mcp_tools`` /
 ``call_mcp_tool`` pair, built by a copy of lovia's own code (``_deferred``)
 so behaviour matches exactly. When setup fails half-way, exactly the
@@ -15,7 +17,6 @@ import dataclasses
 import functools
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
 from lovia.exceptions import UserError
@@ -23,11 +24,12 @@ from lovia.plugins.base import PluginInstance
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
-from ._channel import warm_up_soon
+from .client.channel import warm_up_soon
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from lovia_mcp_worker.protocol import Sandbox
 
-from . import _sandbox_config
+from . import _sandbox_config, spares
+from .client import closing
 from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .config_file.loader import ConfigSource, load_servers
 from .connection import MCPConnection
@@ -109,20 +111,20 @@ class MCP:
 
     def connections(self) -> list[MCPConnection]:
         """The connections this plugin opened that are still open (for ``stats()``)."""
-        return [c for c in self._open if not c._closed]
+        return [c for c in self._open if not c.closed]
 
     async def aclose(self) -> None:
-        """Close the warm spares of this plugin's configs on the running loop (shared ones included).
+        """Close the warm spares of this plugin's configs on the running loop (shared ones included),
+        and wait for every close a run's end started on this loop (every worker joined).
 
         Runs never close spares (keeping them between runs is their point);
         this, :func:`~lovia_mcp.spares.close_spares`, idle expiry or the
         loop's end do.
         """
-        from .spares import close_spares
-
         spared = [s for s in self.servers if isinstance(s, MCPServer) and s.spares]
         if spared:
-            await close_spares(*spared)
+            await spares.close_spares(*spared)
+        await closing.wait_closed()
 
     async def _open_server(self, server: MCPServerLike) -> MCPConnection:
         if isinstance(server, MCPServer):
@@ -132,18 +134,18 @@ class MCP:
         self._open.add(conn)
         return conn
 
-    async def _open_all(self, closers: list[Callable[[], Awaitable[None]]]) -> list[MCPConnection]:
+    async def _open_all(self, closers: list[MCPConnection]) -> list[MCPConnection]:
         """Open every server at once: a run waits for the slowest, not the sum.
 
         When one fails, the opens still running are cancelled (an open closes
         what it started) and the first failure is raised; ``closers`` then
-        holds the close of every per-run connection that did open.
+        holds every per-run connection that did open.
         """
         tasks = [asyncio.ensure_future(self._open_server(s)) for s in self.servers]
 
         def keep(server: MCPServerLike, task: asyncio.Task[MCPConnection]) -> None:
             if server.close_after_run and not task.cancelled() and task.exception() is None:
-                closers.append(task.result().close)
+                closers.append(task.result())
 
         for server, task in zip(self.servers, tasks):
             task.add_done_callback(functools.partial(keep, server))
@@ -171,14 +173,32 @@ class MCP:
         exposed: list[Tool] = []
         deferred: dict[str, Tool] = {}
         deferred_by_server: list[tuple[str | None, list[str]]] = []
-        closers: list[Callable[[], Awaitable[None]]] = []
+        closers: list[MCPConnection] = []
+
+        ended = False
+
+        def end() -> None:
+            nonlocal ended
+            if not ended:
+                ended = True
+                spares.run_ended()
 
         async def aclose() -> None:
-            for close in reversed(closers):
-                try:
-                    await close()
-                except Exception:  # noqa: BLE001 - best-effort teardown, as lovia's
-                    logger.debug("close failed during teardown", exc_info=True)
+            # The run's end: each close is started, not waited for (the
+            # worker kills its tree; MCP.aclose(), close_spares() and the
+            # loop's end wait for it). Refills may start once no run is on.
+            for conn in reversed(closers):
+                conn.close_soon()
+            end()
+
+        async def abandon() -> None:
+            # Setup failed half-way: close exactly what was opened, and wait.
+            try:
+                await asyncio.gather(*(conn.close() for conn in reversed(closers)), return_exceptions=True)
+            finally:
+                end()
+
+        spares.run_started()
 
         try:
             conns = await self._open_all(closers)
@@ -203,7 +223,7 @@ class MCP:
                     hint="Set MCPServer(name=...) to prefix one server's tools.",
                 )
         except BaseException:
-            await aclose()
+            await abandon()
             raise
         instructions: str | None = None
         if deferred:

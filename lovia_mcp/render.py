@@ -14,7 +14,9 @@ imports ``mcp`` in the agent on the first render (never otherwise). A block
 the SDK's models reject (the worker reads results leniently), one of a type
 the SDK does not model, or any block when ``mcp`` is not installed, is passed
 as the wire :class:`~lovia_mcp_worker.protocol.ContentBlock`, which has the
-same attribute names.
+same attribute names. A wire block turns back into MCP JSON through the
+protocol's codec (:func:`~lovia_mcp_worker.protocol.to_json`), so no name is
+mapped here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from lovia.plugins.mcp import normalize_schema as _lovia_normalize_schema
 from lovia.plugins.mcp import render_mcp_content
 from lovia.run_context import RunContext
 from lovia.types import JsonObject
+from lovia_mcp_worker.protocol import to_json
 
 
 @dataclass
@@ -60,24 +63,6 @@ _SDK_MODELS = {
 }
 
 
-def _wire_json(block: Any) -> dict[str, Any]:
-    """A wire block as the MCP JSON it came from (camelCase, ``_meta``)."""
-    out: dict[str, Any] = {"type": block.type}
-    for field, key in (("text", "text"), ("data", "data"), ("mime_type", "mimeType"), ("uri", "uri"),
-                       ("name", "name"), ("title", "title"), ("description", "description"),
-                       ("annotations", "annotations"), ("meta", "_meta")):
-        value = getattr(block, field, None)
-        if value is not None:
-            out[key] = value
-    res = getattr(block, "resource", None)
-    if res is not None:
-        out["resource"] = {
-            k: v for k, v in (("uri", res.uri), ("mimeType", res.mime_type), ("text", res.text), ("blob", res.blob))
-            if v is not None
-        }
-    return out
-
-
 def sdk_content(content: list[Any]) -> list[Any]:
     """The blocks as the MCP SDK's models where they validate; others as they are."""
     try:
@@ -91,7 +76,7 @@ def sdk_content(content: list[Any]) -> list[Any]:
             out.append(block)
             continue
         try:
-            out.append(model.model_validate(_wire_json(block)))
+            out.append(model.model_validate(to_json(block)))
         except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError; the block is kept as it came
             logging.getLogger("lovia_mcp").debug("kept a %s block as it came: %s", block.type, exc)
             out.append(block)

@@ -14,7 +14,7 @@ sandbox, ...) and the agent's environment. Equal configs in several ``MCP``
 plugins or agents on one loop share one pool; what is not in the spec (tool
 filters, approval, renderer, retries, timeouts) is the taker's own, applied
 when the spare is handed over. Bounds: ``spares`` per key (the latest
-taker's value) and :data:`~lovia_mcp.config.MAX_SPARES` in the process.
+taker's value) and :data:`MAX_SPARES` in the process.
 
 Lifecycle: a spare nobody took for ``spare_idle`` seconds is closed and not
 replaced until the next run takes or asks for one. :func:`close_spares` and
@@ -30,7 +30,7 @@ Caveats: a spare is checked when taken (worker alive, server still serving:
 one ``GetStats`` round trip); a spare that fails it is closed, never handed
 out. A server that dies after the check is like any server dying during a
 run (the usual reconnect). Spares cost a worker and a server tree each while
-they wait (README, "Warm spares").
+they wait (docs/spares.md).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 import msgspec
-from lovia.exceptions import MCPError, UserError
+from lovia.exceptions import UserError
 
-from .config import MAX_SPARES
+from .client import closing
 from .connection import MCPConnection
 
 if TYPE_CHECKING:
@@ -63,6 +63,18 @@ CHECK_WAIT: Final = 2.0
 # milliseconds, and a replacement forked meanwhile would compete with it for
 # the CPU (measured: 5 spares taken in 9 ms with immediate replacements).
 REFILL_DELAY: Final = 0.05
+
+# While a run of an MCP plugin is in progress on the loop, refills wait for
+# its end (a refill is a fork and a server start, tens of milliseconds of
+# CPU each: issue 19 measured five of them doubling a run's close). A run
+# that goes on longer than this is waiting for its model most of the time,
+# and a concurrent run starting then should find spares: they start anyway.
+REFILL_MAX_DEFER: Final = 1.0
+
+# Spares per agent process, over every config and event loop: each is a
+# worker (about 11 MB unique memory) and a live server tree, so a typo like
+# spares=100 must not start a hundred of them.
+MAX_SPARES: Final = 16
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -91,6 +103,11 @@ class _Pool:
         self.closing = False
         self.changed = asyncio.Event()
         self.closers: set[asyncio.Task[None]] = set()
+        # Plugin runs in progress on this loop (setup done, close not yet
+        # started), and the refills waiting for them to end.
+        self.runs = 0
+        self.deferred: dict[bytes, _Entry] = {}
+        self.defer_timer: asyncio.TimerHandle | None = None
         # Runs while the pool has spares (ready or starting), so a loop
         # closed without asyncio.run's clean-up finds no task of ours pending.
         self.keeper: asyncio.Task[None] | None = None
@@ -108,7 +125,25 @@ class _Pool:
         return sum(len(e.ready) + len(e.starting) for e in list(self.entries.values()))
 
     def refill_soon(self, key: bytes, entry: _Entry) -> None:
-        self.loop.call_later(REFILL_DELAY, self.refill, key, entry)
+        self.loop.call_later(REFILL_DELAY, self.refill_when_idle, key, entry)
+
+    def refill_when_idle(self, key: bytes, entry: _Entry) -> None:
+        """Refill now if no run is in progress (or the oldest waiting refill waited long enough)."""
+        if self.runs:
+            if self.defer_timer is None:
+                self.defer_timer = self.loop.call_later(REFILL_MAX_DEFER, self.refill_deferred)
+            self.deferred[key] = entry
+            return
+        self.refill(key, entry)
+
+    def refill_deferred(self) -> None:
+        """Start the refills that waited for the runs in progress (they ended, or waited long enough)."""
+        deferred, self.deferred = self.deferred, {}
+        if self.defer_timer is not None:
+            self.defer_timer.cancel()
+            self.defer_timer = None
+        for key, entry in deferred.items():
+            self.refill(key, entry)
 
     def refill(self, key: bytes, entry: _Entry) -> None:
         if self.entries.get(key) is not entry:
@@ -129,10 +164,10 @@ class _Pool:
         server = entry.server
         conn = MCPConnection(server, isolation="process", close_after_run=True)
         try:
-            await conn._connect()  # closes what it started when it fails or is cancelled
+            await conn.connect()  # closes what it started when it fails or is cancelled
         except Exception as exc:  # noqa: BLE001 - reported by the next run's own open, and to warm_spares
             entry.failure = exc
-            logger.warning("%s: a warm spare failed to open: %s", conn._spec.name, exc)
+            logger.warning("%s: a warm spare failed to open: %s", conn.name, exc)
             return
         entry.failure = None
         if self.closing or self.entries.get(key) is not entry or spare_key(server) != key:
@@ -141,7 +176,7 @@ class _Pool:
             return
         entry.ready.append((conn, time.monotonic()))
         self.wake()
-        logger.debug("%s: a warm spare is ready (worker pid %s)", conn._spec.name, conn.worker_pid)
+        logger.debug("%s: a warm spare is ready (worker pid %s)", conn.name, conn.worker_pid)
 
     def discard(self, conn: MCPConnection) -> None:
         task = self.loop.create_task(conn.close())
@@ -158,7 +193,7 @@ class _Pool:
             for conn, since in entry.ready:
                 left = since + idle - now
                 if left <= 0:
-                    logger.debug("%s: a warm spare idle for %.0f s is closed", conn._spec.name, now - since)
+                    logger.debug("%s: a warm spare idle for %.0f s is closed", conn.name, now - since)
                     self.discard(conn)
                 else:
                     kept.append((conn, since))
@@ -226,17 +261,6 @@ def _total() -> int:
     return sum(p.count() for p in list(_pools.values()) if not p.loop.is_closed())
 
 
-async def _healthy(conn: MCPConnection) -> bool:
-    channel = conn._channel
-    if conn._closed or channel is None or not channel.alive or conn._needs_restart:
-        return False
-    try:
-        stats = await asyncio.wait_for(conn.stats(), CHECK_WAIT)
-    except (MCPError, asyncio.TimeoutError):
-        return False
-    return stats.server_pid is not None and conn._channel is channel and not conn._needs_restart
-
-
 async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | None:
     """A ready spare of ``server``'s key, now the caller's; ``None`` when none is ready.
 
@@ -253,15 +277,15 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
             # Out of the pool before the first await: no one else can take it.
             conn, _ = entry.ready.popleft()
             try:
-                healthy = await _healthy(conn)
+                healthy = await conn.check(CHECK_WAIT)
             except BaseException:
                 pool.discard(conn)
                 raise
             if healthy:
-                conn._adopt(server, close_after_run=close_after_run)
+                conn.adopt(server, close_after_run=close_after_run)
                 # A spare reuses its listing while the server's ttlMs says it is fresh.
                 try:
-                    fresh = await conn._freshen()
+                    fresh = await conn.freshen()
                 except BaseException:
                     pool.discard(conn)
                     raise
@@ -269,13 +293,26 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
                     taken = True
                     return conn
             logger.info("%s: a warm spare's server or worker ended while it waited; it is replaced",
-                        conn._spec.name)
+                        conn.name)
             pool.discard(conn)
         return None
     finally:
         if taken:
             pool.refill_soon(key, entry)
         pool.wake()
+
+
+def run_started() -> None:
+    """A plugin's run began on this loop: refills wait for it to end (up to :data:`REFILL_MAX_DEFER`)."""
+    _pool().runs += 1
+
+
+def run_ended() -> None:
+    """A plugin's run ended on this loop: with none left, the refills that waited start."""
+    pool = _pool()
+    pool.runs = max(0, pool.runs - 1)
+    if not pool.runs and pool.deferred:
+        pool.refill_deferred()
 
 
 def refill(server: MCPServer) -> None:
@@ -310,9 +347,13 @@ async def warm_spares(*servers: MCPServer) -> int:
 
 
 async def close_spares(*servers: MCPServer) -> None:
-    """Close the spares on this loop: those of ``servers`` (equal configs), or all of them."""
+    """Close the spares on this loop: those of ``servers`` (equal configs), or all of them.
+
+    Then wait for every close a run's end started on this loop (every worker joined).
+    """
     pool = _pools.get(asyncio.get_running_loop())
     if pool is None:
+        await closing.wait_closed()
         return
     if not servers:
         keys = list(pool.entries)
@@ -324,6 +365,10 @@ async def close_spares(*servers: MCPServer) -> None:
             except UserError:  # its cwd is gone: matched by equality above, if at all
                 pass
     await pool.aclose(keys)
+    await closing.wait_closed()
 
 
-__all__ = ["CHECK_WAIT", "REFILL_DELAY", "close_spares", "refill", "spare_key", "take", "warm_spares"]
+__all__ = [
+    "CHECK_WAIT", "MAX_SPARES", "REFILL_DELAY", "REFILL_MAX_DEFER", "close_spares", "refill", "run_ended",
+    "run_started", "spare_key", "take", "warm_spares",
+]

@@ -111,6 +111,7 @@ class Operation:
         # What the worker puts into the request's _meta (None: nothing to carry).
         self.trace: dict[str, str] | None = carrier or None
         self.error_type: str | None = None
+        self._timeout_seen = False
         self._started = time.perf_counter()
 
     def set(self, key: str, value: str | int | None) -> None:
@@ -136,11 +137,19 @@ class Operation:
             self.span.set_status(Status(StatusCode.ERROR, message))
 
     def timed_out(self, timeout: float | None, on_timeout: str) -> None:
+        """The call passed its deadline (the worker's answer or the caller's cancel: one event either way)."""
+        if self._timeout_seen:
+            return
+        self._timeout_seen = True
         self.event(EVENT_TIMEOUT, {"lovia_mcp.timeout_s": timeout, "lovia_mcp.on_timeout": on_timeout})
         self.fail("timeout", f"the call passed its timeout ({timeout:g} s)" if timeout is not None else None)
 
     def failure(self, failure: Failure) -> None:
         """A worker ``Failure`` answered this operation: an event with its figures, and the error."""
+        if failure.kind == "timeout":
+            # The caller adds the timeout's event with its figures (timed_out).
+            self.fail(failure.kind, failure.message)
+            return
         if failure.kind == "limit":
             name = EVENT_OOM if failure.limit == "oom" else EVENT_LIMIT
         else:
@@ -199,12 +208,12 @@ def server_address(url: str | None) -> dict[str, Any]:
     return {"server.address": parts.hostname, "server.port": port}
 
 
-def started(ops: Iterable[Operation], msg: Started) -> None:
-    """The worker started a server generation: an event on each operation in flight."""
+def started(ops: Iterable[Operation], msg: Started, reason: str | None) -> None:
+    """The worker started a server generation (``reason``: why the one before ended): an event on each operation in flight."""
     for op in ops:
         op.event(EVENT_RESTART if msg.generation > 1 else EVENT_START, {
             "lovia_mcp.generation": msg.generation, "lovia_mcp.server.pid": msg.server_pid,
-            "lovia_mcp.reason": msg.reason, "lovia_mcp.sandbox.backend": msg.sandbox or "none",
+            "lovia_mcp.reason": reason, "lovia_mcp.sandbox.backend": msg.sandbox or "none",
             "mcp.protocol.version": msg.protocol_version,
         })
         op.set("mcp.protocol.version", msg.protocol_version)
@@ -212,7 +221,8 @@ def started(ops: Iterable[Operation], msg: Started) -> None:
 
 def ended(ops: Iterable[Operation], msg: Ended) -> None:
     for op in ops:
-        op.event(EVENT_END, {"lovia_mcp.generation": msg.generation, "lovia_mcp.server.pid": msg.server_pid})
+        op.event(EVENT_END, {"lovia_mcp.generation": msg.generation, "lovia_mcp.reason": msg.reason,
+                             "lovia_mcp.draining": msg.draining})
 
 
 def worker_restarted(ops: Iterable[Operation], reason: str | None) -> None:

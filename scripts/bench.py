@@ -36,7 +36,23 @@ Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
   machine merely preempted the agent;
 - rss_per_server: agent RSS delta when N (default 5) more connections are
   opened after a first one, divided by N;
-- worker_uss: unique memory (USS) of each worker process (process mode only).
+- worker_uss: unique memory (USS) of each worker process (process mode only);
+- idle_worker_uss: USS of the worker the forkserver forks ahead of the next
+  open, while it waits (process mode only);
+- run1 / run5 (and ``_spares``): a whole ``Runner.run`` of a real lovia
+  ``Agent`` (``ScriptedProvider``: one tool call, then text) with 1 or 5
+  per-run servers, from the call to its return; ``_spares``: process with
+  ``spares=1`` and a spare ready for each server (lovia's figure is its
+  plain run, the same baseline); the ``_setup`` / ``_call`` / ``_close``
+  rows split that run: the plugin's setup, the run in between (the model
+  turns and the tool call), and the plugin's close at the run's end;
+  ``_drain``: after the run returned, the time until the closes it started
+  in the background are done (every worker joined; lovia-mcp only; not in
+  the run's figure, and waited for before the next sample);
+- run5_spares_model: the same five-server run with spares, its scripted
+  model answering after 100 ms a turn (minus those 200 ms): the refills a
+  take starts would land inside it; ``--refills-in-run`` starts them there
+  (as before issue 19) to show what waiting for the run's end buys;
 
 Usage::
 
@@ -98,6 +114,10 @@ CRASH_SERVER = str(ROOT / "tests" / "servers" / "raw_server.py")
 SPARE_IDLE_SECONDS = 5.0
 # Servers opened by one run in the "five servers" figures.
 FIVE = 5
+# The scripted model's answer time in the run5_spares_model figure: a real
+# model takes seconds; 100 ms already puts a take's refills (REFILL_DELAY,
+# 50 ms, after it) inside the run, where they would compete with it.
+MODEL_LATENCY = 0.1
 
 
 @dataclass(frozen=True)
@@ -108,17 +128,20 @@ class Figure:
     servers: tuple[str, ...]
     group: str  # what a child must run to produce it (``--only`` takes either)
     goal: float | None = None
-    goal_kind: str | None = None  # "ratio": process/lovia <= goal; "abs": process <= goal
+    # "ratio": process/lovia <= goal; "ratio_none": process/none <= goal; "abs": process <= goal
+    goal_kind: str | None = None
     scale: float = 1.0  # samples are seconds/bytes; shown as unit
 
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("open", "open (spawn, handshake, list), warm", "ms", ("raw", "sdk"), "open", 1.5, "ratio", 1e3),
+    Figure("open", "open (spawn, handshake, list), warm", "ms", ("raw", "sdk"), "open", 1.0, "ratio", 1e3),
     Figure("close", "close, warm (not a goal)", "ms", ("raw", "sdk"), "open", None, None, 1e3),
     # Paired: each sample is one sandboxed open minus the plain open just before it.
     Figure("sandbox_cost", "open in Sandbox() minus a plain open, warm", "ms", ("raw",), "open", 10.0, "abs", 1e3),
+    Figure("sandbox_cost_landlock", "open in Sandbox(backend='landlock') minus a plain open, warm", "ms", ("raw",),
+           "open", 10.0, "abs", 1e3),
     Figure("first_open", "first open in a fresh agent process", "ms", ("raw",), "first_open", 1.0, "ratio", 1e3),
-    Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.3, "ratio", 1e3),
+    Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.0, "ratio", 1e3),
     Figure("concurrent", "{conc} concurrent small calls", "ms", ("raw", "sdk"), "concurrent", 1.0, "ratio", 1e3),
     Figure("big", "one {big} text result", "ms", ("raw", "sdk"), "big", 0.5, "ratio", 1e3),
     Figure("stall_max", "agent loop stall during it, max", "ms", ("raw", "sdk"), "big", 5.0, "abs", 1e3),
@@ -128,6 +151,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("loop_cpu", "agent loop CPU during it, total (not a goal)", "ms", ("raw", "sdk"), "big", None, None, 1e3),
     Figure("rss_per_server", "agent RSS per extra server (N={n})", "MB", ("raw",), "memory", 2.0, "abs", 1 / 2**20),
     Figure("worker_uss", "worker USS per connection", "MB", ("raw",), "memory", 20.0, "abs", 1 / 2**20),
+    # The worker the forkserver forks ahead of the next open (issue 19), while it waits.
+    Figure("idle_worker_uss", "the forkserver's idle worker: USS (not a goal)", "MB", ("raw",), "memory", None, None,
+           1 / 2**20),
     # Per-run opens (server.open(), as lovia's runtime does per run); "process" with spares=1 and a spare
     # ready (warm_spares before each sample, not timed).
     Figure("spare_open", "per-run open, spare ready (spares=1)", "ms", ("raw",), "spares", 0.1, "ratio", 1e3),
@@ -151,10 +177,28 @@ FIGURES: tuple[Figure, ...] = (
     Figure("crash_retry_standby", "crash mid-call and its retry on the standby (not a goal)", "ms", ("raw",),
            "spares", None, None, 1e3),
 )
+# Whole runs (issue 19): the goals are what a user pays for a Runner.run.
+RUN_GOALS: dict[str, tuple[float | None, str | None]] = {
+    "run1": (None, None),
+    "run5": (1.1, "ratio_none"),  # the servers' own start is the limit without spares
+    "run1_spares": (0.1, "ratio"),
+    "run5_spares": (0.05, "ratio"),
+}
+for _key, (_goal, _kind) in RUN_GOALS.items():
+    _n = 1 if _key.startswith("run1") else FIVE
+    _what = "spares ready" if _key.endswith("spares") else "no spares"
+    FIGURES += (Figure(_key, f"whole Runner.run, {_n} server(s), one call, {_what}", "ms", ("raw",), "run", _goal,
+                       _kind, 1e3),)
+    for _phase, _text in (("setup", "its setup"), ("call", "its turns and call"), ("close", "its close at run end"),
+                          ("drain", "after it: its closes finish in the background")):
+        FIGURES += (Figure(f"{_key}_{_phase}", f"  {_text} ({_n} server(s), {_what}; not a goal)", "ms", ("raw",),
+                           "run", None, None, 1e3),)
+FIGURES += (Figure("run5_spares_model", "whole Runner.run, 5 servers, spares ready, model 100 ms a turn, "
+                   "minus the model's 200 ms (not a goal)", "ms", ("raw",), "run", None, None, 1e3),)
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
 # Set (by --otel) for the client children: configure an OpenTelemetry SDK first.
 OTEL_ENV = "LOVIA_MCP_BENCH_OTEL"
-GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares")
+GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares", "run")
 
 
 @dataclass(frozen=True)
@@ -166,6 +210,9 @@ class Params:
     big: int
     n_conns: int
     sdk_open_repeat: int  # the SDK server takes ~0.5 s to start: fewer opens
+    # Refills start REFILL_DELAY after a take even while the run goes on (as
+    # before issue 19): to show what deferring them buys.
+    refills_in_run: bool = False
 
     def per_round(self, total: int) -> int:
         return max(1, math.ceil(total / self.rounds))
@@ -186,7 +233,7 @@ def _command(script: str) -> tuple[str, list[str]]:
     return sys.executable, [script]
 
 
-def _make_server(client: str, script: str, *, sandbox: bool = False, **options: Any) -> Any:
+def _make_server(client: str, script: str, *, sandbox: bool | str = False, **options: Any) -> Any:
     command, args = _command(script)
     if client == "lovia":
         from lovia.plugins.mcp import MCPServerStdio as LoviaStdio
@@ -195,10 +242,11 @@ def _make_server(client: str, script: str, *, sandbox: bool = False, **options: 
     import lovia_mcp
 
     return lovia_mcp.MCPServerStdio(command=command, args=args, isolation=client,
-                                    sandbox=lovia_mcp.Sandbox() if sandbox else None, **options)
+                                    sandbox=(lovia_mcp.Sandbox(backend=sandbox) if isinstance(sandbox, str)
+                                             else lovia_mcp.Sandbox() if sandbox else None), **options)
 
 
-async def _timed_open(client: str, script: str, *, sandbox: bool = False) -> tuple[float, float]:
+async def _timed_open(client: str, script: str, *, sandbox: bool | str = False) -> tuple[float, float]:
     cm = _make_server(client, script, sandbox=sandbox).session()
     t0 = time.perf_counter()
     conn = await cm.__aenter__()
@@ -318,13 +366,24 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
     if "spares" in groups:
         await _measure_spares(client, server, script, reps, add)
 
+    if "run" in groups and server == "raw":
+        await _measure_runs(client, script, reps, add, p)
+
     if "open" in groups:
         if not warmed:
             async with _make_server(client, script).session() as conn:
                 warmed = True
         boxed = client != "lovia" and server == "raw" and _sandbox_available()
+        try:
+            from lovia_mcp_worker.sandbox import landlock
+        except ImportError:  # an older snapshot without the Landlock backend
+            landlocked = False
+        else:
+            landlocked = client == "process" and server == "raw" and landlock.ABI >= landlock.NETWORK_ABI
         if boxed:
             await _timed_open(client, script, sandbox=True)  # warm the sandbox path too
+        if landlocked:
+            await _timed_open(client, script, sandbox="landlock")
         for _ in range(reps):
             opened, closed = await _timed_open(client, script)
             add("open", opened)
@@ -332,6 +391,11 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
             if boxed:
                 opened_boxed, _ = await _timed_open(client, script, sandbox=True)
                 add("sandbox_cost", opened_boxed - opened)
+            if landlocked:
+                # Paired with its own plain open: the pair shares the moment's load.
+                plain, _ = await _timed_open(client, script)
+                opened_ll, _ = await _timed_open(client, script, sandbox="landlock")
+                add("sandbox_cost_landlock", opened_ll - plain)
 
 
 async def _measure_spares(client: str, server: str, script: str, reps: int, add: Any) -> None:
@@ -399,6 +463,124 @@ async def _measure_spares(client: str, server: str, script: str, reps: int, add:
         for _ in range(reps):
             add("crash_retry", await _crash_retry(standby=False))
             add("crash_retry_standby", await _crash_retry(standby=True))
+
+
+class _PhaseTimer:
+    """A plugin around another that stamps a run's phases: its setup, and its close at the run's end."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.setup_took = 0.0
+        self.close_took = 0.0
+
+    async def setup(self, ctx: Any) -> Any:
+        import dataclasses
+
+        t0 = time.perf_counter()
+        instance = await self.inner.setup(ctx)
+        self.setup_took = time.perf_counter() - t0
+        inner_close = instance.aclose
+
+        async def aclose() -> None:
+            t1 = time.perf_counter()
+            try:
+                await inner_close()
+            finally:
+                self.close_took = time.perf_counter() - t1
+
+        return dataclasses.replace(instance, aclose=aclose)
+
+
+async def _drain_closes() -> float:
+    """Wait for the closes still under way in the background (lovia-mcp); how long that took."""
+    try:
+        from lovia_mcp.client import closing
+    except ImportError:  # before issue 19 every close finished inside the run
+        return 0.0
+    t0 = time.perf_counter()
+    await closing.wait_closed()
+    return time.perf_counter() - t0
+
+
+async def _measure_runs(client: str, script: str, reps: int, add: Any, p: Params) -> None:
+    """Whole ``Runner.run`` calls: a real Agent, one tool call on the first of n per-run servers."""
+    from lovia import Agent, Runner
+    from lovia.testing import ScriptedProvider, call, text
+
+    spare = client == "process"
+    if spare:
+        from lovia_mcp import close_spares, warm_spares
+
+        if p.refills_in_run:
+            from lovia_mcp import spares
+
+            spares.run_started = lambda: None  # the pool never learns of a run in progress
+
+    def plugin_of(configs: list[Any]) -> Any:
+        if client == "lovia":
+            from lovia.plugins.mcp import MCP as LoviaMCP
+
+            return LoviaMCP(*configs)
+        from lovia_mcp import MCP
+
+        return MCP(*configs)
+
+    class SlowModel(ScriptedProvider):  # type: ignore[misc]
+        """Answers after MODEL_LATENCY, as a model over the network would (the loop idle meanwhile)."""
+
+        async def stream(self, *args: Any, **kw: Any) -> Any:
+            await asyncio.sleep(MODEL_LATENCY)
+            async for delta in super().stream(*args, **kw):
+                yield delta
+
+    async def one_run(configs: list[Any], *keys: str, slow: bool = False) -> None:
+        timer = _PhaseTimer(plugin_of(configs))
+        model = (SlowModel if slow else ScriptedProvider)([call("s0__echo", {"text": "hi"}), text("done")])
+        agent = Agent(name="bench", model=model, plugins=[timer])
+        t0 = time.perf_counter()
+        result = await Runner.run(agent, "go")
+        took = time.perf_counter() - t0
+        assert result.output == "done", result.output
+        if slow:
+            await _drain_closes()
+            for key in keys:
+                add(key, took - 2 * MODEL_LATENCY)
+            return
+        # Not timed in the run: the closes a run's end handed to the
+        # background (lovia-mcp since issue 19), waited for here so that
+        # every sample starts on a quiet machine, as lovia's do.
+        drained = await _drain_closes()
+        for key in keys:
+            add(key, took)
+            add(f"{key}_setup", timer.setup_took)
+            add(f"{key}_close", timer.close_took)
+            add(f"{key}_call", took - timer.setup_took - timer.close_took)
+            if client != "lovia":
+                add(f"{key}_drain", drained)
+
+    for n in (1, FIVE):
+        plain = [_make_server(client, script, name=f"s{i}") for i in range(n)]
+        await one_run(plain)  # warm: imports, the forkserver
+        for _ in range(reps):
+            # lovia has no spares: its plain run is the baseline of both.
+            await one_run(plain, f"run{n}", *([f"run{n}_spares"] if client == "lovia" else []))
+        if n == FIVE and client == "lovia":
+            for _ in range(reps):
+                await one_run(plain, "run5_spares_model", slow=True)
+        if not spare:
+            continue
+        spared = [_make_server(client, script, name=f"s{i}", spares=1) for i in range(n)]
+        await warm_spares(*spared)
+        await one_run(spared)  # warm
+        for _ in range(reps):
+            await warm_spares(*spared)  # every spare ready (the last run's refills done), not timed
+            await one_run(spared, f"run{n}_spares")
+        if n == FIVE:
+            for _ in range(reps):
+                await warm_spares(*spared)
+                await one_run(spared, "run5_spares_model", slow=True)
+        await close_spares()
 
 
 class _StandbyReady(logging.Handler):
@@ -470,6 +652,15 @@ def _sandbox_available() -> bool:
         return False
     return BWRAP is not None
 
+def _idle_worker() -> int | None:
+    """The forkserver's idle worker (None before issue 19, or when it has none)."""
+    from lovia_mcp.client import channel as _channel
+
+    forkserver = getattr(_channel, "_forkserver", None)
+    idle_pid = getattr(forkserver, "idle_pid", None)
+    return None if idle_pid is None else idle_pid(10.0)
+
+
 async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None:
     import psutil
 
@@ -491,6 +682,9 @@ async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None
             pid = getattr(conn, "worker_pid", None)
             if pid is not None:
                 add("worker_uss", float(psutil.Process(pid).memory_full_info().uss))
+        idle = _idle_worker() if client == "process" else None
+        if idle is not None:
+            add("idle_worker_uss", float(psutil.Process(idle).memory_full_info().uss))
     finally:
         everything = [first, *conns]
         if client == "lovia":
@@ -650,13 +844,18 @@ def _summarise(samples: dict[str, dict[str, list[float]]], p: Params, wanted: se
             base, iso = values["lovia"], values["process"]
             ratio = iso / base if iso is not None and base else None
             met: bool | None = None
+            none = values["none"]
             if fig.goal_kind == "ratio" and ratio is not None:
                 met = ratio <= fig.goal  # type: ignore[operator]
+            elif fig.goal_kind == "ratio_none" and iso is not None and none:
+                met = iso / none <= fig.goal  # type: ignore[operator]
             elif fig.goal_kind == "abs" and iso is not None:
                 met = iso <= fig.goal  # type: ignore[operator]
             goal = None
             if fig.goal_kind == "ratio":
                 goal = f"ratio <= {fig.goal:g}"
+            elif fig.goal_kind == "ratio_none":
+                goal = f"<= {fig.goal:g}x none"
             elif fig.goal_kind == "abs":
                 goal = f"<= {fig.goal:g} {fig.unit}"
             rows.append({
@@ -739,6 +938,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", type=int, default=None, help="bytes of the big result (default 10_000_000; quick 1_000_000)")
     ap.add_argument("--conc", type=int, default=None, help="concurrent calls (default 300; quick 100)")
     ap.add_argument("--conns", type=int, default=None, help="extra connections for the RSS figure (default 5; quick 2)")
+    ap.add_argument("--refills-in-run", action="store_true",
+                    help="refills start while a run goes on, as before issue 19 (for run5_spares_model)")
     ap.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
     ap.add_argument("--child-servers", help=argparse.SUPPRESS)
     ap.add_argument("--child-groups", help=argparse.SUPPRESS)
@@ -765,6 +966,7 @@ def main(argv: list[str] | None = None) -> int:
         big=args.big or (1_000_000 if quick else 10_000_000),
         n_conns=args.conns or (2 if quick else 5),
         sdk_open_repeat=1 if quick else max(3, repeat // 2),
+        refills_in_run=args.refills_in_run,
     )
     wanted = _wanted(args.only)
     groups = {FIGURE_BY_KEY[k].group for k in wanted}

@@ -1,4 +1,4 @@
-"""Shared test harness.
+"""Shared fixtures and hooks (the functions tests import live in ``helpers.py``).
 
 No process left behind: the pytest process makes itself a *child subreaper*
 (Linux), so every process a test starts (workers, servers, grandchildren,
@@ -7,95 +7,87 @@ test, the ``no_leaks`` fixture (autouse) waits a bounded time for the
 descendants a test started to go, then fails the test and kills whatever is
 left. The forkserver (shared by design) and processes registered as shared
 session fixtures are exempt.
+
+The ``enforcement`` fixture runs a test under each containment path: a
+cgroup per generation, and the psutil watch.
+
+Markers (registered in pyproject.toml): ``unit`` for tests that start no
+process, ``timing`` for tests that assert a wall-clock bound (``-m "not
+timing"`` deselects them on a loaded machine). A ``unit`` test that starts a
+process (a subprocess, a fork, a worker from the forkserver) fails, so the
+marker cannot drift from the truth.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sys
-from collections.abc import Awaitable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import psutil
 import pytest
 
-from lovia_mcp_worker.containment.guard import become_subreaper
+# Re-exported: test modules written before helpers.py import these from here.
+from helpers import (
+    PY,
+    RAW_SERVER,
+    ROOT,
+    SERVERS,
+    describe,
+    exempt_pids,
+    is_alive,
+    live_descendants,
+    pid_alive,
+    raw_args,
+    reap_zombies,
+    register_shared,
+    run,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVERS = ROOT / "tests" / "servers"
-RAW_SERVER = str(SERVERS / "raw_server.py")
-PY = sys.executable
+from lovia_mcp_worker.containment import cgroup
+from lovia_mcp_worker.containment.guard import become_subreaper
+from lovia_mcp.client.forkserver import ForkServer
 
 # Bound on waiting, after a test, for its processes to finish exiting.
 LEAK_WAIT = 5.0
 
-T = TypeVar("T")
-
-_shared_pids: set[int] = set()
-
-
-def run(coro: Awaitable[T]) -> T:
-    """Run a coroutine on a fresh event loop (tests are plain functions)."""
-    return asyncio.run(coro)  # type: ignore[arg-type]
+# Audit events that start a process; recorded while a ``unit`` test runs.
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system"})
+_unit_starts: list[str] | None = None
 
 
-def raw_args(*flags: str) -> list[str]:
-    return [RAW_SERVER, *flags]
-
-
-def register_shared(pid: int) -> None:
-    """Exempt a session-scoped process (and its descendants) from the leak check."""
-    _shared_pids.add(pid)
-
-
-def _shared_helper_pids() -> set[int]:
-    """lovia-mcp's forkserver: one per agent process, shared by design."""
-    from lovia_mcp._channel import helper_pids
-
-    return helper_pids()
-
-
-def _exempt() -> set[int]:
-    out = set(_shared_pids)
-    for pid in list(_shared_pids):
-        try:
-            out.update(p.pid for p in psutil.Process(pid).children(recursive=True))
-        except psutil.Error:
-            pass
-    return out | _shared_helper_pids()
-
-
-def _reap_zombies() -> None:
-    try:
-        children = psutil.Process().children()
-    except psutil.Error:
-        return
-    for p in children:
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(p.pid, os.WNOHANG)
-        except (psutil.Error, OSError):
-            pass
-
-
-def live_descendants() -> list[psutil.Process]:
-    _reap_zombies()
-    exempt = _exempt()
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.pid in exempt or p.status() == psutil.STATUS_ZOMBIE:
-                continue
-            out.append(p)
-        except psutil.Error:
-            continue
-    return out
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _unit_starts is not None and event in _PROCESS_EVENTS:
+        _unit_starts.append(event)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     become_subreaper()
+    sys.addaudithook(_audit)  # never removed; a no-op unless a unit test runs
+
+
+@pytest.fixture(autouse=True)
+def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail a ``unit`` test that started a process (the marker's promise)."""
+    global _unit_starts
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    starts: list[str] = []
+    original = ForkServer.start_worker
+
+    def start_worker(self: ForkServer) -> Any:
+        starts.append("a worker from the forkserver")
+        return original(self)
+
+    monkeypatch.setattr(ForkServer, "start_worker", start_worker)
+    _unit_starts = starts
+    try:
+        yield
+    finally:
+        _unit_starts = None
+    if starts:
+        pytest.fail(f"a test marked unit started processes: {sorted(set(starts))}; drop the marker")
 
 
 @pytest.fixture(autouse=True)
@@ -105,43 +97,35 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     leftover = [p for p in live_descendants() if p.pid not in before]
     if leftover:
         _, alive = psutil.wait_procs(leftover, timeout=LEAK_WAIT)
-        alive = [p for p in alive if p.pid not in _exempt()]
-        alive = [p for p in alive if _alive(p)]
+        alive = [p for p in alive if p.pid not in exempt_pids()]
+        alive = [p for p in alive if is_alive(p)]
         if alive:
-            described = [_describe(p) for p in alive]
+            described = [describe(p) for p in alive]
             for p in alive:
                 try:
                     p.kill()
                 except psutil.Error:
                     pass
             psutil.wait_procs(alive, timeout=LEAK_WAIT)
-            _reap_zombies()
+            reap_zombies()
             pytest.fail(f"test left processes behind: {described}")
-    _reap_zombies()
+    reap_zombies()
 
 
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+@pytest.fixture(params=["cgroup", "watch"])
+def enforcement(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test under each enforcement path: a cgroup per generation, or the watch.
 
-
-def _describe(p: psutil.Process) -> str:
-    try:
-        return f"{p.pid} {' '.join(p.cmdline())[:120]}"
-    except psutil.Error:
-        return str(p.pid)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        return _alive(psutil.Process(pid))
-    except psutil.Error:
-        return False
-
-
-__all__ = ["PY", "RAW_SERVER", "ROOT", "SERVERS", "live_descendants", "pid_alive", "raw_args", "register_shared", "run"]
+    "watch" turns cgroups off (``LOVIA_MCP_CGROUPS=0``, which reaches workers
+    with ``Open``); "cgroup" is skipped where this process may make none.
+    """
+    if request.param == "watch":
+        monkeypatch.setenv(cgroup.ENV_SWITCH, "0")
+    else:
+        monkeypatch.delenv(cgroup.ENV_SWITCH, raising=False)
+        if cgroup.layout() is None:
+            pytest.skip("no cgroup can be made here (not root, or no writable memory and pids hierarchy)")
+    return str(request.param)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> None:
@@ -150,3 +134,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> No
         for item in items:
             if "linux_only" in item.keywords:
                 item.add_marker(skip)
+
+
+__all__ = [
+    "PY", "RAW_SERVER", "ROOT", "SERVERS", "enforcement", "live_descendants", "no_leaks", "pid_alive",
+    "raw_args", "register_shared", "run", "unit_starts_no_process",
+]

@@ -8,12 +8,12 @@ driven by a ``ScriptedProvider``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _agent import ISOLATIONS, drive, outputs
-from conftest import PY, SERVERS, run
+from helpers import ISOLATIONS, PY, SERVERS, drive, outputs, run
 from lovia.testing import batch, call
 
 from lovia_mcp import MCP, MCPError, MCPServerStdio, MCPTool, ToolAnnotations, UserError
@@ -208,6 +208,7 @@ def test_untrusted_annotations_let_the_same_calls_run_together() -> None:
     ("option", "value"),
     [("auto_reconnect", "always"), ("auto_reconnect", 1), ("needs_approval", "sometimes"), ("trust_annotations", "yes")],
 )
+@pytest.mark.unit
 def test_an_unknown_policy_value_is_refused_with_a_hint(option: str, value: object) -> None:
     with pytest.raises(UserError) as info:
         annotated(**{option: value})
@@ -215,16 +216,16 @@ def test_an_unknown_policy_value_is_refused_with_a_hint(option: str, value: obje
     assert option in str(info.value) and info.value.hint
 
 
+@pytest.mark.unit
 def test_hints_that_are_not_booleans_count_as_not_given_and_a_tool_without_hints_costs_no_wire_bytes() -> None:
-    from lovia_mcp_worker.transport.content import tool_specs
-    from lovia_mcp_worker.protocol import ToolSpec, encoder
+    from lovia_mcp_worker.protocol import ToolSpec, encoder, tools_page
 
     warnings: list[str] = []
-    specs = tool_specs({"tools": [
+    specs, _ = tools_page(json.dumps({"tools": [
         {"name": "a", "annotations": {"readOnlyHint": "yes", "idempotentHint": 1}},
         {"name": "b", "annotations": {"readOnlyHint": True, "destructiveHint": None}, "_meta": ["not", "an", "object"]},
         {"name": "c", "annotations": "nonsense"},
-    ]}, warnings.append)
+    ]}), warnings.append)
 
     assert [s.annotations for s in specs] == [None, ToolAnnotations(read_only_hint=True), None]
     assert [s.meta for s in specs] == [None, None, None]

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 BENCH = ROOT / "scripts" / "bench.py"
 CLIENTS = ("lovia", "none", "process")
@@ -32,6 +32,9 @@ EXPECTED = {
     "rss_per_server": ("raw",),
     "worker_uss": ("raw",),
     "sandbox_cost": ("raw",),
+    "run1": ("raw",),
+    "run5": ("raw",),
+    "run5_close": ("raw",),
 }
 # Figures that only exist for a worker process.
 PROCESS_ONLY = {"worker_uss"}

@@ -2,56 +2,24 @@
 
 Against the raw JSON-RPC server (tests/servers/raw_server.py), which starts in
 milliseconds, and the demo (the SDK's ``MCPServer``). Every run is bounded by
-``RUN_TIMEOUT`` and by pytest-timeout; the autouse ``no_leaks`` fixture checks
+``CLI_TIMEOUT`` and by pytest-timeout; the autouse ``no_leaks`` fixture checks
 that the command left no worker or server behind.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
-from conftest import PY, RAW_SERVER, ROOT
+from helpers import CLI_TIMEOUT, PY, RAW_SERVER, ROOT, error_of, lovia_mcp, lovia_mcp_all
 
 from lovia_mcp.cli.main import parameter_lines, tools_table
 
 pytestmark = pytest.mark.timeout(30)
 
-# Bound on one command; a normal one takes about a second (interpreter, worker,
-# server), a broken build must not hang the suite.
-RUN_TIMEOUT = 25.0
-
 RAW = ["--", PY, RAW_SERVER]
-
-
-def lovia_mcp(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lovia_mcp", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "120", **(env or {})},
-    )
-
-
-def lovia_mcp_all(*invocations: list[str]) -> list[subprocess.CompletedProcess[str]]:
-    """Independent invocations at once (each is mostly interpreter start-up)."""
-    with ThreadPoolExecutor(len(invocations)) as pool:
-        return list(pool.map(lambda args: lovia_mcp(*args), invocations))
-
-
-def error_of(r: subprocess.CompletedProcess[str]) -> str:
-    """The command's error message; asserts it is a message, not a traceback."""
-    assert "Traceback" not in r.stderr, r.stderr
-    assert "lovia-mcp" in r.stderr and "error: " in r.stderr, r.stderr
-    return r.stderr
 
 
 # --------------------------------------------------------------------------- #
@@ -106,6 +74,7 @@ FORECAST_SCHEMA: dict[str, object] = {
 }
 
 
+@pytest.mark.unit
 def test_parameters_read_as_name_type_with_optional_marks_and_defaults() -> None:
     assert parameter_lines(FORECAST_SCHEMA) == [
         "city: string",
@@ -116,6 +85,7 @@ def test_parameters_read_as_name_type_with_optional_marks_and_defaults() -> None
     assert parameter_lines({"type": "object", "properties": {}}) == []
 
 
+@pytest.mark.unit
 def test_the_table_wraps_descriptions_to_the_width_and_falls_back_to_blocks_when_narrow() -> None:
     tools = [_tool("forecast", "Today's weather forecast for a city, from canned data.", FORECAST_SCHEMA),
              _tool("ping", "", {"type": "object", "properties": {}})]
@@ -160,6 +130,7 @@ def test_call_json_with_arguments_from_stdin_shows_content_error_flag_and_struct
 
 
 
+@pytest.mark.unit
 def test_header_takes_curls_name_colon_value_form_and_name_equals_value() -> None:
     from lovia_mcp.cli._args import _header
 
@@ -189,7 +160,7 @@ def test_url_reaches_a_streamable_http_server_with_headers() -> None:
         )
     finally:
         server.terminate()
-        server.wait(RUN_TIMEOUT)
+        server.wait(CLI_TIMEOUT)
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()[1:] if line[:1].strip()] == [
         "echo", "add", "pixel", "pid", "look", "add_tool",

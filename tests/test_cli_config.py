@@ -1,7 +1,7 @@
 """``lovia-mcp tools|call|check --config FILE``: the command on a config file, run as a user runs it.
 
 The servers are tests/servers/raw_server.py (starts in milliseconds) and a
-command that does not exist; every run is bounded by ``RUN_TIMEOUT`` and
+command that does not exist; every run is bounded by ``CLI_TIMEOUT`` and
 pytest-timeout, and ``no_leaks`` checks nothing is left behind.
 """
 
@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, RAW_SERVER
-from test_cli import error_of, lovia_mcp, lovia_mcp_all
+from helpers import PY, RAW_SERVER, error_of, lovia_mcp, lovia_mcp_all
 
 pytestmark = pytest.mark.timeout(40)
 

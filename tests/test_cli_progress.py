@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SERVERS
+from helpers import PY, ROOT, SERVERS
 
 from lovia_mcp.cli._progress import PROGRESS_LOGGER, Progress, describe, show_progress_records
 
@@ -126,6 +126,7 @@ def _record(message: str, **attrs: object) -> logging.LogRecord:
     return record
 
 
+@pytest.mark.unit
 def test_a_progress_record_reads_as_server_tool_percent_and_message() -> None:
     assert describe(_record("downloading", server="npm", tool="install", progress=2, total=5)) == \
         "npm install: 40% downloading"
@@ -133,6 +134,7 @@ def test_a_progress_record_reads_as_server_tool_percent_and_message() -> None:
     assert describe(_record("just text")) == "just text"
 
 
+@pytest.mark.unit
 def test_the_cli_handler_puts_progress_records_on_the_status_line_only_when_enabled() -> None:
     log = logging.getLogger(PROGRESS_LOGGER)
     level = log.level

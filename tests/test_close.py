@@ -16,11 +16,10 @@ import sys
 import time
 
 import pytest
-from _sup_helpers import alive_after
-from conftest import PY, RAW_SERVER, run
+from helpers import PY, RAW_SERVER, alive_after, run
 
 from lovia_mcp import MCPError, MCPServerStdio
-from lovia_mcp.connection import CLOSE_WAIT
+from lovia_mcp.client.core import CLOSE_WAIT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -29,6 +28,7 @@ CLOSE_WITHIN = 4.0
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.timing
 def test_close_returns_at_once_when_the_worker_is_killed_while_closing() -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw", auto_reconnect=False)
@@ -39,12 +39,12 @@ def test_close_returns_at_once_when_the_worker_is_killed_while_closing() -> None
         # "hang" makes the server ignore SIGTERM: the worker's close then
         # spends its TERM grace on it, a window in which to die.
         in_flight = asyncio.ensure_future(conn.call_tool("hang"))
-        while not conn._pending:  # noqa: SLF001 - the call is in flight once it is pending
+        while not conn.core.in_flight:  # noqa: SLF001 - the call is in flight once it is pending
             await asyncio.sleep(0)
         started = time.monotonic()
         closing = asyncio.ensure_future(conn.close())
         # Close is pending (and so sent) next to the call.
-        while len(conn._pending) < 2 and not closing.done():  # noqa: SLF001
+        while conn.core.in_flight < 2 and not closing.done():  # noqa: SLF001
             await asyncio.sleep(0)
         os.kill(worker, signal.SIGKILL)
         await asyncio.wait_for(closing, CLOSE_WAIT + 5)

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from conftest import PY, raw_args, run
+from helpers import ISOLATIONS, PY, raw_args, run
 from lovia import Agent, Runner
 from lovia.run_context import RunContext
 from lovia.testing import ScriptedProvider, call, text
@@ -21,6 +21,7 @@ STDIO = {"command": "npx"}
 HTTP = {"url": "http://127.0.0.1:8000/mcp"}
 
 
+@pytest.mark.unit
 def test_a_positional_command_is_refused_so_it_cannot_silently_become_a_name() -> None:
     with pytest.raises(TypeError, match="positional"):
         MCPServerStdio("npx")  # type: ignore[misc]
@@ -28,12 +29,14 @@ def test_a_positional_command_is_refused_so_it_cannot_silently_become_a_name() -
         MCPServerStreamableHTTP("http://127.0.0.1:8000/mcp")  # type: ignore[misc]
 
 
+@pytest.mark.unit
 def test_the_shared_base_config_cannot_be_instantiated() -> None:
     with pytest.raises(UserError, match="shared base") as info:
         MCPServer()
     assert "MCPServerStdio(command=...)" in (info.value.hint or "")
 
 
+@pytest.mark.unit
 def test_a_config_is_frozen() -> None:
     server = MCPServerStdio(command="npx", args=["-y", "pkg"])
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -68,6 +71,7 @@ def test_a_config_is_frozen() -> None:
         (MCPServerStdio, {**STDIO, "name": ""}, "name must be a non-empty string", "name='github'"),
     ],
 )
+@pytest.mark.unit
 def test_bad_input_is_a_user_error_with_a_hint(cls: type, options: dict[str, Any], message: str, hint: str) -> None:
     with pytest.raises(UserError) as info:
         cls(**options)
@@ -76,6 +80,7 @@ def test_bad_input_is_a_user_error_with_a_hint(cls: type, options: dict[str, Any
     assert hint in (info.value.hint or "")
 
 
+@pytest.mark.unit
 def test_the_plugin_refuses_an_unknown_isolation_and_anything_that_is_not_a_server() -> None:
     with pytest.raises(UserError, match="unknown isolation 'fork'") as info:
         MCP(MCPServerStdio(command="npx"), isolation="fork")  # type: ignore[arg-type]
@@ -86,6 +91,7 @@ def test_the_plugin_refuses_an_unknown_isolation_and_anything_that_is_not_a_serv
     assert "MCPServerStdio(command=" in (info.value.hint or "")
 
 
+@pytest.mark.unit
 def test_valid_limits_and_options_are_accepted() -> None:
     server = MCPServerStdio(
         command="uvx", args=["mcp-server-time"], env={"TZ": "UTC"}, cwd="/tmp",
@@ -121,7 +127,7 @@ def test_a_servers_own_isolation_wins_over_the_plugins_default(
     assert (worker_pid is not None) is in_a_worker
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_command_that_does_not_exist_fails_at_open_time_with_a_hint(isolation: str) -> None:
     server = MCPServerStdio(command="no-such-mcp-server-xyz", isolation=isolation)  # type: ignore[arg-type]
     model = ScriptedProvider([text("never reached")])

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _agent import drive, outputs
-from conftest import PY, RAW_SERVER, run
+from helpers import PY, RAW_SERVER, drive, outputs, run
 from lovia.testing import call
 
 import lovia_mcp.config_file.loader as config_file
@@ -41,6 +40,7 @@ def error(source: Any, **overrides: Any) -> UserError:
 # --------------------------------------------------------------------------- #
 # the two shapes
 # --------------------------------------------------------------------------- #
+@pytest.mark.unit
 def test_claude_style_mcpservers_and_vscode_style_servers_give_the_same_configs() -> None:
     entries = {
         "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}, "cwd": "/srv"},
@@ -57,6 +57,7 @@ def test_claude_style_mcpservers_and_vscode_style_servers_give_the_same_configs(
     ]
 
 
+@pytest.mark.unit
 def test_an_entry_with_a_url_and_no_type_is_http_and_the_other_spellings_of_http_are_accepted() -> None:
     servers = load_servers({"mcpServers": {
         "a": {"url": "http://127.0.0.1:1/mcp"},
@@ -66,6 +67,7 @@ def test_an_entry_with_a_url_and_no_type_is_http_and_the_other_spellings_of_http
     assert [type(s) for s in servers] == [MCPServerStreamableHTTP] * 3
 
 
+@pytest.mark.unit
 def test_jsonc_comments_and_trailing_commas_are_accepted_and_bad_json_is_located(tmp_path: Path) -> None:
     text = '{\n  // VS Code writes these\n  "servers": {"a": {"command": "x", /* inline */ "args": ["//not a comment",],},},\n}'
     assert json.loads(strip_jsonc(text))["servers"]["a"]["args"] == ["//not a comment"]
@@ -78,6 +80,7 @@ def test_jsonc_comments_and_trailing_commas_are_accepted_and_bad_json_is_located
 # --------------------------------------------------------------------------- #
 # ${VAR}
 # --------------------------------------------------------------------------- #
+@pytest.mark.unit
 def test_variables_are_expanded_in_command_args_env_url_and_headers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CF_BIN", "/opt/bin")
     monkeypatch.setenv("CF_TOKEN", "s3cret")
@@ -96,6 +99,7 @@ def test_variables_are_expanded_in_command_args_env_url_and_headers(monkeypatch:
     assert http.headers == {"Authorization": "Bearer s3cret"}
 
 
+@pytest.mark.unit
 def test_an_undefined_variable_without_a_default_is_an_error_naming_it_never_an_empty_string(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -110,6 +114,7 @@ def test_an_undefined_variable_without_a_default_is_an_error_naming_it_never_an_
 # --------------------------------------------------------------------------- #
 # keys
 # --------------------------------------------------------------------------- #
+@pytest.mark.unit
 def test_an_unknown_key_is_an_error_with_a_hint_that_suggests_the_closest() -> None:
     e = error({"mcpServers": {"a": {"command": "x", "timout": 5}}})
     assert "server 'a': unknown key 'timout'" in str(e)
@@ -120,6 +125,7 @@ def test_an_unknown_key_is_an_error_with_a_hint_that_suggests_the_closest() -> N
         error({"mcpServers": {"a": {"command": "x", "headers": {}}}}))
 
 
+@pytest.mark.unit
 def test_other_clients_keys_are_ignored_with_a_note_and_disabled_entries_are_skipped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -135,6 +141,7 @@ def test_other_clients_keys_are_ignored_with_a_note_and_disabled_entries_are_ski
     assert any("server 'b' is disabled" in n for n in notes)
 
 
+@pytest.mark.unit
 def test_missing_or_conflicting_transport_keys_and_sse_are_errors_with_hints() -> None:
     for entry, expected in (
         ({}, "neither 'command' nor 'url'"),
@@ -152,6 +159,7 @@ def test_missing_or_conflicting_transport_keys_and_sse_are_errors_with_hints() -
 # --------------------------------------------------------------------------- #
 # lovia-mcp's own options per entry
 # --------------------------------------------------------------------------- #
+@pytest.mark.unit
 def test_lovia_mcp_options_per_entry_are_converted_to_their_types() -> None:
     (server,) = load_servers({"servers": {"fs": {
         "command": "npx", "args": ["-y", "server-filesystem"],
@@ -167,6 +175,7 @@ def test_lovia_mcp_options_per_entry_are_converted_to_their_types() -> None:
     assert server.sandbox == Sandbox(network=False, writable=["/srv/data"])
 
 
+@pytest.mark.unit
 def test_wrong_option_values_are_errors_naming_the_option() -> None:
     for value, expected in (
         ({"timeout": "30"}, "timeout must be a number"),
@@ -183,6 +192,7 @@ def test_wrong_option_values_are_errors_naming_the_option() -> None:
         assert "server 'a'" in str(e) and expected in str(e) and e.hint, (value, str(e))
 
 
+@pytest.mark.unit
 def test_vscode_sandbox_enabled_turns_the_sandbox_on_or_off() -> None:
     on, off = load_servers({"servers": {
         "on": {"command": "x", "sandboxEnabled": True},
@@ -192,6 +202,7 @@ def test_vscode_sandbox_enabled_turns_the_sandbox_on_or_off() -> None:
     assert (on.sandbox, off.sandbox) == (Sandbox(), None)
 
 
+@pytest.mark.unit
 def test_a_field_added_to_the_config_class_is_accepted_without_touching_the_loader(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -206,6 +217,7 @@ def test_a_field_added_to_the_config_class_is_accepted_without_touching_the_load
     assert "warmups must be an integer" in str(error({"mcpServers": {"a": {"command": "x", "warmups": 1.5}}}))
 
 
+@pytest.mark.unit
 def test_overrides_apply_to_every_server_and_win_over_the_file() -> None:
     servers = load_servers({"mcpServers": {"a": {"command": "x", "timeout": 5}, "b": {"url": "http://h/mcp"}}},
                            timeout=30, isolation="none")
@@ -217,6 +229,7 @@ def test_overrides_apply_to_every_server_and_win_over_the_file() -> None:
 # --------------------------------------------------------------------------- #
 # paths
 # --------------------------------------------------------------------------- #
+@pytest.mark.unit
 def test_relative_cwd_command_and_env_file_are_relative_to_the_files_folder(tmp_path: Path) -> None:
     folder = tmp_path / "project"
     write(folder / ".env", "# secrets\nexport API_KEY='from file'\nLEVEL=debug # trailing\nSHARED=file\n")
@@ -238,6 +251,7 @@ def test_relative_cwd_command_and_env_file_are_relative_to_the_files_folder(tmp_
         "command": "x", "envFile": "missing.env"}}})))
 
 
+@pytest.mark.unit
 def test_workspace_folder_is_the_folder_above_dot_vscode(tmp_path: Path) -> None:
     path = write(tmp_path / ".vscode" / "mcp.json",
                  {"servers": {"fs": {"command": "npx", "args": ["${workspaceFolder}/data"]}}})
@@ -245,6 +259,7 @@ def test_workspace_folder_is_the_folder_above_dot_vscode(tmp_path: Path) -> None
     assert isinstance(server, MCPServerStdio) and server.args == [f"{tmp_path.resolve()}/data"]
 
 
+@pytest.mark.unit
 def test_a_missing_file_and_a_non_object_are_errors_with_hints(tmp_path: Path) -> None:
     e = error(tmp_path / "nope.json")
     assert "no config file at" in str(e) and e.hint
@@ -286,11 +301,13 @@ def test_mcp_from_config_mounts_the_files_servers_on_an_agent(tmp_path: Path) ->
     assert outputs(result) == ["via the file"]
 
 
+@pytest.mark.unit
 def test_an_env_file_value_in_quotes_followed_by_a_comment_loses_its_quotes(tmp_path: Path) -> None:
     path = write(tmp_path / ".env", "A=\"abc\" # prod\nB='x y'   #c\nC=\"keep # inside\"\nD=plain # note\n")
     assert config_file.read_env_file(path) == {"A": "abc", "B": "x y", "C": "keep # inside", "D": "plain"}
 
 
+@pytest.mark.unit
 def test_a_dict_source_may_hold_paths_and_a_wrong_value_is_an_error_not_a_traceback() -> None:
     from pathlib import Path
 
@@ -306,6 +323,7 @@ def test_a_dict_source_may_hold_paths_and_a_wrong_value_is_an_error_not_a_traceb
     ({"mcpServers": {"a": {"command": "python3", "name": "b"}}}, {}, "the entry's key is its name"),
     ({"mcpServers": {"a": {"command": "python3"}}}, {"name": "b"}, "each entry's key is its name"),
 ])
+@pytest.mark.unit
 def test_a_non_boolean_disabled_and_a_name_besides_the_entrys_key_are_refused(
     source: dict[str, Any], overrides: dict[str, Any], match: str
 ) -> None:

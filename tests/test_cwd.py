@@ -17,8 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _agent import ISOLATIONS
-from conftest import PY, RAW_SERVER, run
+from helpers import ISOLATIONS, PY, RAW_SERVER, run
 
 from lovia_mcp import MCPServerStdio, UserError
 

@@ -14,8 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from _agent import ISOLATIONS, Model, RAW_TOOLS, drive, outputs
-from conftest import PY, raw_args, run
+from helpers import ISOLATIONS, RAW_TOOLS, Model, drive, outputs, raw, run
 from lovia import Agent, Runner
 from lovia.exceptions import ToolError
 from lovia.messages import ToolCall
@@ -30,8 +29,9 @@ from lovia_mcp import MCP, MCPServerStdio, MCPToolResult, UserError
 from lovia_mcp._deferred import deferred_instructions, make_call_tool, make_search_tool
 
 
-def raw(isolation: str, name: str | None = "d", *, defer: bool = True, **options: Any) -> MCPServerStdio:
-    return MCPServerStdio(command=PY, args=raw_args(), name=name, isolation=isolation, defer=defer, **options)  # type: ignore[arg-type]
+def deferred(isolation: str, name: str | None = "d", *, defer: bool = True, **options: Any) -> MCPServerStdio:
+    """The raw test server, deferred unless ``defer=False``, named ``d`` unless ``name`` says otherwise."""
+    return raw(isolation, name=name, defer=defer, **options)
 
 
 def deferred_call(tool: str, arguments: dict[str, Any]) -> Any:
@@ -40,7 +40,7 @@ def deferred_call(tool: str, arguments: dict[str, Any]) -> Any:
 
 @ISOLATIONS
 def test_deferred_tools_leave_the_tool_list_and_two_servers_share_one_search_and_call_pair(isolation: str) -> None:
-    plugin = MCP(raw(isolation, "alpha"), raw(isolation, "beta"))
+    plugin = MCP(deferred(isolation, "alpha"), deferred(isolation, "beta"))
     result, model = run(drive(
         plugin,
         deferred_call("beta__echo", {"text": "via beta"}),
@@ -64,7 +64,7 @@ def test_search_finds_a_deferred_tools_definition_and_call_invokes_it_beside_an_
     isolation: str,
 ) -> None:
     result, model = run(drive(
-        MCP(raw(isolation), raw(isolation, "x", defer=False, include_tools=["add"])),
+        MCP(deferred(isolation), deferred(isolation, "x", defer=False, include_tools=["add"])),
         call("search_mcp_tools", {"query": "echo"}),
         deferred_call("d__echo", {"text": "found"}),
         deferred_call("d__ecko", {"text": "typo"}),
@@ -94,7 +94,7 @@ def test_approval_of_a_deferred_tool_is_delegated_to_its_own_needs_approval(isol
         asked.append((tool_call.name, tool_call.arguments))
         return False
 
-    plugin = MCP(raw(isolation, needs_approval=lambda args, ctx: args.get("text") == "secret"))
+    plugin = MCP(deferred(isolation, needs_approval=lambda args, ctx: args.get("text") == "secret"))
     result, _ = run(drive(
         plugin,
         deferred_call("d__echo", {"text": "secret"}),
@@ -112,7 +112,7 @@ def test_approval_of_a_deferred_tool_is_delegated_to_its_own_needs_approval(isol
 @ISOLATIONS
 def test_retries_of_a_deferred_tool_are_delegated(isolation: str) -> None:
     async def main() -> tuple[RunResult, int]:
-        async with raw(isolation, retries=2, auto_reconnect=False).session() as conn:
+        async with deferred(isolation, retries=2, auto_reconnect=False).session() as conn:
             result, _ = await drive(MCP(conn), deferred_call("d__exit", {"code": 7}))
             return result, (await conn.stats()).calls
 
@@ -126,7 +126,7 @@ def test_retries_of_a_deferred_tool_are_delegated(isolation: str) -> None:
 @ISOLATIONS
 def test_the_timeout_of_a_deferred_tool_is_delegated_and_kills_the_hung_server(isolation: str) -> None:
     async def main() -> tuple[RunResult, Any]:
-        async with raw(isolation, timeout=0.3, kill_grace=0.1).session() as conn:
+        async with deferred(isolation, timeout=0.3, kill_grace=0.1).session() as conn:
             result, _ = await drive(MCP(conn), deferred_call("d__hang", {}))
             return result, await conn.stats()
 
@@ -144,7 +144,7 @@ def test_the_renderer_and_output_cap_of_a_deferred_tool_are_delegated(isolation:
         received.append(result)
         return "[" + ";".join(block.type for block in result.content) + "]" + "z" * 500
 
-    plugin = MCP(raw(isolation, result_renderer=renderer, max_output_chars=100))
+    plugin = MCP(deferred(isolation, result_renderer=renderer, max_output_chars=100))
     result, model = run(drive(plugin, deferred_call("d__mixed", {})))
 
     (shown,) = outputs(result)
@@ -157,7 +157,7 @@ def test_the_renderer_and_output_cap_of_a_deferred_tool_are_delegated(isolation:
 @ISOLATIONS
 def test_two_deferred_servers_with_clashing_tool_names_are_refused_at_setup(isolation: str) -> None:
     model = Model(text("never reached"))
-    agent = Agent(name="tester", model=model, plugins=[MCP(raw(isolation, None), raw(isolation, None))])
+    agent = Agent(name="tester", model=model, plugins=[MCP(deferred(isolation, None), deferred(isolation, None))])
 
     with pytest.raises(UserError, match="deferred MCP tool name clash: 'echo'") as info:
         run(Runner.run(agent, "go"))
@@ -170,7 +170,7 @@ def test_two_deferred_servers_with_clashing_tool_names_are_refused_at_setup(isol
 
 @ISOLATIONS
 def test_a_deferred_tool_named_like_an_exposed_tool_is_refused_at_setup(isolation: str) -> None:
-    plugin = MCP(raw(isolation, "same"), raw(isolation, "same", defer=False, include_tools=["echo"]))
+    plugin = MCP(deferred(isolation, "same"), deferred(isolation, "same", defer=False, include_tools=["echo"]))
     agent = Agent(name="tester", model=Model(text("never reached")), plugins=[plugin])
 
     with pytest.raises(UserError, match="deferred MCP tool name clash with exposed tools: same__echo"):
@@ -221,6 +221,7 @@ async def _answers(search: Tool, invoke: Tool) -> list[Any]:
     return answers
 
 
+@pytest.mark.unit
 def test_the_copied_deferred_helpers_show_the_model_exactly_what_lovias_own_plugin_shows() -> None:
     catalog = _catalog()
     ours = (make_search_tool(catalog), make_call_tool(catalog))

@@ -19,7 +19,7 @@ from types import ModuleType
 import lovia.exceptions
 import lovia.plugins.mcp
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 import lovia_mcp
 import lovia_mcp_worker
@@ -51,6 +51,7 @@ def _public_modules(package: ModuleType) -> list[str]:
     )
 
 
+@pytest.mark.unit
 def test_the_promised_names_are_exported_from_lovia_mcp() -> None:
     assert PROMISED <= set(lovia_mcp.__all__)
     for name in PROMISED:
@@ -62,6 +63,7 @@ def test_the_promised_names_are_exported_from_lovia_mcp() -> None:
     assert lovia_mcp.render_mcp_content is lovia.plugins.mcp.render_mcp_content
 
 
+@pytest.mark.unit
 def test_every_public_class_of_the_agent_side_modules_is_exported_at_the_top_level() -> None:
     for short in AGENT_SIDE:
         module = importlib.import_module(f"lovia_mcp.{short}")
@@ -75,6 +77,7 @@ def test_every_public_class_of_the_agent_side_modules_is_exported_at_the_top_lev
     "module_name",
     ["lovia_mcp", *_public_modules(lovia_mcp), "lovia_mcp_worker", *_public_modules(lovia_mcp_worker)],
 )
+@pytest.mark.unit
 def test_every_public_module_has_an_all_naming_only_what_it_defines(module_name: str) -> None:
     module = importlib.import_module(module_name)
 
@@ -187,6 +190,7 @@ def _package_sources() -> list[Path]:
     return sorted([*(ROOT / "lovia_mcp").rglob("*.py"), *(ROOT / "worker" / "lovia_mcp_worker").rglob("*.py")])
 
 
+@pytest.mark.unit
 def test_the_private_name_scan_flags_every_form_of_private_use_and_nothing_public() -> None:
     source = textwrap.dedent("""
         import mcp.shared._httpx_utils
@@ -220,6 +224,7 @@ def test_the_private_name_scan_flags_every_form_of_private_use_and_nothing_publi
     ]
 
 
+@pytest.mark.unit
 def test_neither_side_uses_a_private_name_of_lovia_the_mcp_sdk_or_multiprocess() -> None:
     sources = _package_sources()
     assert any(p.name == "plugin.py" for p in sources) and any(p.name == "host.py" for p in sources)
@@ -233,6 +238,7 @@ def test_neither_side_uses_a_private_name_of_lovia_the_mcp_sdk_or_multiprocess()
     assert found == []
 
 
+@pytest.mark.unit
 def test_the_package_says_its_installed_version() -> None:
     from importlib import metadata
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import PY, RAW_SERVER, run
+from helpers import PY, RAW_SERVER, run
 
 from lovia_mcp import MCPServerStdio
 from lovia_mcp_worker.framing import (
@@ -98,6 +98,7 @@ def body_size(msg: Any) -> int:
 
 
 @pytest.mark.parametrize("seed", range(5))
+@pytest.mark.unit
 def test_frames_come_out_whole_and_in_order_whatever_the_read_boundaries(seed: int) -> None:
     rng = random.Random(seed)
     sent: list[WorkerMessage] = []
@@ -114,6 +115,7 @@ def test_frames_come_out_whole_and_in_order_whatever_the_read_boundaries(seed: i
     assert lost == []
 
 
+@pytest.mark.unit
 def test_a_frame_over_the_cap_drops_the_worker_before_allocating_anything() -> None:
     cap = frame_cap(1000)
     lost: list[str | None] = []
@@ -126,6 +128,7 @@ def test_a_frame_over_the_cap_drops_the_worker_before_allocating_anything() -> N
     assert len(reader.get_buffer(-1)) <= READ_BUFFER
 
 
+@pytest.mark.unit
 def test_the_agent_never_allocates_past_the_cap_it_agreed_to() -> None:
     # 512 MiB used to be the one cap for every connection; a header alone
     # then bought a buffer of that size.
@@ -145,6 +148,7 @@ def test_the_agent_never_allocates_past_the_cap_it_agreed_to() -> None:
 
 
 @pytest.mark.parametrize("side", ["agent", "worker"])
+@pytest.mark.unit
 def test_a_frame_exactly_at_the_cap_passes(side: str) -> None:
     rng = random.Random(7)
     lost: list[str | None] = []
@@ -167,6 +171,7 @@ def test_a_frame_exactly_at_the_cap_passes(side: str) -> None:
 
 
 @pytest.mark.parametrize("seed", range(5))
+@pytest.mark.unit
 def test_the_worker_skips_an_oversized_frame_in_any_pieces_and_the_next_comes_out_whole(seed: int) -> None:
     rng = random.Random(seed)
     cap = 200_000
@@ -187,6 +192,7 @@ def test_the_worker_skips_an_oversized_frame_in_any_pieces_and_the_next_comes_ou
     assert largest <= READ_BUFFER
 
 
+@pytest.mark.unit
 def test_the_worker_skips_an_undecodable_frame_and_reports_it() -> None:
     got: list[AgentMessage] = []
     lost: list[str | None] = []
@@ -199,6 +205,7 @@ def test_the_worker_skips_an_undecodable_frame_and_reports_it() -> None:
     assert size == 3 and "undecodable" in why
 
 
+@pytest.mark.unit
 def test_an_undecodable_frame_drops_the_worker_with_a_clear_reason() -> None:
     lost: list[str | None] = []
     reader = agent_reader([], lost)
@@ -210,11 +217,13 @@ def test_an_undecodable_frame_drops_the_worker_with_a_clear_reason() -> None:
 
 
 @pytest.mark.parametrize("rid", [0, 1, 127, 128, 255, 256, 65_535, 65_536, 2**32, 2**63])
+@pytest.mark.unit
 def test_peek_id_reads_the_id_of_any_request_from_its_first_bytes(rid: int) -> None:
     for msg in (CallTool(id=rid, name="n" * 200, arguments=b"{}"), Close(id=rid), GetStats(id=rid)):
         assert peek_id(encoder().encode(msg)[:HEAD_BYTES]) == rid
 
 
+@pytest.mark.unit
 def test_peek_id_gives_none_for_anything_else() -> None:
     assert peek_id(b"") is None
     assert peek_id(b"\xc1\xc1\xc1") is None
@@ -222,6 +231,7 @@ def test_peek_id_gives_none_for_anything_else() -> None:
     assert peek_id(encoder().encode(CallTool(id=5, name="x", arguments=b"{}"))[:12]) is None
 
 
+@pytest.mark.unit
 def test_frame_cap_is_the_result_limit_plus_a_fixed_overhead() -> None:
     assert frame_cap(0) == FRAME_OVERHEAD
     assert frame_cap(32 * 1024 * 1024) == 32 * 1024 * 1024 + FRAME_OVERHEAD
@@ -244,6 +254,7 @@ class _Transport(asyncio.Transport):
         self.frames.append(data[HEADER.size :])
 
 
+@pytest.mark.unit
 def test_the_worker_never_sends_a_frame_over_the_cap_that_came_with_open() -> None:
     from lovia_mcp_worker.main import _Channel
 
@@ -291,10 +302,10 @@ def test_a_worker_survives_an_oversized_frame_from_the_agent_and_answers_it() ->
         server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw")
         async with server.session() as conn:
             worker = conn.worker_pid
-            channel: Any = conn._channel  # noqa: SLF001 - the test writes past the connection's checks
+            channel: Any = conn.core.channel  # noqa: SLF001 - the test writes past the connection's checks
             rid = 10_000
             fut = asyncio.get_running_loop().create_future()
-            conn._pending[rid] = fut  # noqa: SLF001 - to see the worker's answer to the raw frame
+            conn.core._pending[rid] = fut  # noqa: SLF001 - to see the worker's answer to the raw frame
             big = CallTool(id=rid, name="echo", arguments=msgspec.json.encode({"text": "x" * (MAX_REQUEST_BYTES + 1)}))
             body = encoder().encode(big)
             channel._transport.writelines((HEADER.pack(len(body)), body))  # noqa: SLF001

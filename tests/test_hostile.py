@@ -25,14 +25,13 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Final, TypeVar
 
 import pytest
-from conftest import PY, SERVERS, run
+from helpers import ISOLATIONS, PY, SERVERS, run
 
 from lovia_mcp import Limits, MCPError, MCPServerStdio
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
 HOSTILE: Final = str(SERVERS / "hostile_server.py")
-ISOLATIONS: Final = ["process", "none"]
 # Bound on every await on the server: each answer here takes milliseconds, so
 # anything near this is a hang, reported as TimeoutError.
 BOUND: Final = 10.0
@@ -78,7 +77,7 @@ async def assert_same_server_answers(conn: Any, pid: int | None) -> None:
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_server_that_drops_non_integer_ids_opens_answers_and_sees_integer_ids(isolation: str) -> None:
     async def main() -> None:
         async with session(hostile("--int-ids", isolation=isolation)) as conn:
@@ -91,7 +90,7 @@ def test_server_that_drops_non_integer_ids_opens_answers_and_sees_integer_ids(is
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_replies_with_the_id_written_last_are_matched_to_their_calls(isolation: str) -> None:
     async def main() -> None:
         async with session(hostile("--id-last", isolation=isolation)) as conn:
@@ -104,7 +103,8 @@ def test_replies_with_the_id_written_last_are_matched_to_their_calls(isolation: 
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
+@pytest.mark.timing
 def test_oversized_reply_with_its_id_last_fails_that_call_as_too_large_and_keeps_the_server(isolation: str) -> None:
     async def main() -> None:
         server = hostile(isolation=isolation, limits=Limits(max_result_bytes=CAP))
@@ -131,7 +131,8 @@ def _id_after(seen: object, n: int) -> object:
 
 @pytest.mark.timeout(40)
 @pytest.mark.parametrize("decoy", ["finished", "in_flight"])
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
+@pytest.mark.timing
 def test_oversized_reply_with_a_nested_decoy_id_fails_only_its_own_call_and_keeps_the_server(
     isolation: str, decoy: str
 ) -> None:
@@ -169,7 +170,7 @@ def test_oversized_reply_with_a_nested_decoy_id_fails_only_its_own_call_and_keep
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_reply_nested_100_000_deep_is_answered_within_the_bound_and_the_server_lives_on(isolation: str) -> None:
     async def main() -> None:
         async with session(hostile(isolation=isolation)) as conn:
@@ -192,7 +193,7 @@ def test_reply_nested_100_000_deep_is_answered_within_the_bound_and_the_server_l
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_lone_surrogate_escape_in_a_reply_becomes_the_replacement_character(isolation: str) -> None:
     async def main() -> None:
         async with session(hostile(isolation=isolation)) as conn:
@@ -207,7 +208,7 @@ def test_lone_surrogate_escape_in_a_reply_becomes_the_replacement_character(isol
 
 @pytest.mark.timeout(40)
 @pytest.mark.parametrize("auto_reconnect", [True, False], ids=["auto_reconnect", "no_reconnect"])
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_server_that_closed_its_stdin_is_replaced_or_reported_as_exited_on_the_next_call(
     isolation: str, auto_reconnect: bool
 ) -> None:
@@ -235,7 +236,8 @@ def test_server_that_closed_its_stdin_is_replaced_or_reported_as_exited_on_the_n
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
+@pytest.mark.timing
 def test_tool_listing_that_repeats_its_cursor_ends_at_once_with_a_warning(
     isolation: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -262,7 +264,7 @@ def test_tool_listing_that_repeats_its_cursor_ends_at_once_with_a_warning(
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_server_sampling_request_is_refused_with_method_not_found(isolation: str) -> None:
     async def main() -> None:
         async with session(hostile(isolation=isolation)) as conn:
@@ -276,7 +278,7 @@ def test_server_sampling_request_is_refused_with_method_not_found(isolation: str
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_server_ping_request_is_answered_with_an_empty_result(isolation: str) -> None:
     async def main() -> None:
         async with session(hostile(isolation=isolation)) as conn:
@@ -290,7 +292,7 @@ def test_server_ping_request_is_answered_with_an_empty_result(isolation: str) ->
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_server_answering_an_older_supported_protocol_version_opens_and_works(isolation: str) -> None:
     async def main() -> None:
         async with session(hostile("--version", "2024-11-05", isolation=isolation)) as conn:
@@ -300,7 +302,7 @@ def test_server_answering_an_older_supported_protocol_version_opens_and_works(is
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_server_answering_an_unknown_protocol_version_fails_at_open_naming_it(isolation: str) -> None:
     async def main() -> None:
         started = time.monotonic()
@@ -316,7 +318,7 @@ def test_server_answering_an_unknown_protocol_version_fails_at_open_naming_it(is
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_timed_out_call_is_cancelled_by_its_integer_request_id(isolation: str) -> None:
     async def main() -> None:
         async with session(hostile(isolation=isolation, on_timeout="cancel")) as conn:

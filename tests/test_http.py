@@ -5,98 +5,41 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
-import os
-import select
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import PY, SERVERS, pid_alive, register_shared, run
+from helpers import ISOLATIONS, SERVERS, drive, pid_alive, results, run, serving
 from lovia import Agent, Runner
 from lovia.run_context import RunContext
-from lovia.runtime.result import RunResult
 from lovia.testing import ScriptedProvider, call, text
-from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPError, MCPServerStreamableHTTP, MCPToolResult
 
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
-
-# Importing the SDK and starting uvicorn takes about a second; on a loaded
-# machine several. Past this the fixture fails rather than hang the session.
-SERVER_READY_WAIT = 30.0
-# How long the server gets to exit on SIGTERM at session end before SIGKILL.
-SERVER_EXIT_WAIT = 5.0
-
-
-def _read_port(proc: subprocess.Popen[bytes]) -> int:
-    """Wait, bounded, for the ``PORT <n>`` line the server prints once it serves."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + SERVER_READY_WAIT
-    fd = proc.stdout.fileno()
-    buf = b""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"http_server.py did not report its port within {SERVER_READY_WAIT:g} s")
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            continue
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise RuntimeError(f"http_server.py exited before serving (code {proc.wait()})")
-        buf += chunk
-        for line in buf.split(b"\n")[:-1]:
-            if line.startswith(b"PORT "):
-                return int(line.split()[1])
-
+# Bound on listing MAX_LIST_PAGES in-memory pages (well under a second idle):
+# without the cap the listing never ends, and this turns that into a failure.
+ENDLESS_LISTING_WAIT = 30.0
 
 @pytest.fixture(scope="session")
 def http_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    register_shared(proc.pid)
-    try:
-        port = _read_port(proc)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(SERVER_EXIT_WAIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(SERVER_EXIT_WAIT)
-        assert proc.stdout is not None
-        proc.stdout.close()
+    with serving(str(SERVERS / "http_server.py")) as url:
+        yield url
 
 
 def web(url: str, isolation: str, **options: Any) -> MCPServerStreamableHTTP:
     return MCPServerStreamableHTTP(url=url, name="web", isolation=isolation, **options)  # type: ignore[arg-type]
 
 
-async def drive(plugin: MCP, *script: Any) -> RunResult:
-    agent = Agent(name="tester", model=ScriptedProvider([*script, text("done")]), plugins=[plugin])
-    result = await Runner.run(agent, "go")
-    assert result.output == "done"
-    return result
-
-
-def results(result: RunResult) -> list[ToolResultEntry]:
-    return [e for e in result.entries if isinstance(e, ToolResultEntry)]
-
-
 @ISOLATIONS
 def test_a_streamable_http_server_serves_text_structured_output_and_images_through_a_run(
     http_url: str, isolation: str
 ) -> None:
-    result = run(drive(
+    result, _ = run(drive(
         MCP(web(http_url, isolation)),
         call("web__echo", {"text": "over http"}),
         call("web__add", {"a": 1.5, "b": 2}),
@@ -121,7 +64,7 @@ def test_an_http_config_is_opened_per_run_and_its_worker_is_gone_when_the_run_re
         return str(result)
 
     plugin = MCP(web(http_url, isolation, result_renderer=renderer, include_tools=["echo"]))
-    result = run(drive(plugin, call("web__echo", {"text": "once"})))
+    result, _ = run(drive(plugin, call("web__echo", {"text": "once"})))
 
     assert [e.output for e in results(result)] == ["once"]
     assert plugin.connections() == []
@@ -136,8 +79,8 @@ def test_an_http_config_is_opened_per_run_and_its_worker_is_gone_when_the_run_re
 def test_a_persistent_http_connection_is_reused_across_runs(http_url: str, isolation: str) -> None:
     async def main() -> list[str]:
         async with web(http_url, isolation).session() as conn:
-            first = await drive(MCP(conn), call("web__echo", {"text": "first"}))
-            second = await drive(MCP(conn), call("web__echo", {"text": "second"}), call("web__pid", {}))
+            first, _ = await drive(MCP(conn), call("web__echo", {"text": "first"}))
+            second, _ = await drive(MCP(conn), call("web__echo", {"text": "second"}), call("web__pid", {}))
             return [e.output for e in results(first) + results(second)]
 
     first, second, pid = run(main())
@@ -219,3 +162,39 @@ def test_an_http_server_that_adds_a_tool_is_re_listed_before_the_call_that_added
 
     assert f"web__{name}" not in before and f"web__{name}" in after
     assert answer == f"{name}: hi"
+
+
+class EndlessListing:
+    """Stands in for the SDK's ``ClientSession``: every ``tools/list`` page names a fresh next cursor."""
+
+    # As the SDK's session says once negotiated (a handshake-era server).
+    protocol_version = "2025-11-25"
+
+    def __init__(self) -> None:
+        self.pages = 0
+
+    async def list_tools(self, params: Any = None) -> Any:
+        import mcp_types
+
+        self.pages += 1
+        tool = mcp_types.Tool(name=f"t{self.pages}", input_schema={"type": "object"})
+        return mcp_types.ListToolsResult(tools=[tool], next_cursor=f"c{self.pages}")
+
+
+def test_an_http_listing_whose_cursors_never_end_is_cut_at_the_same_page_cap_as_stdio() -> None:
+    from lovia_mcp_worker.protocol import MAX_LIST_PAGES, ServerSpec
+    from lovia_mcp_worker.transport.http import HttpSession
+
+    warnings: list[str] = []
+    sdk = EndlessListing()
+
+    async def go() -> list[Any]:
+        session = HttpSession(ServerSpec(name="web", transport="http", url="http://127.0.0.1:9/mcp"),
+                              on_end=lambda _: None, warn=warnings.append)
+        session._session = sdk  # our own class: the SDK session it would hold inside running()
+        return await asyncio.wait_for(session.list_tools(), ENDLESS_LISTING_WAIT)
+
+    tools = run(go())
+
+    assert len(tools) == sdk.pages == MAX_LIST_PAGES
+    assert warnings == [f"tools/list had more than {MAX_LIST_PAGES} pages; listing stopped at {MAX_LIST_PAGES} tools"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import PY, SERVERS, run
+from helpers import ISOLATIONS, PY, SERVERS, run
 
 from lovia_mcp import MCPError, MCPServerStreamableHTTP
 
@@ -20,7 +20,7 @@ from lovia_mcp import MCPError, MCPServerStreamableHTTP
 SERVER_WAIT = 30.0
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_call_after_the_http_server_died_fails_as_a_lost_connection_never_as_internal(isolation: str) -> None:
     proc = subprocess.Popen([PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None

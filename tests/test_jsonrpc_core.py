@@ -20,6 +20,8 @@ from lovia_mcp_worker.session.generation import Generation, State
 from lovia_mcp_worker.transport.jsonrpc import Client
 from lovia_mcp_worker.transport.stdio import LineFramer
 
+pytestmark = pytest.mark.unit  # no test here starts a process
+
 
 def _random_value(rng: random.Random, depth: int = 0) -> object:
     r = rng.random()

@@ -21,34 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, ROOT, drive, outputs, pid_alive, raw, raw_args, run
 from lovia import Agent, Runner
 from lovia.plugins import mcp as lovia_mcp_plugin
 from lovia.run_context import RunContext
 from lovia.runtime.result import RunResult
 from lovia.testing import ScriptedProvider, batch, call, text
-from lovia.transcript import ToolResultEntry
 
-from lovia_mcp import MCP, MCPError, MCPServerStdio
-
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
-
-
-def raw(isolation: str, *flags: str, **options: Any) -> MCPServerStdio:
-    options.setdefault("name", "raw")
-    return MCPServerStdio(command=PY, args=raw_args(*flags), isolation=isolation, **options)  # type: ignore[arg-type]
-
-
-async def drive(plugin: Any, *script: Any, **agent_options: Any) -> RunResult:
-    agent = Agent(name="tester", model=ScriptedProvider([*script, text("done")]), plugins=[plugin], **agent_options)
-    result = await Runner.run(agent, "go")
-    assert result.output == "done"
-    return result
-
-
-def outputs(result: RunResult) -> list[str]:
-    return [e.output for e in result.entries if isinstance(e, ToolResultEntry)]
-
+from lovia_mcp import MCP, MCPError
 
 # --------------------------------------------------------------------------- #
 # Per run and persistent
@@ -71,7 +51,8 @@ def test_a_config_is_opened_per_run_and_its_worker_and_server_are_gone_when_the_
     plugin = MCP(raw(isolation, result_renderer=renderer))
 
     for _ in range(2):
-        assert outputs(run(drive(plugin, call("raw__pid", {})))) == ["seen"]
+        result, _ = run(drive(plugin, call("raw__pid", {})))
+        assert outputs(result) == ["seen"]
         worker_pid, server_pid = during[-1]
         assert not pid_alive(server_pid)
         assert worker_pid is None if isolation == "none" else not pid_alive(worker_pid)  # type: ignore[arg-type]
@@ -87,8 +68,8 @@ def test_a_config_is_opened_per_run_and_its_worker_and_server_are_gone_when_the_
 def test_a_persistent_connection_is_not_closed_by_runs_and_is_reused_across_them(isolation: str) -> None:
     async def main() -> tuple[list[str], int, int]:
         async with raw(isolation).session() as conn:
-            first = await drive(MCP(conn), call("raw__counter", {}), call("raw__pid", {}))
-            second = await drive(MCP(conn), call("raw__counter", {}), call("raw__pid", {}))
+            first, _ = await drive(MCP(conn), call("raw__counter", {}), call("raw__pid", {}))
+            second, _ = await drive(MCP(conn), call("raw__counter", {}), call("raw__pid", {}))
             after = await conn.call_tool("counter")
             pids = {json.loads(out)["pid"] for out in outputs(first)[1::2] + outputs(second)[1::2]}
             (server_pid,) = pids  # one server served both runs
@@ -111,7 +92,8 @@ def test_a_persistent_connection_refuses_calls_once_its_session_has_ended(isolat
         with pytest.raises(MCPError, match="MCP connection is closed") as info:
             await conn.call_tool("echo", {"text": "late"})
         assert "session()" in (info.value.hint or "")
-        return await drive(MCP(conn), call("raw__echo", {"text": "late"}))
+        result, _ = await drive(MCP(conn), call("raw__echo", {"text": "late"}))
+        return result
 
     (output,) = outputs(run(main()))
     assert output.startswith("Tool error: MCP connection is closed.")
@@ -122,7 +104,7 @@ def test_a_persistent_connection_serves_concurrent_runs_each_getting_its_own_res
     runs = 8
 
     async def one(conn: Any, i: int) -> list[str]:
-        result = await drive(
+        result, _ = await drive(
             MCP(conn),
             batch(("raw__echo", {"text": f"run {i}"}), ("raw__add", {"a": i, "b": 1000})),
             call("raw__echo", {"text": f"again {i}"}),
@@ -177,7 +159,7 @@ def test_the_call_that_crashed_the_server_is_retried_once_on_a_fresh_server_and_
         # Every server process crashes on its second tools/call: the retry
         # lands on a fresh server, where it is the first.
         async with raw(isolation, "--crash-after", "2").session() as conn:
-            result = await drive(
+            result, _ = await drive(
                 MCP(conn),
                 call("raw__echo", {"text": "one"}),
                 call("raw__echo", {"text": "two"}),
@@ -194,7 +176,7 @@ def test_the_call_that_crashed_the_server_is_retried_once_on_a_fresh_server_and_
 def test_without_auto_reconnect_the_crash_reaches_the_model_and_the_next_call_gets_a_fresh_server(
     isolation: str,
 ) -> None:
-    result = run(drive(
+    result, _ = run(drive(
         MCP(raw(isolation, "--crash-after", "2", auto_reconnect=False)),
         call("raw__echo", {"text": "one"}),
         call("raw__echo", {"text": "two"}),
@@ -217,10 +199,10 @@ def test_a_call_that_crashes_every_server_is_retried_only_once_and_the_next_call
 
     async def main() -> tuple[list[str], Any, Any]:
         async with raw(isolation, "--crash-if-exists", str(crash_file)).session() as conn:
-            crashed = await drive(MCP(conn), call("raw__echo", {"text": "doomed"}))
+            crashed, _ = await drive(MCP(conn), call("raw__echo", {"text": "doomed"}))
             after_crash = await conn.stats()
             crash_file.unlink()
-            recovered = await drive(MCP(conn), call("raw__echo", {"text": "back"}))
+            recovered, _ = await drive(MCP(conn), call("raw__echo", {"text": "back"}))
             return outputs(crashed) + outputs(recovered), after_crash, await conn.stats()
 
     (doomed, back), after_crash, final = run(main())
@@ -249,8 +231,8 @@ def test_a_retry_that_finds_the_crash_condition_gone_succeeds_within_the_same_ca
     logger = logging.getLogger("lovia_mcp")
     logger.addHandler(handler)
     try:
-        result = run(drive(MCP(raw(isolation, "--crash-if-exists", str(crash_file))),
-                           call("raw__echo", {"text": "survived"}), call("raw__counter", {})))
+        result, _ = run(drive(MCP(raw(isolation, "--crash-if-exists", str(crash_file))),
+                              call("raw__echo", {"text": "survived"}), call("raw__counter", {})))
     finally:
         logger.removeHandler(handler)
 
@@ -261,9 +243,9 @@ def test_a_retry_that_finds_the_crash_condition_gone_succeeds_within_the_same_ca
 @ISOLATIONS
 def test_lovias_own_in_process_plugin_never_recovers_after_a_server_crash_while_ours_does(isolation: str) -> None:
     script = [call("raw__exit", {"code": 1}), call("raw__echo", {"text": "after"}), call("raw__echo", {"text": "again"})]
-    theirs = run(drive(lovia_mcp_plugin.MCP(lovia_mcp_plugin.MCPServerStdio(command=PY, args=raw_args(), name="raw")),
-                       *script))
-    ours = run(drive(MCP(raw(isolation)), *script))
+    theirs, _ = run(drive(lovia_mcp_plugin.MCP(lovia_mcp_plugin.MCPServerStdio(command=PY, args=raw_args(), name="raw")),
+                          *script))
+    ours, _ = run(drive(MCP(raw(isolation)), *script))
 
     assert [o.split("\n")[0] for o in outputs(theirs)] == [
         "Tool error: MCP tool 'exit' failed: Connection closed",
@@ -278,6 +260,7 @@ def test_lovias_own_in_process_plugin_never_recovers_after_a_server_crash_while_
 # --------------------------------------------------------------------------- #
 # In-process close (isolation="none")
 # --------------------------------------------------------------------------- #
+@pytest.mark.timing
 def test_closing_an_in_process_connection_does_not_wait_for_another_that_stays_open() -> None:
     async def main() -> float:
         async with raw("none", name="stays").session():

@@ -12,8 +12,7 @@ import logging
 from typing import Any
 
 import pytest
-from _agent import ISOLATIONS, Model, outputs
-from conftest import PY, SERVERS, run
+from helpers import ISOLATIONS, PY, SERVERS, Model, outputs, run
 from lovia import Agent, Runner
 from lovia.testing import call, text
 

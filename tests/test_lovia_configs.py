@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _agent import drive
-from conftest import PY, raw_args, run
+from helpers import PY, drive, raw_args, run
 from lovia.exceptions import UserError
 from lovia.plugins import mcp as lovia_mcp_plugin
 from lovia.testing import call

@@ -10,16 +10,13 @@ Agent and the ``lovia-mcp call`` command.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from _agent import ISOLATIONS, drive, outputs
-from conftest import PY, ROOT, SERVERS, run
+from helpers import ISOLATIONS, PY, SERVERS, drive, lovia_mcp, outputs, run
 from lovia.testing import call
 
 from lovia_mcp import MCP, MCPServerStdio
@@ -29,9 +26,6 @@ NAMES_SERVER = str(SERVERS / "names_server.py")
 # What names_server.py lists, "dup" twice.
 RAW_NAMES = ["get weather", "héllo", "a.b", "a_b", "x" * 300, "dup", "dup", "ok_name"]
 PROVIDER_RULE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-# Bound on one `lovia-mcp` command (interpreter, worker, server: about a second).
-CLI_TIMEOUT = 25.0
 
 
 def names_server(isolation: str = "process", **options: object) -> MCPServerStdio:
@@ -48,6 +42,7 @@ def visible(raw: str, prefix: str | None = "srv") -> str:
 # --------------------------------------------------------------------------- #
 # The naming rule
 # --------------------------------------------------------------------------- #
+@pytest.mark.unit
 def test_names_that_are_already_valid_and_unique_are_kept_exactly_with_or_without_a_prefix() -> None:
     raw = ["echo", "add", "get-weather", "A_b-9", "x" * 64]
 
@@ -55,6 +50,7 @@ def test_names_that_are_already_valid_and_unique_are_kept_exactly_with_or_withou
     assert tool_names("git", raw[:4]) == ["git__echo", "git__add", "git__get-weather", "git__A_b-9"]
 
 
+@pytest.mark.unit
 def test_spaces_dots_and_unicode_become_valid_names_with_a_stable_suffix_of_the_raw_name() -> None:
     raw = ["get weather", "a.b", "café", "日本語", "", "tab\there", "emoji 🙂"]
 
@@ -69,6 +65,7 @@ def test_spaces_dots_and_unicode_become_valid_names_with_a_stable_suffix_of_the_
     assert sanitize("héllo wörld") == "hello_world"
 
 
+@pytest.mark.unit
 def test_a_300_character_name_is_cut_to_64_characters_keeping_the_whole_prefix() -> None:
     long_name = "very_long_tool_name_" * 15
 
@@ -79,6 +76,7 @@ def test_a_300_character_name_is_cut_to_64_characters_keeping_the_whole_prefix()
     assert tool_names(None, ["y" * 300]) != tool_names(None, ["y" * 301])  # same cut, different suffix
 
 
+@pytest.mark.unit
 def test_a_prefix_too_long_on_its_own_is_cut_too_and_still_leaves_room_for_the_tool() -> None:
     prefix = "a-server-with-a-name-far-too-long-for-any-provider-to-accept" * 2
 
@@ -92,6 +90,7 @@ def test_a_prefix_too_long_on_its_own_is_cut_too_and_still_leaves_room_for_the_t
     assert prefix_head(prefix + "-a") != prefix_head(prefix + "-b")
 
 
+@pytest.mark.unit
 def test_two_raw_names_that_would_map_to_one_visible_name_get_distinct_names() -> None:
     dotted = "a.b"
     # A valid raw name chosen to equal the dotted name's suffixed form.
@@ -106,10 +105,12 @@ def test_two_raw_names_that_would_map_to_one_visible_name_get_distinct_names() -
     assert tool_names(None, [lookalike, dotted, "a_b"]) == names[::-1]
 
 
+@pytest.mark.unit
 def test_a_raw_name_listed_twice_keeps_its_first_listing_and_the_repeat_is_none() -> None:
     assert tool_names("srv", ["dup", "ok", "dup", "dup"]) == ["srv__dup", "srv__ok", None, None]
 
 
+@pytest.mark.unit
 def test_the_names_are_the_same_on_every_call_and_in_any_listing_order() -> None:
     unique = list(dict.fromkeys(RAW_NAMES))
     first = dict(zip(unique, tool_names("srv", unique)))
@@ -121,6 +122,7 @@ def test_the_names_are_the_same_on_every_call_and_in_any_listing_order() -> None
         assert dict(zip(shuffled, tool_names("srv", shuffled))) == first
 
 
+@pytest.mark.unit
 def test_any_set_of_names_gives_valid_unique_names_of_at_most_64_characters() -> None:
     rng = random.Random(1234)
     alphabet = "ab_-. /éü日🙂\t" + "xyz" * 3
@@ -206,10 +208,7 @@ def test_include_and_exclude_tools_match_the_raw_names_of_made_safe_tools() -> N
 # lovia-mcp call
 # --------------------------------------------------------------------------- #
 def _lovia_mcp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lovia_mcp", *args, "--name", "srv", "--", PY, NAMES_SERVER],
-        capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=ROOT, env={**os.environ, "COLUMNS": "120"},
-    )
+    return lovia_mcp(*args, "--name", "srv", "--", PY, NAMES_SERVER)
 
 
 def test_lovia_mcp_call_takes_the_visible_name_or_the_raw_name_and_suggests_visible_names() -> None:

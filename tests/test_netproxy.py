@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
-from conftest import PY, pid_alive, run
+from helpers import PY, pid_alive, run
 
 from lovia_mcp_worker.sandbox import netproxy
 from lovia_mcp_worker.sandbox.netproxy import host_allowed
@@ -164,6 +164,7 @@ GET_THROUGH_TUNNEL = b"GET /through-the-tunnel HTTP/1.1\r\nHost: localhost\r\nCo
         ("npmjs.org", False),
     ],
 )
+@pytest.mark.unit
 def test_exact_names_match_case_insensitively_ignoring_a_trailing_dot(host: str, allowed: bool) -> None:
     assert host_allowed(host, ["api.github.com", "*.npmjs.org"]) is allowed
 
@@ -180,6 +181,7 @@ def test_exact_names_match_case_insensitively_ignoring_a_trailing_dot(host: str,
         ("example.test", ["*.example.test", "example.test"], True),
     ],
 )
+@pytest.mark.unit
 def test_a_wildcard_matches_subdomains_at_any_depth_but_not_the_domain_itself(
     host: str, patterns: list[str], allowed: bool
 ) -> None:
@@ -203,16 +205,19 @@ def test_a_wildcard_matches_subdomains_at_any_depth_but_not_the_domain_itself(
         ("10.0.0.1", ["*.0.0.1"], False),
     ],
 )
+@pytest.mark.unit
 def test_ip_literals_match_only_when_listed_verbatim(host: str, patterns: list[str], allowed: bool) -> None:
     assert host_allowed(host, patterns) is allowed
 
 
 @pytest.mark.parametrize("host", ["", ".", "exa mple.test", "a..example.test", "ex%61mple.test", "example.test:443"])
+@pytest.mark.unit
 def test_a_string_that_is_no_host_name_never_matches(host: str) -> None:
     assert host_allowed(host, ["*.example.test", "example.test", host]) is False
 
 
 @pytest.mark.parametrize("entry", ["*", "", "api.*.test", "https://api.example.test", "api.example.test:443", "*.127.0.0.1"])
+@pytest.mark.unit
 def test_start_refuses_a_malformed_allowlist_entry_with_a_hint_before_binding(sock_path: str, entry: str) -> None:
     with pytest.raises(ValueError, match="invalid network allowlist entry") as caught:
         bounded(netproxy.start(["api.example.test", entry], sock_path))
@@ -221,6 +226,7 @@ def test_start_refuses_a_malformed_allowlist_entry_with_a_hint_before_binding(so
     assert not os.path.exists(sock_path)
 
 
+@pytest.mark.unit
 def test_a_non_ascii_allowlist_entry_matches_its_idna_form() -> None:
     assert netproxy.normalize_pattern("*.Bücher.test") == "*.xn--bcher-kva.test"
     assert host_allowed("www.xn--bcher-kva.test", ["*.bücher.test"])
@@ -229,6 +235,7 @@ def test_a_non_ascii_allowlist_entry_matches_its_idna_form() -> None:
 # --- the proxy -------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_connect_to_an_allowed_name_tunnels_to_the_server_behind_it(sock_path: str) -> None:
     async def main() -> None:
         async with proxied(sock_path, ["localhost"]) as (proxy, upstream, decisions):
@@ -248,6 +255,7 @@ def test_connect_to_an_allowed_name_tunnels_to_the_server_behind_it(sock_path: s
     bounded(main())
 
 
+@pytest.mark.unit
 def test_a_plain_get_to_an_allowed_name_is_forwarded_in_origin_form_without_proxy_headers(sock_path: str) -> None:
     async def main() -> None:
         async with proxied(sock_path, ["localhost"]) as (_, upstream, decisions):
@@ -276,6 +284,7 @@ def test_a_plain_get_to_an_allowed_name_is_forwarded_in_origin_form_without_prox
     bounded(main())
 
 
+@pytest.mark.unit
 def test_a_name_outside_the_allowlist_gets_a_403_naming_it_and_nothing_is_contacted(sock_path: str) -> None:
     async def main() -> None:
         async with proxied(sock_path, ["localhost", "*.example.test"]) as (proxy, upstream, decisions):
@@ -296,6 +305,7 @@ def test_a_name_outside_the_allowlist_gets_a_403_naming_it_and_nothing_is_contac
     bounded(main())
 
 
+@pytest.mark.unit
 def test_the_proxy_refuses_the_bare_domain_of_a_wildcard(sock_path: str) -> None:
     async def main() -> None:
         async with proxied(sock_path, ["*.example.test"]) as (proxy, _, decisions):
@@ -307,6 +317,7 @@ def test_the_proxy_refuses_the_bare_domain_of_a_wildcard(sock_path: str) -> None
     bounded(main())
 
 
+@pytest.mark.unit
 def test_an_ip_literal_is_refused_unless_listed_and_then_reached(sock_path: str) -> None:
     async def main() -> None:
         async with proxied(sock_path, ["localhost"]) as (proxy, upstream, _):
@@ -343,6 +354,7 @@ def test_an_ip_literal_is_refused_unless_listed_and_then_reached(sock_path: str)
         (b"GET http://localhost/ HTTP/1.1\r\nHost: localhost\r\n", "ended inside the request head"),
     ],
 )
+@pytest.mark.unit
 def test_a_malformed_request_gets_a_400_with_its_reason(sock_path: str, request_bytes: bytes, reason: str) -> None:
     async def main() -> None:
         async with proxied(sock_path, ["localhost"]) as (proxy, _, decisions):
@@ -365,6 +377,7 @@ def test_a_malformed_request_gets_a_400_with_its_reason(sock_path: str, request_
     ],
     ids=["one-long-line", "many-lines"],
 )
+@pytest.mark.unit
 def test_a_request_head_over_the_bound_gets_a_431(sock_path: str, headers: bytes) -> None:
     async def main() -> None:
         async with proxied(sock_path, ["localhost"]) as (_, upstream, _decisions):
@@ -377,6 +390,7 @@ def test_a_request_head_over_the_bound_gets_a_431(sock_path: str, headers: bytes
     bounded(main())
 
 
+@pytest.mark.unit
 def test_an_allowed_name_with_nothing_listening_gets_a_502(sock_path: str) -> None:
     async def main() -> None:
         port = free_port()
@@ -390,6 +404,7 @@ def test_an_allowed_name_with_nothing_listening_gets_a_502(sock_path: str) -> No
     bounded(main())
 
 
+@pytest.mark.unit
 def test_aclose_closes_every_connection_and_leaves_no_task_or_socket_behind(sock_path: str) -> None:
     async def main() -> None:
         tasks_before = asyncio.all_tasks()
@@ -432,6 +447,7 @@ def test_aclose_closes_every_connection_and_leaves_no_task_or_socket_behind(sock
     bounded(main())
 
 
+@pytest.mark.unit
 def test_a_tunnel_carries_megabytes_both_ways_and_passes_the_end_of_stream_on(sock_path: str) -> None:
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while data := await reader.read(65536):
@@ -466,6 +482,7 @@ def test_a_tunnel_carries_megabytes_both_ways_and_passes_the_end_of_stream_on(so
     bounded(main())
 
 
+@pytest.mark.unit
 def test_a_client_that_never_finishes_its_request_head_gets_a_408(
     sock_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -486,6 +503,7 @@ def test_a_client_that_never_finishes_its_request_head_gets_a_408(
     bounded(main())
 
 
+@pytest.mark.unit
 def test_an_on_decision_hook_that_raises_is_reported_and_the_request_still_served(sock_path: str) -> None:
     def hook(host: str, port: int, allowed: bool) -> None:
         raise RuntimeError("logging is broken")
@@ -606,6 +624,7 @@ def test_a_program_following_the_proxy_variables_reaches_allowed_names_only(sock
     bounded(main())
 
 
+@pytest.mark.unit
 def test_proxy_env_points_both_spellings_at_the_bridge_and_bypasses_loopback() -> None:
     env = netproxy.proxy_env(4321)
 

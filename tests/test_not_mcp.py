@@ -13,13 +13,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import PY, run
+from helpers import ISOLATIONS, PY, run
 
 from lovia_mcp import MCPError, MCPServerStdio
 from lovia_mcp_worker import failures
 from lovia_mcp_worker.protocol import Limits
 
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
 NOT_MCP = "does not look like an MCP stdio server"
 # Generous: a command that is not a server fails as soon as it answers or
 # exits, far inside this, while open_timeout is left at its default (120 s).
@@ -42,6 +41,7 @@ def no_empty_tail_promise(err: MCPError) -> None:
 
 
 @ISOLATIONS
+@pytest.mark.timing
 def test_cat_is_reported_as_echoing_the_initialize_request_not_as_method_not_found(isolation: str) -> None:
     err, elapsed = run(open_error("cat", [], isolation))
     print(f"[{isolation}] cat: {err} ({elapsed:.3f} s)")
@@ -57,6 +57,7 @@ def test_cat_is_reported_as_echoing_the_initialize_request_not_as_method_not_fou
 
 
 @ISOLATIONS
+@pytest.mark.timing
 def test_a_command_printing_one_line_and_exiting_0_quotes_that_line(isolation: str) -> None:
     err, elapsed = run(open_error(PY, ["-c", "print(1)"], isolation))
     print(f"[{isolation}] print(1): {err} ({elapsed:.3f} s)")
@@ -107,6 +108,7 @@ def test_a_crash_at_start_keeps_its_exit_code_and_stderr_tail_without_the_not_mc
     assert "stderr tail below" in (err.hint or "") and "config missing" in (err.hint or "")
 
 
+@pytest.mark.unit
 def test_an_exit_with_nothing_on_stderr_does_not_promise_a_stderr_tail() -> None:
     quiet = failures.exited(3, [], Limits())
     assert quiet.hint == "Check the server's log (it wrote nothing on stderr)."

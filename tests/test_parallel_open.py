@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from _agent import drive
-from conftest import PY, RAW_SERVER, run
+from helpers import ISOLATIONS, PY, RAW_SERVER, drive, run
 from lovia.testing import call
 
 from lovia_mcp import MCP, MCPError, MCPServerStdio
@@ -21,7 +20,8 @@ def slow(name: str, *flags: str) -> MCPServerStdio:
     return MCPServerStdio(command="sh", args=["-c", script], name=name)
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_servers_open_concurrently_so_a_run_waits_for_the_slowest_not_the_sum(isolation: str) -> None:
     plugin = MCP(*(slow(f"s{i}") for i in range(N)), isolation=isolation)  # type: ignore[arg-type]
 

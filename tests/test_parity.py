@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from conftest import PY, SERVERS, run
+from helpers import ISOLATIONS, PY, SERVERS, run
 from lovia.plugins import mcp as lovia_mcp_plugin
 
 from lovia_mcp import MCPServerStdio
@@ -45,6 +45,7 @@ FIELDS = [f.name for f in dataclasses.fields(lovia_mcp_plugin.MCPConnection)
           if not f.name.startswith("_") and f.name != "transport"]
 
 
+@pytest.mark.unit
 def test_the_fields_compared_are_lovias_public_connection_fields() -> None:
     assert sorted(FIELDS) == sorted([
         "prefix", "include_tools", "exclude_tools", "needs_approval", "retries", "timeout", "max_output_chars",
@@ -52,7 +53,7 @@ def test_the_fields_compared_are_lovias_public_connection_fields() -> None:
     ])
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_our_connection_offers_lovias_fields_with_the_same_values(isolation: str) -> None:
     async def main() -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
         async with lovia_mcp_plugin.MCPServerStdio(command=PY, args=[RAW], **OPTIONS).session() as theirs:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _agent import ISOLATIONS, Model, RAW_TOOLS, drive, outputs, results
-from conftest import PY, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, RAW_TOOLS, Model, drive, outputs, pid_alive, raw, raw_args, results, run
 from lovia import Agent, Runner
 from lovia.messages import ToolCall
 from lovia.plugins import mcp as lovia_plugin
@@ -22,11 +21,7 @@ from lovia.runtime.result import RunResult
 from lovia.testing import call, text
 from lovia.tools.base import truncate_tool_output
 
-from lovia_mcp import MCP, MCPServerStdio, MCPToolResult, UserError
-
-
-def raw(isolation: str, *flags: str, **options: Any) -> MCPServerStdio:
-    return MCPServerStdio(command=PY, args=raw_args(*flags), isolation=isolation, **options)  # type: ignore[arg-type]
+from lovia_mcp import MCP, MCPToolResult, UserError
 
 
 # --------------------------------------------------------------------------- #
@@ -47,7 +42,7 @@ def test_a_named_server_offers_its_tools_as_name__tool_and_calls_them_by_raw_nam
 
 @ISOLATIONS
 def test_an_unnamed_server_offers_its_tools_under_their_raw_names(isolation: str) -> None:
-    result, model = run(drive(MCP(raw(isolation)), call("echo", {"text": "plain"})))
+    result, model = run(drive(MCP(raw(isolation, name=None)), call("echo", {"text": "plain"})))
 
     assert RAW_TOOLS <= set(model.offered[0])
     assert outputs(result) == ["plain"]
@@ -70,7 +65,7 @@ def test_two_servers_offering_the_same_tool_name_fail_the_run_at_start_like_any_
     isolation: str,
 ) -> None:
     model = Model(text("never reached"))
-    agent = Agent(name="tester", model=model, plugins=[MCP(raw(isolation), raw(isolation))])
+    agent = Agent(name="tester", model=model, plugins=[MCP(raw(isolation, name=None), raw(isolation, name=None))])
 
     with pytest.raises(UserError, match=r"Tool name conflict for '\w+'") as info:
         run(Runner.run(agent, "go"))
@@ -315,7 +310,7 @@ def test_an_empty_include_list_filters_nothing_as_in_lovias_plugin() -> None:
             their_names = {t.name for t in theirs.tools()}
         finally:
             await theirs.close()
-        async with raw("process", include_tools=[]).session() as ours:
+        async with raw("process", name=None, include_tools=[]).session() as ours:
             return their_names, {t.name for t in ours.tools()}
 
     theirs, ours = run(main())

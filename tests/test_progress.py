@@ -15,30 +15,23 @@ import asyncio
 import json
 import logging
 import os
-import select
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, SERVERS, register_shared, run
+from helpers import ISOLATIONS, PY, SERVERS, run, serving
 
 from lovia_mcp import MCPServerStdio, MCPServerStreamableHTTP
 from lovia_mcp_worker.session.progress import PROGRESS_INTERVAL, ProgressForwarder
 from lovia_mcp_worker.protocol import Progress
 
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
 RAW = str(SERVERS / "progress_server.py")
 SDK = str(SERVERS / "progress_sdk_server.py")
 # Bound on waiting for the first progress record: an SDK server's start-up
 # (~1 s) on a loaded machine, with margin.
 FIRST_RECORD_WAIT = 30.0
-# Importing the SDK and starting uvicorn takes about a second; on a loaded
-# machine several. Past this the fixture fails rather than hang.
-SERVER_READY_WAIT = 30.0
-SERVER_EXIT_WAIT = 5.0
 
 
 class Records(logging.Handler):
@@ -131,30 +124,8 @@ def test_progress_reported_by_an_sdk_server_tool_is_logged_while_the_call_runs(i
 
 @pytest.fixture(scope="module")
 def progress_url() -> Iterator[str]:
-    proc = subprocess.Popen([PY, SDK, "--http"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    register_shared(proc.pid)
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + SERVER_READY_WAIT
-        buf = b""
-        while b"\n" not in buf:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, "progress_sdk_server.py --http did not report its port"
-            if select.select([proc.stdout], [], [], remaining)[0]:
-                chunk = os.read(proc.stdout.fileno(), 4096)
-                assert chunk, f"progress_sdk_server.py --http exited (code {proc.wait()})"
-                buf += chunk
-        port = int(buf.split(b"\n")[0].split()[1])
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(SERVER_EXIT_WAIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(SERVER_EXIT_WAIT)
-        assert proc.stdout is not None
-        proc.stdout.close()
+    with serving(SDK, "--http") as url:
+        yield url
 
 
 @ISOLATIONS
@@ -204,6 +175,7 @@ def test_a_server_flooding_progress_is_coalesced_and_its_last_value_still_arrive
     run(main())
 
 
+@pytest.mark.unit
 def test_the_forwarder_sends_at_once_holds_the_latest_within_an_interval_and_flushes_it_on_close() -> None:
     now = [0.0]
     timers: list[tuple[float, Any]] = []

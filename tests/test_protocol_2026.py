@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import PY, SERVERS, raw_args, register_shared, run
-from test_http import _read_port
+from helpers import PY, SERVERS, raw_args, run, serving
 
 from lovia import Agent, Runner
 from lovia.exceptions import UserError
@@ -36,8 +35,6 @@ ENVELOPE = (
     "io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientInfo",
     "io.modelcontextprotocol/clientCapabilities",
 )
-# How long an HTTP server gets to exit on SIGTERM at the end before SIGKILL.
-SERVER_EXIT_WAIT = 5.0
 
 
 def modern(*flags: str, **options: Any) -> MCPServerStdio:
@@ -169,19 +166,8 @@ def test_tool_list_changes_of_a_modern_server_arrive_on_its_listen_stream() -> N
 # Streamable HTTP: the SDK's own negotiation (mcp.Client's mode)
 # --------------------------------------------------------------------------- #
 def _serve(*argv: str) -> Iterator[str]:
-    proc = subprocess.Popen([PY, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    register_shared(proc.pid)
-    try:
-        yield f"http://127.0.0.1:{_read_port(proc)}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(SERVER_EXIT_WAIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(SERVER_EXIT_WAIT)
-        assert proc.stdout is not None
-        proc.stdout.close()
+    with serving(*argv) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ import subprocess
 import textwrap
 from typing import Any
 
-import pytest
-from conftest import PY, SERVERS, run
+from helpers import ISOLATIONS, PY, SERVERS, run
 from lovia import Agent, Runner
 from lovia.plugins import mcp as lovia_mcp_plugin
 from lovia.testing import ScriptedProvider, call, text
@@ -71,7 +70,7 @@ def test_lovias_own_plugin_renders_the_reference_string() -> None:
     assert "link:file:///c.txt|c.txt|aud=assistant" in rendered
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_renderer_using_sdk_isinstance_checks_renders_as_under_lovias_plugin(isolation: str) -> None:
     reference = run(render_with(lovia_mcp_plugin.MCP(
         lovia_mcp_plugin.MCPServerStdio(command=PY, args=[BLOCKS], name="blk", result_renderer=sdk_renderer)
@@ -87,7 +86,7 @@ def test_a_renderer_using_sdk_isinstance_checks_renders_as_under_lovias_plugin(i
     assert "resource:file:///b.bin|8 b64 chars|meta=None" in ours
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_renderer_gets_our_result_class_with_sdk_blocks_and_unknown_blocks_as_wire_structs(isolation: str) -> None:
     seen: list[Any] = []
 

@@ -10,11 +10,9 @@ model gets a valid object schema and every tool stays callable.
 
 from __future__ import annotations
 
-from typing import Any
 
 import pytest
-from _agent import ISOLATIONS, Model, drive, results
-from conftest import PY, SERVERS, raw_args, run
+from helpers import ISOLATIONS, PY, SERVERS, Model, drive, raw, results, run
 from lovia.plugins.mcp import normalize_schema as lovia_normalize_schema
 from lovia.testing import call
 
@@ -29,10 +27,6 @@ BLOB_B64 = "AAAAAAAA"
 def seen_by_model(model: Model) -> str:
     """Every message the model received on its last turn, as one string."""
     return "\n".join(str(m.content) for m in model.calls[-1])
-
-
-def raw(isolation: str, *flags: str, **options: Any) -> MCPServerStdio:
-    return MCPServerStdio(command=PY, args=raw_args(*flags), isolation=isolation, name="raw", **options)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- #
@@ -156,10 +150,12 @@ def test_a_server_listing_loose_schemas_has_every_tool_offered_with_a_valid_sche
         ),
     ],
 )
+@pytest.mark.unit
 def test_normalize_schema_turns_any_listed_schema_into_a_valid_object_schema(schema: object, expected: object) -> None:
     assert normalize_schema(schema) == expected
 
 
+@pytest.mark.unit
 def test_normalize_schema_agrees_with_lovias_on_every_schema_lovia_already_repairs() -> None:
     for schema in (None, {}, {"type": "object"}, {"properties": {"a": {}}}, {"type": "object", "properties": {"a": {}}}):
         assert normalize_schema(schema) == lovia_normalize_schema(schema)

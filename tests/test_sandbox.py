@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SERVERS, raw_args, run
+from helpers import PY, ROOT, SERVERS, raw_args, run
 
 from lovia.exceptions import UserError
 
@@ -228,6 +228,7 @@ def test_writable_and_hidden_paths_and_the_vscode_sandbox_block(place: Place) ->
     assert (extra / "ok.txt").exists() and not (place.outside / "no.txt").exists()
 
 
+@pytest.mark.unit
 def test_bad_sandbox_values_are_refused_with_a_hint() -> None:
     for bad in ({"filesystem": {"allowWrit": ["."]}}, {"bogus": 1}, "yes", Sandbox(writable="/srv")):  # type: ignore[arg-type]
         with pytest.raises(UserError) as info:
@@ -290,6 +291,7 @@ def test_the_plugin_sandbox_applies_to_stdio_servers_without_their_own(place: Pl
     assert boxes == [Sandbox(), Sandbox(network=True)]
 
 
+@pytest.mark.unit
 def test_a_sandbox_setup_failure_is_read_back_with_the_user_namespace_hint() -> None:
     why = sandbox_mod.setup_error(1, ["bwrap: No permissions to create a new namespace, likely because the kernel does not allow non-privileged user namespaces."])
     assert why is not None and "could not be set up" in why and "user namespaces" in why
@@ -314,11 +316,15 @@ def test_the_sandbox_command_line_works_for_an_ordinary_user(monkeypatch: pytest
 
 def _run_as_nobody(work: Path) -> None:
     probe = f"ls /proc | grep -c '^[0-9]'; touch {work}/inside; touch {ROOT}/nobody.txt 2>/dev/null || echo denied"
-    argv = sandbox_mod.command(Sandbox(), ["/bin/sh", "-c", probe], cwd=str(work), env={"HOME": str(work)})
-    proc = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
-        capture_output=True, text=True, timeout=30, cwd=work,
-    )
+    fd = sandbox_mod.filter_fd(Sandbox())
+    argv = sandbox_mod.command(Sandbox(), ["/bin/sh", "-c", probe], cwd=str(work), env={"HOME": str(work)}, seccomp_fd=fd)
+    try:
+        proc = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
+            capture_output=True, text=True, timeout=30, cwd=work, pass_fds=(fd,),
+        )
+    finally:
+        os.close(fd)
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0, proc.stderr
     count, denied = proc.stdout.split()
@@ -336,13 +342,14 @@ def test_a_cwd_of_slash_is_refused_rather_than_making_the_whole_file_system_writ
     run(main())
 
 
+@pytest.mark.unit
 def test_a_server_installed_under_tmp_stays_visible_read_only_through_the_private_tmp(tmp_path: Path) -> None:
     # CI and many users keep checkouts and virtual environments under /tmp.
     script = tmp_path / "srv.py"
     script.write_text("")
     top = "/tmp/" + str(tmp_path).split("/")[2]
     assert sandbox_mod.tmp_roots([str(script), "/usr/bin/env", "relative"]) == [top]
-    argv = sandbox_mod.command(Sandbox(), [PY, str(script)], cwd=None, env={})
+    argv = sandbox_mod.command(Sandbox(), [PY, str(script)], cwd=None, env={}, seccomp_fd=99)
     after_tmp = argv[argv.index("--tmpfs"):]
     binds = [tuple(after_tmp[i + 1 : i + 3]) for i, a in enumerate(after_tmp) if a == "--ro-bind"]
     assert (top, top) in binds

@@ -21,15 +21,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _agent import drive, outputs
-from _sup_helpers import alive_after, alive_after_sync, enforcement, leftover_cgroups
-from conftest import PY, RAW_SERVER, pid_alive, raw_args, run
-from lovia.testing import call
+from helpers import (
+    PY, RAW_SERVER, Model, alive_after, alive_after_sync, drive, leftover_cgroups, outputs, pid_alive, pid_of, raw, run,
+)
+from lovia import Agent, Runner
+from lovia.testing import call, text
 
 from lovia_mcp import MCP, MCPConnection, MCPError, MCPServerStdio, UserError, close_spares, spares, warm_spares
 from lovia_mcp.config import MAX_SPARES
 
-__all__ = ["enforcement"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
 
@@ -43,19 +43,10 @@ REPORT_WAIT = 15.0
 AGENT_DEATH_CLEANUP = 2.0
 
 
-def raw(**options: Any) -> MCPServerStdio:
-    return MCPServerStdio(command=PY, args=raw_args(), name="raw", **options)
-
-
 def ready_spares() -> list[MCPConnection]:
     """The spares ready on the running loop (the pool's own view)."""
     pool = spares._pools.get(asyncio.get_running_loop())
     return [] if pool is None else [conn for e in pool.entries.values() for conn, _ in e.ready]
-
-
-async def answering_pid(conn: MCPConnection) -> int:
-    pid: int = json.loads(str(await conn.call_tool("pid")))["pid"]
-    return pid
 
 
 class _Seen(logging.Handler):
@@ -96,12 +87,14 @@ def seen(text: str) -> Iterator[_Seen]:
     {"spares": -1}, {"spares": True}, {"spares": 1.5}, {"spares": MAX_SPARES + 1},
     {"spare_idle": 0}, {"spare_idle": -3.0}, {"spare_idle": "60"},
 ])
+@pytest.mark.unit
 def test_bad_spares_options_are_refused_with_a_hint(options: dict[str, Any]) -> None:
     with pytest.raises(UserError) as info:
         raw(**options)
     assert info.value.hint, info.value
 
 
+@pytest.mark.unit
 def test_warm_spares_refuses_a_config_without_spares_or_without_process_isolation() -> None:
     async def main() -> None:
         with pytest.raises(UserError, match="spares=0"):
@@ -124,7 +117,7 @@ def test_a_spare_is_served_once_and_each_open_gets_a_server_no_one_used() -> Non
             try:
                 assert conn is spare  # the spare was taken...
                 assert ready_spares() == []  # ...and is no longer in the pool
-                seen.append(await answering_pid(conn))
+                seen.append(await pid_of(conn))
                 assert seen[-1] == spare.server_pid
             finally:
                 await conn.close()
@@ -211,7 +204,7 @@ def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() ->
                 conn = await server.open()
                 try:
                     assert conn is not spare
-                    assert await answering_pid(conn) != dead
+                    assert await pid_of(conn) != dead
                 finally:
                     await conn.close()
                 alive, _ = await alive_after([spare.worker_pid or 0], GONE_WAIT)
@@ -228,13 +221,13 @@ def test_a_spare_whose_worker_died_while_waiting_is_replaced_not_handed_out() ->
         try:
             await warm_spares(server)
             (spare,) = ready_spares()
-            assert spare.worker_pid is not None and spare._channel is not None
+            assert spare.worker_pid is not None and spare.core.channel is not None
             os.kill(spare.worker_pid, signal.SIGKILL)
-            await asyncio.wait_for(spare._channel.wait_lost(), GONE_WAIT)
+            await asyncio.wait_for(spare.core.channel.wait_lost(), GONE_WAIT)
             conn = await server.open()
             try:
                 assert conn is not spare
-                assert await answering_pid(conn) != spare.server_pid
+                assert await pid_of(conn) != spare.server_pid
             finally:
                 await conn.close()
         finally:
@@ -251,7 +244,7 @@ def test_many_runs_starting_at_once_get_distinct_servers_the_spares_included() -
             spare_pids = {c.server_pid for c in ready_spares()}
             conns = await asyncio.gather(*(server.open() for _ in range(6)))
             try:
-                pids = await asyncio.gather(*(answering_pid(c) for c in conns))
+                pids = await asyncio.gather(*(pid_of(c) for c in conns))
             finally:
                 await asyncio.gather(*(c.close() for c in conns))
             print(f"6 concurrent opens with 2 spares: server pids {pids}, spares were {sorted(spare_pids)}")
@@ -361,7 +354,7 @@ def test_a_spare_made_on_one_event_loop_is_never_handed_to_another_and_goes_with
     async def second() -> int:
         conn = await server.open()
         try:
-            return await answering_pid(conn)
+            return await pid_of(conn)
         finally:
             await conn.close()
             await close_spares()
@@ -386,7 +379,7 @@ def test_a_spare_ready_on_another_running_loop_is_not_handed_to_this_one() -> No
         async def here() -> int:
             conn = await server.open()
             try:
-                return await answering_pid(conn)
+                return await pid_of(conn)
             finally:
                 await conn.close()
                 await close_spares()
@@ -480,13 +473,13 @@ def test_a_persistent_connection_with_spares_restarts_each_crash_on_the_standby_
     async def main() -> None:
         with seen("standby server") as ready:
             async with raw(spares=1, auto_reconnect=False).session() as conn:
-                current = await answering_pid(conn)
+                current = await pid_of(conn)
                 assert conn.worker_pid is not None
                 for n in (1, 2):
                     standby = await standby_up(conn, ready, n, current)
                     with pytest.raises(MCPError, match="code 3"):
                         await conn.call_tool("exit", {"code": 3})
-                    current = await answering_pid(conn)
+                    current = await pid_of(conn)
                     assert current == standby, "the restart did not take the standby"
                     assert (await conn.stats()).restarts == n
                 await standby_up(conn, ready, 3, current)
@@ -504,10 +497,10 @@ def test_a_call_whose_server_crashed_is_retried_on_the_standby() -> None:
         server = MCPServerStdio(command=PY, args=[RAW_SERVER, "--crash-after", "2"], name="raw", spares=1)
         with seen("standby server") as ready:
             async with server.session() as conn:
-                first = await answering_pid(conn)  # call 1
+                first = await pid_of(conn)  # call 1
                 standby = await standby_up(conn, ready, 1, first)
                 started = time.monotonic()
-                assert await answering_pid(conn) == standby  # call 2 crashes the server; the retry is the standby's call 1
+                assert await pid_of(conn) == standby  # call 2 crashes the server; the retry is the standby's call 1
                 print(f"crash and retry on the standby: {1e3 * (time.monotonic() - started):.1f} ms")
 
     run(main())
@@ -519,12 +512,12 @@ def test_after_a_timeout_kill_the_next_call_is_served_by_the_standby() -> None:
     async def main() -> None:
         with seen("standby server") as ready:
             async with raw(spares=1).session() as conn:
-                first = await answering_pid(conn)
+                first = await pid_of(conn)
                 standby = await standby_up(conn, ready, 1, first)
                 with pytest.raises(asyncio.TimeoutError):
                     await asyncio.wait_for(conn.call_tool("hang", timeout=timeout), timeout)
                 started = time.monotonic()
-                assert await answering_pid(conn) == standby
+                assert await pid_of(conn) == standby
                 print(f"first call after the timeout, on the standby: {1e3 * (time.monotonic() - started):.1f} ms")
 
     run(main())
@@ -533,7 +526,7 @@ def test_after_a_timeout_kill_the_next_call_is_served_by_the_standby() -> None:
 def test_a_persistent_connection_without_spares_keeps_no_standby() -> None:
     async def main() -> None:
         async with raw().session() as conn:
-            first = await answering_pid(conn)
+            first = await pid_of(conn)
             assert conn.worker_pid is not None and server_pids(conn.worker_pid) == {first}
 
     run(main())
@@ -556,7 +549,7 @@ def test_a_persistent_session_does_not_take_a_pooled_spare() -> None:
 def test_a_restart_on_the_standby_hands_the_agent_the_standbys_own_tool_list(tmp_path: Any) -> None:
     # The standby was started before the tool was added: once promoted, its
     # listing (without "fresh") is the connection's, as after a cold restart.
-    from conftest import SERVERS
+    from helpers import SERVERS
 
     server = MCPServerStdio(command=PY, args=[str(SERVERS / "annotated_server.py")], spares=1)
 
@@ -617,5 +610,93 @@ def test_a_refill_scheduled_before_the_pool_closed_starts_nothing() -> None:
         await MCP(server).aclose()
         pool.refill(key, entry)
         assert entry.starting == set() and pool.count() == 0
+
+    run(main())
+
+
+# Bound on holding a run in its second turn for the refill's timer (50 ms,
+# or the shortened REFILL_MAX_DEFER): past it the run goes on and the test
+# fails on what it saw, instead of hanging.
+HOLD_WAIT = 10.0
+
+
+class _HoldsSecondTurn(Model):
+    """A scripted model whose second turn starts only once ``go`` is set (the run stays in progress)."""
+
+    def __init__(self, go: asyncio.Event, *script: Any) -> None:
+        super().__init__(*script)
+        self.go = go
+        self.turns = 0
+
+    async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
+        self.turns += 1
+        if self.turns == 2:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.go.wait(), HOLD_WAIT)
+        async for delta in super().stream(entries, tools=tools, **kw):
+            yield delta
+
+
+def test_a_refill_waits_for_the_run_that_took_the_spare_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 19: five refills starting inside a run competed with it for the
+    # CPU. The refill's timer (REFILL_DELAY after the take) fires while the
+    # run is held in its second model turn; it must start nothing until the
+    # run has ended.
+    async def main() -> None:
+        server = raw(spares=1)
+        await warm_spares(server)
+        pool = spares._pool()
+        ((_, entry),) = pool.entries.items()
+        fired = asyncio.Event()
+        during: list[int] = []
+        timer = spares._Pool.refill_when_idle
+
+        def spy(self: Any, key: bytes, e: Any) -> None:
+            timer(self, key, e)
+            during.append(len(e.starting) + len(e.ready))
+            fired.set()
+
+        monkeypatch.setattr(spares._Pool, "refill_when_idle", spy)
+        model = _HoldsSecondTurn(fired, call("raw__echo", {"text": "hi"}), text("done"))
+        result = await Runner.run(Agent(name="tester", model=model, plugins=[MCP(server)]), "go")
+        assert result.output == "done"
+        assert during == [0]  # the timer fired in the run, and started nothing
+        assert len(entry.starting) == 1  # the run's end started it
+        assert await warm_spares(server) == 1
+        await close_spares()
+
+    run(main())
+
+
+def test_a_run_that_goes_on_past_refill_max_defer_gets_its_refills_started_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A long run mostly waits for its model: a concurrent run starting then
+    # should find spares, so deferred refills start after REFILL_MAX_DEFER
+    # even though the run is still in progress (shortened here).
+    monkeypatch.setattr(spares, "REFILL_MAX_DEFER", 0.2)
+
+    async def main() -> None:
+        server = raw(spares=1)
+        await warm_spares(server)
+        pool = spares._pool()
+        ((_, entry),) = pool.entries.items()
+        started = asyncio.Event()
+        during: list[int] = []
+        deferred = spares._Pool.refill_deferred
+
+        def spy(self: Any) -> None:
+            deferred(self)
+            if self.runs:
+                during.append(len(entry.starting) + len(entry.ready))
+                started.set()
+
+        monkeypatch.setattr(spares._Pool, "refill_deferred", spy)
+        model = _HoldsSecondTurn(started, call("raw__echo", {"text": "hi"}), text("done"))
+        result = await Runner.run(Agent(name="tester", model=model, plugins=[MCP(server)]), "go")
+        assert result.output == "done"
+        assert during == [1]  # started while the run was still held
+        assert await warm_spares(server) == 1
+        await close_spares()
 
     run(main())

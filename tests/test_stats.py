@@ -7,21 +7,13 @@ import logging
 import os
 import signal
 
-import psutil
 import pytest
-from conftest import PY, SERVERS, raw_args, run
+from helpers import PY, SERVERS, raw_args, run, wait_gone
 
 from lovia_mcp import MCP, MCPError, MCPServerStdio, Stats
 
 
 SUP_SERVER = str(SERVERS / "sup_server.py")
-
-
-def wait_gone(pid: int) -> None:
-    try:
-        psutil.wait_procs([psutil.Process(pid)], timeout=5)
-    except psutil.NoSuchProcess:
-        pass  # already gone
 
 
 def test_stats_report_the_processes_their_usage_and_every_counter() -> None:

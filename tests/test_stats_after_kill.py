@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import PY, SERVERS, pid_alive, run
+from helpers import ISOLATIONS, PY, SERVERS, pid_alive, run
 
 from lovia_mcp import Limits, MCPError, MCPServerStdio
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 SUP_SERVER = str(SERVERS / "sup_server.py")
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_stats_after_a_limit_kill_show_no_restart_yet_and_no_dead_pid_then_one_restart_with_its_reason(
     isolation: str,
 ) -> None:

@@ -18,8 +18,7 @@ import time
 
 import psutil
 import pytest
-from _sup_helpers import alive_after_sync
-from conftest import PY, SERVERS, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, SERVERS, alive_after_sync, pid_alive, raw_args, run
 
 from lovia_mcp import MCPError, MCPServerStdio
 
@@ -42,7 +41,8 @@ def _describe(pid: int) -> str:
         return f"{pid} {exc!r}"
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_closing_a_connection_ends_the_server_its_grandchildren_and_its_orphans(isolation: str) -> None:
     async def main() -> tuple[list[int], int | None]:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", isolation=isolation)  # type: ignore[arg-type]
@@ -94,7 +94,8 @@ def test_agent_killed_with_sigkill_takes_worker_server_and_grandchildren_within_
                 stream.close()
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_closing_with_a_call_in_flight_fails_the_call_and_still_ends_the_tree(isolation: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", isolation=isolation)  # type: ignore[arg-type]
@@ -102,7 +103,7 @@ def test_closing_with_a_call_in_flight_fails_the_call_and_still_ends_the_tree(is
         server_pid = json.loads(str(await conn.call_tool("pid")))["pid"]
         children = json.loads(str(await conn.call_tool("spawn", {"n": 1, "orphan": True})))
         in_flight = asyncio.ensure_future(conn.call_tool("hang"))  # ignores SIGTERM too
-        while not conn._pending:  # noqa: SLF001 - close once the call is in flight
+        while not conn.core.in_flight:  # noqa: SLF001 - close once the call is in flight
             await asyncio.sleep(0)
         started = time.monotonic()
         await conn.close()
@@ -146,6 +147,7 @@ def _is_zombie(p: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.timing
 def test_an_agent_that_exits_without_closing_its_connection_exits_promptly_and_leaves_nothing() -> None:
     # multiprocess joins the children it started at interpreter exit; a worker
     # only ends when its pipe closes, so a tracked worker would hang the exit.

@@ -17,8 +17,7 @@ import threading
 import time
 
 import pytest
-from _sup_helpers import alive_after
-from conftest import PY, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, alive_after, pid_alive, pid_of, raw_args, run
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
@@ -31,11 +30,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 DEATH_NOTICED_WITHIN = 1.0
 
 
-async def _server_pid(conn: object) -> int:
-    return int(json.loads(str(await conn.call_tool("pid")))["pid"])  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 @pytest.mark.parametrize(
     ("tool", "args", "expect_code", "expect_signal", "expect_stderr"),
     [
@@ -45,6 +40,7 @@ async def _server_pid(conn: object) -> int:
     ],
     ids=["exit-code-7", "SIGKILL", "SIGSEGV"],
 )
+@pytest.mark.timing
 def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_once(
     isolation: str,
     tool: str,
@@ -58,7 +54,7 @@ def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_o
             command=PY, args=raw_args(), name="raw", auto_reconnect=False, isolation=isolation  # type: ignore[arg-type]
         )
         async with server.session() as conn:
-            old = await _server_pid(conn)
+            old = await pid_of(conn)
             started = time.monotonic()
             with pytest.raises(MCPError) as info:
                 await conn.call_tool(tool, args, timeout=30)
@@ -77,7 +73,7 @@ def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_o
             assert expect_stderr in err.stderr_tail
             assert expect_stderr in str(err)  # quoted in the hint
             # The next call runs on a fresh server.
-            assert await _server_pid(conn) != old
+            assert await pid_of(conn) != old
             assert not pid_alive(old)
             print(f"[{isolation}] {tool} {args}: MCPError after {elapsed * 1000:.1f} ms")
 
@@ -119,15 +115,16 @@ def test_auto_reconnect_false_never_retries_a_call_that_died_and_the_model_sees_
     run(main())
 
 
+@pytest.mark.timing
 def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves_the_next() -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
         async with server.session() as conn:
-            worker, old_server = conn.worker_pid, await _server_pid(conn)
+            worker, old_server = conn.worker_pid, await pid_of(conn)
             assert worker is not None
             in_flight = asyncio.ensure_future(conn.call_tool("hang"))
             # Kill once the request has been sent (it is then in flight).
-            while not conn._pending:  # noqa: SLF001 - only to know the request was sent
+            while not conn.core.in_flight:  # noqa: SLF001 - only to know the request was sent
                 await asyncio.sleep(0)
             os.kill(worker, signal.SIGKILL)
             killed = time.monotonic()
@@ -152,6 +149,7 @@ def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves
 
 
 @pytest.mark.timeout(20)
+@pytest.mark.timing
 def test_crash_loop_opens_the_circuit_fails_fast_and_recovers_after_the_window(tmp_path: object) -> None:
     crash_file = os.path.join(str(tmp_path), "crash")
     window = 1.5
@@ -210,10 +208,10 @@ def test_worker_killed_after_a_server_restart_still_takes_the_new_servers_grandc
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", auto_reconnect=False)
         async with server.session() as conn:
-            first = await _server_pid(conn)
+            first = await pid_of(conn)
             with pytest.raises(MCPError):
                 await conn.call_tool("exit", {"code": 1})
-            second = await _server_pid(conn)
+            second = await pid_of(conn)
             assert second != first
             assert conn.server_pid == second  # the connection follows restarts
             grandchildren = json.loads(str(await conn.call_tool("spawn", {"n": 1})))
@@ -228,7 +226,8 @@ def test_worker_killed_after_a_server_restart_still_takes_the_new_servers_grandc
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_server_exit_is_noticed_while_a_grandchild_still_holds_its_pipes(isolation: str) -> None:
     # raw_server's sleepers inherit its stdout and stderr: no EOF arrives when
     # the server exits, and before Python 3.12 asyncio's Process.wait() waited
@@ -259,7 +258,7 @@ def test_calls_made_while_a_dead_workers_exit_status_is_read_are_failed_over_not
     # Reading a dead worker's exit status takes a join on a thread. A call made
     # in that window must still be answered: failed over to a fresh worker,
     # not left waiting on a channel nobody reports on any more.
-    from lovia_mcp import _channel
+    from lovia_mcp.client import channel as _channel
 
     release = threading.Event()
     original = _channel.ProcessChannel._exit_description
@@ -275,7 +274,7 @@ def test_calls_made_while_a_dead_workers_exit_status_is_read_are_failed_over_not
         async with server.session() as conn:
             worker = conn.worker_pid
             assert worker is not None
-            channel = conn._channel  # noqa: SLF001 - to see the loss begin
+            channel = conn.core.channel  # noqa: SLF001 - to see the loss begin
             os.kill(worker, signal.SIGKILL)
             while not channel._losing:  # noqa: SLF001
                 await asyncio.sleep(0.01)

@@ -6,7 +6,7 @@ a cgroup per generation, where this process may make one, and the watch
 grace and dies in the background while a fresh one already serves; a call
 that ran beside the timed-out one is retried there; the kernel holds memory
 and process limits where a cgroup exists; the restart circuit belongs to
-the connection. The figures each test prints are the ones the README quotes.
+the connection. The figures each test prints are the ones docs/operating.md quotes.
 """
 
 from __future__ import annotations
@@ -20,16 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
-from _sup_helpers import alive_after, enforcement, leftover_cgroups
-from conftest import PY, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, alive_after, leftover_cgroups, pid_alive, pid_of, raw_args, run, wait_gone
 
 from lovia_mcp import Limits, MCPError, MCPServerStdio
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
-__all__ = ["enforcement"]  # the fixture, imported for pytest
 
 TIMEOUT = 1.0
 # Under a cgroup the kernel charges the tree and never lets the charge pass
@@ -37,20 +34,8 @@ TIMEOUT = 1.0
 CGROUP_MEMORY_MARGIN_MB = 0.0
 
 
-async def pid_of(conn: object, timeout: float | None = None) -> int:
-    reply = await conn.call_tool("pid", timeout=timeout)  # type: ignore[attr-defined]
-    return int(json.loads(str(reply))["pid"])
-
-
-def wait_gone(pid: int) -> None:
-    try:
-        psutil.wait_procs([psutil.Process(pid)], timeout=5)
-    except psutil.NoSuchProcess:
-        pass
-
-
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_call_issued_during_the_kill_grace_is_served_by_a_fresh_server_within_its_own_timeout(
     enforcement: str, isolation: str
 ) -> None:
@@ -276,6 +261,7 @@ def test_stats_say_which_enforcement_is_in_force_and_count_cpu_of_the_whole_tree
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.timing
 def test_a_server_that_keeps_killing_its_worker_opens_the_connections_restart_circuit() -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", restart_limit=3, restart_window=60)
@@ -352,6 +338,7 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytes
     assert cgroup.layout() is None  # the watch, for the rest of this process's detection
 
 
+@pytest.mark.unit
 def test_a_removed_generation_cgroup_reads_as_empty_instead_of_raising() -> None:
     # stats() reads every generation's figures from the worker's reader; one
     # whose cgroup was just removed (a teardown in another thread) must not

@@ -21,18 +21,16 @@ import sys
 import time
 
 import pytest
-from _sup_helpers import alive_after, enforcement
-from conftest import PY, SERVERS, raw_args, run
+from helpers import ISOLATIONS, PY, SERVERS, alive_after, raw_args, run
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
 from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio
-from lovia_mcp import _channel
+from lovia_mcp.client import channel as _channel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
-__all__ = ["enforcement"]  # the fixture, imported for pytest
 
 SUP_SERVER = str(SERVERS / "sup_server.py")
 # The guard samples every 0.1 s; killing takes one SIGKILL round.
@@ -42,7 +40,8 @@ LIMIT_REACTION = 1.5
 KILL_DONE_WITHIN = 1.0
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_figure(isolation: str, enforcement: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
@@ -79,7 +78,8 @@ def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_fig
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str, enforcement: str) -> None:
     # RLIMIT_NPROC does not bind root (CI runs as root); the guard's count does.
     n = 40
@@ -115,6 +115,7 @@ def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str, enf
     run(main())
 
 
+@pytest.mark.timing
 def test_cpu_over_the_limit_is_killed_and_reported_as_a_cpu_limit(enforcement: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
@@ -143,13 +144,13 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     received = [0]
-    original = _channel._Reader.buffer_updated
+    original = _channel.FrameReader.buffer_updated
 
-    def counting(self: _channel._Reader, nbytes: int) -> None:
+    def counting(self: _channel.FrameReader, nbytes: int) -> None:
         received[0] += nbytes
         original(self, nbytes)
 
-    monkeypatch.setattr(_channel._Reader, "buffer_updated", counting)
+    monkeypatch.setattr(_channel.FrameReader, "buffer_updated", counting)
     size = 20 * 1024 * 1024
     cap = 1024 * 1024
 
@@ -193,7 +194,8 @@ def test_memory_limit_counts_the_whole_tree_not_one_process(enforcement: str) ->
 
 
 @pytest.mark.timeout(20)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_cpu_of_short_lived_subprocesses_counts_toward_the_cpu_limit(isolation: str, enforcement: str) -> None:
     # Five children of 0.4 s CPU each, run one after another and reaped by the
     # server: each stays under RLIMIT_CPU, and none is alive for long; their

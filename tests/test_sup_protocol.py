@@ -19,7 +19,7 @@ import time
 
 import psutil
 import pytest
-from conftest import PY, raw_args, run
+from helpers import ISOLATIONS, PY, raw_args, run
 
 from lovia_mcp import Limits, MCPError, MCPServerStdio
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 MB = 1024 * 1024
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_non_json_and_invalid_utf8_lines_are_skipped_and_counted(isolation: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", isolation=isolation)  # type: ignore[arg-type]
@@ -112,6 +112,7 @@ def test_unterminated_100_mb_line_is_cut_off_with_bounded_memory_a_clear_error_a
     run(main())
 
 
+@pytest.mark.timing
 def test_missing_command_fails_at_open_with_a_hint() -> None:
     async def main() -> None:
         server = MCPServerStdio(command="no-such-mcp-server-xyz", name="ghost")
@@ -161,7 +162,8 @@ def test_script_with_a_missing_interpreter_fails_at_open_naming_the_interpreter_
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
+@pytest.mark.timing
 def test_server_that_never_answers_the_handshake_fails_at_open_within_open_timeout_with_stderr_tail(
     isolation: str,
 ) -> None:
@@ -200,6 +202,7 @@ def test_raw_server_that_never_answers_initialize_fails_at_open() -> None:
     run(main())
 
 
+@pytest.mark.timing
 def test_server_exiting_at_start_fails_at_open_with_exit_code_and_stderr() -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args("--exit-on-start", "2"), name="raw")

@@ -13,13 +13,13 @@ import os
 import sys
 
 import pytest
-from conftest import PY, raw_args, run
+from helpers import ISOLATIONS, PY, raw_args, run
 
-from lovia_mcp import MCPError, MCPServerStdio, _channel
+from lovia_mcp import MCPError, MCPServerStdio
+from lovia_mcp.client import channel as _channel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
-ISOLATIONS = ["process", "none"]
 
 
 async def _server_env(server: MCPServerStdio) -> dict[str, str]:
@@ -29,7 +29,7 @@ async def _server_env(server: MCPServerStdio) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_server_runs_in_the_given_cwd(isolation: str, tmp_path: object) -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", cwd=str(tmp_path), isolation=isolation)  # type: ignore[arg-type]
@@ -39,7 +39,7 @@ def test_server_runs_in_the_given_cwd(isolation: str, tmp_path: object) -> None:
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_relative_command_is_resolved_against_cwd(isolation: str, tmp_path: object) -> None:
     script = os.path.join(str(tmp_path), "server.sh")
     with open(script, "w") as f:
@@ -65,7 +65,7 @@ def test_cwd_that_does_not_exist_fails_at_open_with_a_hint(tmp_path: object) -> 
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_agent_secrets_are_invisible_to_the_server_unless_named_in_inherit_env(
     isolation: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,7 +91,7 @@ def test_agent_secrets_are_invisible_to_the_server_unless_named_in_inherit_env(
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_allowlisted_variables_come_from_the_agent_environment_at_open_time(
     isolation: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -123,7 +123,7 @@ def test_allowlisted_variables_come_from_the_agent_environment_at_open_time(
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
+@ISOLATIONS
 def test_env_overrides_allowlisted_variables(isolation: str) -> None:
     async def main() -> None:
         env = await _server_env(

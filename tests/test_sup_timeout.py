@@ -15,8 +15,7 @@ import sys
 import time
 
 import pytest
-from _sup_helpers import alive_after
-from conftest import PY, SERVERS, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, SERVERS, alive_after, pid_alive, raw_args, run
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
@@ -31,7 +30,7 @@ KILL_GRACE = 1.0
 
 
 @pytest.mark.timeout(20)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_hung_call_gets_lovia_timeout_error_tree_is_killed_and_next_call_uses_fresh_server(isolation: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
@@ -72,6 +71,7 @@ def test_hung_call_gets_lovia_timeout_error_tree_is_killed_and_next_call_uses_fr
 
 
 @pytest.mark.timeout(20)
+@pytest.mark.timing
 def test_timeout_through_run_tool_raises_asyncio_timeout_error_at_the_deadline() -> None:
     from lovia.tools.base import run_tool
 

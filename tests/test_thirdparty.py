@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, batch, text
 from lovia.transcript import ToolResultEntry

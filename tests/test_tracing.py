@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _sup_helpers import enforcement
-from conftest import PY, SERVERS, raw_args, register_shared, run
+from helpers import PY, SERVERS, raw_args, run, serving
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -29,20 +28,16 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from test_http import _read_port
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio, MCPServerStreamableHTTP, Sandbox, tracing
 from lovia_mcp_worker.sandbox import bwrap
 
-__all__ = ["enforcement"]  # the fixture, imported for pytest
 
 META_SERVER = str(SERVERS / "meta_sdk_server.py")
 SUP_SERVER = str(SERVERS / "sup_server.py")
 ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
-# How long the HTTP server gets to exit on SIGTERM at the end before SIGKILL.
-SERVER_EXIT_WAIT = 5.0
 # A call that never answers, cut by the tool timeout.
 TIMEOUT = 0.5
 
@@ -63,19 +58,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 @pytest.fixture(scope="module")
 def meta_url() -> Iterator[str]:
-    proc = subprocess.Popen([PY, META_SERVER, "--http"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    register_shared(proc.pid)
-    try:
-        yield f"http://127.0.0.1:{_read_port(proc)}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(SERVER_EXIT_WAIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(SERVER_EXIT_WAIT)
-        assert proc.stdout is not None
-        proc.stdout.close()
+    with serving(META_SERVER, "--http") as url:
+        yield url
 
 
 def named(name: str) -> list[ReadableSpan]:

@@ -20,7 +20,7 @@ import textwrap
 import warnings
 
 import pytest
-from conftest import PY, SERVERS, run
+from helpers import PY, SERVERS, run
 
 from lovia_mcp_worker import main
 from lovia_mcp_worker.framing import FrameReader

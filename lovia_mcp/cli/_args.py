@@ -38,6 +38,7 @@ examples:
   {PROG} call get_current_time '{{"timezone": "Asia/Tokyo"}}' --timeout 10 --memory-mb 512 -- uvx mcp-server-time
   {PROG} tools --url http://127.0.0.1:8000/mcp --header 'Authorization: Bearer ...'
   {PROG} check --config .mcp.json
+  {PROG} tools --sandbox --network api.github.com --writable ./out -- npx -y some-mcp-server
   {PROG} call time__get_current_time '{{"timezone": "UTC"}}' --config .mcp.json
   {PROG} demo
 """
@@ -137,6 +138,17 @@ def _server_options() -> argparse.ArgumentParser:
     g.add_argument("--open-timeout", metavar="SECONDS", type=_positive(float),
                    help="give up if the server has not started and listed its tools after this "
                         "long (default 120: long enough for a first 'npx -y' download)")
+    g = p.add_argument_group("sandbox (Linux, process isolation; any of these turns it on)")
+    g.add_argument("--sandbox", action="store_true",
+                   help="run the server in Sandbox(): no network, the file system read-only but for its "
+                        "cwd, secret stores hidden")
+    g.add_argument("--network", metavar="HOST", action="append", default=[],
+                   help="let the sandboxed server reach this host name through the worker's proxy "
+                        "(repeatable; '*.example.com' for subdomains)")
+    g.add_argument("--writable", metavar="PATH", action="append", default=[],
+                   help="let the sandboxed server write this path besides its cwd (repeatable)")
+    g.add_argument("--sandbox-backend", choices=("auto", "bwrap", "landlock"),
+                   help="'auto' (default): namespaces (bubblewrap) where they can be made, else Landlock")
     g = p.add_argument_group("limits on the server's process tree (process isolation)")
     g.add_argument("--memory-mb", metavar="MB", type=_positive(float), help="resident memory of the tree")
     g.add_argument("--cpu-seconds", metavar="SECONDS", type=_positive(float), help="CPU time of the tree")
@@ -206,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a JSON list of {name, status, tools, open_seconds, error} instead of a table")
     _verbosity(check, top=False)
 
+    _serve_parser(sub)
+
     demo = sub.add_parser(
         "demo", formatter_class=_formatter,
         help="run the offline demo: a lovia agent survives its MCP server crashing",
@@ -216,6 +230,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _verbosity(demo, top=False)
     return parser
+
+
+def _serve_parser(sub: Any) -> None:
+    from ..gateway.options import (
+        DEFAULT_DRAIN, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_HTTP_SESSIONS,
+    )
+
+    serve = sub.add_parser(
+        "serve", formatter_class=_formatter,
+        usage=f"{PROG} serve --config FILE [--listen HOST:PORT] [--token-file FILE] [options]",
+        help="serve a config's servers, each contained, over streamable HTTP (the gateway)",
+        description=_wrap("Serve every server of a config file over streamable HTTP: /mcp with every tool "
+                          "as <server>__<tool>, /servers/<name>/mcp with one server's tools, /healthz, /readyz, "
+                          "/metrics. Each server runs in its own worker with its limits and sandbox. Prints the "
+                          "URL, then 'ready' once the servers are open. SIGTERM drains and exits 0. "
+                          "See docs/gateway.md."),
+        epilog=f"examples:\n  {PROG} serve --config mcp.json --listen 127.0.0.1:0\n"
+               f"  {PROG} serve --config mcp.json --listen 0.0.0.0:8765 --token-file /run/secrets/tokens\n",
+    )
+    serve.add_argument("--config", metavar="FILE", required=True,
+                       help="an mcp.json (the same files as 'check'); entries may set session, max_sessions, idle")
+    serve.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
+                       help=f"address to serve on (default {DEFAULT_LISTEN}; port 0 picks a free one); "
+                            "a non-loopback address needs --token-file")
+    serve.add_argument("--token-file", metavar="FILE",
+                       help="bearer tokens, one a line; every request but /healthz and /readyz must carry one")
+    serve.add_argument("--max-body-bytes", metavar="N", type=_positive(int), default=DEFAULT_MAX_BODY,
+                       help=f"largest request body (default {DEFAULT_MAX_BODY}); larger ones get HTTP 413")
+    serve.add_argument("--max-http-sessions", metavar="N", type=_positive(int), default=DEFAULT_MAX_HTTP_SESSIONS,
+                       help=f"open MCP sessions per endpoint (default {DEFAULT_MAX_HTTP_SESSIONS}); past it HTTP 503")
+    serve.add_argument("--drain-seconds", metavar="SECONDS", type=_positive(float), default=DEFAULT_DRAIN,
+                       help=f"on SIGTERM, how long calls in flight may take to finish (default {DEFAULT_DRAIN:g})")
+    serve.add_argument("--log-format", choices=("json", "text"), default="json",
+                       help="logs on stderr: JSON lines (default) or text")
+    _verbosity(serve, top=False)
 
 
 def _version() -> str:

@@ -11,7 +11,7 @@ from typing import Any, Final
 import msgspec
 
 from ._args import PROG, UsageError
-from ..config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from ..config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP, Sandbox
 from ..config_file.loader import load_servers
 
 # Longest server label (a command line) on the status line and in tables.
@@ -37,6 +37,14 @@ def label(server: MCPServer) -> str:
         text = shlex.join([os.path.basename(server.command), *(server.args or [])])
         return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
     return getattr(server, "url", "server")
+
+
+def _sandbox(ns: argparse.Namespace) -> Sandbox | None:
+    """The Sandbox the sandbox flags ask for, or None when none of them is given."""
+    if not (ns.sandbox or ns.network or ns.writable or ns.sandbox_backend):
+        return None
+    return Sandbox(network=list(ns.network) or False, writable=list(ns.writable),
+                   backend=ns.sandbox_backend or "auto")
 
 
 def _open_timeout(ns: argparse.Namespace) -> float | None:
@@ -80,6 +88,10 @@ def _from_config(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
         # On top of the entry's own limits, which keep what the flags do not set.
         servers = [dataclasses.replace(s, limits=msgspec.structs.replace(s.limits or Limits(), **given))
                    if isinstance(s, MCPServerStdio) else s for s in servers]
+    box = _sandbox(ns)
+    if box is not None:
+        # Replaces each command entry's own sandbox block: the flags say the whole box.
+        servers = [dataclasses.replace(s, sandbox=box) if isinstance(s, MCPServerStdio) else s for s in servers]
     return servers
 
 
@@ -117,7 +129,7 @@ def _server(ns: argparse.Namespace, command: list[str] | None) -> MCPServer:
         local = [opt for opt, used in (
             ("--cwd", ns.cwd is not None), ("--env", bool(ns.env)), ("--inherit-env", bool(ns.inherit_env)),
             ("--memory-mb", ns.memory_mb is not None), ("--cpu-seconds", ns.cpu_seconds is not None),
-            ("--max-processes", ns.max_processes is not None),
+            ("--max-processes", ns.max_processes is not None), ("--sandbox and its options", _sandbox(ns) is not None),
         ) if used]
         if local:
             raise UsageError(f"{', '.join(local)} apply to a server started from a command, not to --url",
@@ -132,6 +144,7 @@ def _server(ns: argparse.Namespace, command: list[str] | None) -> MCPServer:
         env=dict(ns.env) or None,
         inherit_env=list(ns.inherit_env) or None,
         cwd=ns.cwd,
+        sandbox=_sandbox(ns),
         **common,
     )
 

@@ -335,6 +335,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:
             return _stdout_closed()
 
+    if ns.command == "serve":
+        if command is not None:
+            parser.error("serve takes no server command: put the servers in the --config file")
+        from ..gateway.serve import main as serve_main
+
+        return serve_main(ns)
+
     try:
         # Mistakes in the command line, caught before anything starts.
         arguments = _arguments(ns.arguments) if ns.command == "call" else {}

@@ -54,7 +54,7 @@ def convert(value: Any, hint: Any, where: str) -> Any:
         return _fit(value, hint, where)
     except _Mismatch as exc:
         raise UserError(f"{where} must be {exc}, got {json.dumps(value, default=repr)[:80]}",
-                        hint="Fix the value in the file (the README lists each option's type).") from None
+                        hint="Fix the value in the file (docs/options.md lists each option's type).") from None
 
 
 def _fit(value: Any, hint: Any, where: str) -> Any:  # noqa: C901 - one case per kind of type

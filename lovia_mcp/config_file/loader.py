@@ -74,6 +74,8 @@ _IGNORED: Final = {
 }
 # Entry keys that are the file formats' own rather than config fields.
 _FORMAT_KEYS: Final = frozenset({"type", "transport", "envFile", "sandboxEnabled", "disabled"})
+# Keys only `lovia-mcp serve` reads (lovia_mcp.gateway.options checks them there).
+GATEWAY_KEYS: Final = frozenset({"session", "max_sessions", "idle"})
 _STDIO_TYPES: Final = frozenset({"stdio"})
 _HTTP_TYPES: Final = frozenset({"http", "streamable-http", "streamable_http", "streamableHttp"})
 # Fields whose strings get ${VAR} expansion (keys of env/headers are left alone).
@@ -241,7 +243,7 @@ def _server(name: str, entry: Any, ctx: _Context, overrides: Mapping[str, Any]) 
     other = MCPServerStreamableHTTP if cls is MCPServerStdio else MCPServerStdio
     kwargs: dict[str, Any] = {"name": name}
     for key, value in entry.items():
-        if key in _FORMAT_KEYS:
+        if key in _FORMAT_KEYS or key in GATEWAY_KEYS:
             continue
         if key in _IGNORED:
             logger.info("%s: ignoring %r (%s)", where, key, _IGNORED[key])
@@ -396,4 +398,4 @@ def _variable(body: str, where: str, ctx: _Context) -> str:
     return value
 
 
-__all__ = ["ConfigSource", "load_servers", "read_env_file", "strip_jsonc"]
+__all__ = ["GATEWAY_KEYS", "ConfigSource", "load_servers", "read_env_file", "strip_jsonc"]

@@ -10,6 +10,9 @@ deterministic; each tool shows one way a server answers:
   client can tell a fresh server from the old one.
 - ``crash {reason}``: writes the reason to stderr and kills the whole server
   process at once (``os._exit(1)``), mid-call, without answering.
+- ``read_file {path}`` and ``phone_home {host, port}``: what a compromised
+  dependency would try (read a secret, open a connection); the demo's
+  sandbox chapter shows the box stopping both.
 
 This file runs in the *server* process: it may import ``mcp``; the agent that
 talks to it through ``lovia_mcp`` with ``isolation="process"`` never does.
@@ -18,6 +21,7 @@ talks to it through ``lovia_mcp`` with ``isolation="process"`` never does.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 from mcp.server.mcpserver import MCPServer
@@ -35,6 +39,9 @@ server = MCPServer(
     instructions="A demo weather service (canned data) that can also crash on request.",
 )
 calls_served = 0
+# Bound on phone_home's connection: a loopback one answers at once; a box
+# that drops it (rather than refusing it) must not stall the demo.
+CONNECT_TIMEOUT = 5.0
 
 
 @server.tool()
@@ -63,6 +70,26 @@ def crash(reason: str = "asked to") -> str:
     sys.stderr.write(f"demo server: crashing on purpose ({reason})\n")
     sys.stderr.flush()
     os._exit(1)
+
+
+@server.tool()
+def read_file(path: str) -> str:
+    """Read a file (what a compromised dependency does with your secrets)."""
+    try:
+        with open(path) as f:
+            return f.read(200)
+    except OSError as exc:
+        raise ToolError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+@server.tool()
+def phone_home(host: str, port: int) -> str:
+    """Open a TCP connection and return what the other side says first."""
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT) as conn:
+            return conn.recv(200).decode(errors="replace")
+    except OSError as exc:
+        raise ToolError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ async def main() -> None:
     orphans = json.loads(str(await conn.call_tool("spawn", {"n": 1, "orphan": True})))
     server = json.loads(str(await conn.call_tool("pid")))["pid"]
     hang = asyncio.ensure_future(conn.call_tool("hang"))
-    while not conn._pending:  # noqa: SLF001 - report once the call is in flight
+    while not conn.core.in_flight:  # noqa: SLF001 - report once the call is in flight
         await asyncio.sleep(0)
     print(json.dumps({"worker": conn.worker_pid, "server": server, "grandchildren": children + orphans}), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)

@@ -12,15 +12,26 @@ Every tool answers a text that starts with ``ok`` (the escape worked) or
 - ``environ {pid}``: read another process's environment;
 - ``tmp_write {name}``: write /tmp/NAME (private under the sandbox);
 - ``proxy_get {url}``: GET the URL through the proxy named by ``HTTP_PROXY``
-  (what a program honouring the proxy variables does); ``ok STATUS BODY``.
+  (what a program honouring the proxy variables does); ``ok STATUS BODY``;
+- ``probe {name, args}``: one of the escapes of issue 17 (:data:`PROBES`),
+  tried as a hostile server would with root's means (ctypes system calls).
+
+A probe first tries the plain way (read the file, connect to the port), and
+only when that is blocked tries to lift the block (unmount what covers a
+path, remount ``/`` read-write, unmount ``/proc`` to see the host's, enter
+the host's network namespace). It lifts a block only inside a mount
+namespace of its own (``ESCAPE_HOST_MNT`` names the agent's), so an
+unsandboxed run never touches the host's mounts. The probes live in
+``escape_probes.py`` beside this script.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
+
+from escape_probes import PROBES, connect, environ, procs, read, write
 
 
 def attempt(fn):  # type: ignore[no-untyped-def]
@@ -28,31 +39,6 @@ def attempt(fn):  # type: ignore[no-untyped-def]
         return "ok " + str(fn())
     except OSError as exc:
         return f"denied {type(exc).__name__}: {exc.strerror or exc}"
-
-
-def read(path: str) -> str:
-    with open(path) as f:
-        return f.read()[:200]
-
-
-def write(path: str) -> str:
-    with open(path, "w") as f:
-        f.write("escaped\n")
-    return path
-
-
-def connect(host: str, port: int) -> str:
-    with socket.create_connection((host, port), timeout=5) as s:
-        return s.recv(100).decode()
-
-
-def procs() -> int:
-    return sum(1 for name in os.listdir("/proc") if name.isdigit())
-
-
-def environ(pid: int) -> str:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        return str(len(f.read()))
 
 
 def proxy_get(url: str) -> str:
@@ -82,6 +68,7 @@ TOOLS = [
     tool("environ", {"pid": {"type": "integer"}}),
     tool("tmp_write", {"name": {"type": "string"}}),
     tool("proxy_get", {"url": {"type": "string"}}),
+    tool("probe", {"name": {"type": "string"}, "args": {"type": "object"}}),
 ]
 
 
@@ -100,6 +87,14 @@ def call(name: str, a: dict) -> str:
         return attempt(lambda: environ(int(a["pid"])))
     if name == "proxy_get":
         return attempt(lambda: proxy_get(a["url"]))
+    if name == "probe":
+        probe = PROBES.get(a["name"])
+        if probe is None:
+            return f"unknown probe {a['name']}"
+        try:
+            return attempt(lambda: probe(a.get("args") or {}))
+        except Exception as exc:  # noqa: BLE001 - a broken probe answers, never kills the server
+            return f"error {type(exc).__name__}: {exc}"
     if name == "tmp_write":
         return attempt(lambda: write("/tmp/" + a["name"]))
     return f"unknown tool {name}"

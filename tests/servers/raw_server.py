@@ -41,7 +41,9 @@ Flags: ``--loose-schemas`` lists tools with null, {}, and broken schemas;
 ``--exit-on-start N`` exits with N at once (after a stderr line);
 ``--crash-after N`` exits with code 3 on the Nth tools/call;
 ``--crash-if-exists PATH`` exits with code 4 on tools/call while PATH exists;
-``--prefix-tools P`` prefixes every tool name with P.
+``--prefix-tools P`` prefixes every tool name with P;
+``--linger`` ignores SIGTERM and does not exit at stdin's EOF (a server slow
+to die: its worker SIGKILLs it after the TERM grace).
 """
 
 from __future__ import annotations
@@ -312,6 +314,8 @@ def block_forever() -> None:
 
 
 def main() -> None:
+    if flag("--linger") is not None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     code = flag("--exit-on-start")
     if code:
         sys.stderr.write("refusing to start: bad configuration\n")
@@ -341,6 +345,8 @@ def main() -> None:
             result(rid, {})
         elif method is not None and rid is not None:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
+    if flag("--linger") is not None:
+        block_forever()
 
 
 if __name__ == "__main__":

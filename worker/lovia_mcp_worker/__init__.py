@@ -12,8 +12,13 @@ Layout (each subpackage's ``__init__`` says more):
   limiting and killing each generation's tree (cgroups or the psutil watch);
 - ``sandbox/``: the box around a stdio server (bubblewrap) and the network
   allowlist proxy;
-- ``main``, ``process``: the worker's loop over its pipe, and the forkserver
-  (``_preload_begin``, ``_warm``, ``_warm_http``: what it loads before forking).
+- ``main``, ``process``: the worker's loop over its pipe, and the forkserver's
+  serving side, which also kills what a dead worker left (``_preload_begin``,
+  ``_warm``, ``_warm_http``: what it loads before forking). The agent's
+  handle on the forkserver is the agent's own (``lovia_mcp.client.forkserver``).
+
+The agent imports only ``protocol``, ``framing`` and ``session.host.Host``
+(for ``isolation="none"``).
 
 Only ``transport.http`` imports ``mcp`` (for HTTP servers); nothing imports ``lovia``.
 """

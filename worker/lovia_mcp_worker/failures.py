@@ -310,11 +310,26 @@ def closed(message: str = "the connection was closed") -> HostError:
     return HostError("closed", message)
 
 
-def circuit_open(name: str, restarts: int, window: float, last: str | None, wait: float) -> HostError:
+def wedged(wait: float) -> HostError:
+    """Why a server that did not answer a ping after a cancelled call is replaced.
+
+    ``server_exited``, so that a call that was waiting on it is retried once
+    (under ``auto_reconnect``) on the fresh server.
+    """
     return HostError(
-        "circuit_open",
-        f"server {name!r} restarted {restarts} times in {window:g} s (last: {last}); failing fast",
-        hint=f"Fix the server; calls are tried again in {wait:.0f} s.",
+        "server_exited",
+        f"the server did not answer a ping within {wait:g} s of a cancelled call (it ignores cancellation "
+        "and is blocked); it was replaced",
+        hint="A fresh server serves new calls. Make the tool honour notifications/cancelled, or raise kill_grace.",
+    )
+
+
+def timed_out(timeout: float) -> HostError:
+    """What a call that reached its deadline in the worker is told."""
+    return HostError(
+        "timeout",
+        f"the call passed its {timeout:.3g} s timeout",
+        hint="Raise the tool's timeout, or ask the tool for less work.",
     )
 
 
@@ -340,7 +355,6 @@ __all__ = [
     "HostError",
     "RemoteError",
     "bad_reply",
-    "circuit_open",
     "closed",
     "STDOUT_QUOTE_BYTES",
     "describe",
@@ -357,7 +371,9 @@ __all__ = [
     "remote",
     "signal_name",
     "start_failed",
+    "timed_out",
     "timed_out_kill",
+    "wedged",
     "too_large",
     "unattributable",
     "with_tail",

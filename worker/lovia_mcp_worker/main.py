@@ -170,8 +170,43 @@ async def _serve(loop: asyncio.AbstractEventLoop, channel: _Channel, closed_by_a
     if route is not None:  # a sandbox with a network allowlist ran: stop its proxy
         with contextlib.suppress(asyncio.TimeoutError, Exception):
             await asyncio.wait_for(route.aclose_all(), EXIT_WAIT)
+    landlock = sys.modules.get("lovia_mcp_worker.sandbox.landlock")
+    if landlock is not None:  # remove the Landlock servers' private temporary directories
+        landlock.cleanup()
     if channel.transport is not None:
         channel.transport.close()
+
+
+class Prepared:
+    """A worker's set-up that needs no socket: done by an idle worker while it waits for one.
+
+    Collection back on (off in the forkserver during the preload), the
+    agent's terminal signals ignored (the worker ends when its pipe closes),
+    and the event loop made: a worker forked ahead of its request
+    (:mod:`.process`) pays none of it on the open's path.
+    """
+
+    def __init__(self) -> None:
+        gc.enable()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.runner = asyncio.Runner()
+        self.runner.get_loop()
+
+    def run(self, conn: Any) -> None:
+        """Serve ``conn`` (the worker's end of its socket pair) until the end; never returns."""
+        fd = os.dup(conn.fileno())
+        conn.close()
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        try:
+            with self.runner:
+                self.runner.run(serve(sock))
+        finally:
+            sock.close()
+        # Skip interpreter teardown: nothing is left to flush, and a forked
+        # interpreter's atexit handlers belong to the forkserver.
+        sys.stdout.flush()
+        os._exit(0)
 
 
 def run(conn: Any) -> None:
@@ -183,22 +218,7 @@ def run(conn: Any) -> None:
     The environment inherited from the forkserver dates from when *it*
     started; the agent's current one arrives with ``Open``.
     """
-    gc.enable()  # off in the forkserver during the preload (_preload_begin)
-    # The agent's terminal signals are the agent's to handle; the worker ends
-    # when its pipe closes.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    fd = os.dup(conn.fileno())
-    conn.close()
-    sock = socket.socket(fileno=fd)
-    sock.setblocking(False)
-    try:
-        asyncio.run(serve(sock))
-    finally:
-        sock.close()
-    # Skip interpreter teardown: nothing is left to flush, and a forked
-    # interpreter's atexit handlers belong to the forkserver.
-    sys.stdout.flush()
-    os._exit(0)
+    Prepared().run(conn)
 
 
-__all__ = ["EXIT_WAIT", "run", "serve"]
+__all__ = ["EXIT_WAIT", "Prepared", "run", "serve"]

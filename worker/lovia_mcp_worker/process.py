@@ -1,10 +1,10 @@
-"""Starting worker processes: a small forkserver of our own.
+"""The forkserver's serving side: preload once, then fork a worker per request.
 
 A fresh interpreter per worker would cost the ~0.7 s of importing the worker
 package and ``mcp``; forking a process that already has them loaded costs
-milliseconds. This module is that process (:func:`serve`, run in it) and the
-agent's handle on it (:class:`ForkServer`, :class:`WorkerProcess`), standard
-library only.
+milliseconds. :func:`serve` runs in that process; the agent's handle on it
+(starting it, asking for a worker, joining one) is the agent's own
+(``lovia_mcp.client.forkserver``), standard library only here too.
 
 Why not ``multiprocess``'s forkserver: its child re-imports the agent's
 ``__main__`` (paying its import time on every worker start, and running an
@@ -12,299 +12,47 @@ unguarded script's top level again), and its exit handler joins every child
 it started, so an agent leaving a connection open would hang at exit for
 ever. Both can be worked around only through its private names. A daemon
 worker would dodge the join, but then the agent's exit sends SIGTERM to
-every worker, and it still re-imports ``__main__``. The forkserver below is
-~150 lines that do only what a worker needs, so neither problem exists:
-nothing of the agent is imported in a worker, and no exit handler knows the
-workers (each ends when its own socket closes, agent alive or not).
+every worker, and it still re-imports ``__main__``. This forkserver does
+only what a worker needs, so neither problem exists: nothing of the agent is
+imported in a worker, and no exit handler knows the workers (each ends when
+its own socket closes, agent alive or not).
 
-Lifecycle: :meth:`ForkServer.ensure_running` starts ``python -c`` with the
-agent's ``sys.path`` and interpreter flags, stdin on ``/dev/null``; it
-imports the preload list, then waits on a *control* socket pair. To start a
-worker, the agent sends one byte with the worker's end of the worker's
+Protocol: on the *control* socket, one byte with the worker's end of its
 socket pair, the forkserver's end of a *status* socket pair, and the agent's
 working directory (a directory fd). The forkserver forks; the child closes
 everything of the forkserver's, changes to that directory and runs
 :func:`lovia_mcp_worker.main.run`. The forkserver writes the child's pid to
-the status socket and, once it has reaped the child, its exit code (negative:
-the signal): the worker is the forkserver's child, not the agent's, so that
-is how the agent joins it. When the control socket reaches EOF (the agent
-exited or died) the forkserver exits; the workers do not need it any more.
+the status socket and, once it has reaped the child, its exit code
+(negative: the signal), each as :data:`~.protocol.FORKSERVER_STATUS`. When
+the control socket reaches EOF (the agent exited or died) the forkserver
+exits; the workers do not need it any more.
 
-Caveats: POSIX only (``fork``, descriptor passing); the agent refuses process
-isolation elsewhere. The environment a worker inherits is the forkserver's,
-from when it started; the agent's current one arrives with ``Open``. A copy
-of the agent made by ``os.fork`` closes its copy of the control socket at
-once (so it does not keep the forkserver alive) and starts a forkserver of
-its own if it needs workers.
+A dead worker's leftovers are the forkserver's to clean up (the worker side
+owns the pids; the agent never kills a server): the forkserver is a child
+subreaper (Linux), so the server trees of a worker that died (by SIGKILL,
+say: the servers get their parent-death signal, their own children do not)
+are reparented to it, and every child of it that is not a live worker is
+SIGKILLed and reaped. The dead worker's generation cgroups, escapees
+included, are killed and, once empty, removed.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import os
 import selectors
 import signal
 import socket
-import struct
-import subprocess
 import sys
-import threading
-import time
 import traceback
-from collections.abc import Sequence
-from typing import Final, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
-# A pid or an exit code on the status socket (pid_t fits).
-_SIGNED: Final = struct.Struct("q")
-# Bound on the first worker start: the forkserver imports the preload list
-# (``mcp`` takes ~0.7 s on an idle machine) before it forks; a loaded CI box
-# can be ten times slower. Past this something is wrong, not slow.
-FORKSERVER_START_WAIT: Final = 60.0
-# Bound on waiting for an idle forkserver to exit once its control socket is
-# closed (it exits at once; this only keeps the agent's exit bounded).
-FORKSERVER_EXIT_WAIT: Final = 1.0
-# No MSG_NOSIGNAL (macOS): Python ignores SIGPIPE unless the program changed it.
-_NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
-
-SUPPORTED: Final = hasattr(os, "fork") and hasattr(socket, "send_fds")
+from .protocol import FORKSERVER_STATUS
 
 
 class _Closable(Protocol):
     def close(self) -> None: ...
-
-
-class WorkerStartError(RuntimeError):
-    """The forkserver could not start a worker."""
-
-
-class WorkerProcess:
-    """A worker as the agent sees it: ``pid``, ``join``, ``exitcode``, ``kill``.
-
-    The worker is the forkserver's child, so its exit code comes over the
-    status socket. If the forkserver dies first the exit code stays unknown
-    (``None``) and ``join`` returns at once.
-    """
-
-    def __init__(self, pid: int, status: socket.socket) -> None:
-        self.pid = pid
-        self.exitcode: int | None = None
-        self._status: socket.socket | None = status
-        self._got = b""
-        self._lock = threading.Lock()  # join runs on threads, maybe two at once
-
-    def join(self, timeout: float | None = None) -> None:
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            return
-        try:
-            self._read_status(timeout)
-        finally:
-            self._lock.release()
-
-    def _read_status(self, timeout: float | None) -> None:
-        status = self._status
-        if status is None:
-            return
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self._got) < _SIGNED.size:
-            status.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            try:
-                chunk = status.recv(_SIGNED.size - len(self._got))
-            except TimeoutError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk:  # the forkserver is gone: the exit code is unknown
-                break
-            self._got += chunk
-        else:
-            (self.exitcode,) = _SIGNED.unpack(self._got)
-        self._close()
-
-    def kill(self) -> None:
-        """SIGKILL the worker, unless it is known to have exited."""
-        if self.exitcode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.pid, signal.SIGKILL)
-
-    def close(self) -> None:
-        with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        status, self._status = self._status, None
-        if status is not None:
-            status.close()
-
-
-class ForkServer:
-    """The agent's handle on its forkserver: started on first use, one per process."""
-
-    def __init__(self, preload: Sequence[str]) -> None:
-        self._preload = list(preload)
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._ctrl: socket.socket | None = None
-        self._atexit = False
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._forget)
-
-    @property
-    def pid(self) -> int | None:
-        proc = self._proc
-        return None if proc is None else proc.pid
-
-    def _forget(self) -> None:
-        """In a forked copy of the agent: that forkserver is the parent's.
-
-        Its control socket is closed here, so the copy does not keep it
-        alive; the copy starts its own if it needs workers.
-        """
-        self._lock = threading.Lock()
-        if self._ctrl is not None:
-            with contextlib.suppress(OSError):
-                self._ctrl.close()
-        self._ctrl = self._proc = None
-
-    def ensure_running(self, preload: Sequence[str] | None = None) -> None:
-        """Start the forkserver unless it runs (it preloads in the background).
-
-        ``preload``, if given, replaces the preload list for this start and
-        later ones; a forkserver already running keeps what it loaded.
-        """
-        with self._lock:
-            if preload is not None:
-                self._preload = list(preload)
-            self._ensure_running()
-
-    def start_worker(self) -> tuple[WorkerProcess, socket.socket]:
-        """Fork a worker (blocking); returns it and the agent's end of its socket pair."""
-        ours, theirs = socket.socketpair()
-        status_ours, status_theirs = socket.socketpair()
-        fds = [theirs.fileno(), status_theirs.fileno()]
-        cwd = _open_cwd()
-        if cwd is not None:
-            fds.append(cwd)
-        try:
-            with self._lock:
-                self._ensure_running()
-                try:
-                    self._send(fds)
-                except OSError:
-                    # It died since the check: once more on a fresh one.
-                    self._stop()
-                    self._ensure_running()
-                    self._send(fds)
-        except BaseException:
-            ours.close()
-            status_ours.close()
-            raise
-        finally:
-            theirs.close()
-            status_theirs.close()
-            if cwd is not None:
-                os.close(cwd)
-        try:
-            pid = _read_pid(status_ours)
-        except BaseException:
-            ours.close()
-            status_ours.close()
-            raise
-        return WorkerProcess(pid, status_ours), ours
-
-    def _send(self, fds: list[int]) -> None:
-        assert self._ctrl is not None
-        socket.send_fds(self._ctrl, [b"W"], fds, _NOSIGNAL)
-
-    def _ensure_running(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        self._stop()
-        ours, theirs = socket.socketpair()
-        sys_path = [p or os.getcwd() for p in sys.path]
-        code = (
-            f"import sys; sys.path[:] = {sys_path!r}; "
-            f"from lovia_mcp_worker.process import serve; serve({theirs.fileno()}, {self._preload!r})"
-        )
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, *_interpreter_flags(), "-c", code],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        self._ctrl = ours
-        if not self._atexit:
-            atexit.register(self.stop)
-            self._atexit = True
-
-    def stop(self) -> None:
-        """Ask the forkserver to exit and reap it (bounded); workers live on."""
-        with self._lock:
-            self._stop()
-
-    def _stop(self) -> None:
-        ctrl, proc = self._ctrl, self._proc
-        self._ctrl = self._proc = None
-        if ctrl is not None:
-            ctrl.close()  # EOF: the forkserver exits
-        if proc is not None:
-            try:
-                proc.wait(FORKSERVER_EXIT_WAIT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(FORKSERVER_EXIT_WAIT)
-
-
-def _open_cwd() -> int | None:
-    """The agent's working directory as an fd (a worker starts where the agent is)."""
-    try:
-        return os.open(os.getcwd(), getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
-    except OSError:
-        return None  # deleted or unreadable: the worker stays in the forkserver's
-
-
-def _read_pid(status: socket.socket) -> int:
-    status.settimeout(FORKSERVER_START_WAIT)
-    got = b""
-    try:
-        while len(got) < _SIGNED.size:
-            chunk = status.recv(_SIGNED.size - len(got))
-            if not chunk:
-                raise WorkerStartError("the worker forkserver exited before starting the worker")
-            got += chunk
-    except TimeoutError:
-        raise WorkerStartError(
-            f"the worker forkserver did not start a worker within {FORKSERVER_START_WAIT:.0f} s"
-        ) from None
-    (pid,) = _SIGNED.unpack(got)
-    return int(pid)
-
-
-def _interpreter_flags() -> list[str]:
-    """The agent's interpreter flags that change how the forkserver imports."""
-    f = sys.flags
-    out = ["-" + "O" * f.optimize] if f.optimize else []
-    if f.dont_write_bytecode:
-        out.append("-B")
-    if f.isolated:
-        out.append("-I")
-    else:
-        if f.ignore_environment:
-            out.append("-E")
-        if f.no_user_site:
-            out.append("-s")
-    if f.dev_mode:
-        out += ["-X", "dev"]
-    if f.utf8_mode:
-        out += ["-X", "utf8"]
-    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -317,6 +65,10 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a worker that needs it reports the error itself
             pass
+    from .containment import cgroup, guard
+
+    # A dead worker's orphaned descendants come here, not to the agent.
+    guard.become_subreaper()
     ctrl = socket.socket(fileno=ctrl_fd)
     ctrl.set_inheritable(False)
     wake_r, wake_w = os.pipe()
@@ -328,54 +80,142 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C is the agent's
     signal.set_wakeup_fd(wake_w)
     status: dict[int, socket.socket] = {}  # live workers' status sockets
+    dead: set[int] = set()  # workers whose cgroups are still to be removed
+    idle: _Idle | None = None
     with selectors.DefaultSelector() as sel:
         sel.register(ctrl, selectors.EVENT_READ)
         sel.register(wake_r, selectors.EVENT_READ)
         while True:
-            for key, _ in sel.select():
+            # Nothing to do: fork the next worker ahead of its request.
+            events = sel.select(0 if idle is None else None)
+            if not events and idle is None:
+                idle = _prefork(ctrl, [sel, ctrl, *status.values()], [wake_r, wake_w])
+                continue
+            for key, _ in events:
                 if key.fd == wake_r:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(wake_r, 4096):
                             pass
-                    _reap(status)
+                    if _reap(status, dead, cgroup, idle):
+                        idle = None  # it died waiting: another is forked when idle
                     continue
-                msg, fds, _, _ = socket.recv_fds(ctrl, 1, 3)
+                try:
+                    msg, fds, _, _ = socket.recv_fds(ctrl, 1, 3)
+                except ConnectionResetError:  # closed with announcements unread: gone all the same
+                    msg, fds = b"", []
                 if not msg:
-                    os._exit(0)  # the agent is gone
+                    os._exit(0)  # the agent is gone (an idle worker sees its socket close and exits)
                 if len(fds) < 2:
                     for fd in fds:
                         os.close(fd)
                     continue
                 chan, st, *rest = fds
-                pid = os.fork()
-                if pid == 0:
-                    _child(chan, rest[0] if rest else None, [sel, ctrl, *status.values()], [wake_r, wake_w, st])
+                pid = idle.hand(chan, rest) if idle is not None else None
+                if idle is not None:
+                    _announce(ctrl, 0)  # no idle worker now: that one is a connection's
+                idle = None
+                if pid is None:
+                    pid = os.fork()
+                    if pid == 0:
+                        _child(chan, rest[0] if rest else None, [sel, ctrl, *status.values()], [wake_r, wake_w, st])
                 status[pid] = sock = socket.socket(fileno=st)
                 os.close(chan)
                 for fd in rest:
                     os.close(fd)
                 with contextlib.suppress(OSError):
-                    sock.sendall(_SIGNED.pack(pid))
+                    sock.sendall(FORKSERVER_STATUS.pack(pid))
+
+
+class _Idle:
+    """A worker forked ahead of its request, waiting for its socket (the forkserver's view)."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+
+    def hand(self, chan: int, rest: list[int]) -> int | None:
+        """Give it the worker's fds; its pid, or ``None`` if it is gone (the caller forks instead)."""
+        try:
+            socket.send_fds(self.sock, [b"W"], [chan, *rest])
+        except OSError:
+            return None
+        finally:
+            self.sock.close()
+        return self.pid
+
+
+def _prefork(ctrl: socket.socket, objects: list[_Closable], fds: list[int]) -> _Idle | None:
+    """Fork an idle worker and tell the agent its pid (on the control socket: it is one of the agent's helpers)."""
+    ours, theirs = socket.socketpair()
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None  # out of processes: the next request forks as it arrives
+    if pid == 0:
+        _wait_for_request(theirs, [*objects, ours], fds)
+    theirs.close()
+    _announce(ctrl, pid)
+    return _Idle(pid, ours)
+
+
+def _announce(ctrl: socket.socket, idle_pid: int) -> None:
+    """Tell the agent which worker waits idle (0: none); its leak checks and tools count it as a helper."""
+    with contextlib.suppress(OSError):
+        # Never blocks: an agent that does not read these any more only loses them.
+        ctrl.send(FORKSERVER_STATUS.pack(idle_pid), socket.MSG_DONTWAIT)
+
+
+def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[int]) -> NoReturn:
+    """An idle worker: drop the forkserver's state now, then wait for a worker's fds (or EOF: exit)."""
+    try:
+        _reset(objects, fds)
+        from .main import Prepared
+
+        prepared = Prepared()
+        msg, got, _, _ = socket.recv_fds(sock, 1, 2)
+        sock.close()
+    except BaseException:  # noqa: BLE001 - never back into the forkserver's loop
+        os._exit(1)
+    if not msg or not got:
+        os._exit(0)  # the forkserver is gone: no request will come
+    _serve_worker(got[0], got[1] if len(got) > 1 else None, prepared)
+
+
+def _reset(objects: list[_Closable], fds: list[int]) -> None:
+    """In a freshly forked child: the forkserver's signal set-up and descriptors are not a worker's."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for obj in objects:
+        obj.close()
+    for fd in fds:
+        os.close(fd)
 
 
 def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int]) -> NoReturn:
-    """A freshly forked worker: drop the forkserver's state, then serve ``chan``."""
+    """A worker forked on request (no idle one was ready): drop the forkserver's state, then serve ``chan``."""
+    try:
+        _reset(objects, fds)
+    except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    _serve_worker(chan, cwd)
+
+
+def _serve_worker(chan: int, cwd: int | None, prepared: Any = None) -> NoReturn:
+    """Be the worker of ``chan``, in the agent's working directory ``cwd`` (set up now unless ``prepared``)."""
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for obj in objects:
-            obj.close()
-        for fd in fds:
-            os.close(fd)
         if cwd is not None:
             with contextlib.suppress(OSError):
                 os.fchdir(cwd)
             os.close(cwd)
-        from .main import run
+        from .main import Prepared
 
-        run(socket.socket(fileno=chan))
+        (prepared or Prepared()).run(socket.socket(fileno=chan))
         code = 0
     except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
         traceback.print_exc()
@@ -384,19 +224,55 @@ def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int])
         os._exit(code)
 
 
-def _reap(status: dict[int, socket.socket]) -> None:
+def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, idle: _Idle | None) -> bool:
+    """Reap exited children: tell the agent of its workers' exits, kill what dead workers left.
+
+    Returns whether the idle worker was among them.
+    """
+    idle_died = False
     while True:
         try:
             pid, sts = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            break
         if pid == 0:
-            return
+            break
         sock = status.pop(pid, None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.sendall(_SIGNED.pack(os.waitstatus_to_exitcode(sts)))
-            sock.close()
+        if sock is None:
+            if idle is not None and pid == idle.pid:
+                idle.sock.close()
+                idle_died = True
+            continue  # an adopted orphan, killed below
+        code = os.waitstatus_to_exitcode(sts)
+        with contextlib.suppress(OSError):
+            sock.sendall(FORKSERVER_STATUS.pack(code))
+        sock.close()
+        if code != 0:
+            # A worker that exited cleanly removed its own cgroups.
+            dead.add(pid)
+            with contextlib.suppress(Exception):
+                cgroup.kill_leftovers(pid)
+    adopted = [pid for pid in _children() if pid not in status and (idle is None or idle_died or pid != idle.pid)]
+    for pid in adopted:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if not adopted:
+        # Every leftover is reaped: their cgroups are empty now.
+        for pid in list(dead):
+            with contextlib.suppress(Exception):
+                if not cgroup.remove_leftovers(pid):
+                    dead.discard(pid)
+    return idle_died
 
 
-__all__ = ["FORKSERVER_START_WAIT", "SUPPORTED", "ForkServer", "WorkerProcess", "WorkerStartError", "serve"]
+def _children() -> list[int]:
+    """This process's children (Linux; elsewhere none are adopted)."""
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+__all__ = ["serve"]

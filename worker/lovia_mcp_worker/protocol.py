@@ -9,7 +9,10 @@ ever unpickled.
 
 Content blocks keep the MCP SDK 2.x attribute names (``type``, ``text``,
 ``mime_type``, ``data``, ``uri``, ``resource``) so a ``result_renderer``
-written against the SDK's models reads them unchanged.
+written against the SDK's models reads them unchanged. They, the tool
+listing and annotation structs, and the codec that reads a server's MCP JSON
+into them (with the one pagination loop) live in the private ``_mcpjson``
+module beside this one and are re-exported here: import them from here.
 
 This module must import nothing but the standard library and msgspec: the
 agent process imports it and must never pull in ``mcp``.
@@ -18,17 +21,43 @@ agent process imports it and must never pull in ``mcp``.
 from __future__ import annotations
 
 import struct
-from typing import Any, Final, Literal, Union
+from typing import Final, Literal, Union
 
 import msgspec
+
+from ._mcpjson import (
+    KNOWN_BLOCKS,
+    MAX_LIST_PAGES,
+    CallOutcome,
+    ContentBlock,
+    MCPJSONError,
+    Resource,
+    ToolAnnotations,
+    ToolSpec,
+    call_result,
+    json_object,
+    list_tools,
+    to_json,
+    tools_page,
+)
 
 # The wire protocol's version: the agent sends it with Open and a worker that
 # speaks another refuses the connection (an agent and a forkserver from two
 # installs of different versions).
-PROTOCOL_VERSION: Final = 4
+# 5: content blocks and tool annotations cross under their MCP JSON names
+# (mimeType, readOnlyHint, _meta), the codec's one declaration of them.
+# 6: a call carries its deadline (the worker times it out); the restart
+# circuit is the agent's alone.
+# 7: requests carry the agent's W3C trace context (Open/ListTools/CallTool
+# .trace); Opened/Started/Tools/Stats say the MCP protocol version, the
+# listing's ttl and the sandbox backend; Failure.limit names the limit.
+PROTOCOL_VERSION: Final = 7
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
+# On a worker's status socket from the forkserver (lovia_mcp_worker.process):
+# its pid, then its exit code (negative: the signal); a pid_t fits.
+FORKSERVER_STATUS: Final = struct.Struct("q")
 
 # MCP protocol revisions lovia-mcp speaks, newest first: those reached by the
 # initialize handshake, and the stateless ones (no initialize; a per-request
@@ -43,73 +72,6 @@ MCP_PROTOCOL_MODES: Final = ("auto", "legacy", *MCP_MODERN_VERSIONS, *MCP_HANDSH
 # --------------------------------------------------------------------------- #
 # Values carried inside messages
 # --------------------------------------------------------------------------- #
-class Resource(msgspec.Struct, frozen=True, omit_defaults=True):
-    """An embedded resource's contents (SDK ``TextResourceContents`` / ``BlobResourceContents``)."""
-
-    uri: str = ""
-    mime_type: str | None = None
-    text: str | None = None
-    blob: str | None = None
-
-
-class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One MCP content block, whatever its ``type``; unused fields stay ``None``.
-
-    ``extra`` keeps the JSON of fields this struct does not model (for an
-    unknown block type), so nothing the server sent is silently lost.
-    ``annotations`` and ``meta`` (the block's ``_meta``) are the server's
-    JSON objects as dicts, named as on the SDK's models.
-    """
-
-    type: str
-    text: str | None = None
-    data: str | None = None
-    mime_type: str | None = None
-    uri: str | None = None
-    name: str | None = None
-    title: str | None = None
-    description: str | None = None
-    resource: Resource | None = None
-    extra: bytes | None = None
-    annotations: dict[str, Any] | None = None
-    meta: dict[str, Any] | None = None
-
-    def model_dump(self) -> dict[str, Any]:
-        """A dict like the SDK model's ``model_dump()``, for renderers that call it."""
-        out: dict[str, Any] = {
-            f: getattr(self, f) for f in self.__struct_fields__ if f != "extra"
-        }
-        if self.resource is not None:
-            out["resource"] = msgspec.structs.asdict(self.resource)
-        if self.extra:
-            out.update(msgspec.json.decode(self.extra))
-        return {k: v for k, v in out.items() if v is not None}
-
-
-class ToolAnnotations(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A tool's behaviour hints, with the SDK's attribute names (``ToolAnnotations``).
-
-    Hints the server gives about itself: untrusted unless the user trusts
-    the server (``trust_annotations=True``). ``None`` means not said.
-    """
-
-    title: str | None = None
-    read_only_hint: bool | None = None
-    destructive_hint: bool | None = None
-    idempotent_hint: bool | None = None
-    open_world_hint: bool | None = None
-
-
-class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A tool as listed by the server; ``input_schema`` and ``meta`` (its ``_meta``) are raw JSON."""
-
-    name: str
-    description: str | None = None
-    input_schema: bytes = b"null"
-    annotations: ToolAnnotations | None = None
-    meta: bytes | None = None
-
-
 class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Limits on a server's whole process tree. ``None`` means no limit.
 
@@ -130,9 +92,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """An OS sandbox around a stdio server (bubblewrap; Linux).
+    """An OS sandbox around a stdio server (bubblewrap or Landlock + seccomp; Linux).
 
-    - ``network``: ``False`` no network at all (a fresh network namespace),
+    - ``network``: ``False`` no network at all,
       ``True`` the host's, or a list of host names (``"*.npmjs.org"`` matches
       subdomains) reachable only through an HTTP(S) proxy run by the worker;
     - ``writable``: paths the server may write, besides its ``cwd``; the rest
@@ -140,13 +102,48 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     - ``hidden``: paths replaced by empty ones (``None``: the usual secret
       stores, :data:`DEFAULT_HIDDEN`; ``~`` is the agent's home).
 
-    The server also gets a private pid namespace with its own ``/proc``, a
-    new session, and dies with its worker.
+    - ``backend``: ``"bwrap"`` (namespaces), ``"landlock"`` (Landlock and
+      seccomp, where user namespaces are refused), or ``"auto"``: namespaces
+      where they can be made, else Landlock; never no sandbox;
+    - ``read_only``: paths kept read-only inside cwd or a writable path;
+    - ``readable``: paths the server may read besides the system, its own
+      runtime and cwd (Landlock, whose reads are an allowlist; under bwrap
+      everything not hidden is readable already);
+    - ``write_deny``: keep :data:`WRITE_DENY` (git hooks and config, shell
+      rc files, editor and MCP configs) read-only inside cwd and the writable
+      paths; ``False`` opts out.
+
+    The server also gets a private pid namespace with its own ``/proc``
+    (bwrap), a new session, and dies with its worker.
     """
 
     network: bool | list[str] = False
     writable: list[str] = []
     hidden: list[str] | None = None
+    backend: Literal["auto", "bwrap", "landlock"] = "auto"
+    read_only: list[str] = []
+    readable: list[str] = []
+    write_deny: bool = True
+
+
+# Entries of cwd and each writable path that stay read-only (sandbox-runtime's
+# mandatory deny list): a server that can write them runs code on the host the
+# next time the user runs git, a shell, or an editor or agent that reads them.
+WRITE_DENY: Final = (
+    ".git/hooks",
+    ".git/config",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+)
 
 
 # Secret stores hidden by default ("~" is the home directory).
@@ -182,8 +179,6 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     open_timeout: float = 60.0
     kill_grace: float = 1.0
     on_timeout: Literal["kill", "cancel"] = "kill"
-    restart_limit: int = 5
-    restart_window: float = 60.0
     sandbox: Sandbox | None = None
     # Keep one more server READY beside the current one (a persistent
     # connection with spares): a crash or timeout restart promotes it.
@@ -202,10 +197,12 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     calls: int
     errors: int
     timeouts: int
-    restarts: int
-    last_restart_reason: str | None
     uptime_seconds: float
     garbage_lines: int
+    # The agent's restart circuit counts restarts (server generations and
+    # replaced workers) and fills these in; a worker sends the defaults.
+    restarts: int = 0
+    last_restart_reason: str | None = None
     # How the tree's limits are enforced: "cgroup" (the kernel: a cgroup per
     # server generation), "watch" (rlimits and the sampled psutil watch), or
     # "none" (an HTTP server: no local tree).
@@ -215,6 +212,8 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     oom_kills: int = 0
     # The MCP protocol version the current generation speaks (None: none serves).
     protocol_version: str | None = None
+    # The sandbox backend the server runs in: "bwrap", "landlock", or None (no sandbox).
+    sandbox: str | None = None
 
 
 # --------------------------------------------------------------------------- #
@@ -245,20 +244,31 @@ class ListTools(msgspec.Struct, frozen=True, tag=True):
     trace: dict[str, str] | None = None
 
 
-class CallTool(msgspec.Struct, frozen=True, tag=True):
-    """Call a tool; ``arguments`` is the JSON object the model sent."""
+class CallTool(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Call a tool; ``arguments`` is the JSON object the model sent.
+
+    ``timeout``: seconds from receipt to the call's deadline (``None``: none).
+    The worker holds the deadline: at it, the call is cancelled, the spec's
+    ``on_timeout`` applied, and the answer is a ``timeout`` failure.
+    """
 
     id: int
     name: str
     arguments: bytes
     trace: dict[str, str] | None = None
+    timeout: float | None = None
 
 
 class Cancel(msgspec.Struct, frozen=True, tag=True):
-    """Abandon request ``id``; ``timed_out`` applies the spec's ``on_timeout``."""
+    """Abandon request ``id``.
+
+    The worker decides what the cancel means: at the call's deadline it is
+    the timeout (``on_timeout`` applies); before it, a plain cancel (the
+    server gets its cancel grace, and a server still wedged after it is
+    replaced).
+    """
 
     id: int
-    timed_out: bool = False
 
 
 class GetStats(msgspec.Struct, frozen=True, tag=True):
@@ -285,34 +295,36 @@ class Opened(msgspec.Struct, frozen=True, tag=True):
     # listing may be reused (the server's ttlMs, in seconds; None: no limit).
     protocol_version: str | None = None
     listing_ttl: float | None = None
+    generation: int = 1
 
 
 class Started(msgspec.Struct, frozen=True, tag=True):
-    """Unsolicited: the worker started a fresh server generation (a restart).
+    """Unsolicited: a fresh server generation serves (a restart, for the agent's circuit).
 
-    The agent follows ``server_pid`` so that, if this worker dies, it kills
-    the right process group itself.
+    ``server_pid`` is for the agent to show; the worker owns the process.
     """
 
     server_pid: int | None
     generation: int
-    # Why the generation before it ended (None for the first), the MCP
-    # protocol version it speaks, and the sandbox backend in force ("bwrap";
-    # None: no sandbox): the agent makes span events of them.
-    reason: str | None = None
+    # The MCP protocol version it speaks, and the sandbox backend in force
+    # ("bwrap", "landlock"; None: no sandbox): the agent makes span events
+    # of them (why the one before ended came with its Ended).
     protocol_version: str | None = None
     sandbox: str | None = None
 
 
-class Ended(msgspec.Struct, frozen=True, tag=True):
-    """Unsolicited: a server generation that served has ended (its tree is being killed).
+class Ended(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Unsolicited: a server generation that served has ended or was retired (its tree is being killed).
 
-    The agent stops reporting ``server_pid`` as the connection's server if
-    it is still the one it follows (a fresh generation may already serve).
+    If it is the generation the agent knows as current, the next request
+    needs a restart (the agent's circuit decides); ``reason`` says why.
+    ``draining``: retired, its server still alive for its calls' grace (a
+    second ``Ended`` follows when it is down).
     """
 
-    server_pid: int | None
     generation: int
+    reason: str | None = None
+    draining: bool = False
 
 
 class Tools(msgspec.Struct, frozen=True, tag=True):
@@ -419,12 +431,16 @@ def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
 
 
 __all__ = [
+    "FORKSERVER_STATUS",
     "HEADER",
+    "KNOWN_BLOCKS",
+    "MAX_LIST_PAGES",
     "MCP_HANDSHAKE_VERSIONS",
     "MCP_MODERN_VERSIONS",
     "MCP_PROTOCOL_MODES",
     "PROTOCOL_VERSION",
     "AgentMessage",
+    "CallOutcome",
     "CallTool",
     "Cancel",
     "Close",
@@ -437,6 +453,7 @@ __all__ = [
     "Limits",
     "ListTools",
     "Log",
+    "MCPJSONError",
     "Open",
     "Opened",
     "DEFAULT_HIDDEN",
@@ -452,8 +469,14 @@ __all__ = [
     "ToolSpec",
     "Tools",
     "ToolsChanged",
+    "WRITE_DENY",
     "WorkerMessage",
     "agent_decoder",
+    "call_result",
     "encoder",
+    "json_object",
+    "list_tools",
+    "to_json",
+    "tools_page",
     "worker_decoder",
 ]

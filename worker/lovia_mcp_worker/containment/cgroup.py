@@ -44,8 +44,9 @@ tree (resident memory, page cache and kernel memory), not an RSS sum. A
 process orphaned *and* moved to its own session within the first
 milliseconds of a server's life stays outside the cgroup (the worker, a
 subreaper, still adopts it and kills it when it exits). A worker killed by
-SIGKILL cannot remove its cgroups; the agent kills what is left in them
-(:func:`kill_leftovers`), and the next worker removes them once empty.
+SIGKILL cannot remove its cgroups; the forkserver, which outlives its
+workers, kills what is left in them (:func:`kill_leftovers`) and removes
+them once empty (:mod:`lovia_mcp_worker.process`).
 """
 
 from __future__ import annotations

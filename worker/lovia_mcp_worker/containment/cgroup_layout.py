@@ -4,7 +4,7 @@
 process may create children in (cgroup v2 with ``memory`` and ``pids``
 delegated, else cgroup v1's ``memory``/``pids``/``cpuacct``), and sweeps empty
 leftovers of dead workers. :func:`kill_leftovers` / :func:`remove_leftovers`
-are for the agent, which outlives its workers. One generation's own cgroup
+are for the forkserver, which outlives its workers. One generation's own cgroup
 is :mod:`.cgroup`.
 """
 
@@ -191,7 +191,7 @@ def write(path: str, value: str) -> None:
 def kill_leftovers(worker_pid: int) -> int:
     """SIGKILL every process left in the cgroups of a worker that died; returns how many.
 
-    For the agent, which outlives its workers: a worker killed by SIGKILL
+    For the forkserver, which outlives its workers: a worker killed by SIGKILL
     leaves its generations' cgroups behind, escapees (``setsid``, orphans)
     included. Only cgroups named for that worker are touched; the next
     worker removes them once empty.

@@ -95,6 +95,30 @@ class Containment:
         self._log(logging.WARNING, f"server {spec.name!r}: {limited.message}")
         return limited
 
+    def attach(self, gen: Generation) -> asyncio.Future[int] | None:
+        """Put a launched server in its generation's tree; the move into a cgroup, under way."""
+        tree = gen.tree
+        if tree is None or gen.server_pid is None:
+            return None
+        tree.attach(gen.server_pid)
+        if not isinstance(tree, cgroup.CgroupTree):
+            return None
+        # The move waits out an RCU grace period: done beside the handshake, not before it.
+        return asyncio.ensure_future(asyncio.to_thread(tree.cgroup.enter, gen.server_pid))
+
+    async def entered(self, entering: asyncio.Future[int] | None) -> None:
+        """Wait for the move :meth:`attach` started; a server that could not be moved is an open failure."""
+        if entering is None:
+            return
+        try:
+            await entering
+        except OSError as exc:
+            cgroup.disable()
+            raise HostError(
+                "open", f"could not move the server into its cgroup: {exc}",
+                hint=f"Set {cgroup.ENV_SWITCH}=0 to use the watch instead of cgroups.",
+            ) from None
+
     def watch(self, gen: Generation, spec: ServerSpec) -> list[asyncio.Future[None]]:
         """The limit watch and the orphan reaper of a stdio generation."""
         tree = gen.tree
@@ -126,16 +150,14 @@ class Containment:
         watchers: list[asyncio.Future[None]],
         entering: asyncio.Future[int] | None,
     ) -> None:
-        from ..transport.stdio import StdioSession
-
         tree = gen.tree
         if entering is not None:
             # The kill must see every member: let a move still under way finish.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(entering), SHUTDOWN_WAIT)
-        if isinstance(session, StdioSession) and session.pid is not None and tree is not None:
+        if session.pid is not None and tree is not None:
             pid = session.pid
-            if not session.exited.done():
+            if not session.has_exited():
                 reason = gen.reason
                 no_grace = gen.drained or (reason is not None and reason.kind in _NO_GRACE)
                 await asyncio.to_thread(tree.kill, 0.0 if no_grace else guard.TERM_GRACE)

@@ -9,7 +9,10 @@ The worker is the launch wrapper. The server gets:
 - its own session and process group, so the tree can be signalled as a whole;
 - a parent-death signal (SIGKILL when the worker dies, Linux);
 - rlimits from ``spec.limits`` applied between fork and exec, before any of
-  the server's own code runs.
+  the server's own code runs;
+- with ``spec.sandbox``, the backend :func:`~lovia_mcp_worker.sandbox.backend.choose`
+  picks: a bubblewrap argv in front of the server's, or a Landlock ruleset
+  and seccomp filter applied in the same pre-exec, after the rlimits.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import sys
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from ..sandbox import backend
 from ..sandbox import bwrap as sandbox
+from ..sandbox import landlock
 from .guard import die_with_parent
 from ..protocol import Limits, Sandbox, ServerSpec
 
@@ -55,7 +60,7 @@ def server_environment(extra: dict[str, str], base: dict[str, str] | None = None
     return env
 
 
-def _preexec(limits: Limits) -> Callable[[], None]:
+def _preexec(limits: Limits, box: landlock.Plan | None = None) -> Callable[[], None]:
     def apply() -> None:
         # Runs in the child between fork and exec: only async-signal-tolerant
         # work here (prctl and setrlimit are plain syscalls).
@@ -66,6 +71,8 @@ def _preexec(limits: Limits) -> Callable[[], None]:
         if limits.max_open_files is not None:
             n = int(limits.max_open_files)
             resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+        if box is not None:
+            box.apply()
 
     return apply
 
@@ -78,12 +85,17 @@ def _preexec(limits: Limits) -> Callable[[], None]:
 _SETPRIV: Final = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
-def _launch_plan(limits: Limits, argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+def _launch_plan(
+    limits: Limits, argv: list[str], box: landlock.Plan | None = None
+) -> tuple[list[str], Callable[[], None] | None]:
     """The argv to execute and the pre-exec hook, if one is needed.
 
-    rlimits (cpu_seconds, max_open_files) need the hook, which also sets the
-    parent-death signal; without them, setpriv sets it where it exists.
+    rlimits (cpu_seconds, max_open_files) and a Landlock sandbox need the
+    hook, which also sets the parent-death signal; without them, setpriv sets
+    it where it exists.
     """
+    if box is not None:
+        return argv, _preexec(limits, box)
     if limits.cpu_seconds is None and limits.max_open_files is None and _SETPRIV is not None:
         return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv], None
     return argv, _preexec(limits)
@@ -135,17 +147,40 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
     return found
 
 
-async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> list[str]:
-    """``argv`` inside the sandbox; with a network allowlist, behind the worker's proxy (sets ``env``)."""
-    proxy_socket: str | None = None
-    if isinstance(box.network, list):
-        from ..sandbox import netroute
+async def _sandboxed(
+    spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]
+) -> tuple[list[str], tuple[int, ...], landlock.Plan | None]:
+    """``argv`` inside the sandbox, or the Landlock plan for the pre-exec; sets ``env``.
 
-        proxy_socket, argv = await netroute.route(box.network, argv, env)
+    With a network allowlist the server is behind the worker's proxy: through
+    a unix socket and a bridge for bwrap, on a loopback TCP port for Landlock.
+    Also returns bwrap's seccomp programs' descriptors: the spawn passes them
+    on, then closes them.
+    """
+    fds: list[int] = []
     try:
-        return sandbox.command(box, argv, cwd=spec.cwd, env=env, proxy_socket=proxy_socket)
-    except sandbox.SandboxError as exc:
-        raise LaunchError(str(exc), hint=exc.hint) from exc
+        if backend.choose(box) == "landlock":
+            port: int | None = None
+            if isinstance(box.network, list):
+                from ..sandbox import netroute
+
+                port = await netroute.route_tcp(box.network, env)
+            return argv, (), landlock.prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port)
+        proxy_socket: str | None = None
+        if isinstance(box.network, list):
+            from ..sandbox import netroute
+
+            fds.append(sandbox.filter_fd(box))
+            proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
+        fds.append(sandbox.filter_fd(box, allow_unix=proxy_socket is not None))
+        argv = sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket)
+        return argv, tuple(fds), None
+    except BaseException as exc:
+        for fd in fds:
+            os.close(fd)
+        if isinstance(exc, sandbox.SandboxError):
+            raise LaunchError(str(exc), hint=exc.hint) from exc
+        raise
 
 
 P = TypeVar("P", bound=asyncio.SubprocessProtocol)
@@ -157,9 +192,11 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     argv = [resolve_command(spec, env), *spec.args]
+    pass_fds: tuple[int, ...] = ()
+    box: landlock.Plan | None = None
     if spec.sandbox is not None:
-        argv = await _sandboxed(spec, spec.sandbox, argv, env)
-    argv, preexec = _launch_plan(spec.limits, argv)
+        argv, pass_fds, box = await _sandboxed(spec, spec.sandbox, argv, env)
+    argv, preexec = _launch_plan(spec.limits, argv, box)
     loop = asyncio.get_running_loop()
     try:
         return await loop.subprocess_exec(
@@ -172,7 +209,14 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=preexec,
+            pass_fds=pass_fds,
         )
+    except subprocess.SubprocessError as exc:  # the pre-exec failed: no server ran
+        raise LaunchError(
+            f"the sandbox could not be applied to {spec.command!r} ({exc})",
+            hint="Check that Landlock and seccomp are available (stats() names the backend), "
+            "or use Sandbox(backend='bwrap').",
+        ) from exc
     except PermissionError as exc:
         raise LaunchError(
             f"command is not executable: {spec.command!r} ({exc.strerror})",
@@ -183,6 +227,11 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             f"could not start {spec.command!r}: {exc.strerror or exc}",
             hint="Check the command, its interpreter line and cwd.",
         ) from exc
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
+        if box is not None:
+            box.close()
 
 
 __all__ = [

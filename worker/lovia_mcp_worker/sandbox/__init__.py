@@ -1,6 +1,10 @@
 """The box around a stdio server.
 
+- ``backend``: which backend a ``Sandbox(backend=...)`` runs in;
 - ``bwrap``: the namespace backend, a bubblewrap command line;
+- ``landlock``: the Landlock + seccomp backend, where namespaces are refused;
+- ``writedeny``: the entries of a writable folder that stay read-only;
+- ``seccomp``: the system-call filter every backend puts on the server;
 - ``netroute``, ``netproxy``, ``netrequest``: the worker's allowlist proxy, a
   sandboxed server's only way to the network; ``_netbridge``: its forwarder
   inside the box.

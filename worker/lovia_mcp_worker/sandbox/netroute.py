@@ -30,6 +30,7 @@ logger = logging.getLogger("lovia_mcp.netproxy")
 SOCKET_NAME: Final = "proxy.sock"
 
 _proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, str]] = {}
+_tcp_proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, int]] = {}
 
 
 def _decision(host: str, port: int, allowed: bool) -> None:
@@ -37,11 +38,15 @@ def _decision(host: str, port: int, allowed: bool) -> None:
         logger.warning("sandbox proxy refused %s:%d (not in the network allowlist)", host, port)
 
 
-async def route(allowed: list[str], argv: list[str], env: dict[str, str]) -> tuple[str, list[str]]:
+async def route(
+    allowed: list[str], argv: list[str], env: dict[str, str], *, seccomp_fd: int | None = None
+) -> tuple[str, list[str]]:
     """Start (or reuse) the proxy for ``allowed``; set the proxy variables in ``env``.
 
     Returns the proxy's socket path (to bind into the sandbox) and ``argv``
-    behind the bridge. Raises SandboxError for a malformed allowlist entry.
+    behind the bridge, which installs the seccomp program from ``seccomp_fd``
+    before it executes ``argv``. Raises SandboxError for a malformed
+    allowlist entry.
     """
     key = tuple(allowed)
     entry = _proxies.get(key)
@@ -57,11 +62,32 @@ async def route(allowed: list[str], argv: list[str], env: dict[str, str]) -> tup
         entry = _proxies[key] = (proxy, path)
     _, path = entry
     env.update(netproxy.proxy_env())
-    return path, netproxy.bridge_argv(argv, socket_path=path)
+    return path, netproxy.bridge_argv(argv, socket_path=path, seccomp_fd=seccomp_fd)
+
+
+async def route_tcp(allowed: list[str], env: dict[str, str]) -> int:
+    """Start (or reuse) the loopback TCP proxy for ``allowed`` (the Landlock backend); set ``env``.
+
+    Returns the proxy's port, the only one the server may connect to.
+    """
+    key = tuple(allowed)
+    entry = _tcp_proxies.get(key)
+    if entry is None:
+        try:
+            entry = _tcp_proxies[key] = await netproxy.start_tcp(allowed, on_decision=_decision)
+        except ValueError as exc:
+            raise SandboxError(f"bad sandbox network allowlist: {exc}",
+                               hint="List host names, e.g. Sandbox(network=['api.github.com', '*.npmjs.org']).") from exc
+    env.update(netproxy.proxy_env(entry[1]))
+    return entry[1]
 
 
 async def aclose_all() -> None:
     """Stop every proxy and remove its socket directory (bounded by the proxies' own close)."""
+    for proxy, _ in list(_tcp_proxies.values()):
+        with contextlib.suppress(Exception):
+            await proxy.aclose()
+    _tcp_proxies.clear()
     entries = list(_proxies.values())
     _proxies.clear()
     for proxy, path in entries:
@@ -70,4 +96,4 @@ async def aclose_all() -> None:
         shutil.rmtree(path.rsplit("/", 1)[0], ignore_errors=True)
 
 
-__all__ = ["SOCKET_NAME", "aclose_all", "route"]
+__all__ = ["SOCKET_NAME", "aclose_all", "route", "route_tcp"]

@@ -90,12 +90,24 @@ class Session(Protocol):
 
     async def list_tools(self, trace: dict[str, str] | None = None) -> list[ToolSpec]: ...
 
+    async def ping(self) -> None:
+        """Return once the server answers a ping (its cancel grace, :mod:`.calls`)."""
+        ...
+
     async def call(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None,
         trace: dict[str, str] | None = None,
     ) -> tuple[list[ContentBlock], bool, bytes | None]: ...
 
     def end(self, reason: HostError) -> None: ...
+
+    # The process's end, for the teardown of a transport with a local tree
+    # (a remote one has none: exited, nothing to wait for or close).
+    def has_exited(self) -> bool: ...
+
+    async def wait_exited(self, timeout: float) -> bool: ...
+
+    def close_transport(self) -> None: ...
 
 
 class Generation:

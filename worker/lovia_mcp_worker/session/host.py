@@ -5,17 +5,10 @@ in through :meth:`Host.handle` and are answered through ``emit``. The same
 code runs inside a worker process (``isolation="process"``) and inside the
 agent process (``isolation="none"``); only the channel differs.
 
-What lives where:
-
-- :mod:`.generation`: one server's life as a state machine;
-- :mod:`.stdio` and :mod:`.jsonrpc`: the stdio transport and our own
-  JSON-RPC client; :mod:`.http`: the SDK for streamable HTTP;
-- :mod:`.failures`: what every failure is called; :mod:`.content`: results
-  and listings as wire structs; :mod:`.guard`: the process tree;
-- :mod:`.standby`: the READY generation a persistent connection with
-  spares keeps for its next restart;
-- :mod:`.containment`: each generation's tree, its limit watch and the kill
-  at its end.
+Around it (the package's ``__init__`` has the layout): :mod:`.generation`
+(one server's life), :mod:`.transports` (which session speaks to it),
+:mod:`.calls` (deadlines, cancels), :mod:`.standby`, :mod:`.listing`,
+:mod:`.progress`; ``containment`` (each generation's tree, limits, kill).
 
 Lifecycle: requests use the current generation, starting one on demand
 (single flight). A generation ends when the server exits, passes a limit,
@@ -28,23 +21,20 @@ a timed-out call on_timeout="kill" retires its generation: new calls go to a
 fresh server; the calls still running on the old one get its ``kill_grace``,
 then fail as ``server_exited`` (the agent retries them once).
 
-Caveats: restarts are counted in a sliding window; past ``restart_limit`` the
-host fails fast (``circuit_open``) until the window has passed. The agent
-keeps the connection's circuit (worker restarts included); this one is the
-worker's own backstop.
+The worker holds each call's deadline and gives a server its cancel grace
+(:mod:`.calls`). Restarts are counted by the agent's circuit (it alone also
+sees worker deaths), told by ``Started`` and ``Ended``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Final
 
 from .. import failures
 from ..containment import cgroup, guard
@@ -52,7 +42,9 @@ from ..containment.contain import SHUTDOWN_WAIT, Containment, session_tail
 from ..failures import HostError
 from .generation import Generation, Session, State
 from ..containment.launch import LaunchError
+from .calls import Calls
 from .listing import Listing
+from .transports import Hooks, transport
 from .progress import ProgressForwarder
 from ..protocol import (
     PROTOCOL_VERSION,
@@ -77,6 +69,7 @@ from ..protocol import (
     WorkerMessage,
 )
 from .standby import Standby
+from ..sandbox import backend as sandbox_backend
 
 def _version(gen: Generation) -> str | None:
     return None if gen.session is None else gen.session.protocol_version
@@ -97,15 +90,13 @@ class Host:
         # oldest first; which generation each call in flight runs on.
         self.current: Generation | None = None
         self._gens: list[Generation] = []
-        self._on: dict[int, Generation] = {}
+        self._calls = Calls(self._retire, self._wedged)
         self.containment = Containment(subreaper=subreaper, gens=lambda: self._gens, log=self._log)
         self._starting: asyncio.Task[Generation] | None = None
         # With spec.standby: a READY generation no request uses yet, promoted
         # when the current one ends (a restart without the start-up wait).
         self._standby = Standby(functools.partial(self._start, standby=True), self._log)
-        self._tasks: dict[int, asyncio.Task[None]] = {}
         self._generations = 0
-        self._restart_times: collections.deque[float] = collections.deque()
         self._created = time.monotonic()
         # Strong references to this host's generation tasks (asyncio keeps
         # only weak ones); aclose waits for them.
@@ -114,12 +105,6 @@ class Host:
         self.calls = 0
         self.errors = 0
         self.timeouts = 0
-        self.restarts = 0
-        # Why the last generation ended; it becomes last_restart_reason when
-        # the restart it calls for is counted (stats never show a reason for
-        # a restart that has not happened).
-        self._last_end: str | None = None
-        self.last_restart_reason: str | None = None
         self.garbage_lines = 0
         # The agent's trace context for the open's handshake (Open.trace).
         self._open_trace: dict[str, str] | None = None
@@ -144,11 +129,7 @@ class Host:
             self._emit(failures.closed("the connection is closing").failure(msg.id))
             return
         task = asyncio.ensure_future(self._serve(msg))
-        self._tasks[msg.id] = task
-        task.add_done_callback(functools.partial(self._forget, msg.id))
-
-    def _forget(self, request_id: int, _task: asyncio.Task[None]) -> None:
-        self._tasks.pop(request_id, None)
+        self._calls.add(msg.id, task, msg.timeout if isinstance(msg, CallTool) else None, self._deadline)
 
     async def _serve(self, msg: AgentMessage) -> None:
         try:
@@ -156,7 +137,10 @@ class Host:
                 self._open(msg)
                 gen = await self._live()
                 self.listing.sent(gen.tools)
-                self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools,
+                if msg.spec.sandbox is not None:
+                    self._log(logging.INFO, f"sandbox: {sandbox_backend.in_use()} "
+                              f"(asked for backend={msg.spec.sandbox.backend!r})")
+                self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools, generation=gen.number,
                                   protocol_version=_version(gen), listing_ttl=_ttl(gen)))
             elif isinstance(msg, ListTools):
                 gen = await self._live()
@@ -174,7 +158,11 @@ class Host:
                 self.errors += 1
             self._emit(exc.failure(msg.id))
         except asyncio.CancelledError:
-            raise
+            if msg.id not in self._calls.expired:
+                raise
+            # This side's deadline cancelled it: the caller is told.
+            assert isinstance(msg, CallTool)
+            self._emit(failures.timed_out(msg.timeout or 0.0).failure(msg.id))
         except Exception as exc:  # noqa: BLE001 - a worker bug must still answer the request
             self._log(logging.ERROR, f"internal error serving {type(msg).__name__}: {exc!r}")
             self._emit(Failure(id=msg.id, kind="internal", message=f"{type(exc).__name__}: {exc}"))
@@ -190,42 +178,63 @@ class Host:
         self._open_trace = msg.trace
 
     def _cancel(self, msg: Cancel) -> None:
-        task = self._tasks.get(msg.id)
-        if task is None:
+        task = self._calls.tasks.get(msg.id)
+        if task is None or task.done() or msg.id in self._calls.expired:
+            return  # answered, or already timed out here
+        if self._calls.due(msg.id):
+            # The caller's timer and this side's deadline: one timeout.
+            self._timed_out(self._calls.expire(msg.id))
             return
-        # The generation the call runs on, if it reached one: a call that
-        # timed out while waiting for a start retires nothing.
-        gen = self._on.get(msg.id)
+        # The generation the call runs on, if it reached one.
+        gen = self._calls.on.get(msg.id)
         # Cancelling the task abandons the request: the JSON-RPC client sends
-        # the server notifications/cancelled.
+        # the server notifications/cancelled; the server gets its cancel grace.
         task.cancel()
-        if msg.timed_out:
-            self.timeouts += 1
-            spec = self.spec
-            if gen is not None and spec is not None and spec.on_timeout == "kill":
-                self._retire(gen, spec.kill_grace)
+        if self.spec is not None:
+            self._calls.probe(gen, self.spec.kill_grace)
 
-    def _retire(self, gen: Generation, grace: float) -> None:
-        """New requests go to a fresh server now; ``gen`` is killed after ``grace``."""
-        reason = failures.timed_out_kill()
+    def _deadline(self, rid: int) -> None:
+        task = self._calls.tasks.get(rid)
+        if task is not None and not task.done() and rid not in self._calls.expired:
+            self._timed_out(self._calls.expire(rid))
+
+    def _timed_out(self, gen: Generation | None) -> None:
+        """A call passed its deadline on ``gen`` (``None``: before it reached a server)."""
+        self.timeouts += 1
+        spec = self.spec
+        if spec is None:
+            return
+        if spec.on_timeout == "kill":
+            if gen is not None:
+                self._retire(gen, spec.kill_grace, failures.timed_out_kill())
+        else:
+            self._calls.probe(gen, spec.kill_grace)
+
+    def _retire(self, gen: Generation, grace: float, reason: HostError) -> None:
+        """New requests go to a fresh server now; ``gen`` is stopped with ``reason`` after ``grace``."""
         if gen.serving:
-            self._last_end = reason.message
-        gen.drain(grace, reason)
+            if self._standby.gen is not gen:
+                self._emit(Ended(generation=gen.number, reason=reason.message, draining=True))
+            gen.drain(grace, reason)
         if self.current is gen:
             self.current = None
+
+    def _wedged(self, gen: Generation, why: str) -> None:
+        if self.spec is not None:
+            self._log(logging.WARNING, f"server {self.spec.name!r} generation {gen.number}: {why}")
 
     async def _call(self, msg: CallTool) -> Result:
         gen = await self._live()
         self.calls += 1
         assert gen.session is not None
-        self._on[msg.id] = gen
+        self._calls.on[msg.id] = gen
         progress = ProgressForwarder(self._emit, msg.id)
         try:
             content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
             # A list_changed the server sent before this answer is sent first.
             await self.listing.settled(gen)
         finally:
-            self._on.pop(msg.id, None)
+            self._calls.on.pop(msg.id, None)
             progress.close()  # the last progress held goes out before the answer
         return Result(id=msg.id, content=content, is_error=is_error, structured_content=structured)
 
@@ -234,6 +243,10 @@ class Host:
         while True:
             gen = self.current
             if gen is not None and gen.serving:
+                if self._calls.probing(gen):
+                    # A cancel's grace is under way: the verdict first.
+                    await self._calls.settled(gen)
+                    continue
                 return gen
             if gen is not None and gen.state is not State.STARTING:
                 # Draining or ending: it goes down in the background, and a
@@ -264,11 +277,10 @@ class Host:
             self._standby.soon()
 
     def _promote(self) -> Generation | None:
-        """The standby as the current generation (counted as a restart), if one is serving."""
+        """The standby as the current generation (a restart, for the agent's circuit), if one is serving."""
         gen, spec = self._standby.serving(), self.spec
         if gen is None or spec is None:
             return None
-        self._count_restart(spec)  # the circuit: raises, leaving the standby where it was
         self._standby.take()
         self.current = gen
         self._log(logging.INFO, f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, "
@@ -280,29 +292,13 @@ class Host:
         self._standby_soon()
         return gen
 
-    def _count_restart(self, spec: ServerSpec) -> None:
-        """The crash-loop circuit: raises once ``restart_limit`` restarts fall in the window."""
-        now = time.monotonic()
-        while self._restart_times and now - self._restart_times[0] > spec.restart_window:
-            self._restart_times.popleft()
-        if len(self._restart_times) >= spec.restart_limit:
-            wait = spec.restart_window - (now - self._restart_times[0])
-            raise failures.circuit_open(
-                spec.name, len(self._restart_times), spec.restart_window, self._last_end, wait
-            )
-        self._restart_times.append(now)
-        self.restarts += 1
-        self.last_restart_reason = self._last_end
-
     async def _start(self, *, standby: bool = False) -> Generation:
         spec = self.spec
         if spec is None:
             raise HostError("internal", "no server spec: Open was never sent")
-        if self._generations > 0 and not standby:  # a standby counts when it is promoted
-            self._count_restart(spec)
         self._generations += 1
         gen = Generation(self._generations)
-        if spec.transport == "stdio":
+        if transport(spec).contained:
             gen.tree = self.containment.tree(gen.number, spec)
         self._gens.append(gen)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -331,8 +327,7 @@ class Host:
             self._log(logging.DEBUG, f"standby server {spec.name!r} ready (pid {gen.server_pid}, generation {gen.number})")
             return gen
         self._log(logging.INFO, f"server {spec.name!r} started (pid {gen.server_pid}, generation {gen.number})")
-        # If this worker dies, the agent kills the server's process group
-        # itself, and that must be this generation's group.
+        # A restart, for the agent's circuit (Opened answers the first).
         self._emit(self._started_message(gen, spec))
         # A restarted server may list other tools than the one before it.
         self.listing.announce(gen.tools)
@@ -341,9 +336,8 @@ class Host:
     def _started_message(self, gen: Generation, spec: ServerSpec) -> Started:
         return Started(
             server_pid=gen.server_pid, generation=gen.number,
-            reason=self.last_restart_reason if self.restarts else None,
             protocol_version=_version(gen),
-            sandbox="bwrap" if spec.sandbox is not None and spec.transport == "stdio" else None,
+            sandbox=sandbox_backend.in_use() if spec.sandbox is not None else None,
         )
 
     async def _wait_down(self, gen: Generation) -> None:
@@ -351,24 +345,14 @@ class Host:
             await asyncio.wait_for(gen.down.wait(), SHUTDOWN_WAIT)
 
     def _session(self, gen: Generation, spec: ServerSpec) -> Session:
-        if spec.transport == "http":
-            from ..transport.http import HttpSession
-
-            return HttpSession(
-                spec, on_end=gen.stop, warn=lambda text: self._log(logging.WARNING, text),
-                on_tools_changed=lambda: self.listing.changed(gen), trace=self._open_trace,
-            )
-
-        from ..transport.stdio import StdioSession
-
-        return StdioSession(
-            spec,
+        return transport(spec).make(spec, Hooks(
             on_end=gen.stop,
             log=self._log,
             on_garbage=self._garbage,
             explain=lambda reason: self.containment.kernel_reason(gen, spec, reason),
             on_tools_changed=lambda: self.listing.changed(gen),
-        )
+            trace=self._open_trace,
+        ))
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
         """Own one generation from launch to teardown (anyio needs one task for both)."""
@@ -378,25 +362,13 @@ class Host:
         entering: asyncio.Future[int] | None = None
         try:
             async with session.running():
-                if gen.tree is not None and gen.server_pid is not None:
-                    gen.tree.attach(gen.server_pid)
-                    if isinstance(gen.tree, cgroup.CgroupTree):
-                        # The move into the cgroup waits out an RCU grace
-                        # period: done beside the handshake, not before it.
-                        entering = asyncio.ensure_future(asyncio.to_thread(gen.tree.cgroup.enter, gen.server_pid))
+                # The move into a cgroup runs beside the handshake.
+                entering = self.containment.attach(gen)
                 watchers += self.containment.watch(gen, spec)
                 # The open's trace context goes with the first handshake only.
                 trace, self._open_trace = self._open_trace, None
                 tools = await session.start(trace)
-                if entering is not None:
-                    try:
-                        await entering
-                    except OSError as exc:
-                        cgroup.disable()
-                        raise HostError(
-                            "open", f"could not move the server into its cgroup: {exc}",
-                            hint=f"Set {cgroup.ENV_SWITCH}=0 to use the watch instead of cgroups.",
-                        ) from None
+                await self.containment.entered(entering)
                 if gen.state is State.STARTING:
                     gen.ready(tools)
                     ready.set_result(None)
@@ -409,26 +381,21 @@ class Host:
             if isinstance(exc, asyncio.CancelledError):
                 gen.stop(failures.closed())
                 raise
-            opened = gen.state is not State.STARTING
-            if spec.transport == "http":
-                gen.stop(failures.http_failed(spec.url, failures.describe(exc), opened=opened))
-            elif opened:
-                gen.stop(failures.lost(failures.describe(exc), session.stderr_tail))
-            else:
-                gen.stop(failures.start_failed(failures.describe(exc), session.stderr_tail))
+            gen.stop(transport(spec).failed(spec, session, exc, gen.state is not State.STARTING))
         finally:
             gen.stop(failures.closed())  # a no-op unless the body ended without a reason
             if self.current is gen:
                 self.current = None  # the next request starts a fresh one while this one is torn down
             waiting = self._standby.forget(gen)  # a standby no request used: not a restart's reason
             started = ready.done()
-            if started and gen.reason is not None and not self._closing and gen.reason.kind != "closed":
-                if not gen.drained and not waiting:  # a retired generation's reason was noted when it was retired
-                    self._last_end = gen.reason.message
+            reason = gen.reason
+            told = reason is not None and reason.kind != "closed"
+            if started and told and not self._closing:
+                assert reason is not None
                 what = "standby generation" if waiting else "generation"
-                self._log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {gen.reason.message}")
+                self._log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {reason.message}")
             if started and not self._closing and not waiting:
-                self._emit(Ended(server_pid=gen.server_pid, generation=gen.number))
+                self._emit(Ended(generation=gen.number, reason=reason.message if told and reason else None))
             await asyncio.shield(self.containment.teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:
@@ -456,7 +423,7 @@ class Host:
         use = guard.TreeUsage(0, 0.0, 0)
         if gen is not None and pid is not None and gen.tree is not None:
             use = gen.tree.usage()
-        http = self.spec is not None and self.spec.transport == "http"
+        contained = self.spec is None or transport(self.spec).contained
         return Stats(
             worker_pid=os.getpid(),
             server_pid=pid,
@@ -466,13 +433,12 @@ class Host:
             calls=self.calls,
             errors=self.errors,
             timeouts=self.timeouts,
-            restarts=self.restarts,
-            last_restart_reason=self.last_restart_reason,
             uptime_seconds=time.monotonic() - self._created,
             garbage_lines=self.garbage_lines,
-            enforcement="none" if http else self.containment.enforcement or "watch",
+            enforcement=self.containment.enforcement or "watch" if contained else "none",
             oom_kills=self.containment.total_oom_kills(),
             protocol_version=_version(gen) if serving and gen is not None else None,
+            sandbox=sandbox_backend.in_use() if self.spec is not None and self.spec.sandbox is not None else None,
         )
 
     def _log(self, level: int, message: str, stderr: bool = False) -> None:
@@ -481,7 +447,8 @@ class Host:
     async def aclose(self) -> None:
         """Stop the server tree (bounded) and fail what is still in flight."""
         self._closing = True
-        for task in list(self._tasks.values()):
+        self._calls.cancel_probes()
+        for task in list(self._calls.tasks.values()):
             if task is not asyncio.current_task():
                 task.cancel()
         if self._starting is not None:

@@ -5,8 +5,10 @@
   (the handshake, 2026-07-28) and how the client negotiates between them;
   ``_jsonscan``: a message's id without parsing it;
 - ``http``: streamable HTTP through the MCP SDK's public API (the one place
-  the worker imports ``mcp``);
-- ``content``: MCP results and listings as wire structs.
+  the worker imports ``mcp``).
+
+Both read results and listings with the protocol's MCP-JSON codec
+(:mod:`~lovia_mcp_worker.protocol`), pagination included.
 """
 
 __all__: list[str] = []

@@ -10,6 +10,10 @@ module adapts them to the interface
 session lives inside :meth:`HttpSession.running`, held by the generation's
 own task.
 
+The SDK's validated results are dumped as MCP JSON objects and read by the
+protocol's MCP-JSON codec, as the stdio client's are (the same structs, the
+same pagination loop and page cap).
+
 Caveats: results are validated by the SDK against the protocol models, as in
 lovia's in-process plugin, so a server whose tool listing breaks the schema
 fails here where the stdio client (which validates nothing it does not use)
@@ -26,10 +30,19 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 from .. import failures
-from .content import call_result, tool_specs
 from ..failures import HostError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS, ContentBlock, ServerSpec, ToolSpec
+from ..protocol import (
+    MCP_HANDSHAKE_VERSIONS,
+    MCP_MODERN_VERSIONS,
+    CallOutcome,
+    ContentBlock,
+    MCPJSONError,
+    ServerSpec,
+    ToolSpec,
+    call_result,
+    list_tools,
+)
 from . import era
 from .era import CLIENT_INFO
 
@@ -183,35 +196,34 @@ class HttpSession:
     async def list_tools(self, trace: dict[str, str] | None = None) -> list[ToolSpec]:
         from mcp_types import PaginatedRequestParams
 
-        tools: list[ToolSpec] = []
-        seen: set[str] = set()
-        cursor: str | None = None
         asked = time.monotonic()
-        while True:
+        ttls: list[float | None] = []
+
+        async def page(cursor: str | None) -> dict[str, Any]:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
-            page = await self._race(self._live().list_tools(params=params), "tools/list", trace)
-            dumped = page.model_dump(by_alias=True, mode="json", exclude_none=True)
-            tools.extend(tool_specs(dumped, self._warn))
-            if cursor is None:
-                self.listing_ttl = None
+            listed = await self._race(self._live().list_tools(params=params), "tools/list", trace)
+            dumped = dict(listed.model_dump(by_alias=True, mode="json", exclude_none=True))
             # Modern listings only: the SDK's model says 0 where a handshake server said nothing.
-            if self.protocol_version in MCP_MODERN_VERSIONS:
-                ttl = era.ttl_seconds(dumped)
-                if ttl is not None and (self.listing_ttl is None or ttl < self.listing_ttl):
-                    self.listing_ttl = ttl
-            cursor = page.next_cursor
-            if not cursor:
-                self.listed_at = asked
-                return tools
-            if cursor in seen:
-                self._warn(f"tools/list repeated the cursor {cursor[:80]!r}; listing stopped at {len(tools)} tools")
-                return tools
-            seen.add(cursor)
+            ttls.append(era.ttl_seconds(dumped) if self.protocol_version in MCP_MODERN_VERSIONS else None)
+            return dumped
+
+        try:
+            tools = await list_tools(page, self._warn)
+        except MCPJSONError as exc:
+            raise failures.bad_reply("tools/list", str(exc)) from None
+        # A listing is as fresh as its shortest-lived page.
+        self.listing_ttl = None if not ttls or None in ttls else min(t for t in ttls if t is not None)
+        self.listed_at = asked
+        return tools
+
+    async def ping(self) -> None:
+        """Returns once the server answers a ping."""
+        await self._race(self._live().send_ping(), "ping")
 
     async def call(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None,
         trace: dict[str, str] | None = None,
-    ) -> tuple[list[ContentBlock], bool, bytes | None]:
+    ) -> CallOutcome:
         import msgspec
 
         args = msgspec.json.decode(arguments) if arguments else {}
@@ -228,11 +240,15 @@ class HttpSession:
         result = await self._race(
             self._live().call_tool(name, args, progress_callback=callback, allow_input_required=True), name, trace,
         )
+        # Dumped as objects, not JSON: a big text is then never copied.
         dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         asked = era.input_required(dumped)
         if asked is not None:
             return [ContentBlock(type="text", text=asked)], True, None
-        return call_result(dumped)
+        try:
+            return call_result(dumped)
+        except MCPJSONError as exc:
+            raise failures.bad_reply(name, str(exc)) from None
 
     def _live(self) -> Any:
         """The SDK session, or the reason it is gone.
@@ -250,6 +266,16 @@ class HttpSession:
             f"the connection to {self.spec.url} closed",
             hint="Check that the server is running and reachable.",
         )
+
+    # No local process: nothing to wait for or close at teardown.
+    def has_exited(self) -> bool:
+        return True
+
+    async def wait_exited(self, timeout: float) -> bool:
+        return True
+
+    def close_transport(self) -> None:
+        pass
 
     def end(self, reason: HostError) -> None:
         if not self._ended.done():

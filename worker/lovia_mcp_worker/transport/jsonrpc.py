@@ -9,8 +9,8 @@ a tool server and nothing more:
   negotiates, or the handshake only, or a pinned version; in the 2026-07-28
   era every request carries the ``_meta`` envelope, and tool-list changes
   come on a ``subscriptions/listen`` stream (:meth:`Client.listen`);
-- paginated ``tools/list`` (a cursor seen before ends the listing with a
-  warning instead of spinning), ``tools/call``;
+- paginated ``tools/list`` (the protocol's one pagination loop,
+  :func:`~lovia_mcp_worker.protocol.list_tools`), ``tools/call``;
 - ``notifications/cancelled`` when a caller abandons a request;
 - a ``progressToken`` on each ``tools/call`` whose caller wants progress,
   and ``notifications/progress`` for it handed to that caller;
@@ -23,9 +23,9 @@ a tool server and nothing more:
 Request ids are integers, as the SDK numbers them (some servers accept
 nothing else). Replies are matched by their *top-level* id whatever the key
 order; a line that cannot be decoded still answers its request through
-:func:`~lovia_mcp_worker.transport._jsonscan.top_level_id`. Results are decoded only
-as far as they are used: no model validation, so one loose schema or an
-extra field never fails a call.
+:func:`~lovia_mcp_worker.transport._jsonscan.top_level_id`. Results are decoded
+by the protocol's MCP-JSON codec, leniently: no model validation, so one
+loose schema or an extra field never fails a call.
 
 Non-goals: resources, prompts, sampling, resource subscriptions; batches
 (MCP dropped them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
@@ -38,25 +38,31 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
 from .. import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
-from .content import tool_specs
 from ..failures import HostError, RemoteError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS, ToolSpec
+from ..protocol import (
+    MCP_HANDSHAKE_VERSIONS,
+    MCP_MODERN_VERSIONS,
+    CallOutcome,
+    ContentBlock,
+    MCPJSONError,
+    ToolSpec,
+    call_result,
+    json_object,
+    list_tools,
+)
 from . import era
 from .era import CLIENT_INFO
 
 # The handshake's versions, newest first: the first is offered, any is
 # accepted back (the modern era's are negotiated by :mod:`.era`).
 PROTOCOL_VERSIONS: Final = MCP_HANDSHAKE_VERSIONS
-# A listing longer than this many pages is cut (with a warning): a server
-# whose cursors never repeat but never end must not spin until open_timeout.
-MAX_LIST_PAGES: Final = 1000
 METHOD_NOT_FOUND: Final = -32601
 # Requests only a client sends: a "server" sending one back is echoing
 # our own stdin (``cat``), not speaking MCP.
@@ -75,6 +81,8 @@ _LOG_LEVELS: Final = {
     "alert": logging.CRITICAL,
     "emergency": logging.CRITICAL,
 }
+
+T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
@@ -295,16 +303,14 @@ class Client:
                 )
             raise
 
-    async def _object(self, method: str, params: bytes | None, *, what: str, cancellable: bool = True) -> dict[str, Any]:
+    async def _decoded(self, method: str, params: bytes | None, read: Callable[[msgspec.Raw], T], *, what: str,
+                       cancellable: bool = True) -> T:
+        """The result of a request, read by the MCP-JSON codec; a reply it cannot read is a protocol failure."""
         raw = await self.request(method, params, what=what, cancellable=cancellable)
         try:
-            value = _decode(raw)
-        except _UNDECODABLE as exc:
-            why = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise failures.bad_reply(what, f"could not be decoded ({why})") from None
-        if not isinstance(value, dict):
-            raise failures.bad_reply(what, f"was a {type(value).__name__}, not an object")
-        return value
+            return read(raw)
+        except MCPJSONError as exc:
+            raise failures.bad_reply(what, str(exc)) from None
 
     # -- MCP ----------------------------------------------------------------- #
     def _meta(self, *parts: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -348,7 +354,7 @@ class Client:
         if trace:
             params["_meta"] = trace
         # The spec forbids cancelling initialize.
-        return self._object("initialize", _encode(params), what="initialize", cancellable=False)
+        return self._decoded("initialize", _encode(params), json_object, what="initialize", cancellable=False)
 
     def adopt_handshake(self, result: dict[str, Any]) -> None:
         version = result.get("protocolVersion")
@@ -370,7 +376,7 @@ class Client:
 
     def discover(self, version: str, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
         params = _encode({"_meta": {**era.envelope(version), **(trace or {})}})
-        return self._object("server/discover", params, what="server/discover", cancellable=False)
+        return self._decoded("server/discover", params, json_object, what="server/discover", cancellable=False)
 
     async def listen(self) -> None:
         """Hold a ``subscriptions/listen`` stream for tool-list changes (the modern era) until cancelled.
@@ -382,35 +388,31 @@ class Client:
         await self.request("subscriptions/listen", params, what="subscriptions/listen")
 
     async def list_tools(self, warn: Callable[[str], None], trace: Trace = None) -> list[ToolSpec]:
-        tools: list[ToolSpec] = []
-        seen: set[str] = set()
-        cursor: str | None = None
         asked = time.monotonic()
-        for _ in range(MAX_LIST_PAGES):
+        ttls: list[float | None] = []
+
+        async def page(cursor: str | None) -> msgspec.Raw:
             fields: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
             meta = self._meta(trace)
             if meta:
                 fields["_meta"] = meta
-            params = _encode(fields) if fields else None
-            page = await self._object("tools/list", params, what="tools/list")
-            ttl = era.ttl_seconds(page)
-            if cursor is None or ttl is None or (self.listing_ttl is not None and ttl < self.listing_ttl):
-                self.listing_ttl = ttl  # a listing is as fresh as its shortest-lived page
-            tools.extend(tool_specs(page, warn))
-            cursor = page.get("nextCursor")
-            if not cursor or not isinstance(cursor, str):
-                self.listed_at = asked
-                return tools
-            if cursor in seen:
-                warn(f"tools/list repeated the cursor {cursor[:80]!r}; listing stopped at {len(tools)} tools")
-                return tools
-            seen.add(cursor)
-        warn(f"tools/list had more than {MAX_LIST_PAGES} pages; listing stopped at {len(tools)} tools")
+            raw = await self.request("tools/list", _encode(fields) if fields else None, what="tools/list")
+            # ttlMs is the modern era's (a handshake-era listing has no limit).
+            ttls.append(era.ttl_seconds(json_object(raw)) if self.modern else None)
+            return raw
+
+        try:
+            tools = await list_tools(page, warn)
+        except MCPJSONError as exc:
+            raise failures.bad_reply("tools/list", str(exc)) from None
+        # A listing is as fresh as its shortest-lived page.
+        self.listing_ttl = None if not ttls or None in ttls else min(t for t in ttls if t is not None)
+        self.listed_at = asked
         return tools
 
     async def call_tool(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None, trace: Trace = None
-    ) -> dict[str, Any]:
+    ) -> CallOutcome:
         """``tools/call`` with the agent's argument bytes as they are (a JSON object).
 
         With ``on_progress``, the request carries a ``progressToken`` and each
@@ -422,7 +424,7 @@ class Client:
             meta = self._meta(trace)
             if meta:
                 params += b',"_meta":' + _encode(meta)
-            return await self._object("tools/call", params + b"}", what=name)
+            return await self._decoded("tools/call", params + b"}", self._call_result, what=name)
         token = next(self._tokens)
         self._progress[token] = on_progress
         try:
@@ -430,9 +432,19 @@ class Client:
                 params += b',"_meta":{"progressToken":%d}}' % token
             else:
                 params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
-            return await self._object("tools/call", params, what=name)
+            return await self._decoded("tools/call", params, self._call_result, what=name)
         finally:
             self._progress.pop(token, None)
 
+    def _call_result(self, raw: msgspec.Raw) -> CallOutcome:
+        if not self.modern:
+            return call_result(raw)
+        result = json_object(raw)
+        # An InputRequiredResult (elicitation, sampling, roots: non-goals) is a tool error naming what was asked.
+        asked = era.input_required(result)
+        if asked is not None:
+            return [ContentBlock(type="text", text=asked)], True, None
+        return call_result(result)
 
-__all__ = ["CLIENT_INFO", "CLIENT_METHODS", "MAX_LIST_PAGES", "PROTOCOL_VERSIONS", "Client"]
+
+__all__ = ["CLIENT_INFO", "CLIENT_METHODS", "PROTOCOL_VERSIONS", "Client"]

@@ -29,7 +29,6 @@ from typing import Any, Final
 
 from .. import failures
 from ._jsonscan import MISSING, IdScanner
-from .content import call_result
 from ..failures import HostError, RemoteError
 from . import era
 from .jsonrpc import Client, Trace
@@ -342,17 +341,18 @@ class StdioSession:
     def _warn(self, text: str) -> None:
         self._log(logging.WARNING, text, False)
 
+    async def ping(self) -> None:
+        """Returns once the server answers a ping (an error object is an answer too: it is alive)."""
+        with contextlib.suppress(RemoteError):
+            await self.client.request("ping", None, what="ping")
+
     async def call(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None, trace: Trace = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
         try:
-            result = await self.client.call_tool(name, arguments, on_progress, trace)
+            return await self.client.call_tool(name, arguments, on_progress, trace)
         except RemoteError as exc:
             raise failures.remote(name, exc) from None
-        asked = era.input_required(result)
-        if asked is not None:
-            return [ContentBlock(type="text", text=asked)], True, None
-        return call_result(result)
 
     # -- the process's side -------------------------------------------------- #
     def _write(self, line: bytes) -> None:
@@ -439,6 +439,9 @@ class StdioSession:
         if not self._ended:
             self._ended = True
             self._on_end(reason)
+
+    def has_exited(self) -> bool:
+        return self.exited.done()
 
     async def wait_exited(self, timeout: float) -> bool:
         if self.transport is None:

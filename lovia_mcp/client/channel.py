@@ -1,7 +1,7 @@
 """Channels from a connection to its session host.
 
 - :class:`ProcessChannel`: a worker process forked from lovia-mcp's own
-  forkserver (:mod:`lovia_mcp_worker.process`), which has the worker package
+  forkserver (:mod:`.forkserver`), which has the worker package
   preloaded (and the MCP SDK where HTTP servers are used, see
   :func:`warm_up`); frames over a socket pair, read without ever
   blocking the agent's event loop, decoded only as typed msgspec and never
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import threading
@@ -31,8 +30,9 @@ import msgspec
 from lovia.exceptions import UserError
 
 from lovia_mcp_worker.framing import FrameReader, send_frame
-from lovia_mcp_worker.process import SUPPORTED, ForkServer, WorkerProcess
 from lovia_mcp_worker.protocol import AgentMessage, Open, WorkerMessage, agent_decoder, encoder
+
+from .forkserver import SUPPORTED, ForkServer, WorkerProcess
 
 # Modules the forkserver imports once so every worker starts with them loaded.
 # A missing module (no ``mcp``) is skipped by the forkserver; the worker then
@@ -47,16 +47,11 @@ PRELOAD: Final = [
 PRELOAD_HTTP: Final = [*PRELOAD[:-1], "lovia_mcp_worker._warm_http", PRELOAD[-1]]
 # How long a worker gets to exit after its pipe closed or Close was answered.
 WORKER_EXIT_WAIT: Final = 5.0
-# After killing what a dead worker left in its cgroups, when to remove them:
-# SIGKILLed processes are gone within milliseconds.
-LEFTOVER_CLEANUP_DELAY: Final = 0.5
 
 OnMessage = Callable[[WorkerMessage], None]
 OnLost = Callable[[str], None]
 
 _forkserver = ForkServer(PRELOAD)
-# The reader under its former name (tests count the bytes it reads).
-_Reader = FrameReader
 
 
 def warm_up(*, http: bool = False) -> None:
@@ -79,9 +74,8 @@ def _quiet_warm_up(http: bool) -> None:
 
 
 def helper_pids() -> set[int]:
-    """Pids of this process's long-lived helpers (the forkserver), shared by every connection."""
-    pid = _forkserver.pid
-    return set() if pid is None else {pid}
+    """Pids of this process's long-lived helpers (the forkserver and its idle worker), shared by every connection."""
+    return _forkserver.helper_pids()
 
 
 class ProcessChannel:
@@ -174,6 +168,12 @@ class ProcessChannel:
             msg = msgspec.structs.replace(msg, environ=dict(os.environ))
         send_frame(transport, self._enc.encode(msg))
 
+    def abort(self) -> None:
+        """Give the worker up at once (it stopped answering): SIGKILL; :meth:`aclose` still reaps it."""
+        self._lost = True
+        if self._proc is not None:
+            self._proc.kill()
+
     async def aclose(self) -> None:
         """Drop the pipe and make sure the worker is gone (bounded)."""
         self._lost = True
@@ -215,6 +215,10 @@ class LocalChannel:
         """Return once the channel is closed (the host cannot be lost otherwise)."""
         await self._gone.wait()
 
+    def abort(self) -> None:
+        """Stop using this host (:meth:`aclose` stops its servers)."""
+        self.alive = False
+
     async def aclose(self) -> None:
         self.alive = False
         self._gone.set()
@@ -222,19 +226,4 @@ class LocalChannel:
             await self._host.aclose()
 
 
-def kill_leftovers(channel: ProcessChannel | LocalChannel) -> None:
-    """A dead worker's generations, escapees included, killed through their cgroups (where it had any)."""
-    if not isinstance(channel, ProcessChannel) or channel.pid is None:
-        return
-    from lovia_mcp_worker.containment import cgroup
-
-    try:
-        if cgroup.kill_leftovers(channel.pid) or cgroup.remove_leftovers(channel.pid):
-            # Removable once the killed processes are gone; the next worker's
-            # start sweeps whatever is still there.
-            asyncio.get_running_loop().call_later(LEFTOVER_CLEANUP_DELAY, cgroup.remove_leftovers, channel.pid)
-    except Exception as exc:  # noqa: BLE001 - best effort: the worker is gone either way
-        logging.getLogger("lovia_mcp").debug("could not clean up a dead worker's cgroups: %r", exc)
-
-
-__all__ = ["PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "kill_leftovers", "warm_up", "warm_up_soon"]
+__all__ = ["PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon"]

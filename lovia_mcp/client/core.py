@@ -1,0 +1,435 @@
+"""The client core: one connection's requests to its worker, each job done once.
+
+It owns request ids and their futures, the channel (a worker process, or
+the in-process host) and its replacement after a loss, the dispatch of what
+the worker sends, the clean-up after a lost worker, and the restart circuit
+(:mod:`.circuit`). A request ends in a value: the worker's answer, or a
+:class:`~lovia_mcp_worker.protocol.Failure` (the worker's, or one the core
+makes: ``worker_died``, ``circuit_open``, ``closed``). Nothing here raises to
+steer control; the caller turns a failure into an error in one place
+(:mod:`lovia_mcp._errors`) and decides a retry in one place (:mod:`.retry`).
+
+What the worker owns, the core is told and applies: a call's deadline and
+its timeout kill (the call carries its deadline), the tool list
+(``Opened``, ``Tools``, ``ToolsChanged``), the server's pid. The agent keeps
+only a bounded backstop for a worker that never answers at all.
+
+Lifecycle: :meth:`ClientCore.connect` starts a channel and waits for
+``Opened``; a lost worker is replaced on the next request (a restart for
+the circuit); :meth:`ClientCore.close` is bounded and shielded;
+:meth:`ClientCore.close_soon` starts the same close and leaves its end to
+a background task (:mod:`.closing`), so a run's end does not wait for a
+server's death.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Literal
+
+from lovia_mcp_worker.framing import frame_cap
+from lovia_mcp_worker.protocol import (
+    MCP_MODERN_VERSIONS,
+    AgentMessage,
+    Cancel,
+    Close,
+    Ended,
+    Failure,
+    Log,
+    Open,
+    Opened,
+    Progress,
+    ServerSpec,
+    Started,
+    ToolSpec,
+    Tools,
+    ToolsChanged,
+    WorkerMessage,
+)
+
+from .channel import LocalChannel, ProcessChannel
+from . import closing
+from .. import tracing
+from .circuit import RestartCircuit
+from .retry import ENDED
+
+logger = logging.getLogger("lovia_mcp")
+# MCP progress of running calls: one INFO record per update (the worker
+# coalesces them), with ``server``, ``tool``, ``progress``, ``total`` and
+# ``progress_message`` (the server's own text, or None).
+progress_logger = logging.getLogger("lovia_mcp.progress")
+
+# Bound on a close: the worker's own tree kill is bounded below this.
+CLOSE_WAIT: Final = 8.0
+# How long past a call's deadline (and its kill grace) the agent waits for
+# the worker's answer before it gives the worker up. The worker holds the
+# deadline and answers at it; only a worker whose own loop is stuck misses
+# it by this much, and then nothing else it owes will come either.
+ANSWER_BACKSTOP: Final = 10.0
+
+Channel = ProcessChannel | LocalChannel
+# Where the session host runs: a worker process, or the agent's own loop.
+Isolation = Literal["process", "none"]
+OnTools = Callable[[list[ToolSpec], bool], None]
+
+
+class ClientCore:
+    """Requests to one server's session host, over a channel the core replaces when it is lost.
+
+    ``on_tools(tools, changed)`` is called with every list the worker
+    announces (``changed``: unsolicited, a ``ToolsChanged``).
+    """
+
+    def __init__(self, spec: ServerSpec, isolation: Isolation, circuit: RestartCircuit, on_tools: OnTools) -> None:
+        self.spec = spec
+        self.isolation = isolation
+        self.circuit = circuit
+        self._on_tools = on_tools
+        self._channel: Channel | None = None
+        self._starting: asyncio.Task[Failure | None] | None = None
+        self._pending: dict[int, asyncio.Future[WorkerMessage]] = {}
+        self._ids = itertools.count(1)
+        # Request id of each tools/call in flight -> its raw tool name (progress).
+        self._calls: dict[int, str] = {}
+        self.closed = False
+        # As the worker last reported them (the worker owns both).
+        self.server_pid: int | None = None
+        self._generation = 0
+        self.worker_restarts = 0
+        # Closes of given-up channels under way (asyncio keeps only weak references).
+        self._closing: set[asyncio.Future[None]] = set()
+        # This connection's own close, once started (close_soon).
+        self._close_task: asyncio.Task[None] | None = None
+        self._server_log = logging.getLogger(f"lovia_mcp.server.{spec.name}")
+        # Spans of the operations in flight (what the worker reports becomes
+        # their events), and the MCP protocol version the server speaks.
+        self.ops: set[tracing.Operation] = set()
+        self.protocol_version: str | None = None
+        # The server's ttlMs for the listing (seconds; None: no limit) and
+        # when it was received: a warm spare re-lists once it has expired.
+        self.listing_ttl: float | None = None
+        self.listed_at = time.monotonic()
+
+    # -- what callers may read ------------------------------------------------- #
+    @property
+    def channel(self) -> Channel | None:
+        return self._channel
+
+    @property
+    def worker_pid(self) -> int | None:
+        ch = self._channel
+        return ch.pid if ch is not None and self.isolation == "process" else None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)
+
+    @property
+    def usable(self) -> bool:
+        """Open, with a live worker whose server is not known to need a restart."""
+        ch = self._channel
+        return not self.closed and ch is not None and ch.alive and not self.circuit.needs_restart
+
+    # -- spans --------------------------------------------------------------- #
+    @contextlib.contextmanager
+    def operation(self, method: str, target: str | None = None) -> Iterator[tracing.Operation | None]:
+        """The span of one MCP operation (:mod:`lovia_mcp.tracing`); ``None`` inside without OpenTelemetry."""
+        with tracing.operation(
+            method, target, **{
+                "network.transport": tracing.NETWORK_TRANSPORT.get(self.spec.transport),
+                "mcp.protocol.version": self.protocol_version,
+                "lovia_mcp.server.name": self.spec.name,
+                **tracing.server_address(self.spec.url),
+            },
+        ) as op:
+            if op is None:
+                yield None
+                return
+            self.ops.add(op)
+            try:
+                yield op
+            finally:
+                self.ops.discard(op)
+
+    # -- requests ------------------------------------------------------------ #
+    async def connect(self) -> Failure | None:
+        """Start the channel and wait for ``Opened``; the failure if it could not."""
+        ready = await self._ready()
+        return ready if isinstance(ready, Failure) else None
+
+    async def request(
+        self,
+        make: Callable[[int], AgentMessage],
+        *,
+        tool: str | None = None,
+        backstop: float | None = None,
+        op: tracing.Operation | None = None,
+    ) -> WorkerMessage:
+        """Send ``make(id)`` and return the answer or a failure; cancelling sends ``Cancel``.
+
+        ``tool``: a tools/call's raw name (for progress records). ``backstop``:
+        seconds after which a worker that has not answered is given up.
+        ``op``: the operation's span, which gets the request id and the failure.
+        """
+        reply = await self._request(make, tool, backstop, op)
+        if isinstance(reply, Failure) and op is not None:
+            op.failure(reply)
+        return reply
+
+    async def _request(
+        self, make: Callable[[int], AgentMessage], tool: str | None, backstop: float | None,
+        op: tracing.Operation | None,
+    ) -> WorkerMessage:
+        if self.closed:
+            return Failure(id=0, kind="closed", message="the connection is closed")
+        if self.circuit.needs_restart:
+            refused = self.circuit.check(self.spec.name)
+            if refused is not None:
+                return refused
+        channel = await self._ready()
+        if isinstance(channel, Failure):
+            return channel
+        rid = next(self._ids)
+        fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        if tool is not None:
+            self._calls[rid] = tool
+        if op is not None:
+            op.set("jsonrpc.request.id", rid)
+        channel.send(make(rid))
+        try:
+            if backstop is None:
+                reply = await fut
+            else:
+                reply = await asyncio.wait_for(asyncio.shield(fut), backstop)
+        except asyncio.CancelledError:
+            if channel.alive and self._pending.pop(rid, None) is not None:
+                channel.send(Cancel(id=rid))
+            raise
+        except asyncio.TimeoutError:
+            why = f"the worker did not answer a call within {backstop:g} s (its timeout, kill grace and backstop)"
+            self._lost(channel, why)
+            reply = Failure(id=rid, kind="timeout", message=why, hint="A fresh worker serves the next call.")
+        finally:
+            self._pending.pop(rid, None)
+            self._calls.pop(rid, None)
+        if isinstance(reply, Failure) and reply.kind in ENDED:
+            self.circuit.ended(reply.message)
+        return reply
+
+    async def _ready(self) -> Channel | Failure:
+        while True:
+            ch = self._channel
+            if ch is not None and ch.alive:
+                return ch
+            if self.closed:
+                return Failure(id=0, kind="closed", message="the connection is closed")
+            if self._starting is None:
+                if ch is not None:
+                    refused = self.circuit.check(self.spec.name)  # a replacement worker is a restart
+                    if refused is not None:
+                        return refused
+                self._starting = asyncio.ensure_future(self._start_channel())
+                self._starting.add_done_callback(self._start_done)
+            failed = await asyncio.shield(self._starting)
+            if failed is not None:
+                return failed
+
+    def _start_done(self, task: asyncio.Task[Failure | None]) -> None:
+        self._starting = None
+        if not task.cancelled():
+            task.exception()  # retrieved by the awaiting callers
+
+    async def _start_channel(self) -> Failure | None:
+        old = self._channel
+        if old is not None:
+            self.worker_restarts += 1
+            self.circuit.restarted()
+            tracing.worker_restarted(self.ops, self.circuit.last_restart_reason)
+            await old.aclose()
+        with self.operation("initialize") as op:
+            return await self._open_channel(op)
+
+    async def _open_channel(self, op: tracing.Operation | None) -> Failure | None:
+        channel: Channel
+        if self.isolation == "process":
+            # The largest frame this worker may send: never allocate past it.
+            channel = ProcessChannel(frame_cap(self.spec.limits.max_result_bytes))
+        else:
+            channel = LocalChannel()
+
+        def lost(why: str) -> None:
+            self._lost(channel, why)
+
+        await channel.start(self._dispatch, lost)
+        self._channel = channel
+        rid = next(self._ids)
+        fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        if op is not None:
+            op.set("jsonrpc.request.id", rid)
+        channel.send(Open(id=rid, spec=self.spec, trace=None if op is None else op.trace))
+        try:
+            reply = await fut
+        finally:
+            self._pending.pop(rid, None)
+        if isinstance(reply, Failure):
+            if op is not None:
+                op.failure(reply)
+            self._channel = None
+            await self._close_channel(channel)
+            return reply
+        assert isinstance(reply, Opened)
+        self.server_pid = reply.server_pid
+        self._generation = reply.generation
+        self.protocol_version = reply.protocol_version
+        self.listing_ttl, self.listed_at = reply.listing_ttl, time.monotonic()
+        if op is not None:
+            op.set("mcp.protocol.version", reply.protocol_version)
+            if reply.protocol_version in MCP_MODERN_VERSIONS:
+                op.rename("server/discover")  # the stateless era's open has no initialize
+        self.circuit.serving()
+        self._on_tools(reply.tools, False)
+        logger.info(
+            "%s: connected (%s isolation, worker pid %s, server pid %s)",
+            self.spec.name, self.isolation, channel.pid, reply.server_pid,
+        )
+        return None
+
+    # -- what the worker sends ----------------------------------------------- #
+    def _dispatch(self, msg: WorkerMessage) -> None:
+        if isinstance(msg, Log):
+            if msg.stderr:
+                self._server_log.log(msg.level, "%s", msg.message)
+            else:
+                logger.log(msg.level, "%s: %s", self.spec.name, msg.message)
+        elif isinstance(msg, ToolsChanged):
+            self.listed_at = time.monotonic()  # the worker has just listed
+            self._on_tools(msg.tools, True)
+        elif isinstance(msg, Started):
+            self.server_pid = msg.server_pid
+            self._generation = msg.generation
+            if msg.protocol_version is not None:
+                self.protocol_version = msg.protocol_version
+            if msg.generation > 1:  # the worker's first generation is no restart (Opened follows it)
+                self.circuit.restarted()
+            tracing.started(self.ops, msg, self.circuit.last_restart_reason if msg.generation > 1 else None)
+        elif isinstance(msg, Ended):
+            if msg.generation == self._generation:
+                if not msg.draining:
+                    self.server_pid = None
+                self.circuit.ended(msg.reason)
+            tracing.ended(self.ops, msg)
+        elif isinstance(msg, Progress):
+            self._log_progress(msg)
+        else:
+            if isinstance(msg, Tools):
+                self.listing_ttl, self.listed_at = msg.listing_ttl, time.monotonic()
+                self._on_tools(msg.tools, False)
+            fut = self._pending.pop(msg.id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+
+    def _log_progress(self, msg: Progress) -> None:
+        tool = self._calls.get(msg.id)
+        if tool is None:
+            return  # the call already ended (or was abandoned)
+        name = self.spec.name
+        done = f"{msg.progress:g}" if msg.total is None else f"{msg.progress:g}/{msg.total:g}"
+        text = f"{name}/{tool}: {done}" + (f" {msg.message}" if msg.message else "")
+        progress_logger.info(
+            "%s", text,
+            extra={"server": name, "tool": tool, "progress": msg.progress, "total": msg.total,
+                   "progress_message": msg.message},
+        )
+
+    def _lost(self, channel: Channel, why: str) -> None:
+        """A worker is gone: its requests fail as ``worker_died``, the next request starts another."""
+        if channel is not self._channel or self.closed:
+            return
+        logger.warning("%s: %s", self.spec.name, why)
+        self.server_pid = None
+        self.circuit.ended(why)
+        if channel.alive:
+            # Given up while its pipe is still open (the backstop): it goes.
+            channel.abort()
+            closing = asyncio.ensure_future(channel.aclose())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        pending, self._pending = self._pending, {}
+        for rid, fut in pending.items():
+            if not fut.done():
+                fut.set_result(
+                    Failure(id=rid, kind="worker_died", message=why, hint="A fresh worker serves the next call.")
+                )
+
+    # -- close --------------------------------------------------------------- #
+    async def close(self) -> None:
+        """Stop the server tree and the worker and wait for it (bounded, shielded).
+
+        Requests in flight get their answer or fail as ``closed``.
+        """
+        await asyncio.shield(self.close_soon())
+
+    def close_soon(self) -> asyncio.Future[None]:
+        """Start the close and return at once; the returned future ends when the worker is joined.
+
+        The connection refuses new requests from now on. The rest (the
+        worker's tree kill, its exit, the join) runs in a task of
+        :mod:`.closing`, which ``MCP.aclose()``, ``close_spares()`` and the
+        loop's end wait for.
+        """
+        if self._close_task is not None:
+            return self._close_task
+        self.closed = True
+        channel, self._channel = self._channel, None
+        if self._starting is not None:
+            self._starting.cancel()
+        self._close_task = closing.hand_off(self._finish_close(channel))
+        return self._close_task
+
+    async def _finish_close(self, channel: Channel | None) -> None:
+        try:
+            if channel is not None:
+                await self._close_channel(channel)
+        finally:
+            pending, self._pending = self._pending, {}
+            for rid, fut in pending.items():
+                if not fut.done():
+                    fut.set_result(Failure(id=rid, kind="closed", message="the connection was closed"))
+
+    async def _close_channel(self, channel: Channel) -> None:
+        cancelled = False
+        if channel.alive:
+            rid = next(self._ids)
+            fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
+            self._pending[rid] = fut
+            channel.send(Close(id=rid))
+            # The reply or the channel's loss, whichever comes first: a worker
+            # that dies while closing never answers.
+            lost = asyncio.ensure_future(channel.wait_lost())
+            either: set[asyncio.Future[Any]] = {fut, lost}
+            try:
+                await asyncio.wait(either, timeout=CLOSE_WAIT, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                # The loop is ending (asyncio.run cancels what is left, then
+                # waits for it): skip the reply, but drop the pipe (the worker
+                # then kills its tree) and join the worker before ending.
+                cancelled = True
+            finally:
+                lost.cancel()
+                self._pending.pop(rid, None)
+        # A worker that died meanwhile left its tree to the forkserver, which
+        # kills it (lovia_mcp_worker.process): nothing of it is the agent's.
+        await channel.aclose()
+        if cancelled:
+            raise asyncio.CancelledError
+
+
+__all__ = ["ANSWER_BACKSTOP", "CLOSE_WAIT", "ClientCore", "Isolation"]

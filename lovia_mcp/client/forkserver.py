@@ -1,0 +1,337 @@
+"""The agent's handle on its forkserver: :class:`ForkServer` and the workers it starts.
+
+A fresh interpreter per worker would cost the ~0.7 s of importing the worker
+package and ``mcp``; forking a process that already has them loaded costs
+milliseconds. The forkserver itself runs the worker package's
+:func:`lovia_mcp_worker.process.serve` (its serving side lives there, with
+the reasons for not using ``multiprocess``); this module is only what the
+agent runs: starting it, asking it for a worker, joining a worker.
+
+Lifecycle: :meth:`ForkServer.ensure_running` starts ``python -c`` with the
+agent's ``sys.path`` and interpreter flags, stdin on ``/dev/null``; it
+imports the preload list, then waits on a *control* socket pair. Whenever
+it has nothing else to do it forks the next worker ahead of its request (an
+*idle* worker, about 1 MB of unique memory), so a worker's start is off the
+open's path; it announces that worker's pid on the control socket
+(:meth:`ForkServer.helper_pids`). To start a
+worker, the agent sends one byte with the worker's end of the worker's
+socket pair, the forkserver's end of a *status* socket pair, and the agent's
+working directory (a directory fd). The forkserver writes the child's pid to
+the status socket and, once it has reaped the child, its exit code
+(negative: the signal): the worker is the forkserver's child, not the
+agent's, so that is how the agent joins it (:class:`WorkerProcess`).
+
+Caveats: POSIX only (``fork``, descriptor passing); the agent refuses process
+isolation elsewhere. A copy of the agent made by ``os.fork`` closes its copy
+of the control socket at once (so it does not keep the forkserver alive) and
+starts a forkserver of its own if it needs workers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Final
+
+from lovia_mcp_worker.protocol import FORKSERVER_STATUS
+
+# Bound on the first worker start: the forkserver imports the preload list
+# (``mcp`` takes ~0.7 s on an idle machine) before it forks; a loaded CI box
+# can be ten times slower. Past this something is wrong, not slow.
+FORKSERVER_START_WAIT: Final = 60.0
+# Bound on waiting for an idle forkserver to exit once its control socket is
+# closed (it exits at once; this only keeps the agent's exit bounded).
+FORKSERVER_EXIT_WAIT: Final = 1.0
+# No MSG_NOSIGNAL (macOS): Python ignores SIGPIPE unless the program changed it.
+_NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
+
+SUPPORTED: Final = hasattr(os, "fork") and hasattr(socket, "send_fds")
+
+
+class WorkerStartError(RuntimeError):
+    """The forkserver could not start a worker."""
+
+
+class WorkerProcess:
+    """A worker as the agent sees it: ``pid``, ``join``, ``exitcode``, ``kill``.
+
+    The worker is the forkserver's child, so its exit code comes over the
+    status socket. If the forkserver dies first the exit code stays unknown
+    (``None``) and ``join`` returns at once.
+    """
+
+    def __init__(self, pid: int, status: socket.socket) -> None:
+        self.pid = pid
+        self.exitcode: int | None = None
+        self._status: socket.socket | None = status
+        self._got = b""
+        self._lock = threading.Lock()  # join runs on threads, maybe two at once
+
+    def join(self, timeout: float | None = None) -> None:
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return
+        try:
+            self._read_status(timeout)
+        finally:
+            self._lock.release()
+
+    def _read_status(self, timeout: float | None) -> None:
+        status = self._status
+        if status is None:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._got) < FORKSERVER_STATUS.size:
+            status.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            try:
+                chunk = status.recv(FORKSERVER_STATUS.size - len(self._got))
+            except TimeoutError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:  # the forkserver is gone: the exit code is unknown
+                break
+            self._got += chunk
+        else:
+            (self.exitcode,) = FORKSERVER_STATUS.unpack(self._got)
+        self._close()
+
+    def kill(self) -> None:
+        """SIGKILL the worker, unless it is known to have exited."""
+        if self.exitcode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        status, self._status = self._status, None
+        if status is not None:
+            status.close()
+
+
+class ForkServer:
+    """The agent's handle on its forkserver: started on first use, one per process."""
+
+    def __init__(self, preload: Sequence[str]) -> None:
+        self._preload = list(preload)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ctrl: socket.socket | None = None
+        self._atexit = False
+        # The idle worker the forkserver forked ahead of the next request,
+        # as it last told (on the control socket), and a partial record.
+        self._idle_pid: int | None = None
+        self._idle_got = b""
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return None if proc is None else proc.pid
+
+    def helper_pids(self) -> set[int]:
+        """The forkserver's pid and its idle worker's: processes of lovia-mcp's own, not of a connection."""
+        with self._lock:
+            self._drain_idle()
+            return {p for p in (self.pid, self._idle_pid) if p is not None}
+
+    def idle_pid(self, wait: float = 0.0) -> int | None:
+        """The idle worker waiting for the next request; blocks up to ``wait`` seconds for one to be announced."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                self._drain_idle()
+                pid, ctrl = self._idle_pid, self._ctrl
+            left = deadline - time.monotonic()
+            if pid is not None or ctrl is None or left <= 0:
+                return pid
+            select.select([ctrl], [], [], left)
+
+    def _drain_idle(self) -> None:
+        """Read the idle workers' pids the forkserver announced; the last one waits now (0: none)."""
+        ctrl = self._ctrl
+        if ctrl is None:
+            return
+        while True:
+            try:
+                data = ctrl.recv(4096, socket.MSG_DONTWAIT)
+            except OSError:  # nothing more (BlockingIOError), or the forkserver is gone
+                break
+            if not data:
+                break
+            self._idle_got += data
+        size = FORKSERVER_STATUS.size
+        whole = len(self._idle_got) // size * size
+        if whole:
+            (pid,) = FORKSERVER_STATUS.unpack(self._idle_got[whole - size:whole])
+            self._idle_pid = pid or None
+            self._idle_got = self._idle_got[whole:]
+
+    def _forget(self) -> None:
+        """In a forked copy of the agent: that forkserver is the parent's.
+
+        Its control socket is closed here, so the copy does not keep it
+        alive; the copy starts its own if it needs workers.
+        """
+        self._lock = threading.Lock()
+        if self._ctrl is not None:
+            with contextlib.suppress(OSError):
+                self._ctrl.close()
+        self._ctrl = self._proc = None
+        self._idle_pid, self._idle_got = None, b""
+
+    def ensure_running(self, preload: Sequence[str] | None = None) -> None:
+        """Start the forkserver unless it runs (it preloads in the background).
+
+        ``preload``, if given, replaces the preload list for this start and
+        later ones; a forkserver already running keeps what it loaded.
+        """
+        with self._lock:
+            if preload is not None:
+                self._preload = list(preload)
+            self._ensure_running()
+
+    def start_worker(self) -> tuple[WorkerProcess, socket.socket]:
+        """Fork a worker (blocking); returns it and the agent's end of its socket pair."""
+        ours, theirs = socket.socketpair()
+        status_ours, status_theirs = socket.socketpair()
+        fds = [theirs.fileno(), status_theirs.fileno()]
+        cwd = _open_cwd()
+        if cwd is not None:
+            fds.append(cwd)
+        try:
+            with self._lock:
+                self._ensure_running()
+                self._drain_idle()  # its announcements never pile up
+                try:
+                    self._send(fds)
+                except OSError:
+                    # It died since the check: once more on a fresh one.
+                    self._stop()
+                    self._ensure_running()
+                    self._send(fds)
+        except BaseException:
+            ours.close()
+            status_ours.close()
+            raise
+        finally:
+            theirs.close()
+            status_theirs.close()
+            if cwd is not None:
+                os.close(cwd)
+        try:
+            pid = _read_pid(status_ours)
+        except BaseException:
+            ours.close()
+            status_ours.close()
+            raise
+        return WorkerProcess(pid, status_ours), ours
+
+    def _send(self, fds: list[int]) -> None:
+        assert self._ctrl is not None
+        socket.send_fds(self._ctrl, [b"W"], fds, _NOSIGNAL)
+
+    def _ensure_running(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._stop()
+        ours, theirs = socket.socketpair()
+        sys_path = [p or os.getcwd() for p in sys.path]
+        code = (
+            f"import sys; sys.path[:] = {sys_path!r}; "
+            f"from lovia_mcp_worker.process import serve; serve({theirs.fileno()}, {self._preload!r})"
+        )
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, *_interpreter_flags(), "-c", code],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._ctrl = ours
+        if not self._atexit:
+            atexit.register(self.stop)
+            self._atexit = True
+
+    def stop(self) -> None:
+        """Ask the forkserver to exit and reap it (bounded); workers live on."""
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        ctrl, proc = self._ctrl, self._proc
+        self._ctrl = self._proc = None
+        self._idle_pid, self._idle_got = None, b""
+        if ctrl is not None:
+            ctrl.close()  # EOF: the forkserver exits
+        if proc is not None:
+            try:
+                proc.wait(FORKSERVER_EXIT_WAIT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(FORKSERVER_EXIT_WAIT)
+
+
+def _open_cwd() -> int | None:
+    """The agent's working directory as an fd (a worker starts where the agent is)."""
+    try:
+        return os.open(os.getcwd(), getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
+    except OSError:
+        return None  # deleted or unreadable: the worker stays in the forkserver's
+
+
+def _read_pid(status: socket.socket) -> int:
+    status.settimeout(FORKSERVER_START_WAIT)
+    got = b""
+    try:
+        while len(got) < FORKSERVER_STATUS.size:
+            chunk = status.recv(FORKSERVER_STATUS.size - len(got))
+            if not chunk:
+                raise WorkerStartError("the worker forkserver exited before starting the worker")
+            got += chunk
+    except TimeoutError:
+        raise WorkerStartError(
+            f"the worker forkserver did not start a worker within {FORKSERVER_START_WAIT:.0f} s"
+        ) from None
+    (pid,) = FORKSERVER_STATUS.unpack(got)
+    return int(pid)
+
+
+def _interpreter_flags() -> list[str]:
+    """The agent's interpreter flags that change how the forkserver imports."""
+    f = sys.flags
+    out = ["-" + "O" * f.optimize] if f.optimize else []
+    if f.dont_write_bytecode:
+        out.append("-B")
+    if f.isolated:
+        out.append("-I")
+    else:
+        if f.ignore_environment:
+            out.append("-E")
+        if f.no_user_site:
+            out.append("-s")
+    if f.dev_mode:
+        out += ["-X", "dev"]
+    if f.utf8_mode:
+        out += ["-X", "utf8"]
+    return out
+
+
+__all__ = ["FORKSERVER_START_WAIT", "SUPPORTED", "ForkServer", "WorkerProcess", "WorkerStartError"]

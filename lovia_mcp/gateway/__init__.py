@@ -1,0 +1,21 @@
+"""The contained MCP gateway: ``lovia-mcp serve`` puts configured servers behind streamable HTTP.
+
+Layout (agent side; the only part of ``lovia_mcp`` that imports ``mcp``'s
+*server* side, and nothing imports it but ``lovia-mcp serve``, so this
+``__init__`` imports no module of its own: the CLI reads ``options``
+without loading the SDK):
+
+- ``options``: the per-server ``session`` / ``max_sessions`` / ``idle`` keys
+  of the config file, and the command's defaults;
+- ``backends``: the servers behind the gateway, each an ordinary
+  :class:`~lovia_mcp.MCPConnection` (shared, or one per client session
+  from warm spares), so every containment guarantee holds per server;
+- ``app``: the ASGI app: the SDK's low-level ``Server`` and streamable HTTP
+  session manager per endpoint, bearer tokens, health, readiness, metrics;
+- ``metrics``: the Prometheus text format, every name ``lovia_mcp_...``;
+- ``serve``: the process: socket, uvicorn, the SIGTERM drain, exit status.
+
+docs/gateway.md is the manual; docs/deploy.md the container and Kubernetes.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,341 @@
+"""The gateway's ASGI app: MCP endpoints through the SDK's server side, plus health, readiness and metrics.
+
+Routes:
+
+- ``/mcp``: every server's tools, named ``<server>__<tool>``;
+- ``/servers/<name>/mcp``: one server's tools under their own names;
+- ``/healthz`` (the process answers), ``/readyz`` (servers open, not draining),
+  ``/metrics`` (Prometheus text).
+
+Each MCP endpoint is a low-level ``mcp.server.lowlevel.Server`` behind its own
+``StreamableHTTPSessionManager`` (public SDK API). The manager speaks both
+eras: a 2025 client's initialize handshake opens a stateful session
+(``Mcp-Session-Id``); a 2026-07-28 request is self-contained and needs no
+session, so shared servers need no affinity between replicas.
+
+Security: every route but ``/healthz`` and ``/readyz`` needs ``Authorization:
+Bearer <token>`` when tokens are configured (compared in constant time,
+anything else a 401); request bodies over the cap get a 413 and sessions
+over the cap a 503 (the SDK's own limits); on loopback, the SDK's DNS
+rebinding protection checks ``Host`` and ``Origin``.
+
+Failure semantics: a call that fails on the server's side (a crash, a
+limit, a timeout, an open circuit) is that call's ``isError`` result,
+with ``_meta["lovia-mcp/error"]`` naming the kind; an unknown tool or a
+refused session slot is a JSON-RPC error; a new session while draining
+is an HTTP 503. The
+server's own ``isError`` results and annotations pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from contextlib import AsyncExitStack
+from typing import Any, Final
+
+import mcp_types as types
+from lovia.exceptions import MCPError as LoviaMCPError
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.types import Receive, Scope, Send
+
+from ..annotations import as_json
+from ..render import MCPToolResult
+from .backends import Backend, Refused
+from .metrics import CONTENT_TYPE, Labels, Metrics
+
+logger = logging.getLogger("lovia_mcp.gateway")
+
+
+SEPARATOR: Final = "__"
+SESSION_HEADER: Final = b"mcp-session-id"
+VERSION_HEADER: Final = b"mcp-protocol-version"
+# JSON-RPC error code for "try again elsewhere" (the server-defined range):
+# a draining gateway or a full session table.
+UNAVAILABLE: Final = -32000
+ERROR_META: Final = "lovia-mcp/error"
+
+
+def _session_of(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return None
+    value = headers.get("mcp-session-id")
+    return value if isinstance(value, str) and value else None
+
+
+def _block_json(block: Any) -> dict[str, Any]:
+    """A wire content block as the MCP JSON the server sent."""
+    out: dict[str, Any] = {"type": block.type}
+    for field, key in (("text", "text"), ("data", "data"), ("mime_type", "mimeType"), ("uri", "uri"),
+                       ("name", "name"), ("title", "title"), ("description", "description"),
+                       ("annotations", "annotations"), ("meta", "_meta")):
+        value = getattr(block, field, None)
+        if value is not None:
+            out[key] = value
+    res = getattr(block, "resource", None)
+    if res is not None:
+        out["resource"] = {k: v for k, v in (("uri", res.uri), ("mimeType", res.mime_type), ("text", res.text),
+                                              ("blob", res.blob)) if v is not None}
+    extra = getattr(block, "extra", None)
+    if extra:
+        out.update(json.loads(extra))
+    return out
+
+
+def to_sdk_result(result: MCPToolResult) -> types.CallToolResult:
+    """The connection's result as the SDK's model, blocks and ``isError`` as the server sent them."""
+    body: dict[str, Any] = {"content": [_block_json(b) for b in result.content], "isError": bool(result.is_error)}
+    if result.structured_content is not None:
+        body["structuredContent"] = result.structured_content
+    return types.CallToolResult.model_validate(body)
+
+
+def _error_result(kind: str, message: str) -> types.CallToolResult:
+    return types.CallToolResult.model_validate({
+        "content": [{"type": "text", "text": message}], "isError": True, "_meta": {ERROR_META: kind}})
+
+
+class Gateway:
+    """The ASGI app; ``async with gateway.running():`` around serving it."""
+
+    def __init__(
+        self,
+        backends: list[Backend],
+        *,
+        tokens: list[str],
+        loopback: bool,
+        max_body_bytes: int,
+        max_sessions: int,
+        session_idle: float,
+    ) -> None:
+        self.backends = {b.name: b for b in backends}
+        self._tokens = [t.encode() for t in tokens]
+        self.metrics = Metrics()
+        self.ready = False
+        self.draining = False
+        self.in_flight = 0
+        self._idle_now = asyncio.Event()
+        self._idle_now.set()
+        security = None
+        if loopback:
+            # As the SDK's own streamable_http_app does for a loopback host.
+            security = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+            )
+
+        def manager(only: str | None) -> StreamableHTTPSessionManager:
+            return StreamableHTTPSessionManager(
+                app=self._mcp_server(only), security_settings=security, max_request_body_size=max_body_bytes,
+                max_sessions=max_sessions, session_idle_timeout=session_idle,
+            )
+
+        self.managers: dict[str, StreamableHTTPSessionManager] = {"/mcp": manager(None)}
+        for name in self.backends:
+            self.managers[f"/servers/{name}/mcp"] = manager(name)
+
+    # -- lifecycle ------------------------------------------------------------ #
+    async def enter(self, stack: AsyncExitStack) -> None:
+        """Start every endpoint's session manager; ``stack`` stops them."""
+        for m in self.managers.values():
+            await stack.enter_async_context(m.run())
+
+    async def drain(self, timeout: float) -> bool:
+        """Refuse new sessions; wait up to ``timeout`` for the calls in flight. True if they all ended."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle_now.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    # -- MCP ------------------------------------------------------------------ #
+    def _mcp_server(self, only: str | None) -> Server[Any]:
+        async def list_tools(ctx: ServerRequestContext[Any, Any],
+                             params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+            return types.ListToolsResult(tools=self._listing(only))
+
+        async def call_tool(ctx: ServerRequestContext[Any, Any],
+                            params: types.CallToolRequestParams) -> types.CallToolResult:
+            backend, raw = self._resolve(only, params.name)
+            return await self._call(backend, raw, params.arguments or {}, _session_of(ctx))
+
+        from .. import __version__
+
+        return Server(f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__,
+                      on_list_tools=list_tools, on_call_tool=call_tool)
+
+    def _listing(self, only: str | None) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        for name, backend in self.backends.items():
+            if only is not None and name != only:
+                continue
+            for tool in backend.tools():
+                body: dict[str, Any] = {
+                    "name": tool.raw_name if only else f"{name}{SEPARATOR}{tool.raw_name}",
+                    "description": tool.description, "inputSchema": tool.parameters,
+                }
+                if tool.annotations is not None:
+                    body["annotations"] = as_json(tool.annotations)
+                if tool.meta is not None:
+                    body["_meta"] = tool.meta
+                tools.append(types.Tool.model_validate(body))
+        return tools
+
+    def _resolve(self, only: str | None, name: str) -> tuple[Backend, str]:
+        if only is not None:
+            return self.backends[only], name
+        # The longest server name that prefixes the tool: names may hold "__".
+        for server in sorted(self.backends, key=len, reverse=True):
+            if name.startswith(server + SEPARATOR):
+                return self.backends[server], name[len(server) + len(SEPARATOR):]
+        raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}: tools here are named <server>{SEPARATOR}<tool>",
+                       data={"servers": sorted(self.backends)})
+
+    async def _call(self, backend: Backend, raw: str, arguments: dict[str, Any],
+                    session: str | None) -> types.CallToolResult:
+        self.in_flight += 1
+        self._idle_now.clear()
+        started = time.perf_counter()
+        outcome, kind = "ok", None
+        try:
+            timeout = backend.server.timeout
+            result = await asyncio.wait_for(backend.call(session, raw, arguments), timeout)
+            if result.is_error:
+                outcome = "tool_error"
+            return to_sdk_result(result)
+        except Refused as exc:
+            outcome = "refused"
+            raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
+        except asyncio.TimeoutError:
+            outcome = kind = "timeout"
+            action = "its server was killed" if backend.server.on_timeout == "kill" else "it was cancelled"
+            logger.warning("call timed out", extra={"server": backend.name, "tool": raw})
+            return _error_result("timeout", f"the call to {raw!r} passed its {backend.server.timeout:g} s "
+                                            f"timeout and {action}")
+        except LoviaMCPError as exc:
+            outcome = "error"
+            kind = getattr(exc, "kind", None) or "error"
+            logger.warning("call failed", extra={"server": backend.name, "tool": raw, "kind": kind,
+                                                 "error": str(exc.args[0] if exc.args else exc)})
+            # The message, not the hint: a hint may quote the server's stderr,
+            # which is the operator's to read (in the logs), not the client's.
+            return _error_result(kind, str(exc.args[0] if exc.args else exc))
+        finally:
+            elapsed = time.perf_counter() - started
+            self.metrics.call(backend.name, raw, outcome, elapsed, kind)
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle_now.set()
+
+    # -- HTTP ----------------------------------------------------------------- #
+    def _authorized(self, scope: Scope) -> bool:
+        if not self._tokens:
+            return True
+        given = b""
+        for key, value in scope.get("headers", ()):
+            if key == b"authorization":
+                given = value
+        scheme, _, token = given.partition(b" ")
+        ok = False
+        # Every token compared, each in constant time: neither the match nor
+        # its position shows in the timing.
+        for known in self._tokens:
+            ok |= hmac.compare_digest(token.strip(), known)
+        return ok and scheme.lower() == b"bearer"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path == "/healthz":
+            await _plain(send, 200, "ok\n")
+            return
+        if path == "/readyz":
+            if self.ready and not self.draining:
+                await _plain(send, 200, "ready\n")
+            else:
+                await _plain(send, 503, "draining\n" if self.draining else "opening servers\n")
+            return
+        if not self._authorized(scope):
+            await _json(send, 401, {"error": "unauthorized",
+                                    "hint": "Send 'Authorization: Bearer <token>' with a token from the "
+                                            "gateway's --token-file."},
+                        headers=[(b"www-authenticate", b'Bearer realm="lovia-mcp"')])
+            return
+        if path == "/metrics":
+            await _plain(send, 200, await self._metrics_text(), CONTENT_TYPE)
+            return
+        manager = self.managers.get(path.rstrip("/") or path)
+        if manager is None:
+            await _json(send, 404, {"error": f"no endpoint {path}",
+                                    "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
+                                            + ", ".join(sorted(self.backends))})
+            return
+        headers = dict(scope.get("headers", ()))
+        session = headers[SESSION_HEADER].decode("latin-1") if SESSION_HEADER in headers else None
+        stateless = headers.get(VERSION_HEADER, b"").decode("latin-1") in MODERN_PROTOCOL_VERSIONS
+        # Draining refuses what would open a session (it would die with this
+        # replica); a session's calls and stateless requests are still served
+        # until HTTP stops, so a load balancer slow to notice /readyz loses nothing.
+        if session is None and (not self.ready or (self.draining and not stateless)):
+            why = "the gateway is shutting down" if self.draining else "the gateway is still opening its servers"
+            await _json(send, 503, {"jsonrpc": "2.0", "id": None,
+                                    "error": {"code": UNAVAILABLE, "message": f"{why}; retry shortly"}},
+                        headers=[(b"retry-after", b"1")])
+            return
+        await manager.handle_request(scope, receive, send)
+        if scope["method"] == "DELETE" and session is not None:
+            for backend in self.backends.values():
+                await backend.end_session(session)
+
+    async def _metrics_text(self) -> str:
+        gauges: list[tuple[str, str, str, Labels, float]] = [
+            ("lovia_mcp_calls_in_flight", "gauge", "Tool calls in flight.", (), float(self.in_flight)),
+        ]
+        stats = await asyncio.gather(*(b.stats() for b in self.backends.values()))
+        for backend, got in zip(self.backends.values(), stats):
+            labels: Labels = (("server", backend.name),)
+            gauges += [
+                ("lovia_mcp_up", "gauge", "1 when every connection of the server answered its stats.", labels,
+                 1.0 if len(got) >= len(backend.connections()) else 0.0),
+                ("lovia_mcp_restarts_total", "counter", "Server restarts and worker replacements.", labels,
+                 float(backend.closed_restarts + sum(s.restarts for s in got))),
+                ("lovia_mcp_server_memory_bytes", "gauge", "Resident memory of the server trees.", labels,
+                 float(sum(s.rss_bytes for s in got))),
+                ("lovia_mcp_server_processes", "gauge", "Live processes in the server trees.", labels,
+                 float(sum(s.processes for s in got))),
+                ("lovia_mcp_sessions", "gauge", "Client sessions holding a server of their own.", labels,
+                 float(backend.sessions())),
+            ]
+        return self.metrics.render(gauges)
+
+
+async def _plain(send: Send, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> None:
+    body = text.encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps(value).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+__all__ = ["ERROR_META", "SEPARATOR", "UNAVAILABLE", "Gateway", "to_sdk_result"]

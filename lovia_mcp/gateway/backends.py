@@ -1,0 +1,269 @@
+"""The servers behind the gateway: one shared connection, or one per client session.
+
+Each backend holds ordinary :class:`~lovia_mcp.MCPConnection` s opened from
+the server's config, so every guarantee of the library holds per served
+server: a worker per server, limits and sandbox, timeouts that kill,
+restarts and the circuit (all the connection's own), and every process
+gone when the connection closes.
+
+- :class:`Shared`: one persistent connection serves every client's calls,
+  concurrently (the connection multiplexes calls by id).
+- :class:`PerSession`: a client session's first call takes a server of its
+  own from warm spares (the library's pool, ``spares`` >= 1); it is closed
+  when the client ends the session (HTTP DELETE), after ``idle`` seconds
+  without a call, or when the gateway stops. At most ``max_sessions`` at once.
+
+Lifecycle: ``start`` opens (and lists) before the gateway says it is ready;
+``aclose`` closes every connection, bounded and shielded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any, Final
+
+from lovia.exceptions import MCPError
+
+from ..annotations import MCPTool
+from ..config import MCPServer
+from ..connection import MCPConnection
+from ..render import MCPToolResult
+from ..spares import close_spares, warm_spares
+from .options import Served
+from lovia_mcp_worker.protocol import Stats
+
+logger = logging.getLogger("lovia_mcp.gateway")
+
+# A scrape must not hang on a worker that is busy dying: stats that do not
+# come back in this long are left out of that scrape.
+STATS_WAIT: Final = 2.0
+# How often idle per-session servers are looked for, at most: an idle expiry
+# is honoured to within this (expiries are minutes; a finer sweep buys nothing).
+IDLE_SWEEP: Final = 5.0
+
+
+class Refused(Exception):
+    """A call the gateway will not start (no session slot, no session): a clear error for the client."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class Backend:
+    """One configured server as the gateway serves it."""
+
+    def __init__(self, server: MCPServer, served: Served) -> None:
+        self.name = server.name or "server"
+        self.server = server
+        self.served = served
+        # Restarts of connections already closed: the counter never goes back.
+        self.closed_restarts = 0
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    def tools(self) -> list[MCPTool]:
+        raise NotImplementedError
+
+    async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
+        raise NotImplementedError
+
+    async def end_session(self, session: str) -> None:
+        """The client ended ``session``: nothing to do for a shared server."""
+
+    def connections(self) -> list[MCPConnection]:
+        raise NotImplementedError
+
+    def sessions(self) -> int:
+        return 0
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def stats(self) -> list[Stats]:
+        """The live connections' stats, each bounded by ``STATS_WAIT``."""
+
+        async def one(conn: MCPConnection) -> Stats | None:
+            try:
+                return await asyncio.wait_for(conn.stats(), STATS_WAIT)
+            except (MCPError, asyncio.TimeoutError):
+                return None
+
+        got = await asyncio.gather(*(one(c) for c in self.connections()))
+        return [s for s in got if s is not None]
+
+
+def _tools_of(conn: MCPConnection) -> list[MCPTool]:
+    return [t for t in conn.tools() if isinstance(t, MCPTool)]
+
+
+class Shared(Backend):
+    """One contained server for every client."""
+
+    def __init__(self, server: MCPServer, served: Served) -> None:
+        super().__init__(server, served)
+        self._conn: MCPConnection | None = None
+
+    async def start(self) -> None:
+        # Persistent: the connection's own restarts replace a crashed server
+        # (and keep a standby one if the config asks for spares).
+        self._conn = await dataclasses.replace(self.server, close_after_run=False).open()
+
+    def _live(self) -> MCPConnection:
+        if self._conn is None:
+            raise Refused(f"server {self.name!r} is not open", hint="Wait for /readyz to answer 200.")
+        return self._conn
+
+    def tools(self) -> list[MCPTool]:
+        return _tools_of(self._live())
+
+    async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
+        return await self._live().call_tool(raw_name, arguments, timeout=self.server.timeout)
+
+    def connections(self) -> list[MCPConnection]:
+        return [] if self._conn is None else [self._conn]
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+
+class _Held:
+    """A session's server, and when it was last used."""
+
+    def __init__(self, conn: MCPConnection) -> None:
+        self.conn = conn
+        self.used = time.monotonic()
+        self.in_flight = 0
+
+
+class PerSession(Backend):
+    """A contained server for each client session."""
+
+    def __init__(self, server: MCPServer, served: Served) -> None:
+        super().__init__(server, served)
+        # Per-run opens of this config take the library's warm spares.
+        self.config = dataclasses.replace(server, spares=max(1, server.spares), close_after_run=True)
+        self._held: dict[str, _Held] = {}
+        self._opening: dict[str, asyncio.Task[_Held]] = {}
+        self._spare: MCPConnection | None = None
+        self._listing: list[MCPTool] = []
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closing = False
+
+    async def start(self) -> None:
+        # One open learns the tool list; its server is kept as the first spare.
+        first = await self.config.open()
+        self._listing = _tools_of(first)
+        self._spare = first
+        await warm_spares(self.config)
+        self._sweeper = asyncio.ensure_future(self._sweep())
+
+    def tools(self) -> list[MCPTool]:
+        # A live session's server knows of list changes; the first open's listing otherwise.
+        held = next(iter(self._held.values()), None)
+        return _tools_of(held.conn) if held is not None else list(self._listing)
+
+    def sessions(self) -> int:
+        return len(self._held) + len(self._opening)
+
+    def connections(self) -> list[MCPConnection]:
+        return [h.conn for h in self._held.values()]
+
+    async def _take(self, session: str) -> _Held:
+        held = self._held.get(session)
+        if held is not None:
+            return held
+        task = self._opening.get(session)
+        if task is None:
+            if self._closing:
+                raise Refused("the gateway is shutting down", hint="Retry on another replica.")
+            if self.sessions() >= self.served.max_sessions:
+                raise Refused(
+                    f"server {self.name!r} already serves {self.served.max_sessions} sessions "
+                    "(its max_sessions)",
+                    hint="End a session you no longer use (HTTP DELETE), wait for idle ones to expire, "
+                         "or raise max_sessions in the config file.",
+                )
+            task = self._opening[session] = asyncio.ensure_future(self._open(session))
+        # Shielded: one caller cancelled (its client went away) must not
+        # abandon a server half-open that the session's other calls wait for.
+        return await asyncio.shield(task)
+
+    async def _open(self, session: str) -> _Held:
+        try:
+            spare, self._spare = self._spare, None
+            conn = spare if spare is not None else await self.config.open()
+        finally:
+            self._opening.pop(session, None)
+        if self._closing:
+            await conn.close()
+            raise Refused("the gateway is shutting down", hint="Retry on another replica.")
+        held = self._held[session] = _Held(conn)
+        logger.info("session opened", extra={"server": self.name, "session": session[:16]})
+        return held
+
+    async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
+        if session is None:
+            raise Refused(
+                f"server {self.name!r} gives each client session a server of its own, and this request "
+                "belongs to no session",
+                hint="Connect with a stateful session (an initialize handshake; the SDK's Client(mode='legacy')), "
+                     "or serve the server with \"session\": \"shared\".",
+            )
+        held = await self._take(session)
+        held.in_flight += 1
+        try:
+            return await held.conn.call_tool(raw_name, arguments, timeout=self.server.timeout)
+        finally:
+            held.in_flight -= 1
+            held.used = time.monotonic()
+
+    async def end_session(self, session: str) -> None:
+        held = self._held.pop(session, None)
+        if held is not None:
+            await self._close(held, "ended")
+
+    async def _close(self, held: _Held, why: str) -> None:
+        with contextlib.suppress(MCPError, asyncio.TimeoutError):
+            self.closed_restarts += (await asyncio.wait_for(held.conn.stats(), STATS_WAIT)).restarts
+        await held.conn.close()
+        logger.info("session closed", extra={"server": self.name, "why": why})
+
+    async def _sweep(self) -> None:
+        idle = self.served.idle
+        while True:
+            await asyncio.sleep(min(IDLE_SWEEP, idle / 2))
+            now = time.monotonic()
+            for session, held in list(self._held.items()):
+                if held.in_flight == 0 and now - held.used >= idle and self._held.get(session) is held:
+                    del self._held[session]
+                    await self._close(held, "idle")
+
+    async def aclose(self) -> None:
+        self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for task in list(self._opening.values()):
+            with contextlib.suppress(BaseException):
+                await task
+        held, self._held = list(self._held.values()), {}
+        spare, self._spare = self._spare, None
+        closing = [h.conn.close() for h in held] + ([spare.close()] if spare is not None else [])
+        await asyncio.gather(*closing, return_exceptions=True)
+        await close_spares(self.config)
+
+
+def backend_for(server: MCPServer, served: Served) -> Backend:
+    return PerSession(server, served) if served.session == "per-session" else Shared(server, served)
+
+
+__all__ = ["IDLE_SWEEP", "STATS_WAIT", "Backend", "PerSession", "Refused", "Shared", "backend_for"]

@@ -1,0 +1,110 @@
+"""The gateway's Prometheus metrics, in the text exposition format (version 0.0.4).
+
+Owned code rather than ``prometheus_client``: a handful of counters, one
+histogram and a few gauges read at scrape time do not justify a dependency.
+Every name starts ``lovia_mcp_``:
+
+- ``lovia_mcp_calls_total{server,tool,outcome}``: outcome ``ok``,
+  ``tool_error`` (the server's ``isError``), ``error`` (the call failed:
+  crash, limit, circuit...), ``timeout``, ``refused`` (no session slot, or
+  the gateway is draining);
+- ``lovia_mcp_call_duration_seconds{server}``: a histogram of call latency;
+- ``lovia_mcp_kills_total{server,reason}``: a call that ended with its
+  server tree killed or gone (``timeout``, ``limit``, ``server_exited``,
+  ``worker_died``, ``protocol``);
+- ``lovia_mcp_restarts_total{server}``, ``lovia_mcp_server_memory_bytes{server}``,
+  ``lovia_mcp_server_processes{server}``, ``lovia_mcp_sessions{server}``,
+  ``lovia_mcp_calls_in_flight`` and ``lovia_mcp_up{server}``: read from the
+  servers' stats at scrape time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Final
+
+# Latency buckets (seconds): from a raw server's sub-millisecond echo to a
+# slow tool's half minute.
+BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+# Failure kinds that mean the server's tree was killed or went away mid-call.
+KILL_KINDS: Final = frozenset({"timeout", "limit", "server_exited", "worker_died", "protocol"})
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: Labels, extra: str = "") -> str:
+    parts = [f'{k}="{_escape(v)}"' for k, v in labels]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+class Metrics:
+    """Counters and histograms the gateway updates as calls end."""
+
+    def __init__(self) -> None:
+        self.calls: defaultdict[Labels, int] = defaultdict(int)
+        self.kills: defaultdict[Labels, int] = defaultdict(int)
+        self._hist: dict[str, list[int]] = {}
+        self._sum: defaultdict[str, float] = defaultdict(float)
+        self._count: defaultdict[str, int] = defaultdict(int)
+
+    def call(self, server: str, tool: str, outcome: str, seconds: float, kind: str | None = None) -> None:
+        self.calls[(("server", server), ("tool", tool), ("outcome", outcome))] += 1
+        buckets = self._hist.setdefault(server, [0] * len(BUCKETS))
+        i = bisect.bisect_left(BUCKETS, seconds)
+        if i < len(buckets):
+            buckets[i] += 1
+        self._sum[server] += seconds
+        self._count[server] += 1
+        if kind in KILL_KINDS:
+            self.kills[(("server", server), ("reason", kind or ""))] += 1
+
+    def render(self, gauges: Iterable[tuple[str, str, str, Labels, float]]) -> str:
+        """The exposition text; ``gauges`` are (name, type, help, labels, value) read at scrape time."""
+        out: list[str] = []
+        self._family(out, "lovia_mcp_calls_total", "counter", "Tool calls by server, tool and outcome.",
+                     self.calls.items())
+        out.append("# HELP lovia_mcp_call_duration_seconds Tool call latency through the gateway.")
+        out.append("# TYPE lovia_mcp_call_duration_seconds histogram")
+        for server, buckets in sorted(self._hist.items()):
+            base: Labels = (("server", server),)
+            running = 0
+            for bound, n in zip(BUCKETS, buckets):
+                running += n
+                le = 'le="%g"' % bound
+                out.append(f"lovia_mcp_call_duration_seconds_bucket{_labels(base, le)} {running}")
+            inf = 'le="+Inf"'
+            out.append(f"lovia_mcp_call_duration_seconds_bucket{_labels(base, inf)} {self._count[server]}")
+            out.append(f"lovia_mcp_call_duration_seconds_sum{_labels(base)} {self._sum[server]:.6f}")
+            out.append(f"lovia_mcp_call_duration_seconds_count{_labels(base)} {self._count[server]}")
+        self._family(out, "lovia_mcp_kills_total", "counter",
+                     "Calls that ended with the server tree killed or gone, by reason.", self.kills.items())
+        by_name: dict[str, list[tuple[Labels, float]]] = defaultdict(list)
+        meta: dict[str, tuple[str, str]] = {}
+        for name, kind, help_text, labels, value in gauges:
+            by_name[name].append((labels, value))
+            meta[name] = (kind, help_text)
+        for name, samples in by_name.items():
+            kind, help_text = meta[name]
+            self._family(out, name, kind, help_text, samples)
+        return "\n".join(out) + "\n"
+
+    @staticmethod
+    def _family(out: list[str], name: str, kind: str, help_text: str,
+                samples: Iterable[tuple[Labels, float]]) -> None:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        for labels, value in sorted(samples):
+            shown = f"{value:g}" if isinstance(value, float) and not value.is_integer() else f"{int(value)}"
+            out.append(f"{name}{_labels(labels)} {shown}")
+
+
+__all__ = ["BUCKETS", "CONTENT_TYPE", "KILL_KINDS", "Labels", "Metrics"]

@@ -1,0 +1,100 @@
+"""The gateway's per-server options, read from the same config file as the servers.
+
+Three keys of an entry mean something only to ``lovia-mcp serve`` (the
+loader lets them through; ``check`` and the plugin ignore them)::
+
+    {"mcpServers": {
+        "time":  {"command": "uvx", "args": ["mcp-server-time"], "session": "shared"},
+        "shell": {"command": "my-shell-server", "session": "per-session",
+                  "max_sessions": 20, "idle": 300, "spares": 2}}}
+
+- ``session``: ``"shared"`` (the default) serves every client's calls from
+  one contained server; ``"per-session"`` gives each client session a server
+  of its own, taken from warm spares (``spares``, at least one).
+- ``max_sessions``: how many client sessions may hold a server of their own
+  at once (per-session only); the next one gets a clear error.
+- ``idle``: seconds after which a session's server is closed when the
+  session has made no call (per-session only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from lovia.exceptions import UserError
+
+from ..config_file.loader import strip_jsonc
+
+SessionMode = Literal["shared", "per-session"]
+SESSION_MODES: Final = ("shared", "per-session")
+
+# Enough for a team's agents on one replica; past it a session waits for
+# another to end rather than starting servers without bound.
+DEFAULT_MAX_SESSIONS: Final = 16
+# An agent run that pauses for a model turn keeps its server; one gone for
+# ten minutes has most likely ended without saying so (no DELETE).
+DEFAULT_IDLE: Final = 600.0
+
+# The command's defaults (here, not in serve.py: the CLI's parser reads them
+# without importing the SDK's server side).
+DEFAULT_LISTEN: Final = "127.0.0.1:8765"
+# Kubernetes gives a pod 30 s (terminationGracePeriodSeconds) between SIGTERM
+# and SIGKILL; the drain takes most of it and leaves time to close servers.
+DEFAULT_DRAIN: Final = 20.0
+# The SDK's default cap on a request body; a tool's arguments rarely approach it.
+DEFAULT_MAX_BODY: Final = 4 * 1024 * 1024
+# Stateful MCP sessions per endpoint (the SDK answers 503 past it).
+DEFAULT_MAX_HTTP_SESSIONS: Final = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """How the gateway serves one configured server."""
+
+    session: SessionMode = "shared"
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    idle: float = DEFAULT_IDLE
+
+
+def served_options(source: str | Path | Mapping[str, Any]) -> dict[str, Served]:
+    """Each entry's gateway options by server name (entries without any get the defaults).
+
+    Call after ``load_servers`` accepted the file: its shape is known good.
+    """
+    if isinstance(source, Mapping):
+        data: Any = source
+        label = "config"
+    else:
+        label = str(source)
+        data = json.loads(strip_jsonc(Path(source).expanduser().read_text(encoding="utf-8")))
+    entries = data.get("mcpServers", data.get("servers", {}))
+    return {name: _served(f"{label}: server {name!r}", entry) for name, entry in entries.items()
+            if isinstance(entry, Mapping)}
+
+
+def _served(where: str, entry: Mapping[str, Any]) -> Served:
+    session = entry.get("session", "shared")
+    if session not in SESSION_MODES:
+        raise UserError(f"{where}: unknown session {session!r}",
+                        hint='Use "shared" (one server for every client: stateless tools) or '
+                             '"per-session" (a server for each client session).')
+    max_sessions = entry.get("max_sessions", DEFAULT_MAX_SESSIONS)
+    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+        raise UserError(f"{where}: max_sessions must be a whole number >= 1, got {max_sessions!r}",
+                        hint=f'"max_sessions": {DEFAULT_MAX_SESSIONS}, say.')
+    idle = entry.get("idle", DEFAULT_IDLE)
+    if isinstance(idle, bool) or not isinstance(idle, (int, float)) or not (math.isfinite(idle) and idle > 0):
+        raise UserError(f"{where}: idle must be a positive number of seconds, got {idle!r}",
+                        hint=f'"idle": {DEFAULT_IDLE:g} closes a session\'s server after that long without a call.')
+    if session == "shared" and ("max_sessions" in entry or "idle" in entry):
+        raise UserError(f"{where}: max_sessions and idle apply to per-session servers only",
+                        hint='Add "session": "per-session", or drop them.')
+    return Served(session=session, max_sessions=max_sessions, idle=float(idle))
+
+
+__all__ = ["DEFAULT_DRAIN", "DEFAULT_IDLE", "DEFAULT_LISTEN", "DEFAULT_MAX_BODY", "DEFAULT_MAX_HTTP_SESSIONS", "DEFAULT_MAX_SESSIONS", "SESSION_MODES", "Served", "SessionMode", "served_options"]

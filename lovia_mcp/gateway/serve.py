@@ -1,0 +1,249 @@
+"""``lovia-mcp serve``: the gateway's process, from listening socket to exit status.
+
+Lifecycle:
+
+1. The config file is read (the same files as ``check``), tokens loaded, the
+   address checked (a non-loopback one needs tokens) and bound; the URL is
+   the first line of stdout (``--listen 127.0.0.1:0`` picks a free port).
+2. HTTP is served at once (``/healthz`` answers, ``/readyz`` says 503) while
+   every server opens in parallel; then ``/readyz`` answers 200 and stdout
+   gets a second line, ``ready``. A server that cannot open stops the
+   gateway with its error (exit 3), as ``check`` would report it.
+3. SIGTERM (or SIGINT) starts the drain, the Kubernetes termination contract:
+   ``/readyz`` says 503, new sessions are refused (HTTP 503), calls in flight
+   get up to ``--drain-seconds`` to finish (a session's calls and stateless
+   requests are still served meanwhile); then HTTP stops, every server is
+   closed (each connection's close is bounded and kills what is left) and
+   the process exits 0.
+
+Logs are JSON lines on stderr (``--log-format text`` for people).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, Final
+
+import uvicorn
+from lovia.exceptions import LoviaError, UserError
+
+from ..config_file.loader import load_servers
+from .app import Gateway
+from .backends import Backend, backend_for
+from .options import Served, served_options
+
+logger = logging.getLogger("lovia_mcp.gateway")
+
+# After the drain, open HTTP streams (a client's GET stream for server
+# messages) are cut after this long: they would otherwise hold uvicorn forever.
+HTTP_SHUTDOWN_GRACE: Final = 2
+# A stateful MCP session with no request for this long is forgotten by the
+# SDK (its per-session server, if any, has its own `idle`).
+HTTP_SESSION_IDLE: Final = 30 * 60.0
+EXIT_OK: Final = 0
+EXIT_USAGE: Final = 2
+EXIT_FAILED: Final = 3
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handlers: SIGTERM is the gateway's (it drains first)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class _JsonLines(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, and the record's extra fields."""
+
+    _PLAIN: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "color_message"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage(),
+        }
+        out.update({k: v for k, v in vars(record).items() if k not in self._PLAIN and not k.startswith("_")})
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(fmt: str, verbosity: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonLines() if fmt == "json" else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+    # The SDK logs every session at info; one line per client is noise here.
+    logging.getLogger("mcp").setLevel(logging.DEBUG if verbosity > 1 else logging.WARNING)
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+
+
+def read_tokens(path: str) -> list[str]:
+    """The bearer tokens in ``path``: one a line; blank lines and ``#`` comments skipped."""
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read the token file {path!r}: {exc.strerror or exc}",
+                        hint="Pass a readable file with one token a line (a Kubernetes Secret mounted as a file).")
+    tokens = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not tokens:
+        raise UserError(f"the token file {path!r} holds no token",
+                        hint="Put one token a line in it: `openssl rand -hex 32 > tokens`, say.")
+    short = [t for t in tokens if len(t) < 16]
+    if short:
+        raise UserError(f"the token file {path!r} holds a token shorter than 16 characters",
+                        hint="Use long random tokens: `openssl rand -hex 32`.")
+    return tokens
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--listen takes HOST:PORT, got {text!r}",
+                        hint="--listen 127.0.0.1:8765 (port 0 picks a free one), or --listen 0.0.0.0:8765 with "
+                             "--token-file in a container.")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets
+    # whose proto says TCP, and without it every keep-alive response written
+    # in two parts waits out the client's delayed ACK (40 ms on Linux).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                        hint="Pick a free port (port 0 picks one) and an address of this machine.") from None
+    # Listening before uvicorn starts: connections made as soon as the URL is
+    # printed wait in the backlog instead of being refused.
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/mcp"
+
+
+async def run(ns: argparse.Namespace) -> int:
+    """Serve until SIGTERM; the exit status."""
+    servers = load_servers(ns.config)
+    served = served_options(ns.config)
+    tokens = read_tokens(ns.token_file) if ns.token_file else []
+    host, port = parse_listen(ns.listen)
+    loopback = is_loopback(host)
+    if not loopback and not tokens:
+        raise UserError(f"refusing to listen on {host} (not loopback) without tokens",
+                        hint="Pass --token-file FILE (one bearer token a line), or listen on 127.0.0.1.")
+    backends: list[Backend] = [backend_for(s, served.get(s.name or "", Served())) for s in servers]
+    idle = max([b.served.idle for b in backends if b.served.session == "per-session"] + [HTTP_SESSION_IDLE])
+    gateway = Gateway(backends, tokens=tokens, loopback=loopback, max_body_bytes=ns.max_body_bytes,
+                      max_sessions=ns.max_http_sessions, session_idle=idle)
+    sock = _bind(host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    config = uvicorn.Config(gateway, lifespan="off", log_config=None, access_log=False,
+                            timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE, ws="none")
+    http = _Uvicorn(config)
+    try:
+        async with AsyncExitStack() as stack:
+            stack.callback(sock.close)
+            await gateway.enter(stack)
+            serving = asyncio.ensure_future(http.serve(sockets=[sock]))
+            print(_url(sock), flush=True)
+            logger.info("listening", extra={"url": _url(sock), "servers": [b.name for b in backends]})
+            opened = await _open_all(backends, stop)
+            if opened:
+                gateway.ready = True
+                print("ready", flush=True)
+                logger.info("ready")
+                waiting = asyncio.ensure_future(stop.wait())
+                either: set[asyncio.Future[Any]] = {waiting, serving}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                drained = await gateway.drain(ns.drain_seconds)
+                logger.info("draining done" if drained else "drain timed out; closing calls in flight",
+                            extra={"in_flight": gateway.in_flight})
+            http.should_exit = True
+            await serving
+    finally:
+        await _close_all(backends)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    logger.info("stopped")
+    # Stopped while opening is a stop asked for, not a failure.
+    return EXIT_OK if opened or stop.is_set() else EXIT_FAILED
+
+
+async def _open_all(backends: list[Backend], stop: asyncio.Event) -> bool:
+    """Open every server in parallel; False (logged) if one failed or a signal came first."""
+    opening = asyncio.ensure_future(asyncio.gather(*(b.start() for b in backends)))
+    waiting = asyncio.ensure_future(stop.wait())
+    either: set[asyncio.Future[Any]] = {opening, waiting}
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if not opening.done():
+        opening.cancel()
+        with contextlib.suppress(BaseException):
+            await opening
+        return False
+    exc = opening.exception()
+    if exc is not None:
+        message = str(exc) if isinstance(exc, LoviaError) else f"{type(exc).__name__}: {exc}"
+        logger.error("a server failed to open; stopping", extra={"error": message})
+        print(f"lovia-mcp: error: {message}", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+async def _close_all(backends: list[Backend]) -> None:
+    # Each close is bounded by the connection itself (CLOSE_WAIT, then kills).
+    await asyncio.shield(asyncio.gather(*(b.aclose() for b in backends), return_exceptions=True))
+
+
+def main(ns: argparse.Namespace) -> int:
+    """The ``serve`` subcommand; errors in the command line or the files exit 2 with a hint."""
+    configure_logging(ns.log_format, getattr(ns, "verbose", 0))
+    try:
+        return asyncio.run(run(ns))
+    except UserError as exc:
+        print(f"lovia-mcp: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+__all__ = [
+    "HTTP_SESSION_IDLE",
+    "HTTP_SHUTDOWN_GRACE", "configure_logging", "is_loopback", "main", "parse_listen", "read_tokens", "run",
+]

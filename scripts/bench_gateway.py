@@ -1,0 +1,590 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): ``lovia-mcp serve`` against a direct isolated call, under load, and behind a load balancer.
+
+Three parts, each against real ``lovia-mcp serve`` processes on loopback:
+
+1. **overhead**: one small ``echo`` call, median, interleaved rounds:
+   - ``direct``: ``MCPConnection.call_tool`` on an isolated connection (the
+     worker and the same raw server, no HTTP);
+   - ``gateway_http``: a stateless MCP 2026-07-28 request through the gateway
+     (``httpx``, keep-alive, JSON response): the gateway's overhead is this
+     minus ``direct``; ``http_floor`` (``GET /healthz`` on the same client)
+     says how much of it is the HTTP round trip itself;
+   - ``gateway_sdk``: the same call with the MCP SDK's ``Client`` (what an
+     agent pays, client included).
+2. **throughput**: 100 concurrent sessions (2025 handshake, a minimal HTTP
+   client) calling ``echo`` on one shared server for ``--seconds``; calls
+   per second, latency percentiles and the gateway's CPU. Then the same
+   with 100 SDK clients (the SDK's client is the bottleneck there), and
+   with 100 concurrent stateless clients (raw 2026-07-28 requests).
+3. **failover**: two ``serve`` replicas behind HAProxy (Debian's package,
+   installed with apt-get if missing; ``--no-lb`` skips this part) with
+   sticky sessions learnt from the ``Mcp-Session-Id`` response header,
+   health checks on ``/readyz`` and retries of failed connections. Stateless
+   clients call a shared server; session-bound clients (2025 sessions) call a
+   per-session server. One replica is SIGKILLed mid-load (``--kill term``:
+   SIGTERM, the drain). Reported: calls and failures for each kind, and for
+   session-bound clients the sessions broken, what they saw, and whether a
+   new session worked (their per-session state, the server's pid, is lost).
+
+The machine is shared and noisy: read ratios and orders of magnitude, not
+absolute times. Usage::
+
+    .venv/bin/python scripts/bench_gateway.py            # all three, a table
+    .venv/bin/python scripts/bench_gateway.py --quick    # small sizes
+    .venv/bin/python scripts/bench_gateway.py --json --only overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+BENCH_SERVER = str(ROOT / "scripts" / "bench_server.py")
+RAW_SERVER = str(ROOT / "tests" / "servers" / "raw_server.py")
+TOKEN = "bench-token-0123456789abcdef0123"
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+# Start-up of a serve process (imports, uvicorn, servers) on a loaded machine.
+START_WAIT = 60.0
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
+ACCEPT = "application/json, text/event-stream"
+
+
+def _modern_call(rid: int, name: str, arguments: dict[str, Any]) -> tuple[dict[str, str], bytes]:
+    body = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {
+        "name": name, "arguments": arguments,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                  "io.modelcontextprotocol/clientCapabilities": {}}}}
+    headers = {**HEADERS, "content-type": "application/json", "accept": ACCEPT,
+               "mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": name}
+    return headers, json.dumps(body).encode()
+
+
+class Http:
+    """A minimal HTTP/1.1 keep-alive client on one connection.
+
+    The load generator: httpx (and the SDK's httpx2) slow to a few dozen
+    requests a second with a hundred concurrent connections in one process,
+    on any server (a bare uvicorn app included), so they cannot drive the
+    gateway hard. This speaks just enough HTTP for the gateway's answers
+    (Content-Length bodies).
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, bytes]:
+        status, _, payload = await self.exchange(method, path, headers, body)
+        return status, payload
+
+    async def exchange(self, method: str, path: str, headers: dict[str, str],
+                       body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+        if self.writer is None or self.reader is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-length: {len(body)}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        self.writer.write(head.encode() + body)
+        try:
+            status_line = await self.reader.readuntil(b"\r\n")
+            if not status_line:
+                raise ConnectionError("connection closed")
+            got: dict[str, str] = {}
+            while (line := await self.reader.readuntil(b"\r\n")) != b"\r\n":
+                key, _, value = line.decode("latin-1").partition(":")
+                got[key.strip().lower()] = value.strip()
+            close = "close" in got.get("connection", "").lower()
+            if got.get("transfer-encoding") == "chunked":
+                # An SSE answer (2025 sessions): the stream ends after the response.
+                parts = []
+                while (size := int((await self.reader.readuntil(b"\r\n")).strip(), 16)):
+                    parts.append(await self.reader.readexactly(size))
+                    await self.reader.readuntil(b"\r\n")
+                await self.reader.readuntil(b"\r\n")
+                payload = b"".join(parts)
+            else:
+                payload = await self.reader.readexactly(int(got.get("content-length", "0")))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.close()
+            raise ConnectionError("connection closed") from None
+        if close:
+            self.close()
+        return int(status_line.split()[1]), got, payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+def _split(base: str) -> tuple[str, int]:
+    host, port = base.removeprefix("http://").split("/")[0].rsplit(":", 1)
+    return host, int(port)
+
+
+# --------------------------------------------------------------------------- #
+# serve processes
+# --------------------------------------------------------------------------- #
+class Replica:
+    def __init__(self, folder: Path, servers: dict[str, Any], port: int = 0) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
+        (folder / "tokens").write_text(TOKEN + "\n")
+        self.stderr = open(folder / "stderr", "wb")
+        self.proc = subprocess.Popen(
+            [PY, "-m", "lovia_mcp", "serve", "--config", str(folder / "mcp.json"), "--listen", f"127.0.0.1:{port}",
+             "--token-file", str(folder / "tokens"), "--log-format", "text", "--max-http-sessions", "5000"],
+            stdout=subprocess.PIPE, stderr=self.stderr, cwd=ROOT, start_new_session=True)
+        self.url = self._line()
+        self.base = self.url.removesuffix("/mcp")
+        self.port = int(self.base.rsplit(":", 1)[1])
+        if self._line() != "ready":
+            raise SystemExit(f"serve did not get ready; see {folder / 'stderr'}")
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(START_WAIT):
+                raise SystemExit("serve printed nothing")
+        return self.proc.stdout.readline().decode().strip()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if sig == signal.SIGKILL:
+            # Its workers see their pipe close and take their servers with
+            # them; anything slower than that is swept here.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.stderr.close()
+
+
+@contextlib.contextmanager
+def replicas(n: int, servers: dict[str, Any]) -> Iterator[list[Replica]]:
+    folder = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    started: list[Replica] = []
+    try:
+        for i in range(n):
+            started.append(Replica(folder / f"r{i}", servers))
+        yield started
+    finally:
+        for r in started:
+            r.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def sdk_client(url: str, mode: str = "legacy") -> AsyncIterator[Any]:
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers=HEADERS, timeout=30.0) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            yield client
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+# --------------------------------------------------------------------------- #
+# 1. overhead
+# --------------------------------------------------------------------------- #
+async def overhead(calls: int, rounds: int) -> dict[str, float]:
+    from lovia_mcp import MCPServerStdio
+
+    samples: dict[str, list[float]] = {"direct": [], "gateway_http": [], "http_floor": [], "gateway_sdk": []}
+    with replicas(1, {"raw": {"command": PY, "args": [BENCH_SERVER]}}) as (g,):
+        http = Http(*_split(g.base))
+        async with MCPServerStdio(command=PY, args=[BENCH_SERVER], name="raw").session() as conn, \
+                sdk_client(g.url, mode="auto") as sdk:
+
+            async def direct() -> None:
+                await conn.call_tool("echo", {"text": "x"})
+
+            async def via_http(i: int = 0) -> None:
+                headers, body = _modern_call(i, "raw__echo", {"text": "x"})
+                status, payload = await http.request("POST", "/mcp", headers, body)
+                assert status == 200 and b'"isError":false' in payload, payload
+
+            async def floor() -> None:
+                assert (await http.request("GET", "/healthz", {}))[0] == 200
+
+            async def via_sdk() -> None:
+                r = await sdk.call_tool("raw__echo", {"text": "x"})
+                assert not r.is_error
+
+            kinds = {"direct": direct, "gateway_http": via_http, "http_floor": floor, "gateway_sdk": via_sdk}
+            for fn in kinds.values():  # warm-up
+                for _ in range(50):
+                    await fn()
+            gateway = psutil.Process(g.proc.pid)
+            cpu: dict[str, float] = {k: 0.0 for k in kinds}
+            for r in range(rounds):
+                order = list(kinds)[r % 4:] + list(kinds)[:r % 4]
+                for kind in order:
+                    fn = kinds[kind]
+                    used = sum(gateway.cpu_times()[:2])
+                    for _ in range(calls):
+                        t = time.perf_counter()
+                        await fn()
+                        samples[kind].append(time.perf_counter() - t)
+                    cpu[kind] += sum(gateway.cpu_times()[:2]) - used
+    med = {k: statistics.median(v) * 1000 for k, v in samples.items()}
+    return {
+        **{f"{k}_ms": round(v, 3) for k, v in med.items()},
+        "overhead_http_ms": round(med["gateway_http"] - med["direct"], 3),
+        "overhead_beyond_http_floor_ms": round(med["gateway_http"] - med["direct"] - med["http_floor"], 3),
+        "overhead_sdk_client_ms": round(med["gateway_sdk"] - med["direct"], 3),
+        # CPU the serve process spent per call (its workers not included):
+        # steadier than wall time on a loaded machine.
+        "gateway_cpu_per_call_ms": round(cpu["gateway_http"] / (calls * rounds) * 1000, 3),
+        "gateway_cpu_per_sdk_call_ms": round(cpu["gateway_sdk"] / (calls * rounds) * 1000, 3),
+        "samples_each": calls * rounds,
+    }
+
+
+# --------------------------------------------------------------------------- #
+# 2. throughput
+# --------------------------------------------------------------------------- #
+async def throughput(sessions: int, seconds: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"sessions": sessions, "seconds": seconds}
+    with replicas(1, {"raw": {"command": PY, "args": [BENCH_SERVER]}}) as (g,):
+        latencies: list[float] = []
+        stop = asyncio.Event()
+
+        async def session_loop(ready: asyncio.Event, opened: list[int]) -> None:
+            async with sdk_client(g.url, mode="legacy") as client:
+                opened.append(1)
+                if len(opened) == sessions:
+                    ready.set()
+                await ready.wait()
+                while not stop.is_set():
+                    t = time.perf_counter()
+                    await client.call_tool("raw__echo", {"text": "x"})
+                    latencies.append(time.perf_counter() - t)
+
+        ready, opened = asyncio.Event(), []
+        tasks = [asyncio.ensure_future(session_loop(ready, opened)) for _ in range(sessions)]
+        await ready.wait()
+        started = time.perf_counter()
+        await asyncio.sleep(seconds)  # the measuring window, not synchronisation
+        stop.set()
+        done = len(latencies)
+        elapsed = time.perf_counter() - started
+        await asyncio.gather(*tasks)
+        # The SDK's client costs more CPU per call than the gateway does: with
+        # a hundred in this one process, the client is the bottleneck.
+        out["sdk_sessions_calls_per_s"] = round(done / elapsed, 1)
+        out["sdk_sessions_p50_ms"] = round(pct(latencies, 0.5) * 1000, 2)
+        out["sdk_sessions_p99_ms"] = round(pct(latencies, 0.99) * 1000, 2)
+
+        latencies.clear()
+        stop.clear()
+        ready, opened = asyncio.Event(), []
+        gateway = psutil.Process(g.proc.pid)
+
+        async def raw_session_loop() -> None:
+            http = Http(*_split(g.base))
+            base = {**HEADERS, "content-type": "application/json", "accept": ACCEPT}
+            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+            status, got, _ = await http.exchange("POST", "/mcp", base, json.dumps(init).encode())
+            assert status == 200, status
+            session = {**base, "mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": LEGACY}
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.request("POST", "/mcp", session, json.dumps(note).encode()))[0] == 202
+            opened.append(1)
+            if len(opened) == sessions:
+                ready.set()
+            await ready.wait()
+            i = 0
+            while not stop.is_set():
+                i += 1
+                body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                                   "params": {"name": "raw__echo", "arguments": {"text": "x"}}}).encode()
+                t = time.perf_counter()
+                status, payload = await http.request("POST", "/mcp", session, body)
+                assert status == 200 and b'"isError":false' in payload, payload
+                latencies.append(time.perf_counter() - t)
+            await http.request("DELETE", "/mcp", session)
+            http.close()
+
+        tasks = [asyncio.ensure_future(raw_session_loop()) for _ in range(sessions)]
+        await ready.wait()
+        used = sum(gateway.cpu_times()[:2])
+        started = time.perf_counter()
+        await asyncio.sleep(seconds)  # the measuring window
+        stop.set()
+        done = len(latencies)
+        elapsed = time.perf_counter() - started
+        out["sessions_gateway_cpu_percent"] = round((sum(gateway.cpu_times()[:2]) - used) / elapsed * 100)
+        await asyncio.gather(*tasks)
+        out["sessions_calls_per_s"] = round(done / elapsed, 1)
+        out["sessions_p50_ms"] = round(pct(latencies, 0.5) * 1000, 2)
+        out["sessions_p99_ms"] = round(pct(latencies, 0.99) * 1000, 2)
+
+        latencies.clear()
+        stop.clear()
+
+        async def stateless_loop() -> None:
+            http = Http(*_split(g.base))
+            i = 0
+            while not stop.is_set():
+                i += 1
+                headers, body = _modern_call(i, "raw__echo", {"text": "x"})
+                t = time.perf_counter()
+                status, _ = await http.request("POST", "/mcp", headers, body)
+                assert status == 200, status
+                latencies.append(time.perf_counter() - t)
+            http.close()
+
+        used = sum(gateway.cpu_times()[:2])
+        started = time.perf_counter()
+        tasks = [asyncio.ensure_future(stateless_loop()) for _ in range(sessions)]
+        await asyncio.sleep(seconds)  # the measuring window
+        stop.set()
+        done = len(latencies)
+        elapsed = time.perf_counter() - started
+        out["stateless_gateway_cpu_percent"] = round((sum(gateway.cpu_times()[:2]) - used) / elapsed * 100)
+        await asyncio.gather(*tasks)
+        out["stateless_calls_per_s"] = round(done / elapsed, 1)
+        out["stateless_p50_ms"] = round(pct(latencies, 0.5) * 1000, 2)
+        out["stateless_p99_ms"] = round(pct(latencies, 0.99) * 1000, 2)
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# 3. failover behind HAProxy
+# --------------------------------------------------------------------------- #
+def haproxy_binary() -> str:
+    found = shutil.which("haproxy")
+    if found:
+        return found
+    print("installing haproxy from Debian's packages (apt-get)...", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    if subprocess.run(["apt-get", "install", "-y", "-q", "haproxy"], env=env, stdout=subprocess.DEVNULL).returncode:
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-q", "haproxy"], check=True, env=env, stdout=subprocess.DEVNULL)
+    found = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+HAPROXY_CFG = """
+global
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 2s
+    timeout check 3s
+    timeout client 60s
+    timeout server 60s
+    retries 2
+    option redispatch 1
+    # A new session refused by a draining replica (503) is opened on another.
+    retry-on conn-failure empty-response 503
+frontend mcp
+    bind 127.0.0.1:{port}
+    default_backend gateways
+backend gateways
+    balance roundrobin
+    option httpchk GET /readyz
+    # Down after two failed checks (a loaded replica may answer one check late).
+    default-server inter 500ms fall 2 rise 1
+    # Sticky 2025-era sessions: learn each session id from the replica's
+    # answer, route the session's later requests to that replica.
+    stick-table type string len 64 size 100k expire 30m
+    stick on req.hdr(mcp-session-id)
+    stick store-response res.hdr(mcp-session-id)
+{servers}
+"""
+
+
+async def failover(seconds: float, kill: str, stateless_n: int, bound_n: int) -> dict[str, Any]:
+    binary = haproxy_binary()
+    servers = {"raw": {"command": PY, "args": [BENCH_SERVER]},
+               "ps": {"command": PY, "args": [RAW_SERVER], "session": "per-session", "max_sessions": 64,
+                      "spares": 2}}
+    with replicas(2, servers) as reps, tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        cfg = Path(tmp) / "haproxy.cfg"
+        cfg.write_text(HAPROXY_CFG.format(port=port, servers="\n".join(
+            f"    server r{i} 127.0.0.1:{r.port} check" for i, r in enumerate(reps))))
+        lb = subprocess.Popen([binary, "-f", str(cfg), "-db"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            async with httpx.AsyncClient(timeout=30) as http:
+                # HAProxy up and a replica healthy: one answered request.
+                for _ in range(200):
+                    with contextlib.suppress(httpx.TransportError):
+                        if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                            break
+                    await asyncio.sleep(0.05)  # HAProxy's start; polled, bounded
+            return await _load(url, reps, seconds, kill, stateless_n, bound_n)
+        finally:
+            lb.terminate()
+            lb.wait(10)
+
+
+async def _load(url: str, reps: list[Replica], seconds: float, kill: str, stateless_n: int,
+                bound_n: int) -> dict[str, Any]:
+    stop = asyncio.Event()
+    warm = asyncio.Event()
+    warmed: set[int] = set()
+    stateless: dict[str, Any] = {"calls": 0, "failed": 0, "errors": {}}
+    bound: dict[str, Any] = {"calls": 0, "failed_calls": 0, "sessions_broken": 0, "new_session_ok": 0,
+                             "state_lost": 0, "errors": {}}
+    current_pid: dict[int, int] = {}
+
+    def is_warm(who: int) -> None:
+        warmed.add(who)
+        if len(warmed) == stateless_n + bound_n:
+            warm.set()
+
+    def note(where: dict[str, Any], exc: BaseException) -> None:
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        text = f"{type(exc).__name__}: {exc}"
+        key = ("404 session not found" if "Session not found" in text or "404" in text else
+               "connection closed" if "closed" in text.lower() or "ConnectError" in text or "RemoteProtocol" in text
+               else text[:100])
+        where["errors"][key] = where["errors"].get(key, 0) + 1
+
+    async def stateless_loop(who: int) -> None:
+        http = Http(*_split(url))
+        i = 0
+        while not stop.is_set():
+            i += 1
+            headers, body = _modern_call(i, "raw__echo", {"text": "x"})
+            try:
+                status, payload = await http.request("POST", "/mcp", headers, body)
+                if status != 200 or b'"isError":false' not in payload:
+                    raise RuntimeError(f"HTTP {status}: {payload[:60]!r}")
+                stateless["calls"] += 1
+                is_warm(who)
+            except Exception as exc:  # noqa: BLE001 - counted: what a stateless client loses
+                stateless["failed"] += 1
+                note(stateless, exc)
+        http.close()
+
+    async def bound_loop(who: int) -> None:
+        pid: int | None = None
+        while not stop.is_set():
+            try:
+                async with sdk_client(url, mode="legacy") as client:
+                    while not stop.is_set():
+                        r = await client.call_tool("ps__pid", {})
+                        now = int(json.loads(r.content[0].text)["pid"])
+                        if pid is not None and now != pid:
+                            # A new session after a broken one: a new server, its state gone.
+                            bound["state_lost"] += 1
+                            bound["new_session_ok"] += 1
+                        pid = current_pid[who] = now
+                        bound["calls"] += 1
+                        is_warm(who)
+            except BaseException as exc:  # noqa: BLE001 - the SDK raises exception groups; counted
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                bound["failed_calls"] += 1
+                bound["sessions_broken"] += 1
+                note(bound, exc)
+
+    tasks = [asyncio.ensure_future(stateless_loop(i)) for i in range(stateless_n)]
+    tasks += [asyncio.ensure_future(bound_loop(stateless_n + i)) for i in range(bound_n)]
+    await asyncio.wait_for(warm.wait(), START_WAIT)
+    await asyncio.sleep(seconds / 3)  # load before the kill: the measuring window
+    victim = reps[0]
+    victim_pids = {p.pid for p in psutil.Process(victim.proc.pid).children(recursive=True)}
+    on_victim = sum(1 for pid in current_pid.values() if pid in victim_pids)
+    before = {"stateless": stateless["calls"], "bound": bound["calls"]}
+    if kill == "kill":
+        # A pod killed outright: the whole process group, workers and servers too.
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+    else:
+        victim.proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(seconds * 2 / 3)  # load after the kill
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if kill == "term":
+        victim.proc.wait(30)
+    return {"kill": kill, "stateless_clients": stateless_n, "session_clients": bound_n,
+            "sessions_on_killed_replica": on_victim, "calls_before_kill": before,
+            "stateless": stateless, "session_bound": bound}
+
+
+# --------------------------------------------------------------------------- #
+def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    # The SDK warns of every session it could not end on a replica that is gone.
+    logging.getLogger("mcp").setLevel(logging.ERROR)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (about 30 s in all)")
+    ap.add_argument("--only", action="append", choices=["overhead", "throughput", "failover"])
+    ap.add_argument("--calls", type=int, default=None, help="calls per round in the overhead part (default 300)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5)")
+    ap.add_argument("--sessions", type=int, default=100, help="concurrent sessions in the throughput part")
+    ap.add_argument("--seconds", type=float, default=None, help="each load's duration (default 6)")
+    ap.add_argument("--kill", choices=["kill", "term"], default="kill", help="how the replica is stopped")
+    ap.add_argument("--no-lb", action="store_true", help="skip the failover part (no HAProxy)")
+    ap.add_argument("--json", action="store_true")
+    ns = ap.parse_args(argv)
+    calls = ns.calls or (100 if ns.quick else 300)
+    rounds = ns.rounds or (2 if ns.quick else 5)
+    seconds = ns.seconds or (3.0 if ns.quick else 6.0)
+    parts = ns.only or ["overhead", "throughput"] + ([] if ns.no_lb else ["failover"])
+    report: dict[str, Any] = {}
+    if "overhead" in parts:
+        report["overhead"] = asyncio.run(overhead(calls, rounds))
+    if "throughput" in parts:
+        report["throughput"] = asyncio.run(throughput(ns.sessions, seconds))
+    if "failover" in parts:
+        report["failover"] = asyncio.run(failover(max(seconds, 6.0), ns.kill, 20, 10))
+    if ns.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for part, figures in report.items():
+            print(f"== {part}")
+            for key, value in figures.items():
+                print(f"  {key:32} {json.dumps(value) if isinstance(value, dict) else value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Helpers for tests that run ``lovia-mcp serve`` as a real process and reach it as clients do."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Final, Iterator
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVERS = ROOT / "tests" / "servers"
+PY = sys.executable
+TOKEN: Final = "test-token-0123456789abcdef"
+
+# A loaded 2-core machine can take seconds to import the SDK's server side,
+# start uvicorn and open a few servers; the bound only stops a hung test.
+START_WAIT: Final = 60.0
+# SIGTERM to exit: the drain is immediate without calls in flight, and
+# closing a handful of servers takes well under a second unloaded.
+STOP_WAIT: Final = 30.0
+
+
+def raw(*flags: str, **options: Any) -> dict[str, Any]:
+    return {"command": PY, "args": [str(SERVERS / "raw_server.py"), *flags], **options}
+
+
+def server(script: str, **options: Any) -> dict[str, Any]:
+    return {"command": PY, "args": [str(SERVERS / script)], **options}
+
+
+class Serve:
+    """One ``lovia-mcp serve`` process: its URL, its stderr file, and how to stop it."""
+
+    def __init__(self, folder: Path, servers: dict[str, Any], *extra: str, token: bool = True,
+                 log_format: str = "text") -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        config = folder / "mcp.json"
+        config.write_text(json.dumps({"mcpServers": servers}))
+        args = [PY, "-m", "lovia_mcp", "serve", "--config", str(config), "--listen", "127.0.0.1:0",
+                "--log-format", log_format, *extra]
+        if token:
+            tokens = folder / "tokens"
+            tokens.write_text(f"# test tokens\n{TOKEN}\n")
+            args += ["--token-file", str(tokens)]
+        self.stderr_path = folder / "stderr"
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, cwd=ROOT)
+        self.lines: list[str] = []
+        self.url = self.line()
+        self.base = self.url.removesuffix("/mcp")
+        assert self.line() == "ready", self.stderr()
+        self.headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
+
+    def line(self) -> str:
+        """The next stdout line, waiting at most START_WAIT."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + START_WAIT
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                if sel.select(deadline - time.monotonic()):
+                    text = self.proc.stdout.readline().decode().strip()
+                    if not text and self.proc.poll() is not None:
+                        raise AssertionError(f"serve exited with {self.proc.returncode}: {self.stderr()}")
+                    self.lines.append(text)
+                    return text
+        raise AssertionError(f"serve printed nothing within {START_WAIT} s: {self.stderr()}")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def tree(self) -> list[psutil.Process]:
+        return psutil.Process(self.proc.pid).children(recursive=True)
+
+    def stop(self) -> tuple[int, list[psutil.Process]]:
+        """SIGTERM; the exit status and whatever of its tree is still alive after it exited."""
+        tree = self.tree()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(STOP_WAIT)
+        finally:
+            self._stderr.close()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        _, alive = psutil.wait_procs(tree, timeout=5.0)
+        return code, [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            for p in self.tree():
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            self.proc.kill()
+            self.proc.wait()
+        self._stderr.close()
+
+
+@contextmanager
+def sdk_http_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """tests/servers/http_server.py (the SDK's MCPServer on uvicorn): the process and its URL."""
+    proc = subprocess.Popen([PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            if not sel.select(START_WAIT):
+                raise AssertionError(f"http_server.py printed no port within {START_WAIT} s")
+        line = proc.stdout.readline().decode()
+        assert line.startswith("PORT "), line
+        yield proc, f"http://127.0.0.1:{int(line.split()[1])}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(STOP_WAIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@asynccontextmanager
+async def sdk_client(url: str, headers: dict[str, str], mode: str = "auto") -> AsyncIterator[Any]:
+    """The MCP SDK's own client on ``url``."""
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers=headers, timeout=30.0) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            yield client
+
+
+
+__all__ = ["PY", "SERVERS", "START_WAIT", "STOP_WAIT", "TOKEN", "Serve", "raw", "sdk_client", "sdk_http_server",
+           "server"]

@@ -1,0 +1,342 @@
+"""The tests' shared functions and constants, each defined once.
+
+``conftest.py`` holds the fixtures and hooks (the leak check, the
+``enforcement`` parametrisation); everything a test module imports by name
+lives here:
+
+- paths: ``ROOT``, ``SERVERS``, ``RAW_SERVER``, ``PY``;
+- servers: ``raw_args()``, ``raw()`` (the raw JSON-RPC test server as a
+  config), ``RAW_TOOLS``;
+- ``pid_of()``: the pid of the raw server answering a connection;
+- a real lovia ``Agent`` offline: ``ISOLATIONS`` (run a test in both
+  isolation modes), ``Model``, ``drive()``, ``results()``, ``outputs()``;
+- test HTTP servers: ``serving()``; the command: ``lovia_mcp()``,
+  ``lovia_mcp_all()``, ``error_of()``;
+- processes: ``run()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
+  ``live_descendants()``, ``register_shared()``, ``leftover_cgroups()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+import pytest
+from lovia import Agent, Runner
+from lovia.runtime.result import RunResult
+from lovia.testing import ScriptedProvider, text
+from lovia.transcript import ToolResultEntry
+
+from lovia_mcp import MCP, MCPServer, MCPServerStdio
+from lovia_mcp_worker.containment import cgroup
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVERS = ROOT / "tests" / "servers"
+RAW_SERVER = str(SERVERS / "raw_server.py")
+PY = sys.executable
+
+# Poll period while waiting, against a deadline, for processes to exit: an
+# exit by another process's hand has no event this process can wait on.
+POLL = 0.01
+# Bound on waiting for one process to exit (wait_gone): a worker or server
+# told to go is gone in well under a second; five covers a loaded machine.
+GONE_WAIT = 5.0
+
+# Importing the SDK and starting uvicorn takes about a second; on a loaded
+# machine several. Past this a test HTTP server fails rather than hang the session.
+SERVER_READY_WAIT = 30.0
+# How long a test HTTP server gets to exit on SIGTERM before SIGKILL.
+SERVER_EXIT_WAIT = 5.0
+
+# Bound on one ``lovia-mcp`` command; a normal one takes about a second
+# (interpreter, worker, server), a broken build must not hang the suite.
+CLI_TIMEOUT = 25.0
+
+# Run a test once per isolation mode.
+ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
+
+# Every tool tests/servers/raw_server.py lists (without its flags).
+RAW_TOOLS = frozenset({
+    "echo", "add", "fail", "big", "mixed", "hang", "exit", "signal", "stderr_then_exit", "garbage",
+    "flood", "chatty", "alloc", "spawn", "burn", "pid", "cwd", "counter", "ping_client",
+    "alloc_fast", "fork_storm", "kill_parent", "answer_if_exists", "escape",
+})
+
+T = TypeVar("T")
+
+_shared_pids: set[int] = set()
+
+
+def run(coro: Awaitable[T]) -> T:
+    """Run a coroutine on a fresh event loop (tests are plain functions)."""
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def raw_args(*flags: str) -> list[str]:
+    return [RAW_SERVER, *flags]
+
+
+def raw(isolation: str | None = None, *flags: str, **options: Any) -> MCPServerStdio:
+    """The raw JSON-RPC test server (``tests/servers/raw_server.py``) as a config.
+
+    Named ``raw`` unless ``name=`` says otherwise (``name=None``: no prefix);
+    ``isolation=None`` takes the default.
+    """
+    options.setdefault("name", "raw")
+    return MCPServerStdio(command=PY, args=raw_args(*flags), isolation=isolation, **options)  # type: ignore[arg-type]
+
+
+class Model(ScriptedProvider):
+    """A ScriptedProvider that also records the tool schemas offered on each turn."""
+
+    def __init__(self, *script: Any) -> None:
+        super().__init__(list(script))
+        self.offered: list[dict[str, Any]] = []
+
+    async def stream(self, entries: Any, *, tools: Any = None, **kw: Any) -> Any:
+        self.offered.append({t["function"]["name"]: t["function"] for t in tools or []})
+        async for delta in super().stream(entries, tools=tools, **kw):
+            yield delta
+
+
+async def drive(plugin: Any, *script: Any, **agent_options: Any) -> tuple[RunResult, Model]:
+    """Run an agent through ``script`` then a final "done"; ``plugin`` may be a bare server."""
+    if isinstance(plugin, MCPServer):
+        plugin = MCP(plugin)
+    model = Model(*script, text("done"))
+    agent = Agent(name="tester", model=model, plugins=[plugin], **agent_options)
+    result = await Runner.run(agent, "go")
+    assert result.output == "done"
+    return result, model
+
+
+async def pid_of(conn: Any, timeout: float | None = None) -> int:
+    """The pid of the raw test server answering ``conn`` (its ``pid`` tool)."""
+    reply = await conn.call_tool("pid", timeout=timeout)
+    return int(json.loads(str(reply))["pid"])
+
+
+def results(result: RunResult) -> list[ToolResultEntry]:
+    return [e for e in result.entries if isinstance(e, ToolResultEntry)]
+
+
+def outputs(result: RunResult) -> list[str]:
+    return [e.output for e in results(result)]
+
+
+def lovia_mcp(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the ``lovia-mcp`` command as a user runs it (``python -m lovia_mcp``), bounded."""
+    return subprocess.run(
+        [sys.executable, "-m", "lovia_mcp", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "120", **(env or {})},
+    )
+
+
+def lovia_mcp_all(*invocations: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Independent invocations at once (each is mostly interpreter start-up)."""
+    with ThreadPoolExecutor(len(invocations)) as pool:
+        return list(pool.map(lambda args: lovia_mcp(*args), invocations))
+
+
+def error_of(r: subprocess.CompletedProcess[str]) -> str:
+    """The command's error message; asserts it is a message, not a traceback."""
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "lovia-mcp" in r.stderr and "error: " in r.stderr, r.stderr
+    return r.stderr
+
+
+# --------------------------------------------------------------------------- #
+# Processes
+# --------------------------------------------------------------------------- #
+
+
+def register_shared(pid: int) -> None:
+    """Exempt a session-scoped process (and its descendants) from the leak check."""
+    _shared_pids.add(pid)
+
+
+def _shared_helper_pids() -> set[int]:
+    """lovia-mcp's forkserver: one per agent process, shared by design."""
+    from lovia_mcp.client.channel import helper_pids
+
+    return helper_pids()
+
+
+def exempt_pids() -> set[int]:
+    """The processes the leak check leaves alone: shared ones and the forkserver."""
+    out = set(_shared_pids)
+    for pid in list(_shared_pids):
+        try:
+            out.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            pass
+    return out | _shared_helper_pids()
+
+
+def reap_zombies() -> None:
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return
+    for p in children:
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(p.pid, os.WNOHANG)
+        except (psutil.Error, OSError):
+            pass
+
+
+def live_descendants() -> list[psutil.Process]:
+    reap_zombies()
+    exempt = exempt_pids()
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.pid in exempt or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def is_alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def describe(p: psutil.Process) -> str:
+    try:
+        return f"{p.pid} {' '.join(p.cmdline())[:120]}"
+    except psutil.Error:
+        return str(p.pid)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return is_alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
+
+
+def wait_gone(pid: int) -> None:
+    """Wait (at most ``GONE_WAIT``) for ``pid`` to exit; already gone is fine."""
+    try:
+        psutil.wait_procs([psutil.Process(pid)], timeout=GONE_WAIT)
+    except psutil.NoSuchProcess:
+        pass
+
+
+async def alive_after(pids: list[int], within: float) -> tuple[list[int], float]:
+    """Wait up to ``within`` seconds for ``pids`` to exit (zombies count as gone).
+
+    Returns the pids still alive and the time taken. Async, so that a server
+    hosted in this event loop (``isolation="none"``) is torn down meanwhile.
+    """
+    started = time.monotonic()
+    deadline = started + within
+    while True:
+        alive = [p for p in pids if pid_alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive, time.monotonic() - started
+        await asyncio.sleep(POLL)
+
+
+def alive_after_sync(pids: list[int], within: float) -> tuple[list[int], float]:
+    """:func:`alive_after` outside an event loop."""
+    return asyncio.run(alive_after(pids, within))
+
+
+@contextlib.contextmanager
+def serving(*command: str) -> Iterator[str]:
+    """Run a test HTTP MCP server for a fixture's scope; yields its ``/mcp`` URL.
+
+    The server prints ``PORT <n>`` once it serves; it is exempt from the leak
+    check (it outlives single tests) and is terminated at the end.
+    """
+    proc = subprocess.Popen([PY, *command], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    register_shared(proc.pid)
+    try:
+        yield f"http://127.0.0.1:{_read_port(proc, os.path.basename(command[0]))}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(SERVER_EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(SERVER_EXIT_WAIT)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def _read_port(proc: subprocess.Popen[bytes], name: str) -> int:
+    """Wait, bounded, for the ``PORT <n>`` line the server prints once it serves."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + SERVER_READY_WAIT
+    fd = proc.stdout.fileno()
+    buf = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{name} did not report its port within {SERVER_READY_WAIT:g} s")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise RuntimeError(f"{name} exited before serving (code {proc.wait()})")
+        buf += chunk
+        for line in buf.split(b"\n")[:-1]:
+            if line.startswith(b"PORT "):
+                return int(line.split()[1])
+
+
+def leftover_cgroups() -> list[str]:
+    """lovia-mcp generation cgroups of this test session that exist now.
+
+    A generation's cgroup is named ``lovia-mcp.<worker pid>.…`` under the
+    parents this process may use; on a shared machine other sessions' workers
+    make theirs there too. Those of a live process that is not one of ours
+    are left out; those of a dead worker count (leaked, or ours gone).
+    """
+    where = cgroup.layout()
+    if where is None:
+        return []
+    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
+    found = []
+    for parent in where.parents:
+        for name in os.listdir(parent):
+            if not name.startswith(cgroup.PREFIX):
+                continue
+            pid = name[len(cgroup.PREFIX):].split(".", 1)[0]
+            if pid.isdigit() and int(pid) not in ours and psutil.pid_exists(int(pid)):
+                continue
+            found.append(os.path.join(parent, name))
+    return found
+
+
+__all__ = [
+    "CLI_TIMEOUT", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
+    "SERVER_READY_WAIT", "Model",
+    "alive_after", "alive_after_sync", "describe", "drive", "error_of", "exempt_pids", "is_alive",
+    "leftover_cgroups", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
+    "register_shared", "results", "run", "serving", "wait_gone",
+]

@@ -1,0 +1,94 @@
+"""Each call's deadline belongs to the worker; the agent keeps only a backstop for a worker that never answers.
+
+The call carries its timeout. At the deadline the worker cancels it, applies
+``on_timeout`` and answers with a ``timeout`` failure, whether or not the
+caller runs a timer of its own (lovia's ``wait_for`` does, and then reports
+its own error; a direct ``call_tool(timeout=...)`` does not). A worker that
+cannot answer at all (stopped here with SIGSTOP) is given up after the
+deadline, its kill grace and :data:`~lovia_mcp.client.core.ANSWER_BACKSTOP`,
+and the next call runs on a fresh worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import PY, raw_args, run
+
+from lovia_mcp import MCPError, MCPServerStdio
+from lovia_mcp.client import core as client_core
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
+
+TIMEOUT = 0.5
+KILL_GRACE = 0.2
+# Bound on a call the worker must end at its deadline: the deadline, the
+# worker's slack after it, and a wide margin for a loaded 2-core machine.
+CALL_BOUND = 10.0
+
+
+async def _pid(conn: object) -> int:
+    return int(json.loads(str(await conn.call_tool("pid")))["pid"])  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_a_call_with_no_timer_of_its_own_is_timed_out_by_the_worker_and_the_next_call_gets_a_fresh_server(
+    isolation: str,
+) -> None:
+    async def main() -> tuple[MCPError, float, int, int, object]:
+        server = MCPServerStdio(
+            command=PY, args=raw_args(), name="raw", kill_grace=KILL_GRACE, auto_reconnect=False,
+            isolation=isolation,  # type: ignore[arg-type]
+        )
+        async with server.session() as conn:
+            old = await _pid(conn)
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                # No wait_for: only the deadline the call carries can end it.
+                await asyncio.wait_for(conn.call_tool("hang", timeout=TIMEOUT), CALL_BOUND)
+            took = time.monotonic() - started
+            new = await _pid(conn)
+            return info.value, took, old, new, await conn.stats()
+
+    error, took, old, new, stats = run(main())
+    print(f"[{isolation}] the worker ended the call {took * 1000:.0f} ms after it was sent (timeout {TIMEOUT} s)")
+    assert error.kind == "timeout" and error.tool_name == "hang", error
+    assert took >= TIMEOUT
+    assert new != old
+    assert stats.timeouts == 1 and stats.restarts == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_that_never_answers_is_given_up_at_the_backstop_and_the_next_call_gets_a_fresh_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backstop = 0.5
+    monkeypatch.setattr(client_core, "ANSWER_BACKSTOP", backstop)
+
+    async def main() -> tuple[MCPError, float, int, int | None]:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", kill_grace=KILL_GRACE, auto_reconnect=False)
+        async with server.session() as conn:
+            worker = conn.worker_pid
+            assert worker is not None
+            os.kill(worker, signal.SIGSTOP)  # alive, pipe open, never answers
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await asyncio.wait_for(conn.call_tool("echo", {"text": "x"}, timeout=TIMEOUT), CALL_BOUND)
+            took = time.monotonic() - started
+            assert str(await conn.call_tool("echo", {"text": "again"})) == "again"
+            return info.value, took, worker, conn.worker_pid
+
+    error, took, old, new = run(main())
+    print(f"given up after {took * 1000:.0f} ms (timeout {TIMEOUT} + grace {KILL_GRACE} + backstop {backstop} s)")
+    assert error.kind == "timeout" and "did not answer" in str(error), error
+    assert took >= TIMEOUT + KILL_GRACE + backstop
+    assert new is not None and new != old
+    assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE

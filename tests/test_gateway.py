@@ -1,0 +1,414 @@
+"""``lovia-mcp serve`` reached by real clients over loopback: lovia's own plugin in a real Agent,
+lovia-mcp's HTTP config, and the MCP SDK's client (both protocol eras).
+
+One gateway serves the whole module (starting one per test would triple the
+module's time); tests that stop or misconfigure a gateway are in
+test_gateway_serve.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+from lovia import Agent, Runner
+from lovia.plugins.mcp import MCP as LoviaMCP
+from lovia.plugins.mcp import MCPServerStreamableHTTP as LoviaHTTP
+from lovia.testing import ScriptedProvider, call, text
+
+from lovia_mcp import MCPServerStreamableHTTP
+from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
+
+from helpers import outputs
+from _gateway import Serve, raw, sdk_client, sdk_http_server, server
+from conftest import register_shared, run
+
+pytestmark = pytest.mark.timeout(120)
+
+SANDBOX = sandbox_mod.BWRAP is not None
+
+# A bound on forty agents' runs through one gateway on a loaded 2-core
+# machine (each run: a session handshake, a listing, a call); a few
+# seconds unloaded.
+FORTY_AGENTS_WAIT = 60.0
+# An idle expiry of 0.5 s is swept every 0.25 s; the server's close is
+# bounded by the connection's own close wait. Generous for a loaded machine.
+IDLE_EXPIRY_WAIT = 20.0
+# Linux's delayed ACK; a keep-alive request that waits for it takes at least this.
+DELAYED_ACK = 0.040
+KEEP_ALIVE_REQUESTS = 21
+
+
+@pytest.fixture(scope="module")
+def remote() -> Iterator[str]:
+    """An HTTP server (the SDK's own) for the gateway to serve beside stdio ones."""
+    with sdk_http_server() as (proc, url):
+        register_shared(proc.pid)
+        yield url
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[Serve]:
+    g = Serve(tmp_path_factory.mktemp("gateway"), {
+        "remote": {"type": "http", "url": remote},
+        "raw": raw(),
+        "ann": server("annotated_server.py"),
+        "ps": raw(session="per-session", max_sessions=2, idle=60),
+        "slow": raw(timeout=0.5, kill_grace=0.1),
+        "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
+        "brief": raw(session="per-session", idle=0.5),
+        "bare": server("escape_server.py"),
+        # Only where the sandbox can run (a server that cannot be sandboxed never opens).
+        **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
+    }, "--max-body-bytes", "65536")
+    register_shared(g.proc.pid)
+    try:
+        yield g
+    finally:
+        code, alive = g.stop()
+        assert code == 0, g.stderr()
+        assert alive == [], f"serve left processes behind: {alive}"
+
+
+def _mcp_post(g: Serve, body: Any, **headers: str) -> httpx.Response:
+    return httpx.post(g.url, content=body if isinstance(body, bytes) else json.dumps(body).encode(),
+                      headers={"content-type": "application/json", "accept": "application/json, text/event-stream",
+                               **headers}, timeout=30)
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+# --------------------------------------------------------------------------- #
+# The three clients
+# --------------------------------------------------------------------------- #
+def test_an_agent_on_lovias_own_plugin_calls_tools_of_every_server_through_the_aggregated_endpoint(
+        gateway: Serve) -> None:
+    async def main() -> Any:
+        plugin = LoviaMCP(LoviaHTTP(url=gateway.url, headers=gateway.headers))
+        model = ScriptedProvider([call("raw__echo", {"text": "via lovia"}), call("ann__plain", {}), text("done")])
+        return await Runner.run(Agent(name="a", model=model, plugins=[plugin]), "go")
+
+    result = run(main())
+    assert result.output == "done"
+    assert outputs(result)[0] == "via lovia"
+    assert "plain" in outputs(result)[1]
+
+
+def test_lovia_mcps_own_http_config_sees_one_servers_tools_under_their_own_names(gateway: Serve) -> None:
+    async def main() -> tuple[set[str], Any]:
+        config = MCPServerStreamableHTTP(url=f"{gateway.base}/servers/raw/mcp", headers=gateway.headers)
+        async with config.session() as conn:
+            names = {t.name for t in conn.tools()}
+            return names, await conn.call_tool("add", {"a": 2, "b": 3})
+
+    names, added = run(main())
+    assert {"echo", "add", "fail", "exit"} <= names
+    assert not any("__" in n for n in names)
+    assert added.content[0].text == "5" and added.structured_content == {"sum": 5}
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_the_sdk_client_sees_annotations_meta_and_is_error_results_unchanged_in_both_protocol_eras(
+        gateway: Serve, mode: str) -> None:
+    async def main() -> tuple[str, Any, Any, Any]:
+        async with sdk_client(f"{gateway.base}/servers/ann/mcp", gateway.headers, mode=mode) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+        async with sdk_client(gateway.url, gateway.headers, mode=mode) as client:
+            failed = await client.call_tool("raw__fail", {})
+            return client.protocol_version, tools, failed, await client.call_tool("raw__echo", {"text": "x"})
+
+    version, tools, failed, echoed = run(main())
+    assert version == ("2026-07-28" if mode == "auto" else "2025-11-25")
+    read = tools["read"]
+    assert read.annotations.read_only_hint is True and read.annotations.title == "Read it"
+    assert read.meta == {"example.com/ui": {"icon": "eye"}}
+    assert tools["write"].annotations.destructive_hint is True
+    assert tools["plain"].annotations is None
+    # The server's own isError: passed through, with no gateway error kind.
+    assert failed.is_error is True and failed.content[0].text == "something went wrong"
+    assert "lovia-mcp/error" not in (failed.meta or {})
+    assert echoed.is_error is False and echoed.content[0].text == "x"
+
+
+def test_an_http_server_in_the_config_is_served_beside_stdio_ones_with_its_annotations(gateway: Serve) -> None:
+    async def main() -> tuple[dict[str, Any], Any, Any]:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            return tools, await client.call_tool("remote__echo", {"text": "over http"}), \
+                await client.call_tool("remote__add", {"a": 1, "b": 2})
+
+    tools, echoed, added = run(main())
+    assert {"remote__echo", "remote__look", "raw__echo"} <= set(tools)
+    look = tools["remote__look"]
+    assert look.annotations.read_only_hint is True and look.annotations.open_world_hint is False
+    assert look.meta == {"example.com/k": 1}
+    assert echoed.content[0].text == "over http"
+    assert added.structured_content == {"sum": 3.0}
+
+
+# --------------------------------------------------------------------------- #
+# Security
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-token-0123456789abcdef", "Basic dGVzdA==",
+                                           "Bearer"])
+def test_a_request_without_the_right_bearer_token_gets_401_on_every_protected_route(
+        gateway: Serve, authorization: str | None) -> None:
+    headers = {} if authorization is None else {"authorization": authorization}
+    for path in ("/mcp", "/servers/raw/mcp", "/metrics"):
+        response = httpx.post(gateway.base + path, json=INITIALIZE, headers={
+            "accept": "application/json, text/event-stream", **headers})
+        assert response.status_code == 401, path
+        assert response.headers["www-authenticate"].startswith("Bearer")
+        assert "--token-file" in response.json()["hint"]
+    # Probes carry no token (Kubernetes' httpGet cannot read a Secret).
+    assert httpx.get(gateway.base + "/healthz").status_code == 200
+    assert httpx.get(gateway.base + "/readyz").text == "ready\n"
+
+
+def test_the_sdk_client_with_a_wrong_token_fails_to_connect(gateway: Serve) -> None:
+    async def main() -> None:
+        async with sdk_client(gateway.url, {"Authorization": "Bearer nope"}, mode="legacy"):
+            pass
+
+    # The SDK reports the 401 as an error response (its exception groups
+    # hide the status); the raw 401 is checked above.
+    with pytest.raises(BaseException) as caught:
+        run(main())
+    assert "error response" in repr(caught.value), repr(caught.value)
+
+
+def test_a_request_body_over_the_cap_gets_413_before_any_session(gateway: Serve) -> None:
+    big = {**INITIALIZE, "params": {**INITIALIZE["params"], "pad": "x" * 70_000}}
+    response = _mcp_post(gateway, big, authorization=gateway.headers["Authorization"])
+    assert response.status_code == 413
+
+
+def test_an_unknown_endpoint_and_an_unknown_tool_get_errors_naming_what_exists(gateway: Serve) -> None:
+    response = httpx.post(gateway.base + "/servers/nope/mcp", json=INITIALIZE, headers=gateway.headers)
+    assert response.status_code == 404 and "ps" in response.json()["hint"]
+
+    async def main() -> None:
+        async with sdk_client(gateway.url, gateway.headers, mode="legacy") as client:
+            await client.call_tool("nope__echo", {})
+
+    with pytest.raises(Exception) as caught:
+        run(main())
+    assert "<server>__<tool>" in repr(caught.value)
+
+
+# --------------------------------------------------------------------------- #
+# Containment
+# --------------------------------------------------------------------------- #
+def test_a_server_crash_mid_call_is_that_calls_error_and_the_next_call_is_served(gateway: Serve) -> None:
+    async def main() -> tuple[Any, Any, Any]:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            before = json.loads((await client.call_tool("raw__pid", {})).content[0].text)["pid"]
+            crashed = await client.call_tool("raw__exit", {"code": 3})
+            after = json.loads((await client.call_tool("raw__pid", {})).content[0].text)["pid"]
+            return before, crashed, after
+
+    before, crashed, after = run(main())
+    assert crashed.is_error is True
+    assert "exited with code 3" in crashed.content[0].text
+    assert crashed.meta["lovia-mcp/error"] == "server_exited"
+    assert after != before and not psutil.pid_exists(before)
+    assert httpx.get(gateway.base + "/readyz").status_code == 200
+
+
+def test_a_call_past_its_timeout_is_an_error_result_and_its_server_is_replaced(gateway: Serve) -> None:
+    async def main() -> tuple[int, Any, float, int]:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            before = json.loads((await client.call_tool("slow__pid", {})).content[0].text)["pid"]
+            started = time.monotonic()
+            hung = await client.call_tool("slow__hang", {})
+            took = time.monotonic() - started
+            after = json.loads((await client.call_tool("slow__pid", {})).content[0].text)["pid"]
+            return before, hung, took, after
+
+    before, hung, took, after = run(main())
+    print(f"timeout 0.5 s answered after {took:.2f} s")
+    assert hung.is_error is True and hung.meta["lovia-mcp/error"] == "timeout"
+    assert "timeout" in hung.content[0].text and "killed" in hung.content[0].text
+    assert after != before
+
+
+def test_a_server_past_its_memory_limit_is_killed_and_the_call_says_which_limit(gateway: Serve) -> None:
+    async def main() -> tuple[int, Any, int]:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            before = _pid(await client.call_tool("capped__pid", {}))
+            over = await client.call_tool("capped__alloc", {"mb": 150})
+            return before, over, _pid(await client.call_tool("capped__pid", {}))
+
+    before, over, after = run(main())
+    assert over.is_error is True and over.meta["lovia-mcp/error"] == "limit"
+    assert "memory limit" in over.content[0].text and "memory_mb=60" in over.content[0].text
+    assert after != before and not psutil.pid_exists(before)
+
+
+@pytest.mark.skipif(not SANDBOX, reason="bubblewrap is not available (Linux only)")
+def test_a_sandboxed_server_behind_the_gateway_can_neither_write_outside_nor_connect_out(gateway: Serve) -> None:
+    # Outside /tmp (private in the sandbox) and outside the server's cwd.
+    outside = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="lovia-gateway-"))
+    # A loopback listener that greets each connection (the tool reads a greeting).
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def greet() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.sendall(b"hello")
+
+    threading.Thread(target=greet, daemon=True).start()
+
+    async def main() -> dict[str, str]:
+        out = {}
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            for name in ("bare", "jail"):
+                wrote = await client.call_tool(f"{name}__write", {"path": str(outside / f"{name}.txt")})
+                reached = await client.call_tool(f"{name}__connect", {"host": "127.0.0.1", "port": port})
+                out[name] = f"{wrote.content[0].text} | {reached.content[0].text}"
+        return out
+
+    try:
+        out = run(main())
+    finally:
+        listener.close()
+        shutil.rmtree(outside, ignore_errors=True)
+    print(out)
+    assert out["bare"].startswith("ok") and out["bare"].endswith("| ok hello")
+    assert out["jail"].startswith("denied") and "| denied" in out["jail"]
+
+
+def test_forty_concurrent_agents_on_lovias_plugin_are_served_by_one_shared_server(gateway: Serve) -> None:
+    async def one(i: int) -> Any:
+        plugin = LoviaMCP(LoviaHTTP(url=gateway.url, headers=gateway.headers))
+        model = ScriptedProvider([call("raw__echo", {"text": f"agent {i}"}), call("raw__pid", {}), text("done")])
+        return await Runner.run(Agent(name=f"a{i}", model=model, plugins=[plugin]), "go")
+
+    async def main() -> list[Any]:
+        return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(40))), FORTY_AGENTS_WAIT)
+
+    started = time.monotonic()
+    results = run(main())
+    print(f"forty agents through the gateway: {time.monotonic() - started:.2f} s")
+    assert [outputs(r)[0] for r in results] == [f"agent {i}" for i in range(40)]
+    assert len({json.loads(outputs(r)[1])["pid"] for r in results}) == 1
+
+
+# --------------------------------------------------------------------------- #
+# Sessions
+# --------------------------------------------------------------------------- #
+def _pid(result: Any) -> int:
+    assert result.is_error is False, result
+    return int(json.loads(result.content[0].text)["pid"])
+
+
+def test_per_session_servers_are_one_per_session_capped_and_closed_when_the_session_ends(gateway: Serve) -> None:
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with sdk_client(gateway.url, gateway.headers, mode="legacy") as a:
+            out["a"] = [_pid(await a.call_tool("ps__pid", {})), _pid(await a.call_tool("ps__pid", {}))]
+            async with sdk_client(gateway.url, gateway.headers, mode="legacy") as b:
+                out["b"] = _pid(await b.call_tool("ps__pid", {}))
+                async with sdk_client(gateway.url, gateway.headers, mode="legacy") as c:
+                    try:
+                        await c.call_tool("ps__pid", {})
+                    except Exception as exc:  # noqa: BLE001 - the SDK's MCPError, checked below
+                        out["refused"] = str(exc)
+            # b's DELETE closed its server: a new session gets a slot.
+            async with sdk_client(gateway.url, gateway.headers, mode="legacy") as d:
+                out["d"] = _pid(await d.call_tool("ps__pid", {}))
+        return out
+
+    out = run(main())
+    assert out["a"][0] == out["a"][1]
+    assert out["b"] != out["a"][0]
+    assert "max_sessions" in out["refused"] and "hint" in out["refused"]
+    assert out["d"] not in (out["a"][0], out["b"])
+    gone = [psutil.Process(p) for p in (out["a"][0], out["b"], out["d"]) if psutil.pid_exists(p)]
+    _, alive = psutil.wait_procs(gone, timeout=10)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_per_session_server_is_closed_after_its_idle_expiry(gateway: Serve) -> None:
+    async def main() -> int:
+        async with sdk_client(gateway.url, gateway.headers, mode="legacy") as client:
+            pid = _pid(await client.call_tool("brief__pid", {}))
+            # The session stays open; only its server expires (idle 0.5 s).
+            proc = psutil.Process(pid)
+            _, alive = await asyncio.to_thread(psutil.wait_procs, [proc], IDLE_EXPIRY_WAIT)
+            assert alive == [], "the idle session's server is still running"
+            return pid
+
+    pid = run(main())
+    assert not psutil.pid_exists(pid)
+
+
+def test_a_per_session_server_refuses_a_sessionless_2026_request_with_a_hint(gateway: Serve) -> None:
+    async def main() -> None:
+        async with sdk_client(gateway.url, gateway.headers, mode="auto") as client:
+            await client.call_tool("ps__pid", {})
+
+    with pytest.raises(Exception) as caught:
+        run(main())
+    assert "belongs to no session" in repr(caught.value) and "Client(mode=" in repr(caught.value)
+
+
+# --------------------------------------------------------------------------- #
+# Operations
+# --------------------------------------------------------------------------- #
+def test_keep_alive_responses_do_not_wait_for_the_clients_delayed_ack(gateway: Serve) -> None:
+    # Without TCP_NODELAY on the listening socket's connections, each
+    # response written in two parts waits for the client's delayed ACK:
+    # 40 ms a request on Linux, whatever the load (seen failing: 44 ms).
+    with httpx.Client(base_url=gateway.base) as http:
+        took = []
+        for _ in range(KEEP_ALIVE_REQUESTS):
+            started = time.perf_counter()
+            assert http.get("/healthz").status_code == 200
+            took.append(time.perf_counter() - started)
+    median = sorted(took)[len(took) // 2]
+    print(f"keep-alive GET /healthz: median {median * 1000:.2f} ms")
+    assert median < DELAYED_ACK / 2, median
+
+
+# --------------------------------------------------------------------------- #
+# --------------------------------------------------------------------------- #
+def test_metrics_count_calls_by_outcome_latency_kills_and_memory_per_server(gateway: Serve) -> None:
+    async def main() -> None:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            await client.call_tool("raw__echo", {"text": "m"})
+            await client.call_tool("raw__fail", {})
+            await client.call_tool("raw__exit", {"code": 5})
+
+    run(main())
+    body = httpx.get(gateway.base + "/metrics", headers=gateway.headers).text
+    samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+               if line and not line.startswith("#")}
+    assert all(name.startswith("lovia_mcp_") for name in samples)
+    assert samples['lovia_mcp_calls_total{server="raw",tool="echo",outcome="ok"}'] >= 1
+    assert samples['lovia_mcp_calls_total{server="raw",tool="fail",outcome="tool_error"}'] >= 1
+    assert samples['lovia_mcp_calls_total{server="raw",tool="exit",outcome="error"}'] >= 1
+    assert samples['lovia_mcp_kills_total{server="raw",reason="server_exited"}'] >= 1
+    assert samples['lovia_mcp_call_duration_seconds_bucket{server="raw",le="+Inf"}'] >= 3
+    assert samples['lovia_mcp_restarts_total{server="raw"}'] >= 1
+    # raw's server was just killed (replaced on next use); ann's runs.
+    assert samples['lovia_mcp_server_memory_bytes{server="ann"}'] > 1_000_000
+    assert samples['lovia_mcp_server_processes{server="ann"}'] == 1
+    assert samples['lovia_mcp_up{server="raw"}'] == 1

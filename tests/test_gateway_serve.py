@@ -1,0 +1,184 @@
+"""``lovia-mcp serve`` as a process: the SIGTERM drain, refused set-ups, servers that fail to open."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from _gateway import PY, SERVERS, Serve, raw, sdk_client, server
+from conftest import ROOT, run
+from lovia_mcp.gateway.serve import HTTP_SHUTDOWN_GRACE
+
+pytestmark = pytest.mark.timeout(120)
+
+# The command exits before opening anything when the set-up is wrong.
+REFUSAL_WAIT = 30.0
+# A worker whose agent (here the gateway) is gone kills its server tree and
+# exits within about a second (DESIGN.md); generous for a loaded machine.
+KILLED_GONE_WAIT = 15.0
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, "-m", "lovia_mcp", "serve", *args], capture_output=True, text=True,
+                          timeout=REFUSAL_WAIT, cwd=ROOT)
+
+
+def _config(tmp_path: Path, servers: dict[str, Any]) -> str:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return str(path)
+
+
+def test_sigterm_lets_the_call_in_flight_finish_refuses_new_sessions_serves_old_ones_and_exits_0_leaving_no_process(
+        tmp_path: Path) -> None:
+    entered, release = tmp_path / "entered", tmp_path / "release"
+    os.mkfifo(entered)
+    os.mkfifo(release)
+    g = Serve(tmp_path / "g", {"latch": server("latch_server.py"), "ps": raw(session="per-session")},
+              log_format="json")
+    try:
+        tree = g.tree()
+        assert len(tree) >= 4  # two workers, two servers (and the forkserver)
+
+        async def main() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            async with sdk_client(g.url, g.headers, mode="legacy") as client:
+                held = asyncio.ensure_future(client.call_tool(
+                    "latch__latch", {"entered": str(entered), "release": str(release)}))
+                # The server has the call: it wrote to `entered`.
+                assert await asyncio.to_thread(entered.read_text) == "in\n"
+                g.proc.send_signal(signal.SIGTERM)
+                async with httpx.AsyncClient(base_url=g.base, headers=g.headers) as http:
+                    # Draining is seen once /readyz says so; synchronise on it, bounded by the test's timeout.
+                    while (ready := await http.get("/readyz")).status_code == 200:
+                        await asyncio.sleep(0)
+                    out["readyz"] = (ready.status_code, ready.text)
+                    fresh = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                                          "params": {"protocolVersion": "2025-11-25",
+                                                                     "capabilities": {},
+                                                                     "clientInfo": {"name": "t", "version": "1"}}},
+                                            headers={"accept": "application/json, text/event-stream"})
+                    out["fresh"] = (fresh.status_code, fresh.json()["error"]["message"])
+                # The session's calls are still served while draining.
+                out["late"] = await client.call_tool("latch__echo", {"text": "late"})
+                # Not synchronisation: the call is held past uvicorn's own
+                # shutdown grace, so only the gateway's drain can keep it alive
+                # (without the drain, this test fails: the call is cut).
+                await asyncio.sleep(HTTP_SHUTDOWN_GRACE + 1.0)
+                async with httpx.AsyncClient(base_url=g.base) as http:
+                    out["healthz"] = (await http.get("/healthz")).status_code
+                assert not held.done()
+                await asyncio.to_thread(release.write_text, "go\n")
+                out["held"] = await held
+            return out
+
+        started = time.monotonic()
+        out = run(main())
+        code = g.proc.wait(30)
+        print(f"SIGTERM to exit, with a call in flight: {time.monotonic() - started:.2f} s")
+    finally:
+        g.kill()
+    assert out["readyz"] == (503, "draining\n")
+    assert out["fresh"][0] == 503 and "shutting down" in out["fresh"][1]
+    assert out["late"].content[0].text == "late"
+    assert out["healthz"] == 200
+    assert out["held"].is_error is False and out["held"].content[0].text == "released"
+    assert code == 0, g.stderr()
+    _, alive = psutil.wait_procs(tree, timeout=5.0)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == [], g.stderr()
+    # Structured logs: every line a JSON object.
+    records = [json.loads(line) for line in g.stderr().splitlines()]
+    assert {"time", "level", "logger", "message"} <= set(records[0])
+    assert any(r["message"] == "listening" and r["url"] == g.url for r in records)
+    assert [r["message"] for r in records][-2:] == ["draining done", "stopped"]
+
+
+def test_a_non_loopback_address_without_tokens_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    proc = _serve("--config", _config(tmp_path, {"raw": raw()}), "--listen", "0.0.0.0:0")
+    assert proc.returncode == 2
+    assert "not loopback" in proc.stderr and "--token-file" in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    ({"session": "sometimes"}, "unknown session 'sometimes'"),
+    ({"session": "per-session", "max_sessions": 0}, "max_sessions must be a whole number"),
+    ({"idle": 5}, "apply to per-session servers only"),
+])
+def test_a_bad_gateway_option_in_the_config_is_a_usage_error_with_a_hint(
+        tmp_path: Path, entry: dict[str, Any], expected: str) -> None:
+    proc = _serve("--config", _config(tmp_path, {"raw": raw(**entry)}))
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr and "hint" in proc.stderr
+
+
+def test_a_token_file_without_a_token_is_a_usage_error(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# nothing yet\n\n")
+    proc = _serve("--config", _config(tmp_path, {"raw": raw()}), "--token-file", str(tokens))
+    assert proc.returncode == 2 and "holds no token" in proc.stderr and "openssl rand" in proc.stderr
+
+
+def test_a_server_that_cannot_open_stops_the_gateway_with_its_error_and_no_process_left(tmp_path: Path) -> None:
+    proc = _serve("--config", _config(tmp_path, {"good": raw(), "bad": raw("--exit-on-start", "7")}),
+                  "--listen", "127.0.0.1:0")
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and lines[0].startswith("http://127.0.0.1:") and "ready" not in lines
+    assert "bad" in proc.stderr and "7" in proc.stderr
+
+
+def test_while_servers_open_healthz_answers_readyz_and_sessions_wait_and_sigterm_exits_0(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    # Held open for writing by the test, so the gated server's open never blocks.
+    holder = os.open(gate, os.O_RDWR)
+    config = _config(tmp_path, {"slow": {"command": PY, "args": [str(SERVERS / "gated_server.py"), str(gate)]}})
+    proc = subprocess.Popen([PY, "-m", "lovia_mcp", "serve", "--config", config, "--listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        base = url.removesuffix("/mcp")
+        assert httpx.get(base + "/healthz").status_code == 200
+        ready = httpx.get(base + "/readyz")
+        assert (ready.status_code, ready.text) == (503, "opening servers\n")
+        early = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+                           headers={"accept": "application/json, text/event-stream"})
+        assert early.status_code == 503 and early.headers["retry-after"] == "1"
+        assert "still opening" in early.json()["error"]["message"]
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    finally:
+        os.close(holder)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, proc.stderr.read().decode() if proc.stderr else ""
+    _, alive = psutil.wait_procs(tree, timeout=5.0)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_gateway_killed_outright_leaves_no_worker_or_server_behind(tmp_path: Path) -> None:
+    g = Serve(tmp_path / "g", {"raw": raw(), "ps": raw(session="per-session")})
+    try:
+        tree = g.tree()
+        assert len(tree) >= 4
+        started = time.monotonic()
+        g.proc.kill()
+        _, alive = psutil.wait_procs(tree, timeout=KILLED_GONE_WAIT)
+        print(f"gateway SIGKILLed: its {len(tree)} processes gone in {time.monotonic() - started:.2f} s")
+    finally:
+        g.kill()
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []

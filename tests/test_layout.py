@@ -1,0 +1,114 @@
+"""The layout's promises, read from the source: no import cycle, and a narrow agent -> worker surface.
+
+Imports are read with ``ast`` (module level and inside functions, where a
+lazy import would hide a cycle; ``if TYPE_CHECKING:`` blocks are not run and
+are left out). Pure: no process is started.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PACKAGES = {"lovia_mcp": ROOT / "lovia_mcp", "lovia_mcp_worker": ROOT / "worker" / "lovia_mcp_worker"}
+# What the agent may import from the worker package (lovia_mcp/__init__ says why).
+AGENT_SURFACE = frozenset({"lovia_mcp_worker.protocol", "lovia_mcp_worker.framing", "lovia_mcp_worker.session.host"})
+
+
+def _modules(package: str) -> dict[str, Path]:
+    root = PACKAGES[package]
+    out: dict[str, Path] = {}
+    for path in root.rglob("*.py"):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every module ``name`` imports when its code runs (TYPE_CHECKING blocks left out)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+
+    class Visitor(ast.NodeVisitor):
+        def visit_If(self, node: ast.If) -> None:
+            test = node.test
+            if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+                isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+            ):
+                for child in node.orelse:
+                    self.visit(child)
+                return
+            self.generic_visit(node)
+
+        def visit_Import(self, node: ast.Import) -> None:
+            found.update(alias.name for alias in node.names)
+
+        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+
+    Visitor().visit(ast.parse(path.read_text()))
+    return found
+
+
+def _graph(package: str) -> dict[str, set[str]]:
+    modules = _modules(package)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        # A module's own parent packages are imported before it anyway.
+        graph[name] = {m for m in _imports(name, path) if m in modules and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return cycles
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_module_of_either_package_imports_itself_through_a_cycle(package: str) -> None:
+    assert _cycles(_graph(package)) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function_level_import() -> None:
+    # The check itself can fail: config <-> connection, the way they were.
+    graph = {"a.config": {"a.connection"}, "a.connection": {"a.spares"}, "a.spares": {"a.config"}}
+    assert _cycles(graph) == [["a.config", "a.connection", "a.spares", "a.config"]]
+
+
+def test_the_agent_imports_from_the_worker_package_only_its_named_public_surface() -> None:
+    used: dict[str, set[str]] = {}
+    worker = _modules("lovia_mcp_worker")
+    for name, path in _modules("lovia_mcp").items():
+        for module in _imports(name, path):
+            if module.startswith("lovia_mcp_worker") and module in worker and module != "lovia_mcp_worker":
+                used.setdefault(module, set()).add(name)
+    assert set(used) <= AGENT_SURFACE, {m: sorted(by) for m, by in used.items() if m not in AGENT_SURFACE}

@@ -1,0 +1,204 @@
+"""Backend selection: ``Sandbox(backend="auto" | "bwrap" | "landlock")``.
+
+A machine that refuses user namespaces is simulated as Docker's default
+profile does it: a seccomp filter on the *agent* process
+(``tests/servers/refused_agent.py``), inherited by its forkserver, workers
+and servers, refuses ``unshare``/``clone`` with CLONE_NEWUSER. There ``auto``
+must pick Landlock and the probes must still fail, ``bwrap`` must fail with a
+reason and a hint, and with Landlock refused too, every sandboxed open fails:
+never an unsandboxed server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import PY, ROOT, SERVERS, raw_args, run
+
+from lovia.exceptions import UserError
+
+from lovia_mcp import MCPServerStdio, Sandbox
+from lovia_mcp_worker.sandbox import backend, bwrap, landlock
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+
+AGENT = str(SERVERS / "refused_agent.py")
+# Bound on one simulated agent run: a forkserver, a worker, one server, four
+# calls; about a second unloaded, generous for a loaded 2-core CI.
+AGENT_RUN_TIMEOUT = 60
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A loopback TCP server that greets every connection with 'hello'."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"hello")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield srv.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    srv.close()
+
+
+class Where:
+    def __init__(self, tmp: Path) -> None:
+        self.work = ROOT / ".cache" / f"refused-{os.getpid()}-{tmp.name}" / "work"
+        self.work.mkdir(parents=True)
+        self.secret = self.work.parent / "secret.txt"
+        self.secret.write_text("SECRET\n")
+
+
+@pytest.fixture
+def where(tmp_path: Path) -> Iterator[Where]:
+    w = Where(tmp_path)
+    yield w
+    shutil.rmtree(w.work.parent, ignore_errors=True)
+
+
+def agent(backend_name: str, where: Where, port: int, *flags: str) -> dict[str, object]:
+    proc = subprocess.run([PY, AGENT, backend_name, str(where.work), str(where.secret), str(port), *flags],
+                          capture_output=True, text=True, timeout=AGENT_RUN_TIMEOUT, cwd=ROOT)
+    print(proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+@pytest.mark.skipif(landlock.ABI < landlock.NETWORK_ABI, reason="needs Landlock ABI 4")
+def test_where_user_namespaces_are_refused_auto_picks_landlock_and_the_probes_still_fail(
+    where: Where, listener: int
+) -> None:
+    out = agent("auto", where, listener)
+    assert "outputs" in out, out
+    secret, connect, signal, write, *probes = out["outputs"]  # type: ignore[misc]
+    assert secret.startswith("denied") and connect.startswith("denied")
+    assert signal.startswith("denied") and write.startswith("denied")
+    assert len(probes) == 12 and all(p.startswith("denied") for p in probes), probes
+    assert not (where.work.parent / "escaped.txt").exists()
+    assert any("sandbox: landlock" in line for line in out["logs"]), out["logs"]  # type: ignore[attr-defined]
+
+
+def test_where_user_namespaces_are_refused_backend_bwrap_fails_with_the_reason_and_a_hint(
+    where: Where, listener: int
+) -> None:
+    out = agent("bwrap", where, listener)
+    print(out)
+    assert "error" in out, "bwrap must not run, let alone unsandboxed"
+    assert "user namespaces are refused" in str(out["error"]) or "bubblewrap" in str(out["error"])
+    assert "landlock" in str(out["hint"]).lower()
+
+
+def test_without_user_namespaces_and_without_landlock_a_sandboxed_open_fails_loudly(
+    where: Where, listener: int
+) -> None:
+    out = agent("auto", where, listener, "--no-landlock")
+    print(out)
+    assert "error" in out, "a sandboxed server must never run unsandboxed"
+    assert "no sandbox can be built here" in str(out["error"]) and "Landlock" in str(out["error"])
+    assert out["hint"]
+
+
+@pytest.mark.skipif(bwrap.BWRAP is None, reason="bubblewrap is not available")
+def test_auto_uses_namespaces_where_they_can_be_made_and_stats_say_so() -> None:
+    if backend.userns_refused() is not None:
+        pytest.skip("user namespaces are refused on this machine")
+
+    async def main() -> None:
+        async with MCPServerStdio(command=PY, args=raw_args(), sandbox=Sandbox()).session() as conn:
+            assert (await conn.stats()).sandbox == "bwrap"
+        async with MCPServerStdio(command=PY, args=raw_args()).session() as conn:
+            assert (await conn.stats()).sandbox is None
+
+    run(main())
+
+
+def test_a_bad_backend_name_is_refused_with_a_hint() -> None:
+    for bad in (Sandbox(backend="docker"), {"backend": "firejail"}):  # type: ignore[arg-type]
+        with pytest.raises(UserError) as info:
+            MCPServerStdio(command="x", sandbox=bad)  # type: ignore[arg-type]
+        assert "backend" in str(info.value) and info.value.hint
+
+
+def test_the_vscode_block_carries_backend_deny_write_and_denied_domains(tmp_path: Path) -> None:
+    block = {
+        "backend": "landlock",
+        "filesystem": {"denyWrite": ["conf"]},
+        "network": {"allowedDomains": ["api.github.com", "pypi.org"], "deniedDomains": ["pypi.org"]},
+    }
+    server = MCPServerStdio(command="x", sandbox=block)  # type: ignore[arg-type]
+    box = server.sandbox
+    assert isinstance(box, Sandbox)
+    assert box.backend == "landlock" and box.read_only == ["conf"] and box.network == ["api.github.com"]
+    with pytest.raises(UserError) as info:
+        MCPServerStdio(command="x", sandbox={"network": {"allowedDomains": ["*.github.com"],
+                                                         "deniedDomains": ["gist.github.com"]}})
+    assert "gist.github.com" in str(info.value) and info.value.hint
+
+
+def test_an_old_landlock_abi_is_refused_for_a_closed_network_and_accepted_for_the_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Linux 5.13 to 6.6 speak Landlock ABI 1 to 3: no TCP rules, so it could not keep the network closed.
+    monkeypatch.setattr(landlock, "ABI", 3)
+    why = landlock.unavailable(Sandbox())
+    assert why is not None and "ABI 3" in why and "6.7" in why
+    assert landlock.unavailable(Sandbox(network=True)) is None
+    monkeypatch.setattr(landlock, "ABI", 0)
+    assert "no Landlock" in str(landlock.unavailable(Sandbox(network=True)))
+
+
+def test_landlock_without_scoping_warns_that_signals_are_not_scoped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    if landlock.ABI < landlock.NETWORK_ABI:
+        pytest.skip("needs Landlock ABI 4")
+    monkeypatch.setattr(landlock, "ABI", 5)  # Linux 6.10: TCP rules, no scoping
+    plan = landlock.prepare(Sandbox(), [PY], cwd=str(tmp_path), env={}, proxy_port=None)
+    plan.close()
+    landlock.cleanup()
+    assert any("cannot scope signals" in r.getMessage() for r in caplog.records)
+
+
+APPARMOR_LIKE = r'''
+import os, struct, sys
+from lovia_mcp_worker.sandbox import backend, seccomp
+# Like Ubuntu's AppArmor restriction: a user namespace may be made, but
+# nothing needing a capability inside it (here: a mount namespace) works.
+nr = seccomp.SYSCALLS[os.uname().machine]["unshare"]
+prog = b"".join(struct.pack("<HBBI", *i) for i in (
+    (0x20, 0, 0, 0), (0x15, 0, 3, nr),                # A = nr; unshare?
+    (0x20, 0, 0, 16), (0x45, 0, 1, 0x00020000),       # A = flags; CLONE_NEWNS?
+    (0x06, 0, 0, 0x00050000 | 1),                     # EPERM
+    (0x06, 0, 0, 0x7FFF0000),                         # allow
+))
+seccomp.install(prog)
+print(backend.userns_refused())
+'''
+
+
+def test_a_user_namespace_without_capabilities_counts_as_refused() -> None:
+    proc = subprocess.run([PY, "-c", APPARMOR_LIKE], capture_output=True, text=True, timeout=AGENT_RUN_TIMEOUT)
+    print(proc.stdout, proc.stderr[-1000:])
+    assert proc.returncode == 0, proc.stderr
+    assert "gives no capabilities" in proc.stdout and "CLONE_NEWNS" in proc.stdout

@@ -1,0 +1,397 @@
+"""The seccomp filter, in real processes: each refused call is refused, ordinary work still runs.
+
+A child Python process tries each call in a forked grandchild of its own (so a
+call that succeeds, unshare say, changes nothing for the next) and reports the
+errno, with the filter installed or not. Unfiltered, the same calls succeed or
+fail for another reason (bad arguments, chosen so that nothing happens): the
+filter, not the machine, is what refuses them.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lovia_mcp_worker.sandbox import seccomp
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
+    reason="seccomp filters: Linux on x86_64 or aarch64",
+)
+
+# Bound on one child run: ~60 forked calls and an interpreter start, on a loaded 2-core CI.
+CHILD_TIMEOUT = 30.0
+
+# The child: argv[1] is "none", "network", "offline" or "offline_unix" (which filter to install).
+CHILD = r'''
+import ctypes, errno, json, mmap, os, platform, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+mode = sys.argv[1]
+calls = json.loads(sys.argv[2])
+if mode != "none":
+    from lovia_mcp_worker.sandbox import seccomp
+    seccomp.install(seccomp.program(network=mode == "network", allow_unix=mode == "offline_unix"))
+
+def int80_getpid():
+    # i386 getpid (20) through int 0x80, from machine code: the foreign-ABI path.
+    code = b"\xb8\x14\x00\x00\x00\xcd\x80\xc3"
+    m = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(code)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    ret = ctypes.CFUNCTYPE(ctypes.c_int)(addr)()
+    return -ret if ret < 0 else 0
+
+def do(name, nr, args):
+    if name == "int80_getpid":
+        return int80_getpid()
+    ret = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return ctypes.get_errno() if ret == -1 else 0
+
+out = {}
+for name, nr, args in calls:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.write(w, str(do(name, nr, args)).encode())
+        os._exit(0)
+    os.close(w)
+    data = os.read(r, 64)
+    os.close(r)
+    os.waitpid(pid, 0)
+    out[name] = int(data) if data else -1
+print(json.dumps(out))
+'''
+
+MACHINE = platform.machine()
+NR = seccomp.SYSCALLS[MACHINE]
+HIGH = 1 << 32  # high bits the kernel drops from an int argument
+ONE = 1  # an address that is never mapped: EFAULT where it is read
+# A flag combination clone() rejects with EINVAL before doing anything (CLONE_FS with a new user namespace).
+CLONE_FS = 0x200
+
+# name -> (system call, arguments, errno under the filter). Arguments are
+# harmless unfiltered: invalid pointers or descriptors, or a no-op.
+CALLS: dict[str, tuple[str, list[int], int]] = {
+    "mount": ("mount", [0, 0, 0, 0, 0], errno.EPERM),
+    "umount2": ("umount2", [0, 0], errno.EPERM),
+    "pivot_root": ("pivot_root", [0, 0], errno.EPERM),
+    "setns": ("setns", [-1, 0], errno.EPERM),
+    "unshare_user": ("unshare", [seccomp.CLONE_NEWUSER], errno.EPERM),
+    "unshare_net": ("unshare", [0x40000000], errno.EPERM),
+    "chroot": ("chroot", [ONE], errno.EPERM),
+    "open_tree": ("open_tree", [-1, 0, 0], errno.EPERM),
+    "move_mount": ("move_mount", [-1, 0, -1, 0, 0], errno.EPERM),
+    "fsopen": ("fsopen", [0, 0], errno.EPERM),
+    "fsmount": ("fsmount", [-1, 0, 0], errno.EPERM),
+    "clone_newuser": ("clone", [seccomp.CLONE_NEWUSER | CLONE_FS, 0, 0, 0, 0], errno.EPERM),
+    "clone_newns": ("clone", [0x00020000 | CLONE_FS, 0, 0, 0, 0], errno.EPERM),
+    "clone3": ("clone3", [0, 0], errno.ENOSYS),
+    "keyctl_read_session": ("keyctl", [0, -3, 0], errno.EPERM),  # KEYCTL_GET_KEYRING_ID
+    "add_key": ("add_key", [0, 0, 0, 0, 0], errno.EPERM),
+    "request_key": ("request_key", [0, 0, 0, 0], errno.EPERM),
+    "ptrace": ("ptrace", [0x4206, 0, 0, 0], errno.EPERM),  # PTRACE_SEIZE of pid 0
+    "process_vm_readv": ("process_vm_readv", [0, 0, 0, 0, 0, 0], errno.EPERM),
+    "kcmp": ("kcmp", [0, 0, 0, 0, 0], errno.EPERM),
+    "pidfd_getfd": ("pidfd_getfd", [-1, 0, 0], errno.EPERM),
+    "io_uring_setup": ("io_uring_setup", [1, 0], errno.EPERM),
+    "bpf": ("bpf", [0xFFFF, 0, 0], errno.EPERM),
+    "perf_event_open": ("perf_event_open", [0, 0, -1, -1, 0], errno.EPERM),
+    "userfaultfd": ("userfaultfd", [0xFFFF], errno.EPERM),
+    "init_module": ("init_module", [0, 0, 0], errno.EPERM),
+    "finit_module": ("finit_module", [-1, 0, 0], errno.EPERM),
+    "delete_module": ("delete_module", [0, 0], errno.EPERM),
+    "kexec_load": ("kexec_load", [0, 0, 0, 0xFFFF0000], errno.EPERM),
+    "kexec_file_load": ("kexec_file_load", [-1, -1, 0, 0, 0xFFFF0000], errno.EPERM),
+    "open_by_handle_at": ("open_by_handle_at", [-1, 0, 0], errno.EPERM),
+    "reboot": ("reboot", [0, 0, 0, 0], errno.EPERM),
+    "swapon": ("swapon", [0, 0], errno.EPERM),
+    "acct": ("acct", [ONE], errno.EPERM),
+    "clock_settime": ("clock_settime", [0, 0], errno.EPERM),
+    "ioctl_tiocsti": ("ioctl", [-1, seccomp.TIOCSTI, 0], errno.EPERM),
+    "ioctl_tiocsti_high_bits": ("ioctl", [-1, seccomp.TIOCSTI | HIGH, 0], errno.EPERM),
+    "ioctl_tioclinux": ("ioctl", [-1, seccomp.TIOCLINUX, 0], errno.EPERM),
+    "socket_unix": ("socket", [socket.AF_UNIX, socket.SOCK_STREAM, 0], errno.EPERM),
+    "socket_unix_high_bits": ("socket", [socket.AF_UNIX | HIGH, socket.SOCK_DGRAM, 0], errno.EPERM),
+    # A datagram pair can sendto() any datagram socket on the host; AF_UNIX makes SOCK_RAW one too.
+    "socketpair_dgram": ("socketpair", [socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, 0, ONE], errno.EPERM),
+    "socketpair_raw": ("socketpair", [socket.AF_UNIX, socket.SOCK_RAW, 0, ONE], errno.EPERM),
+    # A connected seqpacket socket still sendto()s any datagram socket.
+    "socketpair_seqpacket": ("socketpair", [socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, ONE], errno.EPERM),
+}
+# Refused only with the network off.
+OFFLINE_CALLS: dict[str, tuple[str, list[int], int]] = {
+    "socket_udp": ("socket", [socket.AF_INET, socket.SOCK_DGRAM, 0], errno.EPERM),
+    "socket_udp6": ("socket", [socket.AF_INET6, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, 0], errno.EPERM),
+    "socket_raw": ("socket", [socket.AF_INET, socket.SOCK_RAW, 1], errno.EPERM),
+    "socket_sctp": ("socket", [socket.AF_INET, socket.SOCK_STREAM, 132], errno.EPERM),
+    "socket_packet": ("socket", [17, socket.SOCK_RAW, 0], errno.EPERM),  # AF_PACKET
+    "socket_vsock": ("socket", [40, socket.SOCK_STREAM, 0], errno.EPERM),  # AF_VSOCK
+}
+# Allowed in every mode: ordinary calls (these must not fail with EPERM).
+ALLOWED: dict[str, tuple[str, list[int]]] = {
+    "socket_tcp": ("socket", [socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, 0]),
+    "socket_tcp6": ("socket", [socket.AF_INET6, socket.SOCK_STREAM, 6]),
+    "socket_netlink": ("socket", [socket.AF_NETLINK, socket.SOCK_RAW, 0]),
+    "ioctl_fionread": ("ioctl", [-1, 0x541B, 0]),  # EBADF, not EPERM
+    "getpid": ("getpid", []),
+    "socketpair_stream": ("socketpair", [socket.AF_UNIX, socket.SOCK_STREAM, 0, ONE]),  # EFAULT, not EPERM
+}
+
+
+def _nr(name: str) -> int:
+    if name == "getpid":
+        return {"x86_64": 39, "aarch64": 172}[MACHINE]
+    return NR[name]
+
+
+def _run(mode: str, calls: dict[str, tuple[str, list[int]]]) -> dict[str, int]:
+    payload = [[name, _nr(sc), args] for name, (sc, args) in calls.items()]
+    if MACHINE == "x86_64":
+        payload.append(["int80_getpid", 0, []])
+        payload.append(["x32_getpid", 0x40000000 | 39, []])
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, json.dumps(payload)],
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, int] = json.loads(proc.stdout)
+    return result
+
+
+def _denied_calls(network: bool) -> dict[str, tuple[str, list[int]]]:
+    table = dict(CALLS) if network else {**CALLS, **OFFLINE_CALLS}
+    return {name: (sc, args) for name, (sc, args, _) in table.items()}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict[str, int]]:
+    every = {**_denied_calls(False), **{n: v for n, v in ALLOWED.items()}}
+    return {mode: _run(mode, every) for mode in ("none", "network", "offline", "offline_unix")}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_filter_refuses_the_call_in_every_network_mode(results: dict[str, dict[str, int]], name: str) -> None:
+    expected = CALLS[name][2]
+    print(name, {mode: errno.errorcode.get(r[name], r[name]) for mode, r in results.items()})
+    assert results["network"][name] == expected
+    assert results["offline"][name] == expected
+
+
+@pytest.mark.parametrize("name", sorted(CALLS) + sorted(OFFLINE_CALLS))
+def test_the_bridges_filter_allows_unix_sockets_and_refuses_the_rest(
+    results: dict[str, dict[str, int]], name: str
+) -> None:
+    # allow_unix: bwrap's init and the network bridge, which must reach the proxy's socket.
+    if name.startswith("socket_unix"):
+        assert results["offline_unix"][name] == results["none"][name] == 0
+    else:
+        assert results["offline_unix"][name] == {**CALLS, **OFFLINE_CALLS}[name][2]
+
+
+@pytest.mark.parametrize("name", sorted(CALLS) + sorted(OFFLINE_CALLS))
+def test_without_the_filter_the_call_is_not_refused_that_way(results: dict[str, dict[str, int]], name: str) -> None:
+    """What makes the tests above mean something: the machine itself answers otherwise."""
+    expected = {**CALLS, **OFFLINE_CALLS}[name][2]
+    assert results["none"][name] != expected, f"{name}: unfiltered, the machine already says {expected}"
+
+
+@pytest.mark.parametrize("name", sorted(OFFLINE_CALLS))
+def test_network_off_refuses_udp_raw_and_other_families_but_network_on_allows_them(
+    results: dict[str, dict[str, int]], name: str
+) -> None:
+    assert results["offline"][name] == errno.EPERM
+    assert results["network"][name] == results["none"][name]
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_ordinary_calls_pass_the_filter_unchanged(results: dict[str, dict[str, int]], name: str) -> None:
+    for mode in ("network", "offline"):
+        assert results[mode][name] == results["none"][name]
+
+
+@pytest.mark.skipif(MACHINE != "x86_64", reason="foreign ABIs: x86_64's i386 and x32")
+def test_foreign_abi_system_calls_get_enosys(results: dict[str, dict[str, int]]) -> None:
+    print({mode: (r["int80_getpid"], r["x32_getpid"]) for mode, r in results.items()})
+    for mode in ("network", "offline"):
+        assert results[mode]["int80_getpid"] == errno.ENOSYS
+        assert results[mode]["x32_getpid"] == errno.ENOSYS
+
+
+WORK = r'''
+import asyncio, os, socket, subprocess, sys, threading
+from lovia_mcp_worker.sandbox import seccomp
+seccomp.install(seccomp.program(network=False))
+listener = socket.create_server(("127.0.0.1", 0))
+port = listener.getsockname()[1]
+def serve():
+    conn, _ = listener.accept()
+    conn.sendall(conn.recv(10).upper())
+    conn.close()
+t = threading.Thread(target=serve)
+t.start()
+with socket.create_connection(("127.0.0.1", port)) as c:
+    c.sendall(b"tcp")
+    assert c.recv(10) == b"TCP"
+t.join()
+r, w = os.pipe(); os.write(w, b"pipe"); assert os.read(r, 4) == b"pipe"
+a, b = socket.socketpair(); a.sendall(b"pair"); assert b.recv(4) == b"pair"
+assert subprocess.run([sys.executable, "-c", "print(6*7)"], capture_output=True, text=True).stdout == "42\n"
+async def main():
+    p = await asyncio.create_subprocess_exec(sys.executable, "-c", "import sys; print(sys.stdin.read())",
+                                             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    out, _ = await p.communicate(b"asyncio")
+    assert out == b"asyncio\n", out
+asyncio.run(main())
+print("all ok")
+'''
+
+NODE = r'''
+const { execFileSync, spawn } = require("child_process");
+const net = require("net");
+const out = execFileSync(process.execPath, ["-e", "process.stdout.write('child')"]).toString();
+const server = net.createServer((c) => { c.end("hi"); });
+server.listen(0, "127.0.0.1", () => {
+  net.connect(server.address().port, "127.0.0.1").on("data", (d) => {
+    console.log(out + " " + d.toString() + " ok");
+    server.close();
+  });
+});
+'''
+
+
+def test_python_threads_pipes_tcp_subprocesses_and_asyncio_run_under_the_filter() -> None:
+    proc = subprocess.run([sys.executable, "-c", WORK], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "all ok"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_starts_spawns_and_serves_tcp_under_the_filter() -> None:
+    launcher = (
+        "import os, sys\n"
+        "from lovia_mcp_worker.sandbox import seccomp\n"
+        "seccomp.install(seccomp.program(network=False))\n"
+        "os.execvp('node', ['node', '-e', sys.argv[1]])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", launcher, NODE], capture_output=True, text=True, timeout=CHILD_TIMEOUT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "child hi ok"
+
+
+def test_deny_new_user_namespaces_refuses_only_new_user_namespaces() -> None:
+    code = (
+        "import ctypes, os, sys\n"
+        "from lovia_mcp_worker.sandbox import seccomp\n"
+        "seccomp.install(seccomp.deny_new_user_namespaces())\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "user = libc.unshare(0x10000000) == -1 and ctypes.get_errno()\n"
+        "uts = libc.unshare(0) == -1 and ctypes.get_errno()\n"
+        "pid = os.fork()\n"
+        "os._exit(0) if pid == 0 else os.waitpid(pid, 0)\n"
+        "print(user, uts)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(errno.EPERM), "False"]
+
+
+def test_install_refuses_a_malformed_program_with_a_clear_error() -> None:
+    with pytest.raises(OSError, match="8-byte instructions"):
+        seccomp.install(b"\x00" * 12)
+
+
+def test_program_refuses_an_unsupported_architecture() -> None:
+    with pytest.raises(OSError, match="x86_64 and aarch64 only"):
+        seccomp.program(network=True, machine="riscv64")
+
+
+def test_aarch64_program_assembles_with_its_own_numbers() -> None:
+    prog = seccomp.program(network=False, machine="aarch64")
+    assert len(prog) % 8 == 0 and prog != seccomp.program(network=False, machine="x86_64")
+
+
+HEADERS = {
+    "x86_64": [Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"), Path("/usr/include/asm/unistd_64.h")],
+    "aarch64": [Path("/usr/include/asm-generic/unistd.h")],
+}
+
+
+@pytest.mark.parametrize("arch", sorted(HEADERS))
+def test_system_call_numbers_match_the_kernel_headers(arch: str) -> None:
+    header = next((p for p in HEADERS[arch] if p.is_file()), None)
+    if header is None:
+        pytest.skip(f"no {arch} unistd header installed")
+    text = header.read_text()
+    found: dict[str, int] = {}
+    for name, value in re.findall(r"#define __NR3?2?_(\w+)\s+(\d+)", text):
+        found.setdefault(name, int(value))
+    checked: list[Any] = []
+    for name, number in seccomp.SYSCALLS[arch].items():
+        if name in found:
+            assert found[name] == number, (arch, name, found[name], number)
+            checked.append(name)
+    print(arch, "checked", len(checked), "of", len(seccomp.SYSCALLS[arch]))
+    assert len(checked) >= len(seccomp.SYSCALLS[arch]) - 4
+
+
+
+def _bridge(seccomp_fd: int | None, command: list[str]) -> subprocess.CompletedProcess[str]:
+    from lovia_mcp_worker.sandbox import netproxy
+
+    # The bridge's port is on the host's loopback here: a free one, taken from the kernel.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = netproxy.bridge_argv(command, socket_path="/nonexistent/proxy.sock", port=port, seccomp_fd=seccomp_fd)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+        pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+    )
+
+
+STATUS = "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status"
+
+
+def test_the_network_bridge_installs_the_filter_on_the_server_it_becomes() -> None:
+    from lovia_mcp import Sandbox
+    from lovia_mcp_worker.sandbox import bwrap
+
+    fd = bwrap.filter_fd(Sandbox())
+    try:
+        proc = _bridge(fd, ["/bin/sh", "-c", STATUS])
+    finally:
+        os.close(fd)
+    bare = _bridge(None, ["/bin/sh", "-c", STATUS])
+    print(proc.stdout, "|", bare.stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["NoNewPrivs:", "1", "Seccomp:", "2"]
+    assert bare.stdout.split() == ["NoNewPrivs:", "0", "Seccomp:", "0"]
+
+
+def test_the_network_bridge_refuses_to_run_the_server_without_its_filter() -> None:
+    r, w = os.pipe()
+    os.close(w)  # an empty program: nothing to install
+    try:
+        proc = _bridge(r, ["/bin/sh", "-c", "echo the server ran"])
+    finally:
+        os.close(r)
+    print(proc.stderr)
+    assert proc.returncode == 127 and "the server ran" not in proc.stdout
+    assert "seccomp" in proc.stderr

@@ -1,0 +1,133 @@
+"""The calls in flight: each one's task, deadline and generation, and what a cancel means.
+
+The worker owns every call's deadline (``CallTool.timeout``, seconds from
+receipt). At the deadline the call is cancelled here, the spec's
+``on_timeout`` applied, and the agent answered with a ``timeout`` failure.
+A ``Cancel`` from the agent is the timeout when it arrives at the deadline
+(:data:`CANCEL_SLACK`): lovia's own ``wait_for`` fires then, with the same
+timeout, and only this side knows when the call arrived.
+
+After a plain cancel (or a timeout under ``on_timeout="cancel"``) the server
+gets its cancel grace: a ping must be answered within ``kill_grace``
+(:meth:`Calls.probe`). A server still blocked in the cancelled call (a
+single-threaded server that ignores ``notifications/cancelled``) is
+retired, and the next call goes to a fresh server instead of queueing behind
+it; requests that arrive during the probe wait for its verdict.
+
+Caveat: a multi-threaded server that answers pings while the cancelled work
+goes on is kept (it still serves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Final
+
+from .. import failures
+from ..failures import HostError
+from .generation import Generation
+
+# A cancel that reaches the worker this close before a call's deadline is
+# the timeout: the caller's timer fires at the deadline and its cancel
+# crosses the pipe in about the time the call took to arrive, but either
+# crossing may have waited in a busy loop on a loaded machine. This side's
+# own timer fires as long after the deadline, so a caller timing the call
+# itself (lovia's wait_for) cancels first and reports its own error.
+CANCEL_SLACK: Final = 0.25
+# The least time a server gets to answer the ping after a cancel: a
+# kill_grace of 0 must not take a healthy server's ping round trip on a
+# loaded machine for a wedge.
+PROBE_FLOOR: Final = 0.2
+
+Retire = Callable[[Generation, float, HostError], None]
+
+
+class Calls:
+    """Requests being served (tasks by id), the calls' generations and deadlines, and the probes."""
+
+    def __init__(self, retire: Retire, log_wedged: Callable[[Generation, str], None]) -> None:
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        # Which generation each call runs on, once it reached one.
+        self.on: dict[int, Generation] = {}
+        self._retire = retire
+        self._log_wedged = log_wedged
+        self._deadlines: dict[int, tuple[float, asyncio.TimerHandle]] = {}
+        # Calls this side timed out: they answer with a timeout failure.
+        self.expired: set[int] = set()
+        self._probes: dict[Generation, asyncio.Task[None]] = {}
+
+    def add(self, rid: int, task: asyncio.Task[None], timeout: float | None, on_deadline: Callable[[int], None]) -> None:
+        self.tasks[rid] = task
+        task.add_done_callback(functools.partial(self._forget, rid))
+        if timeout is not None:
+            loop = asyncio.get_running_loop()
+            # The caller's own timer, if it has one, fires first and reports
+            # its own timeout error; this side's answers the callers without one.
+            timer = loop.call_later(timeout + CANCEL_SLACK, on_deadline, rid)
+            self._deadlines[rid] = (loop.time() + timeout, timer)
+
+    def _forget(self, rid: int, _task: asyncio.Task[None]) -> None:
+        self.tasks.pop(rid, None)
+        self.expired.discard(rid)
+        found = self._deadlines.pop(rid, None)
+        if found is not None:
+            found[1].cancel()
+
+    def due(self, rid: int) -> bool:
+        """Whether call ``rid`` is at (or within :data:`CANCEL_SLACK` of) its deadline."""
+        found = self._deadlines.get(rid)
+        return found is not None and asyncio.get_running_loop().time() >= found[0] - CANCEL_SLACK
+
+    def expire(self, rid: int) -> Generation | None:
+        """Cancel call ``rid`` as timed out; the generation it ran on (``None``: it reached none)."""
+        task = self.tasks.get(rid)
+        if task is None or task.done():
+            return None
+        self.expired.add(rid)
+        task.cancel()
+        return self.on.get(rid)
+
+    # -- the cancel grace ---------------------------------------------------- #
+    def probe(self, gen: Generation | None, grace: float) -> None:
+        """Retire ``gen`` unless its server answers a ping within ``grace`` (at least :data:`PROBE_FLOOR`)."""
+        if gen is None or not gen.serving or gen in self._probes:
+            return
+        task = asyncio.ensure_future(self._probe(gen, max(grace, PROBE_FLOOR)))
+        self._probes[gen] = task
+        task.add_done_callback(lambda _t: self._probes.pop(gen, None))
+
+    async def _probe(self, gen: Generation, wait: float) -> None:
+        session = gen.session
+        if session is None:
+            return
+        try:
+            await asyncio.wait_for(session.ping(), wait)
+        except asyncio.TimeoutError:
+            if gen.serving:
+                reason = failures.wedged(wait)
+                self._log_wedged(gen, reason.message)
+                # New calls go to a fresh server now; calls still running on
+                # this one (a busy, not wedged, server) get one more grace.
+                self._retire(gen, wait, reason)
+        except Exception:  # noqa: BLE001 - an error answer is an answer; a generation that ended is replaced anyway
+            pass
+
+    def probing(self, gen: Generation) -> bool:
+        return gen in self._probes
+
+    async def settled(self, gen: Generation) -> None:
+        """Wait for a probe of ``gen`` under way (bounded by the probe's own wait)."""
+        task = self._probes.get(gen)
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    def cancel_probes(self) -> None:
+        for task in list(self._probes.values()):
+            task.cancel()
+
+
+__all__ = ["CANCEL_SLACK", "PROBE_FLOOR", "Calls"]
