@@ -306,6 +306,14 @@ def limit(
     )
 
 
+def wire_mismatch(worker: int, agent: int) -> HostError:
+    """An Open from an agent that speaks another wire protocol (two installs of different versions)."""
+    return HostError(
+        "internal", f"the worker speaks wire protocol {worker}, the agent {agent}",
+        hint="The agent and its worker come from different lovia-mcp installs; restart the agent process.",
+    )
+
+
 def closed(message: str = "the connection was closed") -> HostError:
     return HostError("closed", message)
 
@@ -374,6 +382,7 @@ __all__ = [
     "timed_out",
     "timed_out_kill",
     "wedged",
+    "wire_mismatch",
     "too_large",
     "unattributable",
     "with_tail",

@@ -68,7 +68,6 @@ MCP_MODERN_VERSIONS: Final = ("2026-07-28",)
 MCP_PROTOCOL_MODES: Final = ("auto", "legacy", *MCP_MODERN_VERSIONS, *MCP_HANDSHAKE_VERSIONS)
 
 
-
 # --------------------------------------------------------------------------- #
 # Values carried inside messages
 # --------------------------------------------------------------------------- #
@@ -130,37 +129,15 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 # mandatory deny list): a server that can write them runs code on the host the
 # next time the user runs git, a shell, or an editor or agent that reads them.
 WRITE_DENY: Final = (
-    ".git/hooks",
-    ".git/config",
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".zshenv",
-    ".zlogin",
-    ".mcp.json",
-    ".vscode",
-    ".idea",
+    ".git/hooks", ".git/config", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc",
+    ".zprofile", ".zshenv", ".zlogin", ".mcp.json", ".vscode", ".idea",
 )
 
 
 # Secret stores hidden by default ("~" is the home directory).
 DEFAULT_HIDDEN: Final = (
-    "~/.ssh",
-    "~/.aws",
-    "~/.gnupg",
-    "~/.config/gcloud",
-    "~/.azure",
-    "~/.netrc",
-    "~/.docker",
-    "~/.kube",
-    "~/.git-credentials",
-    "~/.config/gh",
-    "~/.pypirc",
-    "~/.npmrc",
-    "~/.password-store",
+    "~/.ssh", "~/.aws", "~/.gnupg", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker",
+    "~/.kube", "~/.git-credentials", "~/.config/gh", "~/.pypirc", "~/.npmrc", "~/.password-store",
 )
 
 
@@ -225,6 +202,9 @@ class Open(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     ``environ`` is the agent's environment at open time, for a worker process
     (the forkserver's copy dates from when it started); the server's
     allowlisted variables and the HTTP client's proxy settings come from it.
+    ``trace`` (here, on ``ListTools`` and ``CallTool``): the agent's W3C trace
+    context (``traceparent``, ``tracestate``), which the worker puts into the
+    MCP request's ``_meta`` (the agent owns the spans; a worker has no exporter).
     """
 
     id: int
@@ -232,11 +212,6 @@ class Open(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     environ: dict[str, str] | None = None
     protocol: int = PROTOCOL_VERSION
     trace: dict[str, str] | None = None
-
-
-# ``trace`` on a request: the agent's W3C trace context (``traceparent``,
-# ``tracestate``) for the server, which the worker puts into the MCP
-# request's ``_meta`` (the agent owns the spans; a worker has no exporter).
 
 
 class ListTools(msgspec.Struct, frozen=True, tag=True):

@@ -182,6 +182,22 @@ class Containment:
             gen.tree = None
             await asyncio.to_thread(tree.close)
 
+    async def sweep(self) -> None:
+        """A closing worker's last word, once its generations are down (a worker process's host only)."""
+        if not self.subreaper:
+            # Not in the agent's process, where other hosts' trees and cgroups are being made.
+            return
+        if not self._gens():
+            # Anything still below the worker now belongs to no generation
+            # (an escapee of a cgroup's first milliseconds, say): it goes too.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(guard.kill_tree, os.getpid(), None, include_root=False, term_grace=0.0)
+        if self.enforcement == "cgroup":
+            # Cgroups a teardown could not remove yet (members still
+            # exiting) go now that all are down.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(cgroup.remove_leftovers, os.getpid())
+
 
 def session_tail(gen: Generation) -> list[str]:
     return gen.session.stderr_tail if gen.session is not None else []

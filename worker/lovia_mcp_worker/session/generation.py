@@ -133,6 +133,16 @@ class Generation:
         return None if self.session is None else self.session.pid
 
     @property
+    def protocol_version(self) -> str | None:
+        """The MCP protocol version its session negotiated."""
+        return None if self.session is None else self.session.protocol_version
+
+    @property
+    def listing_ttl(self) -> float | None:
+        """How long its last listing may be reused (the server's ``ttlMs``; None: no limit)."""
+        return None if self.session is None else self.session.listing_ttl
+
+    @property
     def serving(self) -> bool:
         return self.state is State.READY
 

@@ -32,6 +32,8 @@ only one offered and accepted).
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..failures import HostError, RemoteError
@@ -176,6 +178,16 @@ async def negotiate_auto(client: Client, trace: dict[str, str] | None) -> None:
                 task.exception()  # retrieved: the losing answer is not an error
 
 
+async def follow_changes(client: Client, log: Callable[[int, str, bool], None]) -> None:
+    """Tool-list changes in the modern era: a ``subscriptions/listen`` stream for the generation's life."""
+    try:
+        await client.listen()
+    except RemoteError as exc:
+        log(logging.INFO, f"the server refused subscriptions/listen ({exc}); tool-list changes are not followed", False)
+    except HostError:
+        pass  # the generation ended
+
+
 async def _reprobe(client: Client, version: str, trace: dict[str, str] | None) -> None:
     result = await client.discover(version, trace)
     versions = result.get("supportedVersions")
@@ -193,6 +205,7 @@ __all__ = [
     "PROTOCOL_VERSION_KEY",
     "UNSUPPORTED_PROTOCOL_VERSION",
     "envelope",
+    "follow_changes",
     "incompatible",
     "input_required",
     "lists_changes",

@@ -318,19 +318,8 @@ class StdioSession:
         except RemoteError as exc:
             raise failures.start_failed(f"{what} was answered with an error: {exc}", list(self.stderr.tail)) from None
         if self.client.modern and (self.client.discovered is None or era.lists_changes(self.client.discovered)):
-            self._spawn_task(self._listen())
+            self._spawn_task(era.follow_changes(self.client, self._log))
         return tools
-
-    async def _listen(self) -> None:
-        """Tool-list changes in the modern era: a ``subscriptions/listen`` stream for the generation's life."""
-        try:
-            await self.client.listen()
-        except RemoteError as exc:
-            self._log(
-                logging.INFO, f"the server refused subscriptions/listen ({exc}); tool-list changes are not followed", False
-            )
-        except HostError:
-            pass  # the generation ended
 
     async def list_tools(self, trace: Trace = None) -> list[ToolSpec]:
         try:
