@@ -29,7 +29,9 @@ repository). The agent imports from it only this public surface, all of it
 - ``protocol``: the messages, the one module both sides are written against;
 - ``framing``: the length-framed pipe, read the same way on both sides;
 - ``session.host.Host``: the host, run in the agent's own loop for
-  ``isolation="none"``.
+  ``isolation="none"``;
+- ``sandbox.netrequest``: the allowlist's host-name patterns (pure), so a
+  config's ``deniedDomains`` is checked against them before anything starts.
 
 It also names, without importing them, what the forkserver runs:
 ``lovia_mcp_worker.process.serve`` and the preload list (``client.channel``).

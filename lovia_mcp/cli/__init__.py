@@ -1,6 +1,7 @@
 """The ``lovia-mcp`` command.
 
-- ``main``: the subcommands (``tools``, ``call``, ``check``, ``demo``);
+- ``main``: the subcommands (``tools``, ``call``, ``check``, ``serve``, ``demo``;
+  ``serve`` runs :mod:`lovia_mcp.gateway`);
 - ``_args``: options, help texts and exit statuses; ``_servers``: which
   servers a command line names; ``_table``: the tables it prints;
   ``_progress``: the status line while it waits.

@@ -5,12 +5,13 @@
   printed as the model would read it.
 - ``lovia-mcp check --config mcp.json``: every server of a config file
   opened at once, one row each (status, tools, open time, error).
+- ``lovia-mcp serve --config mcp.json``: the gateway (:mod:`lovia_mcp.gateway`).
 - ``lovia-mcp demo``: the offline demo (:mod:`lovia_mcp.demo`).
 
 Any of the first three takes ``--config FILE`` (``--server NAME`` to pick
-entries) instead of a command; the parts live in ``_cli_args`` (the command
-line), ``_cli_servers`` (which servers), ``_cli_table`` (tables) and
-``_cli_progress`` (the status line on a terminal).
+entries) instead of a command; the parts live in :mod:`._args` (the command
+line), :mod:`._servers` (which servers), :mod:`._table` (tables) and
+:mod:`._progress` (the status line on a terminal).
 
 The server is reached exactly as the plugin reaches it (same configs, same
 worker, same isolation), so what works here works in an agent.

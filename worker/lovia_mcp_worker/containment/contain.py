@@ -7,7 +7,7 @@ to tell their processes apart. :meth:`Containment.watch` samples the limits
 and reaps inherited orphans while the generation runs;
 :meth:`Containment.teardown` kills what is left of the tree (SIGTERM grace
 unless the reason forbids it), stops the watchers and removes the cgroup.
-The host (:mod:`.host`) decides when; this module decides how.
+The host (:mod:`..session.host`) decides when; this module decides how.
 """
 
 from __future__ import annotations

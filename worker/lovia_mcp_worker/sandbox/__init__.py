@@ -5,6 +5,8 @@
 - ``landlock``: the Landlock + seccomp backend, where namespaces are refused;
 - ``writedeny``: the entries of a writable folder that stay read-only;
 - ``seccomp``: the system-call filter every backend puts on the server;
+  ``privileges``: the capabilities a Landlock-boxed server gives up before
+  its exec; ``_runtime``: what a boxed command must read to run at all;
 - ``netroute``, ``netproxy``, ``netrequest``: the worker's allowlist proxy, a
   sandboxed server's only way to the network; ``_netbridge``: its forwarder
   inside the box.

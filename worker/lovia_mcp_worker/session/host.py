@@ -16,7 +16,7 @@ breaks the protocol, or a timed-out call's tree is killed; the next request
 starts a fresh one at once, while the old one is torn down in the
 background. Generations may overlap because each has its own tree
 (:attr:`Generation.tree`): a cgroup where the worker could make one
-(:mod:`.cgroup`), else the psutil watch's attribution (:mod:`.guard`). After
+(:mod:`..containment.cgroup`), else the psutil watch's attribution (:mod:`..containment.guard`). After
 a timed-out call on_timeout="kill" retires its generation: new calls go to a
 fresh server; the calls still running on the old one get its ``kill_grace``,
 then fail as ``server_exited`` (the agent retries them once).

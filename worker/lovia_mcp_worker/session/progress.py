@@ -1,7 +1,7 @@
 """Progress of running calls: MCP ``notifications/progress``, coalesced for the agent.
 
-Each ``tools/call`` carries a ``progressToken`` (stdio: :mod:`.jsonrpc`;
-HTTP: the SDK's progress callback in :mod:`.http`). Every notification for
+Each ``tools/call`` carries a ``progressToken`` (stdio: :mod:`..transport.jsonrpc`;
+HTTP: the SDK's progress callback in :mod:`..transport.http`). Every notification for
 it reaches one :class:`ProgressForwarder`, which sends the agent a
 :class:`~lovia_mcp_worker.protocol.Progress` at once when none went out in
 the last :data:`PROGRESS_INTERVAL`, and otherwise keeps only the latest value
