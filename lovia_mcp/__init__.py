@@ -10,6 +10,8 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``annotations``: ``MCPTool`` (a tool with its hints and ``_meta``) and the
   policies built on the hints;
 - ``spares``: warm spares, opened per-run connections kept ready for the next run;
+- ``tracing``: OpenTelemetry spans, trace context and the duration metric of
+  MCP operations (imported lazily: only where the application has OpenTelemetry);
 - ``client/``: the client core under the connection (request ids, the
   channel and its replacement, dispatch, the one retry decision, the restart
   circuit), the channels (a worker process over a pipe, or the in-process

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 from lovia.exceptions import UserError
 from lovia.tools.base import ToolResultRenderer
-from lovia_mcp_worker.protocol import Limits, Sandbox, ServerSpec
+from lovia_mcp_worker.protocol import MCP_PROTOCOL_MODES as PROTOCOL_MODES, Limits, Sandbox, ServerSpec
 
 from . import _sandbox_config, spares
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
@@ -78,6 +78,10 @@ class MCPServer:
     trust_annotations: bool = False
     spares: int = 0
     spare_idle: float = DEFAULT_SPARE_IDLE
+    # The MCP protocol negotiation (docs/tracing.md): "auto" probes
+    # server/discover (2026-07-28) and falls back to initialize; "legacy"
+    # is the initialize handshake only; a version pins it.
+    protocol: str = "auto"
 
     def __post_init__(self) -> None:
         if type(self) is MCPServer:
@@ -140,6 +144,11 @@ class MCPServer:
         if isinstance(self.spare_idle, bool) or not isinstance(self.spare_idle, (int, float)) or not self.spare_idle > 0:
             raise UserError(f"spare_idle must be a positive number of seconds, got {self.spare_idle!r}",
                             hint=f"Keep the default ({DEFAULT_SPARE_IDLE:g} s) or pass spare_idle=60, say.")
+        if self.protocol not in PROTOCOL_MODES:
+            raise UserError(
+                f"unknown protocol {self.protocol!r}",
+                hint=f"Use 'auto' (the default), 'legacy', or a version to pin: {', '.join(PROTOCOL_MODES[2:])}.",
+            )
         _names(self.include_tools, "include_tools")
         _names(self.exclude_tools, "exclude_tools")
         _names(self.inherit_env, "inherit_env")
@@ -189,6 +198,7 @@ class MCPServer:
             "open_timeout": float(self.open_timeout),
             "kill_grace": float(self.kill_grace),
             "on_timeout": self.on_timeout,
+            "protocol": self.protocol,
         }
 
     def _env(self, explicit: dict[str, str] | None) -> dict[str, str]:

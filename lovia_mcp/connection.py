@@ -51,6 +51,7 @@ from lovia_mcp_worker.protocol import (
     WorkerMessage,
 )
 
+from . import tracing
 from ._errors import to_error
 from ._parity import LoviaFields
 from ._tools import build_tools
@@ -68,6 +69,11 @@ logger = logging.getLogger("lovia_mcp")
 # The largest tool-call arguments sent (JSON bytes): a worker takes frames up
 # to MAX_REQUEST_BYTES, and the rest of the CallTool message needs room.
 ARGUMENTS_CAP: Final = MAX_REQUEST_BYTES - 64 * 1024
+
+# How close to the deadline a cancel counts as the timeout on the call's
+# span: the worker's own tolerance (session.calls.CANCEL_SLACK), since
+# lovia's wait_for and the worker's timer fire at about the same moment.
+CANCEL_SLACK: Final = 0.25
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.decode
@@ -138,6 +144,11 @@ class MCPConnection(LoviaFields):
         return self.core.server_pid
 
     @property
+    def protocol_version(self) -> str | None:
+        """The MCP protocol version the server speaks (``None`` until opened)."""
+        return self.core.protocol_version
+
+    @property
     def worker_restarts(self) -> int:
         """Workers replaced after one was lost, over the connection's life."""
         return self.core.worker_restarts
@@ -166,8 +177,22 @@ class MCPConnection(LoviaFields):
 
     async def refresh_tools(self) -> list[Tool]:
         """Re-list the server's tools and rebuild the lovia tools."""
-        await self._ask(lambda i: ListTools(id=i))
+        with self.core.operation("tools/list") as op:
+            trace = None if op is None else op.trace
+            await self._ask(lambda i: ListTools(id=i, trace=trace), op)
         return self.tools()
+
+    async def freshen(self) -> bool:
+        """Re-list if the listing's ttlMs has passed (a spare taken after waiting); False if that failed."""
+        ttl = self.core.listing_ttl
+        if ttl is None or time.monotonic() - self.core.listed_at < ttl:
+            return True
+        try:
+            await self.refresh_tools()
+        except Exception as exc:  # noqa: BLE001 - the caller opens a fresh connection instead
+            logger.info("%s: re-listing an expired listing failed: %s", self.name, exc)
+            return False
+        return True
 
     def _apply_tools(self, specs: list[ToolSpec], changed: bool) -> None:
         """The worker announced ``specs``: the tools are rebuilt from them, as they are."""
@@ -222,33 +247,54 @@ class MCPConnection(LoviaFields):
                 tool_name=name,
                 kind="too_large",
             )
+        if not tracing.enabled():  # the common case, kept free of the span's context managers
+            return await self._call(name, body, timeout, None)
+        with self.core.operation("tools/call", name) as op:
+            result = await self._call(name, body, timeout, op)
+            if result.is_error and op is not None:
+                op.fail("tool_error")
+            return result
+
+    async def _call(self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None) -> MCPToolResult:
         # The deadline runs from here (lovia's wait_for wraps this call): time
         # spent replacing a worker or on a first attempt counts.
         deadline = None if timeout is None else time.monotonic() + timeout
         backstop = None if timeout is None else timeout + self.server.kill_grace + client_core.ANSWER_BACKSTOP
+        trace = None if op is None else op.trace
 
         def make(i: int) -> CallTool:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            return CallTool(id=i, name=name, arguments=body, timeout=left)
+            return CallTool(id=i, name=name, arguments=body, timeout=left, trace=trace)
 
         retried = False
         while True:
             self._check_open(name)
-            reply = await self.core.request(make, tool=name, backstop=backstop)
+            try:
+                reply = await self.core.request(make, tool=name, backstop=backstop, op=op)
+            except asyncio.CancelledError:
+                # lovia's wait_for cancels at the deadline: that is the timeout
+                # (the worker counts it so too).
+                if op is not None and deadline is not None and time.monotonic() >= deadline - CANCEL_SLACK:
+                    op.timed_out(timeout, self.server.on_timeout)
+                raise
             if isinstance(reply, Failure):
+                if op is not None and reply.kind == "timeout":
+                    op.timed_out(timeout, self.server.on_timeout)
                 if retry(reply, policy=self.server.auto_reconnect, annotations=self._annotations.get(name),
                          retried=retried, server=self.name, tool=name):
                     retried = True
+                    if op is not None:
+                        op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": reply.message})
                     continue
                 raise self._error(reply, name)
             assert isinstance(reply, Result)
             structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
             return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured)
 
-    async def _ask(self, make: Any) -> WorkerMessage:
+    async def _ask(self, make: Any, op: tracing.Operation | None = None) -> WorkerMessage:
         """A request that is not a call: its failure raised as the lovia error, never retried."""
         self._check_open(None)
-        reply = await self.core.request(make)
+        reply = await self.core.request(make, op=op)
         if isinstance(reply, Failure):
             raise self._error(reply, None)
         return reply

@@ -283,8 +283,15 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
                 raise
             if healthy:
                 conn.adopt(server, close_after_run=close_after_run)
-                taken = True
-                return conn
+                # A spare reuses its listing while the server's ttlMs says it is fresh.
+                try:
+                    fresh = await conn.freshen()
+                except BaseException:
+                    pool.discard(conn)
+                    raise
+                if fresh:
+                    taken = True
+                    return conn
             logger.info("%s: a warm spare's server or worker ended while it waited; it is replaced",
                         conn.name)
             pool.discard(conn)

@@ -196,6 +196,8 @@ for _key, (_goal, _kind) in RUN_GOALS.items():
 FIGURES += (Figure("run5_spares_model", "whole Runner.run, 5 servers, spares ready, model 100 ms a turn, "
                    "minus the model's 200 ms (not a goal)", "ms", ("raw",), "run", None, None, 1e3),)
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
+# Set (by --otel) for the client children: configure an OpenTelemetry SDK first.
+OTEL_ENV = "LOVIA_MCP_BENCH_OTEL"
 GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares", "run")
 
 
@@ -696,8 +698,25 @@ async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None
             await asyncio.gather(*(conn.close() for conn in everything))
 
 
+def _configure_otel() -> None:
+    """An OpenTelemetry SDK as an application would set one up (spans batched to an exporter that drops them)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    trace.set_tracer_provider(provider)
+
+
 async def _child_main(client: str, servers: list[str], groups: set[str], p: Params) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
+    if os.environ.get(OTEL_ENV) == "1":
+        _configure_otel()
     for server in servers:
         # Only the groups with a figure on this server (server-everything has only a spares figure).
         await _measure_server(client, server, groups & {f.group for f in FIGURES if server in f.servers}, p, out)
@@ -914,6 +933,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", help="figure or group (repeatable, comma-separated): "
                     + ", ".join([*FIGURE_BY_KEY, *GROUPS]))
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--otel", action="store_true",
+                    help="configure an OpenTelemetry SDK (a tracer provider, spans batched and dropped) in every client")
     ap.add_argument("--big", type=int, default=None, help="bytes of the big result (default 10_000_000; quick 1_000_000)")
     ap.add_argument("--conc", type=int, default=None, help="concurrent calls (default 300; quick 100)")
     ap.add_argument("--conns", type=int, default=None, help="extra connections for the RSS figure (default 5; quick 2)")
@@ -933,6 +954,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.child_out).write_text(json.dumps(data))
         return 0
 
+    if args.otel:
+        os.environ[OTEL_ENV] = "1"  # the children inherit it
     quick = args.quick
     repeat = args.repeat or (1 if quick else 12)
     p = Params(

@@ -167,6 +167,9 @@ def test_an_http_server_that_adds_a_tool_is_re_listed_before_the_call_that_added
 class EndlessListing:
     """Stands in for the SDK's ``ClientSession``: every ``tools/list`` page names a fresh next cursor."""
 
+    # As the SDK's session says once negotiated (a handshake-era server).
+    protocol_version = "2025-11-25"
+
     def __init__(self) -> None:
         self.pages = 0
 

@@ -47,8 +47,9 @@ def test_cat_is_reported_as_echoing_the_initialize_request_not_as_method_not_fou
     print(f"[{isolation}] cat: {err} ({elapsed:.3f} s)")
     assert err.kind == "open"
     assert "Method not found" not in str(err)
-    assert "sent lovia-mcp's own 'initialize' request back on stdout" in str(err)
-    assert '\'{"jsonrpc":"2.0","id":1,"method":"initialize"' in str(err)  # the first bytes, quoted
+    # The first request it echoes: the server/discover probe, written before initialize (protocol="auto").
+    assert "sent lovia-mcp's own 'server/discover' request back on stdout" in str(err)
+    assert '\'{"jsonrpc":"2.0","id":1,"method":"server/discover"' in str(err)  # the first bytes, quoted
     assert NOT_MCP in str(err)
     assert "reads JSON-RPC requests on stdin" in (err.hint or "")
     no_empty_tail_promise(err)

@@ -25,13 +25,16 @@ server's death.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal
 
 from lovia_mcp_worker.framing import frame_cap
 from lovia_mcp_worker.protocol import (
+    MCP_MODERN_VERSIONS,
     AgentMessage,
     Cancel,
     Close,
@@ -51,6 +54,7 @@ from lovia_mcp_worker.protocol import (
 
 from .channel import LocalChannel, ProcessChannel
 from . import closing
+from .. import tracing
 from .circuit import RestartCircuit
 from .retry import ENDED
 
@@ -102,6 +106,14 @@ class ClientCore:
         # This connection's own close, once started (close_soon).
         self._close_task: asyncio.Task[None] | None = None
         self._server_log = logging.getLogger(f"lovia_mcp.server.{spec.name}")
+        # Spans of the operations in flight (what the worker reports becomes
+        # their events), and the MCP protocol version the server speaks.
+        self.ops: set[tracing.Operation] = set()
+        self.protocol_version: str | None = None
+        # The server's ttlMs for the listing (seconds; None: no limit) and
+        # when it was received: a warm spare re-lists once it has expired.
+        self.listing_ttl: float | None = None
+        self.listed_at = time.monotonic()
 
     # -- what callers may read ------------------------------------------------- #
     @property
@@ -124,6 +136,27 @@ class ClientCore:
         ch = self._channel
         return not self.closed and ch is not None and ch.alive and not self.circuit.needs_restart
 
+    # -- spans --------------------------------------------------------------- #
+    @contextlib.contextmanager
+    def operation(self, method: str, target: str | None = None) -> Iterator[tracing.Operation | None]:
+        """The span of one MCP operation (:mod:`lovia_mcp.tracing`); ``None`` inside without OpenTelemetry."""
+        with tracing.operation(
+            method, target, **{
+                "network.transport": tracing.NETWORK_TRANSPORT.get(self.spec.transport),
+                "mcp.protocol.version": self.protocol_version,
+                "lovia_mcp.server.name": self.spec.name,
+                **tracing.server_address(self.spec.url),
+            },
+        ) as op:
+            if op is None:
+                yield None
+                return
+            self.ops.add(op)
+            try:
+                yield op
+            finally:
+                self.ops.discard(op)
+
     # -- requests ------------------------------------------------------------ #
     async def connect(self) -> Failure | None:
         """Start the channel and wait for ``Opened``; the failure if it could not."""
@@ -136,12 +169,23 @@ class ClientCore:
         *,
         tool: str | None = None,
         backstop: float | None = None,
+        op: tracing.Operation | None = None,
     ) -> WorkerMessage:
         """Send ``make(id)`` and return the answer or a failure; cancelling sends ``Cancel``.
 
         ``tool``: a tools/call's raw name (for progress records). ``backstop``:
         seconds after which a worker that has not answered is given up.
+        ``op``: the operation's span, which gets the request id and the failure.
         """
+        reply = await self._request(make, tool, backstop, op)
+        if isinstance(reply, Failure) and op is not None:
+            op.failure(reply)
+        return reply
+
+    async def _request(
+        self, make: Callable[[int], AgentMessage], tool: str | None, backstop: float | None,
+        op: tracing.Operation | None,
+    ) -> WorkerMessage:
         if self.closed:
             return Failure(id=0, kind="closed", message="the connection is closed")
         if self.circuit.needs_restart:
@@ -156,6 +200,8 @@ class ClientCore:
         self._pending[rid] = fut
         if tool is not None:
             self._calls[rid] = tool
+        if op is not None:
+            op.set("jsonrpc.request.id", rid)
         channel.send(make(rid))
         try:
             if backstop is None:
@@ -205,7 +251,12 @@ class ClientCore:
         if old is not None:
             self.worker_restarts += 1
             self.circuit.restarted()
+            tracing.worker_restarted(self.ops, self.circuit.last_restart_reason)
             await old.aclose()
+        with self.operation("initialize") as op:
+            return await self._open_channel(op)
+
+    async def _open_channel(self, op: tracing.Operation | None) -> Failure | None:
         channel: Channel
         if self.isolation == "process":
             # The largest frame this worker may send: never allocate past it.
@@ -221,18 +272,28 @@ class ClientCore:
         rid = next(self._ids)
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
-        channel.send(Open(id=rid, spec=self.spec))
+        if op is not None:
+            op.set("jsonrpc.request.id", rid)
+        channel.send(Open(id=rid, spec=self.spec, trace=None if op is None else op.trace))
         try:
             reply = await fut
         finally:
             self._pending.pop(rid, None)
         if isinstance(reply, Failure):
+            if op is not None:
+                op.failure(reply)
             self._channel = None
             await self._close_channel(channel)
             return reply
         assert isinstance(reply, Opened)
         self.server_pid = reply.server_pid
         self._generation = reply.generation
+        self.protocol_version = reply.protocol_version
+        self.listing_ttl, self.listed_at = reply.listing_ttl, time.monotonic()
+        if op is not None:
+            op.set("mcp.protocol.version", reply.protocol_version)
+            if reply.protocol_version in MCP_MODERN_VERSIONS:
+                op.rename("server/discover")  # the stateless era's open has no initialize
         self.circuit.serving()
         self._on_tools(reply.tools, False)
         logger.info(
@@ -249,21 +310,27 @@ class ClientCore:
             else:
                 logger.log(msg.level, "%s: %s", self.spec.name, msg.message)
         elif isinstance(msg, ToolsChanged):
+            self.listed_at = time.monotonic()  # the worker has just listed
             self._on_tools(msg.tools, True)
         elif isinstance(msg, Started):
             self.server_pid = msg.server_pid
             self._generation = msg.generation
+            if msg.protocol_version is not None:
+                self.protocol_version = msg.protocol_version
             if msg.generation > 1:  # the worker's first generation is no restart (Opened follows it)
                 self.circuit.restarted()
+            tracing.started(self.ops, msg, self.circuit.last_restart_reason if msg.generation > 1 else None)
         elif isinstance(msg, Ended):
             if msg.generation == self._generation:
                 if not msg.draining:
                     self.server_pid = None
                 self.circuit.ended(msg.reason)
+            tracing.ended(self.ops, msg)
         elif isinstance(msg, Progress):
             self._log_progress(msg)
         else:
             if isinstance(msg, Tools):
+                self.listing_ttl, self.listed_at = msg.listing_ttl, time.monotonic()
                 self._on_tools(msg.tools, False)
             fut = self._pending.pop(msg.id, None)
             if fut is not None and not fut.done():

@@ -55,6 +55,7 @@ class HostError(Exception):
         exit_code: int | None = None,
         signal_name: str | None = None,
         stderr_tail: Sequence[str] = (),
+        limit: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind: FailureKind = kind
@@ -63,6 +64,7 @@ class HostError(Exception):
         self.exit_code = exit_code
         self.signal_name = signal_name
         self.stderr_tail = list(stderr_tail)
+        self.limit = limit
 
     def failure(self, request_id: int) -> Failure:
         return Failure(
@@ -73,16 +75,18 @@ class HostError(Exception):
             exit_code=self.exit_code,
             signal=self.signal_name,
             stderr_tail=self.stderr_tail,
+            limit=self.limit,
         )
 
 
 class RemoteError(Exception):
     """The server answered a request with a JSON-RPC error object."""
 
-    def __init__(self, code: object, message: object) -> None:
+    def __init__(self, code: object, message: object, data: object = None) -> None:
         super().__init__(f"{message} (code {code})")
         self.code = code
         self.message = message
+        self.data = data
 
 
 def signal_name(num: int) -> str:
@@ -289,12 +293,24 @@ def timed_out_kill() -> HostError:
     )
 
 
-def limit(what: str, figure: str, setting: str, hint: str, stderr_tail: Sequence[str]) -> HostError:
+def limit(
+    what: str, figure: str, setting: str, hint: str, stderr_tail: Sequence[str], *, oom: bool = False
+) -> HostError:
+    """``oom``: the kernel's OOM killer stopped the tree (cgroup), not the worker's watch."""
     return HostError(
         "limit",
         f"the server passed its {what} limit: {figure} ({setting}); it was killed",
         hint=hint,
         stderr_tail=stderr_tail,
+        limit="oom" if oom else what,
+    )
+
+
+def wire_mismatch(worker: int, agent: int) -> HostError:
+    """An Open from an agent that speaks another wire protocol (two installs of different versions)."""
+    return HostError(
+        "internal", f"the worker speaks wire protocol {worker}, the agent {agent}",
+        hint="The agent and its worker come from different lovia-mcp installs; restart the agent process.",
     )
 
 
@@ -366,6 +382,7 @@ __all__ = [
     "timed_out",
     "timed_out_kill",
     "wedged",
+    "wire_mismatch",
     "too_large",
     "unattributable",
     "with_tail",

@@ -48,7 +48,10 @@ from ._mcpjson import (
 # (mimeType, readOnlyHint, _meta), the codec's one declaration of them.
 # 6: a call carries its deadline (the worker times it out); the restart
 # circuit is the agent's alone.
-PROTOCOL_VERSION: Final = 6
+# 7: requests carry the agent's W3C trace context (Open/ListTools/CallTool
+# .trace); Opened/Started/Tools/Stats say the MCP protocol version, the
+# listing's ttl and the sandbox backend; Failure.limit names the limit.
+PROTOCOL_VERSION: Final = 7
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -56,6 +59,13 @@ HEADER: Final = struct.Struct("<I")
 # its pid, then its exit code (negative: the signal); a pid_t fits.
 FORKSERVER_STATUS: Final = struct.Struct("q")
 
+# MCP protocol revisions lovia-mcp speaks, newest first: those reached by the
+# initialize handshake, and the stateless ones (no initialize; a per-request
+# _meta envelope; server/discover is the probe).
+MCP_HANDSHAKE_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+MCP_MODERN_VERSIONS: Final = ("2026-07-28",)
+# ServerSpec.protocol: negotiate ("auto"), the handshake only ("legacy"), or a pinned version.
+MCP_PROTOCOL_MODES: Final = ("auto", "legacy", *MCP_MODERN_VERSIONS, *MCP_HANDSHAKE_VERSIONS)
 
 
 # --------------------------------------------------------------------------- #
@@ -119,37 +129,15 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 # mandatory deny list): a server that can write them runs code on the host the
 # next time the user runs git, a shell, or an editor or agent that reads them.
 WRITE_DENY: Final = (
-    ".git/hooks",
-    ".git/config",
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".zshenv",
-    ".zlogin",
-    ".mcp.json",
-    ".vscode",
-    ".idea",
+    ".git/hooks", ".git/config", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc",
+    ".zprofile", ".zshenv", ".zlogin", ".mcp.json", ".vscode", ".idea",
 )
 
 
 # Secret stores hidden by default ("~" is the home directory).
 DEFAULT_HIDDEN: Final = (
-    "~/.ssh",
-    "~/.aws",
-    "~/.gnupg",
-    "~/.config/gcloud",
-    "~/.azure",
-    "~/.netrc",
-    "~/.docker",
-    "~/.kube",
-    "~/.git-credentials",
-    "~/.config/gh",
-    "~/.pypirc",
-    "~/.npmrc",
-    "~/.password-store",
+    "~/.ssh", "~/.aws", "~/.gnupg", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker",
+    "~/.kube", "~/.git-credentials", "~/.config/gh", "~/.pypirc", "~/.npmrc", "~/.password-store",
 )
 
 
@@ -172,6 +160,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     # Keep one more server READY beside the current one (a persistent
     # connection with spares): a crash or timeout restart promotes it.
     standby: bool = False
+    # The MCP protocol negotiation: "auto" (probe server/discover, fall back
+    # to initialize), "legacy" (initialize only), or a version to pin.
+    protocol: str = "auto"
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
@@ -196,6 +187,8 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     # Processes of this worker's server trees stopped by the kernel's OOM
     # killer at memory_mb (cgroup enforcement only).
     oom_kills: int = 0
+    # The MCP protocol version the current generation speaks (None: none serves).
+    protocol_version: str | None = None
     # The sandbox backend the server runs in: "bwrap", "landlock", or None (no sandbox).
     sandbox: str | None = None
 
@@ -209,16 +202,21 @@ class Open(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     ``environ`` is the agent's environment at open time, for a worker process
     (the forkserver's copy dates from when it started); the server's
     allowlisted variables and the HTTP client's proxy settings come from it.
+    ``trace`` (here, on ``ListTools`` and ``CallTool``): the agent's W3C trace
+    context (``traceparent``, ``tracestate``), which the worker puts into the
+    MCP request's ``_meta`` (the agent owns the spans; a worker has no exporter).
     """
 
     id: int
     spec: ServerSpec
     environ: dict[str, str] | None = None
     protocol: int = PROTOCOL_VERSION
+    trace: dict[str, str] | None = None
 
 
 class ListTools(msgspec.Struct, frozen=True, tag=True):
     id: int
+    trace: dict[str, str] | None = None
 
 
 class CallTool(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
@@ -232,6 +230,7 @@ class CallTool(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     id: int
     name: str
     arguments: bytes
+    trace: dict[str, str] | None = None
     timeout: float | None = None
 
 
@@ -267,6 +266,10 @@ class Opened(msgspec.Struct, frozen=True, tag=True):
     id: int
     server_pid: int | None
     tools: list[ToolSpec]
+    # The MCP protocol version negotiated with the server, and how long the
+    # listing may be reused (the server's ttlMs, in seconds; None: no limit).
+    protocol_version: str | None = None
+    listing_ttl: float | None = None
     generation: int = 1
 
 
@@ -278,6 +281,11 @@ class Started(msgspec.Struct, frozen=True, tag=True):
 
     server_pid: int | None
     generation: int
+    # The MCP protocol version it speaks, and the sandbox backend in force
+    # ("bwrap", "landlock"; None: no sandbox): the agent makes span events
+    # of them (why the one before ended came with its Ended).
+    protocol_version: str | None = None
+    sandbox: str | None = None
 
 
 class Ended(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
@@ -297,6 +305,7 @@ class Ended(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
 class Tools(msgspec.Struct, frozen=True, tag=True):
     id: int
     tools: list[ToolSpec]
+    listing_ttl: float | None = None  # as on Opened
 
 
 class ToolsChanged(msgspec.Struct, frozen=True, tag=True):
@@ -356,6 +365,9 @@ class Failure(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     exit_code: int | None = None
     signal: str | None = None
     stderr_tail: list[str] = []
+    # For kind "limit": which one ("memory", "process", "CPU", or "oom" when
+    # the kernel's OOM killer stopped the tree at memory_mb).
+    limit: str | None = None
 
 
 class StatsReply(msgspec.Struct, frozen=True, tag=True):
@@ -398,6 +410,9 @@ __all__ = [
     "HEADER",
     "KNOWN_BLOCKS",
     "MAX_LIST_PAGES",
+    "MCP_HANDSHAKE_VERSIONS",
+    "MCP_MODERN_VERSIONS",
+    "MCP_PROTOCOL_MODES",
     "PROTOCOL_VERSION",
     "AgentMessage",
     "CallOutcome",

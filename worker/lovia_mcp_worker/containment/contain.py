@@ -91,7 +91,7 @@ class Containment:
         found = tree.check(spec.limits)
         if found is None or found[0] == "CPU":
             return reason
-        limited = failures.limit(*found, reason.stderr_tail)
+        limited = failures.limit(*found, reason.stderr_tail, oom=found[0] == "memory")
         self._log(logging.WARNING, f"server {spec.name!r}: {limited.message}")
         return limited
 
@@ -128,7 +128,9 @@ class Containment:
         if guard.limits_watched(spec.limits):
 
             def breach(what: str, figure: str, setting: str, hint: str) -> None:
-                reason = failures.limit(what, figure, setting, hint, session_tail(gen))
+                # Under a cgroup, memory is the kernel's to enforce: a breach is its OOM kill.
+                oom = what == "memory" and isinstance(tree, cgroup.CgroupTree)
+                reason = failures.limit(what, figure, setting, hint, session_tail(gen), oom=oom)
                 self._log(logging.WARNING, f"server {spec.name!r}: {reason.message}")
                 gen.stop(reason)
 
@@ -179,6 +181,22 @@ class Containment:
             self.oom_kills += tree.oom_kills()
             gen.tree = None
             await asyncio.to_thread(tree.close)
+
+    async def sweep(self) -> None:
+        """A closing worker's last word, once its generations are down (a worker process's host only)."""
+        if not self.subreaper:
+            # Not in the agent's process, where other hosts' trees and cgroups are being made.
+            return
+        if not self._gens():
+            # Anything still below the worker now belongs to no generation
+            # (an escapee of a cgroup's first milliseconds, say): it goes too.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(guard.kill_tree, os.getpid(), None, include_root=False, term_grace=0.0)
+        if self.enforcement == "cgroup":
+            # Cgroups a teardown could not remove yet (members still
+            # exiting) go now that all are down.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(cgroup.remove_leftovers, os.getpid())
 
 
 def session_tail(gen: Generation) -> list[str]:

@@ -68,18 +68,35 @@ class Session(Protocol):
 
     initialized: bool
 
+    @property
+    def protocol_version(self) -> str | None:
+        """The MCP protocol version negotiated (None until it is)."""
+        ...
+
+    @property
+    def listing_ttl(self) -> float | None:
+        """How long the last listing may be reused (the server's ``ttlMs``; None: no limit)."""
+        ...
+
+    @property
+    def listed_at(self) -> float:
+        """When the last listing was asked for (``time.monotonic()``)."""
+        ...
+
     def running(self) -> AbstractAsyncContextManager[None]: ...
 
-    async def start(self) -> list[ToolSpec]: ...
+    # ``trace``: the agent's W3C trace context for the request's ``_meta``.
+    async def start(self, trace: dict[str, str] | None = None) -> list[ToolSpec]: ...
 
-    async def list_tools(self) -> list[ToolSpec]: ...
+    async def list_tools(self, trace: dict[str, str] | None = None) -> list[ToolSpec]: ...
 
     async def ping(self) -> None:
         """Return once the server answers a ping (its cancel grace, :mod:`.calls`)."""
         ...
 
     async def call(
-        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None,
+        trace: dict[str, str] | None = None,
     ) -> tuple[list[ContentBlock], bool, bytes | None]: ...
 
     def end(self, reason: HostError) -> None: ...
@@ -114,6 +131,16 @@ class Generation:
     @property
     def server_pid(self) -> int | None:
         return None if self.session is None else self.session.pid
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The MCP protocol version its session negotiated."""
+        return None if self.session is None else self.session.protocol_version
+
+    @property
+    def listing_ttl(self) -> float | None:
+        """How long its last listing may be reused (the server's ``ttlMs``; None: no limit)."""
+        return None if self.session is None else self.session.listing_ttl
 
     @property
     def serving(self) -> bool:

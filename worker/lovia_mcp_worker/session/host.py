@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 
 from .. import failures
-from ..containment import cgroup, guard
+from ..containment import guard
 from ..containment.contain import SHUTDOWN_WAIT, Containment, session_tail
 from ..failures import HostError
 from .generation import Generation, Session, State
@@ -71,6 +71,7 @@ from ..protocol import (
 from .standby import Standby
 from ..sandbox import backend as sandbox_backend
 
+
 class Host:
     """Serves one connection's requests; replies through ``emit``."""
 
@@ -98,6 +99,8 @@ class Host:
         self.errors = 0
         self.timeouts = 0
         self.garbage_lines = 0
+        # The agent's trace context for the open's handshake (Open.trace).
+        self._open_trace: dict[str, str] | None = None
         # What the agent knows of the tools; re-listing after list_changed.
         self.listing = Listing(emit, self._log, lambda: self.current)
 
@@ -128,15 +131,15 @@ class Host:
                 gen = await self._live()
                 self.listing.sent(gen.tools)
                 if msg.spec.sandbox is not None:
-                    self._log(logging.INFO, f"sandbox: {sandbox_backend.in_use()} "
-                              f"(asked for backend={msg.spec.sandbox.backend!r})")
-                self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools, generation=gen.number))
+                    self._log(logging.INFO, f"sandbox: {self._sandbox()} (asked for backend={msg.spec.sandbox.backend!r})")
+                self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools, generation=gen.number,
+                                  protocol_version=gen.protocol_version, listing_ttl=gen.listing_ttl))
             elif isinstance(msg, ListTools):
                 gen = await self._live()
                 assert gen.session is not None
-                gen.tools = await gen.session.list_tools()
+                gen.tools = await gen.session.list_tools(msg.trace)
                 self.listing.sent(gen.tools)
-                self._emit(Tools(id=msg.id, tools=gen.tools))
+                self._emit(Tools(id=msg.id, tools=gen.tools, listing_ttl=gen.listing_ttl))
             elif isinstance(msg, CallTool):
                 self._emit(await self._call(msg))
             elif isinstance(msg, Close):
@@ -158,12 +161,9 @@ class Host:
 
     def _open(self, msg: Open) -> None:
         if msg.protocol != PROTOCOL_VERSION:
-            raise HostError(
-                "internal",
-                f"the worker speaks wire protocol {PROTOCOL_VERSION}, the agent {msg.protocol}",
-                hint="The agent and its worker come from different lovia-mcp installs; restart the agent process.",
-            )
+            raise failures.wire_mismatch(PROTOCOL_VERSION, msg.protocol)
         self.spec = msg.spec
+        self._open_trace = msg.trace
 
     def _cancel(self, msg: Cancel) -> None:
         task = self._calls.tasks.get(msg.id)
@@ -218,7 +218,7 @@ class Host:
         self._calls.on[msg.id] = gen
         progress = ProgressForwarder(self._emit, msg.id)
         try:
-            content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress)
+            content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
             # A list_changed the server sent before this answer is sent first.
             await self.listing.settled(gen)
         finally:
@@ -245,6 +245,8 @@ class Host:
             if self._starting is None:
                 promoted = self._promote()
                 if promoted is not None:
+                    # A standby reuses its listing while it is fresh (ttlMs).
+                    await self.listing.freshen(promoted)
                     return promoted
                 self._starting = asyncio.ensure_future(self._start())
                 self._starting.add_done_callback(self._started)
@@ -271,7 +273,7 @@ class Host:
         self.current = gen
         self._log(logging.INFO, f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, "
                                 f"generation {gen.number})")
-        self._emit(Started(server_pid=gen.server_pid, generation=gen.number))
+        self._emit(self._started_message(gen))
         # As after a cold restart: the standby's server may list other tools
         # (or changed them while it waited, when nobody was told).
         self.listing.announce(gen.tools)
@@ -314,10 +316,18 @@ class Host:
             return gen
         self._log(logging.INFO, f"server {spec.name!r} started (pid {gen.server_pid}, generation {gen.number})")
         # A restart, for the agent's circuit (Opened answers the first).
-        self._emit(Started(server_pid=gen.server_pid, generation=gen.number))
+        self._emit(self._started_message(gen))
         # A restarted server may list other tools than the one before it.
         self.listing.announce(gen.tools)
         return gen
+
+    def _started_message(self, gen: Generation) -> Started:
+        return Started(server_pid=gen.server_pid, generation=gen.number, protocol_version=gen.protocol_version,
+                       sandbox=self._sandbox())
+
+    def _sandbox(self) -> str | None:
+        """The sandbox backend in use (the agent's span events and stats report it)."""
+        return sandbox_backend.in_use() if self.spec is not None and self.spec.sandbox is not None else None
 
     async def _wait_down(self, gen: Generation) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -330,6 +340,7 @@ class Host:
             on_garbage=self._garbage,
             explain=lambda reason: self.containment.kernel_reason(gen, spec, reason),
             on_tools_changed=lambda: self.listing.changed(gen),
+            trace=self._open_trace,
         ))
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
@@ -343,7 +354,9 @@ class Host:
                 # The move into a cgroup runs beside the handshake.
                 entering = self.containment.attach(gen)
                 watchers += self.containment.watch(gen, spec)
-                tools = await session.start()
+                # The open's trace context goes with the first handshake only.
+                trace, self._open_trace = self._open_trace, None
+                tools = await session.start(trace)
                 await self.containment.entered(entering)
                 if gen.state is State.STARTING:
                     gen.ready(tools)
@@ -413,7 +426,8 @@ class Host:
             garbage_lines=self.garbage_lines,
             enforcement=self.containment.enforcement or "watch" if contained else "none",
             oom_kills=self.containment.total_oom_kills(),
-            sandbox=sandbox_backend.in_use() if self.spec is not None and self.spec.sandbox is not None else None,
+            protocol_version=gen.protocol_version if serving and gen is not None else None,
+            sandbox=self._sandbox(),
         )
 
     def _log(self, level: int, message: str, stderr: bool = False) -> None:
@@ -439,17 +453,7 @@ class Host:
         for runner in list(self._runners):
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
-        if self._subreaper and not self._gens:
-            # Anything still below the worker now belongs to no generation
-            # (an escapee of a cgroup's first milliseconds, say): it goes too.
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(guard.kill_tree, os.getpid(), None, include_root=False, term_grace=0.0)
-        if self._subreaper and self.containment.enforcement == "cgroup":
-            # A worker's last word on its cgroups: any a teardown could not
-            # remove yet (members still exiting) go now that all are down.
-            # Not in the agent's process, where other hosts' are being made.
-            with contextlib.suppress(OSError):
-                await asyncio.to_thread(cgroup.remove_leftovers, os.getpid())
+        await self.containment.sweep()
 
 
 __all__ = ["Host", "HostError"]

@@ -14,6 +14,11 @@ of that call already sees it. Notifications that arrive while a listing is
 under way are coalesced into one more listing after it (the list being read
 may predate them).
 
+In MCP 2026-07-28 the change comes on the generation's
+``subscriptions/listen`` stream (the transports hold one) and is handled
+alike. A listing also expires there (the server's ``ttlMs``): a standby
+taking over re-lists an expired one first (:meth:`Listing.freshen`).
+
 Non-goals: ``prompts``/``resources`` list changes (lovia-mcp offers neither).
 """
 
@@ -23,16 +28,23 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Final
 
-from .generation import Generation, State
+from .generation import Generation, Session, State
 from ..protocol import ToolSpec, ToolsChanged, WorkerMessage
 
 # A re-listing after list_changed, and how long a call's result waits for it.
 # tools/list answers in milliseconds; a server that notifies and then never
 # answers must not hold results back for long (the listing is then dropped).
 RELIST_WAIT: Final = 5.0
+
+
+def stale(session: Session) -> bool:
+    """Whether ``session``'s last listing has outlived its ``ttlMs`` (never, without one)."""
+    ttl = session.listing_ttl
+    return ttl is not None and time.monotonic() - session.listed_at >= ttl
 
 
 class Listing:
@@ -87,6 +99,20 @@ class Listing:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), RELIST_WAIT)
 
+    async def freshen(self, gen: Generation) -> None:
+        """Re-list ``gen`` (a standby taking over) if its listing's ``ttlMs`` has passed; a failure keeps the old list."""
+        session = gen.session
+        if session is None or not stale(session):
+            return
+        try:
+            tools = await asyncio.wait_for(session.list_tools(), RELIST_WAIT)
+        except (asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001 - the standby still serves with its old list
+            self._log(logging.WARNING, f"re-listing an expired listing failed ({exc!r}); the old list stays")
+            return
+        gen.tools = tools
+        if gen is self._current():
+            self.announce(tools)
+
     async def _relist(self, gen: Generation) -> None:
         while gen.state in (State.READY, State.DRAINING) and gen.session is not None:
             self._again.discard(gen)
@@ -105,4 +131,4 @@ class Listing:
                 return
 
 
-__all__ = ["RELIST_WAIT", "Listing"]
+__all__ = ["RELIST_WAIT", "Listing", "stale"]

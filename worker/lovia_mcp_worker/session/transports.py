@@ -21,13 +21,16 @@ from .generation import Session
 
 @dataclass(frozen=True)
 class Hooks:
-    """What a session reports to its generation and host."""
+    """What a session reports to its generation and host (and the open's trace context)."""
 
     on_end: Callable[[HostError], None]
     log: Callable[[int, str, bool], None]
     on_garbage: Callable[[bytes], None]
     explain: Callable[[HostError], HostError]
     on_tools_changed: Callable[[], None]
+    # The agent's W3C trace context of the open (Open.trace): an HTTP session
+    # negotiates in it as it enters; stdio's start() is handed it instead.
+    trace: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def _http(spec: ServerSpec, hooks: Hooks) -> Session:
 
     return HttpSession(
         spec, on_end=hooks.on_end, warn=lambda text: hooks.log(logging.WARNING, text, False),
-        on_tools_changed=hooks.on_tools_changed,
+        on_tools_changed=hooks.on_tools_changed, trace=hooks.trace,
     )
 
 

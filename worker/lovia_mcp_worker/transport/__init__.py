@@ -1,8 +1,9 @@
 """Talking to a server: its transports and what they return.
 
 - ``stdio``: one server process, its pipes and how it ends; ``jsonrpc``: the
-  worker's own JSON-RPC 2.0 client over it; ``_jsonscan``: a message's id
-  without parsing it;
+  worker's own JSON-RPC 2.0 client over it; ``era``: the protocol eras
+  (the handshake, 2026-07-28) and how the client negotiates between them;
+  ``_jsonscan``: a message's id without parsing it;
 - ``http``: streamable HTTP through the MCP SDK's public API (the one place
   the worker imports ``mcp``).
 

@@ -1,10 +1,12 @@
 """Streamable HTTP servers, through the MCP SDK's public API (the one place it is used).
 
-The SDK's ``ClientSession`` and ``streamable_http_client`` do the HTTP
-transport (sessions, SSE, redirects within the origin); this module adapts
-them to the interface :class:`~lovia_mcp_worker.transport.stdio.StdioSession` offers
-the host: ``start`` (handshake and listing), ``list_tools``, ``call`` and
-``end``. anyio wants its contexts entered and left in one task, so the
+The SDK's ``Client`` and ``streamable_http_client`` do the HTTP transport
+(sessions, SSE, redirects within the origin) and the protocol negotiation
+(``mode=``: the ``protocol=`` option; 2026-07-28 or the handshake era); this
+module adapts them to the interface
+:class:`~lovia_mcp_worker.transport.stdio.StdioSession` offers the host:
+``start`` (the listing, once ``running`` has negotiated), ``list_tools``,
+``call`` and ``end``. anyio wants its contexts entered and left in one task, so the
 session lives inside :meth:`HttpSession.running`, held by the generation's
 own task.
 
@@ -22,13 +24,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextvars
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 from .. import failures
 from ..failures import HostError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import CallOutcome, MCPJSONError, ServerSpec, ToolSpec, call_result, list_tools
+from ..protocol import (
+    MCP_HANDSHAKE_VERSIONS,
+    MCP_MODERN_VERSIONS,
+    CallOutcome,
+    ContentBlock,
+    MCPJSONError,
+    ServerSpec,
+    ToolSpec,
+    call_result,
+    list_tools,
+)
+from . import era
+from .era import CLIENT_INFO
 
 # The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
 # and pool; 5 min to read, since a server may hold a response stream open.
@@ -46,6 +62,31 @@ def _missing_mcp(exc: ImportError) -> HostError:
     )
 
 
+def _sdk_mode(protocol: str) -> str:
+    """The SDK ``Client``'s ``mode`` for ``protocol=``: it pins modern versions only, so a handshake one is "legacy"."""
+    return "legacy" if protocol in MCP_HANDSHAKE_VERSIONS else protocol
+
+
+def _attached(trace: dict[str, str] | None) -> Callable[[], None]:
+    """Make the agent's trace context current in this task; returns the undo."""
+    if not trace:
+        return lambda: None
+    from opentelemetry import context, propagate
+
+    token = context.attach(propagate.extract(trace))
+    return lambda: context.detach(token)
+
+
+def _traced(trace: dict[str, str] | None) -> contextvars.Context:
+    """A copy of the current context, with the agent's trace context current in it."""
+    ctx = contextvars.copy_context()
+    if trace:
+        from opentelemetry import context, propagate
+
+        ctx.run(context.attach, propagate.extract(trace))
+    return ctx
+
+
 class HttpSession:
     """One connection to a streamable-HTTP MCP endpoint."""
 
@@ -60,22 +101,28 @@ class HttpSession:
         on_end: Callable[[HostError], None],
         warn: Callable[[str], None],
         on_tools_changed: Callable[[], None] | None = None,
+        trace: dict[str, str] | None = None,
     ) -> None:
         self.spec = spec
         self._on_end = on_end
         self._warn = warn
         self._on_tools_changed = on_tools_changed
+        # The agent's trace context for the negotiation (the open's).
+        self._trace = trace
         self._session: Any = None
+        self.listing_ttl: float | None = None
+        self.listed_at = 0.0  # when the last listing was asked for (monotonic)
         self._ended: asyncio.Future[HostError] = asyncio.get_running_loop().create_future()
         self.initialized = False
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The SDK's transport and session, open for the body's duration."""
+        """The SDK's transport and client, negotiated (:func:`_sdk_mode`), open for the body's duration."""
         try:
             import httpx2
-            from mcp import ClientSession
+            from mcp import Client
             from mcp.client.streamable_http import streamable_http_client
+            from mcp_types import Implementation
         except ImportError as exc:
             raise _missing_mcp(exc) from exc
         assert self.spec.url is not None
@@ -83,14 +130,51 @@ class HttpSession:
             headers=dict(self.spec.headers) or None,
             timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=READ_TIMEOUT),
         )
-        async with client:
-            async with streamable_http_client(self.spec.url, http_client=client) as streams:
-                async with ClientSession(streams[0], streams[1], message_handler=self._message) as session:
-                    self._session = session
-                    try:
-                        yield
-                    finally:
-                        self._session = None
+        sdk = Client(
+            streamable_http_client(self.spec.url, http_client=client), mode=_sdk_mode(self.spec.protocol),
+            message_handler=self._message,
+            client_info=Implementation(name=CLIENT_INFO["name"], version=CLIENT_INFO["version"]),
+            cache=None,  # listings are re-read by the host, which honours ttlMs itself
+        )
+        async with client, contextlib.AsyncExitStack() as stack:
+            # In this task (anyio's contexts are left in the task that entered
+            # them), in the agent's trace context (its open's span).
+            restore = _attached(self._trace)
+            try:
+                await stack.enter_async_context(sdk)
+            except Exception as exc:  # noqa: BLE001 - classified here, in one place
+                leaf = failures.leaf(exc)  # the SDK's task group wraps it
+                failed = self._classify(leaf if isinstance(leaf, Exception) else exc, "the protocol negotiation")
+                raise HostError("open", failed.message, hint=failed.hint) from exc
+            finally:
+                restore()
+            self._session = sdk.session
+            follow = None
+            if self._session.protocol_version in MCP_MODERN_VERSIONS and self._on_tools_changed is not None:
+                caps = self._session.server_capabilities
+                if caps is not None and caps.tools is not None and caps.tools.list_changed:
+                    follow = asyncio.ensure_future(self._follow(sdk))
+            try:
+                yield
+            finally:
+                self._session = None
+                if follow is not None:
+                    follow.cancel()
+                    with contextlib.suppress(BaseException):
+                        await follow
+
+    async def _follow(self, sdk: Any) -> None:
+        """Tool-list changes in the modern era: the SDK's ``listen`` stream, for the session's life."""
+        assert self._on_tools_changed is not None
+        try:
+            async with sdk.listen(tools_list_changed=True) as events:
+                async for _ in events:
+                    self._on_tools_changed()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a lost stream only stops following changes
+            self._warn(f"the server's subscriptions/listen stream ended ({failures.describe(exc)}); "
+                       "tool-list changes are no longer followed")
 
     async def _message(self, message: object) -> None:
         """The SDK's ``message_handler``: server notifications (and transport errors, which the calls see too)."""
@@ -99,29 +183,47 @@ class HttpSession:
         if isinstance(message, ToolListChangedNotification) and self._on_tools_changed is not None:
             self._on_tools_changed()
 
-    async def start(self) -> list[ToolSpec]:
-        await self._race(self._live().initialize(), "initialize")
-        self.initialized = True
-        return await self.list_tools()
+    @property
+    def protocol_version(self) -> str | None:
+        session = self._session
+        return None if session is None else session.protocol_version
 
-    async def list_tools(self) -> list[ToolSpec]:
+    async def start(self, trace: dict[str, str] | None = None) -> list[ToolSpec]:
+        self._live()  # negotiated when running() was entered
+        self.initialized = True
+        return await self.list_tools(trace)
+
+    async def list_tools(self, trace: dict[str, str] | None = None) -> list[ToolSpec]:
         from mcp_types import PaginatedRequestParams
+
+        asked = time.monotonic()
+        ttls: list[float | None] = []
 
         async def page(cursor: str | None) -> dict[str, Any]:
             params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
-            listed = await self._race(self._live().list_tools(params=params), "tools/list")
-            return dict(listed.model_dump(by_alias=True, mode="json", exclude_none=True))
+            listed = await self._race(self._live().list_tools(params=params), "tools/list", trace)
+            dumped = dict(listed.model_dump(by_alias=True, mode="json", exclude_none=True))
+            # Modern listings only: the SDK's model says 0 where a handshake server said nothing.
+            ttls.append(era.ttl_seconds(dumped) if self.protocol_version in MCP_MODERN_VERSIONS else None)
+            return dumped
 
         try:
-            return await list_tools(page, self._warn)
+            tools = await list_tools(page, self._warn)
         except MCPJSONError as exc:
             raise failures.bad_reply("tools/list", str(exc)) from None
+        # A listing is as fresh as its shortest-lived page.
+        self.listing_ttl = None if not ttls or None in ttls else min(t for t in ttls if t is not None)
+        self.listed_at = asked
+        return tools
 
     async def ping(self) -> None:
         """Returns once the server answers a ping."""
         await self._race(self._live().send_ping(), "ping")
 
-    async def call(self, name: str, arguments: bytes, on_progress: OnProgress | None = None) -> CallOutcome:
+    async def call(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None,
+        trace: dict[str, str] | None = None,
+    ) -> CallOutcome:
         import msgspec
 
         args = msgspec.json.decode(arguments) if arguments else {}
@@ -135,10 +237,16 @@ class HttpSession:
                 if found is not None:
                     forward(*found[1:])
 
-        result = await self._race(self._live().call_tool(name, args, progress_callback=callback), name)
+        result = await self._race(
+            self._live().call_tool(name, args, progress_callback=callback, allow_input_required=True), name, trace,
+        )
+        # Dumped as objects, not JSON: a big text is then never copied.
+        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        asked = era.input_required(dumped)
+        if asked is not None:
+            return [ContentBlock(type="text", text=asked)], True, None
         try:
-            # Dumped as objects, not JSON: a big text is then never copied.
-            return call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+            return call_result(dumped)
         except MCPJSONError as exc:
             raise failures.bad_reply(name, str(exc)) from None
 
@@ -174,11 +282,17 @@ class HttpSession:
             self._ended.set_result(reason)
             self._on_end(reason)
 
-    async def _race(self, aw: Awaitable[T], what: str) -> T:
-        """Await the SDK unless the session ends first; SDK errors become HostErrors."""
+    async def _race(self, aw: Coroutine[Any, Any, T], what: str, trace: dict[str, str] | None = None) -> T:
+        """Await the SDK unless the session ends first; SDK errors become HostErrors.
+
+        With ``trace``, the SDK's request runs in the agent's trace context:
+        the SDK injects the current context into the request's ``_meta``
+        (its own span is a no-op here, where no OpenTelemetry SDK is set up,
+        and so carries the agent's span on).
+        """
         if self._ended.done():
             raise self._ended.result()
-        work: asyncio.Future[T] = asyncio.ensure_future(aw)
+        work: asyncio.Future[T] = asyncio.get_running_loop().create_task(aw, context=_traced(trace))
         ended: asyncio.Future[Any] = self._ended
         try:
             await asyncio.wait((work, ended), return_when=asyncio.FIRST_COMPLETED)

@@ -4,8 +4,11 @@ One client per server generation, fed whole lines by the stdio transport
 and writing whole lines back through it. It does what an MCP client needs of
 a tool server and nothing more:
 
-- ``initialize`` / ``notifications/initialized`` with version negotiation
-  (:data:`PROTOCOL_VERSIONS`; the server's counter-offer must be one of them);
+- the protocol era (:mod:`.era`): ``server/discover`` pipelined with
+  ``initialize`` / ``notifications/initialized``, as the SDK's ``mode="auto"``
+  negotiates, or the handshake only, or a pinned version; in the 2026-07-28
+  era every request carries the ``_meta`` envelope, and tool-list changes
+  come on a ``subscriptions/listen`` stream (:meth:`Client.listen`);
 - paginated ``tools/list`` (the protocol's one pagination loop,
   :func:`~lovia_mcp_worker.protocol.list_tools`), ``tools/call``;
 - ``notifications/cancelled`` when a caller abandons a request;
@@ -24,8 +27,8 @@ order; a line that cannot be decoded still answers its request through
 by the protocol's MCP-JSON codec, leniently: no model validation, so one
 loose schema or an extra field never fails a call.
 
-Non-goals: resources, prompts, sampling, subscriptions; batches (MCP dropped
-them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
+Non-goals: resources, prompts, sampling, resource subscriptions; batches
+(MCP dropped them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -42,16 +46,29 @@ from .. import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
 from ..failures import HostError, RemoteError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import CallOutcome, MCPJSONError, ToolSpec, call_result, json_object, list_tools
+from ..protocol import (
+    MCP_HANDSHAKE_VERSIONS,
+    MCP_MODERN_VERSIONS,
+    CallOutcome,
+    ContentBlock,
+    MCPJSONError,
+    ToolSpec,
+    call_result,
+    json_object,
+    list_tools,
+)
+from . import era
+from .era import CLIENT_INFO
 
-# Newest first: the first is offered, any is accepted back (the SDK's
-# handshake versions; the 2026 stateless era is not spoken over stdio here).
-PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-CLIENT_INFO: Final = {"name": "lovia-mcp", "version": "0.1.0"}
+# The handshake's versions, newest first: the first is offered, any is
+# accepted back (the modern era's are negotiated by :mod:`.era`).
+PROTOCOL_VERSIONS: Final = MCP_HANDSHAKE_VERSIONS
 METHOD_NOT_FOUND: Final = -32601
 # Requests only a client sends: a "server" sending one back is echoing
 # our own stdin (``cat``), not speaking MCP.
-CLIENT_METHODS: Final = frozenset({"initialize", "tools/list", "tools/call"})
+CLIENT_METHODS: Final = frozenset(
+    {"initialize", "server/discover", "tools/list", "tools/call", "subscriptions/listen"}
+)
 
 # MCP logging levels to Python's, for notifications/message.
 _LOG_LEVELS: Final = {
@@ -69,6 +86,8 @@ T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
+# The agent's W3C trace context for one request's ``_meta`` (None: untraced).
+Trace = dict[str, str] | None
 
 
 class _Message(msgspec.Struct):
@@ -84,6 +103,7 @@ class _Message(msgspec.Struct):
 class _Error(msgspec.Struct):
     code: object = None
     message: object = None
+    data: object = None
 
 
 _message = msgspec.json.Decoder(_Message)
@@ -140,6 +160,13 @@ class Client:
         self._pending: dict[int, tuple[asyncio.Future[msgspec.Raw], str]] = {}
         self._closed: HostError | None = None
         self.protocol_version: str | None = None
+        # The modern era's per-request _meta entries (None: the handshake era),
+        # the server's discover result, and how long the last listing may be
+        # reused (seconds; None: no limit, as in the handshake era).
+        self._envelope: dict[str, Any] | None = None
+        self.discovered: dict[str, Any] | None = None
+        self.listing_ttl: float | None = None
+        self.listed_at = 0.0  # when the last listing was asked for (monotonic)
 
     # -- incoming ------------------------------------------------------------ #
     def feed(self, line: bytes | bytearray | memoryview) -> None:
@@ -178,7 +205,7 @@ class Client:
                 err = _error.decode(msg.error)
             except _UNDECODABLE:
                 err = _Error(message=bytes(msg.error)[:200].decode("utf-8", "replace"))
-            fut.set_exception(RemoteError(err.code, err.message))
+            fut.set_exception(RemoteError(err.code, err.message, err.data))
         elif msg.result:
             fut.set_result(msg.result)
         else:
@@ -286,10 +313,50 @@ class Client:
             raise failures.bad_reply(what, str(exc)) from None
 
     # -- MCP ----------------------------------------------------------------- #
-    async def initialize(self) -> dict[str, Any]:
-        params = _encode({"protocolVersion": PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO})
+    def _meta(self, *parts: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A request's ``_meta``: the era's envelope and ``parts`` (None if empty)."""
+        if self._envelope is None and not any(parts):
+            return None  # the handshake era, untraced: the common case
+        meta: dict[str, Any] = dict(self._envelope or {})
+        for part in parts:
+            if part:
+                meta.update(part)
+        return meta or None
+
+    @property
+    def modern(self) -> bool:
+        return self._envelope is not None
+
+    async def negotiate(self, mode: str = "auto", trace: Trace = None) -> None:
+        """Settle the protocol era and version (:mod:`.era`); raises RemoteError or HostError."""
+        if mode == "legacy" or mode in MCP_HANDSHAKE_VERSIONS:
+            pinned = None if mode == "legacy" else mode
+            result = await self.handshake(pinned, trace)
+            if pinned is not None and result.get("protocolVersion") != pinned:
+                raise HostError(
+                    "open", f"the server answered protocol={pinned!r} with version {result.get('protocolVersion')!r}",
+                    hint="Pin the version the server speaks, or use protocol='auto'.",
+                )
+            self.adopt_handshake(result)
+        elif mode in MCP_MODERN_VERSIONS:
+            self.adopt_modern(mode, None)  # pinned: no probe, as the SDK's pin
+        else:
+            await era.negotiate_auto(self, trace)
+
+    async def initialize(self, trace: Trace = None) -> dict[str, Any]:
+        """The handshake era's ``initialize`` and ``notifications/initialized``."""
+        result = await self.handshake(None, trace)
+        self.adopt_handshake(result)
+        return result
+
+    def handshake(self, version: str | None, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
+        params = {"protocolVersion": version or PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO}
+        if trace:
+            params["_meta"] = trace
         # The spec forbids cancelling initialize.
-        result = await self._decoded("initialize", params, json_object, what="initialize", cancellable=False)
+        return self._decoded("initialize", _encode(params), json_object, what="initialize", cancellable=False)
+
+    def adopt_handshake(self, result: dict[str, Any]) -> None:
         version = result.get("protocolVersion")
         if version not in PROTOCOL_VERSIONS:
             raise HostError(
@@ -299,35 +366,85 @@ class Client:
                 hint="Use a server release that supports one of these versions.",
             )
         self.protocol_version = version
+        self._envelope = None
         self.notify("notifications/initialized")
-        return result
 
-    async def list_tools(self, warn: Callable[[str], None]) -> list[ToolSpec]:
+    def adopt_modern(self, version: str, discovered: dict[str, Any] | None) -> None:
+        self.protocol_version = version
+        self._envelope = era.envelope(version)
+        self.discovered = discovered
+
+    def discover(self, version: str, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
+        params = _encode({"_meta": {**era.envelope(version), **(trace or {})}})
+        return self._decoded("server/discover", params, json_object, what="server/discover", cancellable=False)
+
+    async def listen(self) -> None:
+        """Hold a ``subscriptions/listen`` stream for tool-list changes (the modern era) until cancelled.
+
+        The server's ``notifications/tools/list_changed`` on it reach
+        ``on_tools_changed`` as in the handshake era; cancelling ends it.
+        """
+        params = _encode({"notifications": {"toolsListChanged": True}, "_meta": self._meta()})
+        await self.request("subscriptions/listen", params, what="subscriptions/listen")
+
+    async def list_tools(self, warn: Callable[[str], None], trace: Trace = None) -> list[ToolSpec]:
+        asked = time.monotonic()
+        ttls: list[float | None] = []
+
         async def page(cursor: str | None) -> msgspec.Raw:
-            params = None if cursor is None else _encode({"cursor": cursor})
-            return await self.request("tools/list", params, what="tools/list")
+            fields: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
+            meta = self._meta(trace)
+            if meta:
+                fields["_meta"] = meta
+            raw = await self.request("tools/list", _encode(fields) if fields else None, what="tools/list")
+            # ttlMs is the modern era's (a handshake-era listing has no limit).
+            ttls.append(era.ttl_seconds(json_object(raw)) if self.modern else None)
+            return raw
 
         try:
-            return await list_tools(page, warn)
+            tools = await list_tools(page, warn)
         except MCPJSONError as exc:
             raise failures.bad_reply("tools/list", str(exc)) from None
+        # A listing is as fresh as its shortest-lived page.
+        self.listing_ttl = None if not ttls or None in ttls else min(t for t in ttls if t is not None)
+        self.listed_at = asked
+        return tools
 
-    async def call_tool(self, name: str, arguments: bytes, on_progress: OnProgress | None = None) -> CallOutcome:
+    async def call_tool(
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None, trace: Trace = None
+    ) -> CallOutcome:
         """``tools/call`` with the agent's argument bytes as they are (a JSON object).
 
         With ``on_progress``, the request carries a ``progressToken`` and each
-        ``notifications/progress`` for it is handed to ``on_progress``.
+        ``notifications/progress`` for it is handed to ``on_progress``;
+        ``trace`` (the agent's ``traceparent``/``tracestate``) goes into ``_meta``.
         """
         params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}")
         if on_progress is None:
-            return await self._decoded("tools/call", params + b"}", call_result, what=name)
+            meta = self._meta(trace)
+            if meta:
+                params += b',"_meta":' + _encode(meta)
+            return await self._decoded("tools/call", params + b"}", self._call_result, what=name)
         token = next(self._tokens)
         self._progress[token] = on_progress
         try:
-            params += b',"_meta":{"progressToken":%d}}' % token
-            return await self._decoded("tools/call", params, call_result, what=name)
+            if self._envelope is None and not trace:  # the common case, without building a dict
+                params += b',"_meta":{"progressToken":%d}}' % token
+            else:
+                params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
+            return await self._decoded("tools/call", params, self._call_result, what=name)
         finally:
             self._progress.pop(token, None)
+
+    def _call_result(self, raw: msgspec.Raw) -> CallOutcome:
+        if not self.modern:
+            return call_result(raw)
+        result = json_object(raw)
+        # An InputRequiredResult (elicitation, sampling, roots: non-goals) is a tool error naming what was asked.
+        asked = era.input_required(result)
+        if asked is not None:
+            return [ContentBlock(type="text", text=asked)], True, None
+        return call_result(result)
 
 
 __all__ = ["CLIENT_INFO", "CLIENT_METHODS", "PROTOCOL_VERSIONS", "Client"]

@@ -30,7 +30,8 @@ from typing import Any, Final
 from .. import failures
 from ._jsonscan import MISSING, IdScanner
 from ..failures import HostError, RemoteError
-from .jsonrpc import Client
+from . import era
+from .jsonrpc import Client, Trace
 from ..containment.launch import spawn, wrapper_exec_error
 from ..session.progress import OnProgress
 from ..protocol import ContentBlock, ServerSpec, ToolSpec
@@ -294,20 +295,35 @@ class StdioSession:
         self.transport, _ = await spawn(self.spec, lambda: _Pipes(self))
         yield
 
-    async def start(self) -> list[ToolSpec]:
-        """Handshake and list the tools. Raises HostError."""
-        what = "initialize"
+    @property
+    def protocol_version(self) -> str | None:
+        return self.client.protocol_version
+
+    @property
+    def listing_ttl(self) -> float | None:
+        return self.client.listing_ttl
+
+    @property
+    def listed_at(self) -> float:
+        return self.client.listed_at
+
+    async def start(self, trace: Trace = None) -> list[ToolSpec]:
+        """Negotiate the protocol (:mod:`.era`) and list the tools. Raises HostError."""
+        what = "initialize" if self.spec.protocol == "legacy" else "the protocol negotiation"
         try:
-            await self.client.initialize()
+            await self.client.negotiate(self.spec.protocol, trace)
             self.initialized = True
             what = "tools/list"
-            return await self.client.list_tools(self._warn)
+            tools = await self.client.list_tools(self._warn, trace)
         except RemoteError as exc:
             raise failures.start_failed(f"{what} was answered with an error: {exc}", list(self.stderr.tail)) from None
+        if self.client.modern and (self.client.discovered is None or era.lists_changes(self.client.discovered)):
+            self._spawn_task(era.follow_changes(self.client, self._log))
+        return tools
 
-    async def list_tools(self) -> list[ToolSpec]:
+    async def list_tools(self, trace: Trace = None) -> list[ToolSpec]:
         try:
-            return await self.client.list_tools(self._warn)
+            return await self.client.list_tools(self._warn, trace)
         except RemoteError as exc:
             raise failures.remote("tools/list", exc) from None
 
@@ -320,10 +336,10 @@ class StdioSession:
             await self.client.request("ping", None, what="ping")
 
     async def call(
-        self, name: str, arguments: bytes, on_progress: OnProgress | None = None
+        self, name: str, arguments: bytes, on_progress: OnProgress | None = None, trace: Trace = None
     ) -> tuple[list[ContentBlock], bool, bytes | None]:
         try:
-            return await self.client.call_tool(name, arguments, on_progress)
+            return await self.client.call_tool(name, arguments, on_progress, trace)
         except RemoteError as exc:
             raise failures.remote(name, exc) from None
 
