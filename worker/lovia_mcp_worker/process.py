@@ -46,9 +46,16 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any, NoReturn, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 from .protocol import FORKSERVER_STATUS
+
+# How long the forkserver waits for an idle worker to say it took a
+# request's descriptors. It answers at once when alive; one that died (or is
+# dying: a send to it can still succeed) gives EOF, and the request gets a
+# fresh fork instead of a dead worker. Generous for a loaded machine: past
+# it the idle worker is killed first, so never two serve one channel.
+IDLE_ACK_WAIT: Final = 2.0
 
 
 class _Closable(Protocol):
@@ -137,11 +144,16 @@ class _Idle:
         """Give it the worker's fds; its pid, or ``None`` if it is gone (the caller forks instead)."""
         try:
             socket.send_fds(self.sock, [b"W"], [chan, *rest])
-        except OSError:
-            return None
+            self.sock.settimeout(IDLE_ACK_WAIT)
+            if self.sock.recv(1) == b"A":
+                return self.pid
+        except OSError:  # gone, or silent past the wait (TimeoutError)
+            pass
         finally:
             self.sock.close()
-        return self.pid
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)  # a silent one must not serve the channel too
+        return None
 
 
 def _prefork(ctrl: socket.socket, objects: list[_Closable], fds: list[int]) -> _Idle | None:
@@ -175,6 +187,8 @@ def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[i
 
         prepared = Prepared()
         msg, got, _, _ = socket.recv_fds(sock, 1, 2)
+        if msg and got:
+            sock.sendall(b"A")  # taken: the forkserver hands this request to no one else
         sock.close()
     except BaseException:  # noqa: BLE001 - never back into the forkserver's loop
         os._exit(1)
