@@ -70,6 +70,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[S
         "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
         "brief": raw(session="per-session", idle=0.5),
         "bare": server("escape_server.py"),
+        "hdr": server("header_server.py"),
         # Only where the sandbox can run (a server that cannot be sandboxed never opens).
         **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
     }, "--max-body-bytes", "65536")
@@ -195,6 +196,24 @@ def test_a_request_body_over_the_cap_gets_413_before_any_session(gateway: Serve)
     big = {**INITIALIZE, "params": {**INITIALIZE["params"], "pad": "x" * 70_000}}
     response = _mcp_post(gateway, big, authorization=gateway.headers["Authorization"])
     assert response.status_code == 413
+
+
+def test_a_2026_call_whose_mcp_param_header_disagrees_with_its_arguments_is_rejected(gateway: Serve) -> None:
+    # The SDK validates Mcp-Param-* headers against the tool's schema, which
+    # the gateway hands it from its listing (not a tools/list run per call).
+    def call(region_header: str) -> httpx.Response:
+        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": "hdr__route", "arguments": {"region": "eu"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}}
+        return _mcp_post(gateway, body, authorization=gateway.headers["Authorization"],
+                         **{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call",
+                            "mcp-name": "hdr__route", "mcp-param-region": region_header})
+
+    agreed, disagreed = call("eu"), call("us")
+    assert agreed.status_code == 200 and agreed.json()["result"]["content"][0]["text"] == "eu", agreed.text
+    assert disagreed.status_code == 400, disagreed.text
+    assert "Region" in disagreed.json()["error"]["message"], disagreed.text
 
 
 def test_an_unknown_endpoint_and_an_unknown_tool_get_errors_naming_what_exists(gateway: Serve) -> None:

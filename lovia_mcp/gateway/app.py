@@ -93,17 +93,30 @@ def _block_json(block: Any) -> dict[str, Any]:
     return out
 
 
-def to_sdk_result(result: MCPToolResult) -> types.CallToolResult:
-    """The connection's result as the SDK's model, blocks and ``isError`` as the server sent them."""
-    body: dict[str, Any] = {"content": [_block_json(b) for b in result.content], "isError": bool(result.is_error)}
+def result_json(result: MCPToolResult) -> dict[str, Any]:
+    """The connection's result as the MCP JSON of a ``CallToolResult``, blocks and ``isError`` as the server sent them.
+
+    The gateway hands this dict to the SDK as it is (a handler may return
+    one): the SDK's outbound sieve validates it once on the way out, so no
+    model is built here only to be dumped again.
+    """
+    # resultType as the model's default would dump it: 2026-07-28 requires it;
+    # the SDK drops it for a 2025 client.
+    body: dict[str, Any] = {"content": [_block_json(b) for b in result.content], "isError": bool(result.is_error),
+                            "resultType": "complete"}
     if result.structured_content is not None:
         body["structuredContent"] = result.structured_content
-    return types.CallToolResult.model_validate(body)
+    return body
 
 
-def _error_result(kind: str, message: str) -> types.CallToolResult:
-    return types.CallToolResult.model_validate({
-        "content": [{"type": "text", "text": message}], "isError": True, "_meta": {ERROR_META: kind}})
+def to_sdk_result(result: MCPToolResult) -> types.CallToolResult:
+    """The connection's result as the SDK's model (:func:`result_json`, validated)."""
+    return types.CallToolResult.model_validate(result_json(result))
+
+
+def _error_result(kind: str, message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": message}], "isError": True, "resultType": "complete",
+            "_meta": {ERROR_META: kind}}
 
 
 class Gateway:
@@ -167,15 +180,28 @@ class Gateway:
                              params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
             return types.ListToolsResult(tools=self._listing(only))
 
-        async def call_tool(ctx: ServerRequestContext[Any, Any],
-                            params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> dict[str, Any]:
             backend, raw = self._resolve(only, params.name)
             return await self._call(backend, raw, params.arguments or {}, _session_of(ctx))
 
+        def input_schema(name: str) -> dict[str, Any] | None:
+            # The SDK checks a 2026-07-28 call's Mcp-Param-* headers against the
+            # tool's schema; without this lookup it runs a whole tools/list per call.
+            try:
+                backend, raw = self._resolve(only, name)
+            except (MCPError, KeyError):
+                return None
+            return next((t.parameters for t in backend.tools() if t.raw_name == raw), None)
+
         from .. import __version__
 
-        return Server(f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__,
-                      on_list_tools=list_tools, on_call_tool=call_tool)
+        server: Server[Any] = Server(f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__,
+                                     on_list_tools=list_tools, get_tool_input_schema=input_schema)
+        # Registered by method rather than as on_call_tool: a handler may return
+        # the result's JSON (the public HandlerResult), which skips building a
+        # model the SDK would dump again.
+        server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+        return server
 
     def _listing(self, only: str | None) -> list[types.Tool]:
         tools: list[types.Tool] = []
@@ -205,7 +231,7 @@ class Gateway:
                        data={"servers": sorted(self.backends)})
 
     async def _call(self, backend: Backend, raw: str, arguments: dict[str, Any],
-                    session: str | None) -> types.CallToolResult:
+                    session: str | None) -> dict[str, Any]:
         self.in_flight += 1
         self._idle_now.clear()
         started = time.perf_counter()
@@ -215,7 +241,7 @@ class Gateway:
             result = await asyncio.wait_for(backend.call(session, raw, arguments), timeout)
             if result.is_error:
                 outcome = "tool_error"
-            return to_sdk_result(result)
+            return result_json(result)
         except Refused as exc:
             outcome = "refused"
             raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
@@ -338,4 +364,4 @@ async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["ERROR_META", "SEPARATOR", "UNAVAILABLE", "Gateway", "to_sdk_result"]
+__all__ = ["ERROR_META", "SEPARATOR", "UNAVAILABLE", "Gateway", "result_json", "to_sdk_result"]
