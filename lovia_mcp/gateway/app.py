@@ -51,6 +51,7 @@ from starlette.types import Receive, Scope, Send
 from ..annotations import as_json
 from ..render import MCPToolResult
 from .backends import Backend, Refused
+from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, Labels, Metrics
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -59,6 +60,7 @@ logger = logging.getLogger("lovia_mcp.gateway")
 SEPARATOR: Final = "__"
 SESSION_HEADER: Final = b"mcp-session-id"
 VERSION_HEADER: Final = b"mcp-protocol-version"
+METHOD_HEADER: Final = b"mcp-method"
 # JSON-RPC error code for "try again elsewhere" (the server-defined range):
 # a draining gateway or a full session table.
 UNAVAILABLE: Final = -32000
@@ -149,20 +151,26 @@ class Gateway:
                 allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
             )
 
-        def manager(only: str | None) -> StreamableHTTPSessionManager:
+        def manager(app: Server[Any], json_response: bool = False) -> StreamableHTTPSessionManager:
             return StreamableHTTPSessionManager(
-                app=self._mcp_server(only), security_settings=security, max_request_body_size=max_body_bytes,
-                max_sessions=max_sessions, session_idle_timeout=session_idle,
+                app=app, security_settings=security, max_request_body_size=max_body_bytes,
+                max_sessions=max_sessions, session_idle_timeout=session_idle, json_response=json_response,
             )
 
-        self.managers: dict[str, StreamableHTTPSessionManager] = {"/mcp": manager(None)}
-        for name in self.backends:
-            self.managers[f"/servers/{name}/mcp"] = manager(name)
+        # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
+        # sessions and everything else, and one in JSON mode, on the same
+        # Server, for the 2026-07-28 calls fastpath serves.
+        self.managers: dict[str, StreamableHTTPSessionManager] = {}
+        self.fast: dict[str, StreamableHTTPSessionManager] = {}
+        for path, only in [("/mcp", None), *((f"/servers/{name}/mcp", name) for name in self.backends)]:
+            app = self._mcp_server(only)
+            self.managers[path] = manager(app)
+            self.fast[path] = manager(app, json_response=True)
 
     # -- lifecycle ------------------------------------------------------------ #
     async def enter(self, stack: AsyncExitStack) -> None:
         """Start every endpoint's session manager; ``stack`` stops them."""
-        for m in self.managers.values():
+        for m in [*self.managers.values(), *self.fast.values()]:
             await stack.enter_async_context(m.run())
 
     async def drain(self, timeout: float) -> bool:
@@ -304,7 +312,8 @@ class Gateway:
         if path == "/metrics":
             await _plain(send, 200, await self._metrics_text(), CONTENT_TYPE)
             return
-        manager = self.managers.get(path.rstrip("/") or path)
+        path = path.rstrip("/") or path
+        manager = self.managers.get(path)
         if manager is None:
             await _json(send, 404, {"error": f"no endpoint {path}",
                                     "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
@@ -321,6 +330,9 @@ class Gateway:
             await _json(send, 503, {"jsonrpc": "2.0", "id": None,
                                     "error": {"code": UNAVAILABLE, "message": f"{why}; retry shortly"}},
                         headers=[(b"retry-after", b"1")])
+            return
+        if stateless and headers.get(METHOD_HEADER) in FAST_METHODS and accepts_both(headers.get(b"accept", b"")):
+            await serve_fast(self.fast[path].handle_request, scope, receive, send)
             return
         await manager.handle_request(scope, receive, send)
         if scope["method"] == "DELETE" and session is not None:
