@@ -250,6 +250,10 @@ class Gateway:
             if result.is_error:
                 outcome = "tool_error"
             return result_json(result)
+        except asyncio.CancelledError:
+            # The client went away (or the gateway stops): not an ok call.
+            outcome = "cancelled"
+            raise
         except Refused as exc:
             outcome = "refused"
             raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
