@@ -11,7 +11,14 @@ Each MCP endpoint is a low-level ``mcp.server.lowlevel.Server`` behind its own
 ``StreamableHTTPSessionManager`` (public SDK API). The manager speaks both
 eras: a 2025 client's initialize handshake opens a stateful session
 (``Mcp-Session-Id``); a 2026-07-28 request is self-contained and needs no
-session, so shared servers need no affinity between replicas.
+session, so shared servers need no affinity between replicas. A 2026-07-28
+``tools/call`` or ``tools/list`` goes to a second manager on the same Server,
+in JSON mode, through :mod:`.fastpath` (cheaper; the same answers).
+
+Per call, nothing is done twice: the tool's input schema comes from the
+gateway's listing (the SDK would otherwise run ``tools/list`` per call to
+check ``Mcp-Param-*`` headers) and the result goes to the SDK as its MCP
+JSON (validated once, by the SDK, on the way out).
 
 Security: every route but ``/healthz`` and ``/readyz`` needs ``Authorization:
 Bearer <token>`` when tokens are configured (compared in constant time,
