@@ -118,11 +118,6 @@ def result_json(result: MCPToolResult) -> dict[str, Any]:
     return body
 
 
-def to_sdk_result(result: MCPToolResult) -> types.CallToolResult:
-    """The connection's result as the SDK's model (:func:`result_json`, validated)."""
-    return types.CallToolResult.model_validate(result_json(result))
-
-
 def _error_result(kind: str, message: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": message}], "isError": True, "resultType": "complete",
             "_meta": {ERROR_META: kind}}
@@ -387,4 +382,4 @@ async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["ERROR_META", "SEPARATOR", "UNAVAILABLE", "Gateway", "result_json", "to_sdk_result"]
+__all__ = ["ERROR_META", "SEPARATOR", "UNAVAILABLE", "Gateway", "result_json"]
