@@ -250,16 +250,22 @@ async def overhead(calls: int, rounds: int) -> dict[str, float]:
                     await fn()
             gateway = psutil.Process(g.proc.pid)
             cpu: dict[str, float] = {k: 0.0 for k in kinds}
+            # This process's CPU in the direct rounds: what a caller of the
+            # isolated connection spends itself (the gateway spends it too).
+            here = psutil.Process()
+            direct_cpu = 0.0
             for r in range(rounds):
                 order = list(kinds)[r % 4:] + list(kinds)[:r % 4]
                 for kind in order:
                     fn = kinds[kind]
-                    used = sum(gateway.cpu_times()[:2])
+                    used, used_here = sum(gateway.cpu_times()[:2]), sum(here.cpu_times()[:2])
                     for _ in range(calls):
                         t = time.perf_counter()
                         await fn()
                         samples[kind].append(time.perf_counter() - t)
                     cpu[kind] += sum(gateway.cpu_times()[:2]) - used
+                    if kind == "direct":
+                        direct_cpu += sum(here.cpu_times()[:2]) - used_here
     med = {k: statistics.median(v) * 1000 for k, v in samples.items()}
     return {
         **{f"{k}_ms": round(v, 3) for k, v in med.items()},
@@ -270,7 +276,12 @@ async def overhead(calls: int, rounds: int) -> dict[str, float]:
         # steadier than wall time on a loaded machine.
         "gateway_cpu_per_call_ms": round(cpu["gateway_http"] / (calls * rounds) * 1000, 3),
         "gateway_cpu_per_sdk_call_ms": round(cpu["gateway_sdk"] / (calls * rounds) * 1000, 3),
+        # The caller's own CPU for a direct call (timing loop included): the
+        # gateway's CPU per call minus this is its CPU overhead.
+        "direct_caller_cpu_per_call_ms": round(direct_cpu / (calls * rounds) * 1000, 3),
+        "gateway_cpu_overhead_per_call_ms": round((cpu["gateway_http"] - direct_cpu) / (calls * rounds) * 1000, 3),
         "samples_each": calls * rounds,
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -49,6 +50,9 @@ IDLE_EXPIRY_WAIT = 20.0
 # Linux's delayed ACK; a keep-alive request that waits for it takes at least this.
 DELAYED_ACK = 0.040
 KEEP_ALIVE_REQUESTS = 21
+# A client gone mid-call: uvicorn sees the closed socket, the gateway cancels
+# the call (a few ms unloaded). Generous for a loaded machine.
+CANCEL_SEEN_WAIT = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +74,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[S
         "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
         "brief": raw(session="per-session", idle=0.5),
         "bare": server("escape_server.py"),
+        "hdr": server("header_server.py"),
+        "latch": server("latch_server.py"),
         # Only where the sandbox can run (a server that cannot be sandboxed never opens).
         **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
     }, "--max-body-bytes", "65536")
@@ -195,6 +201,58 @@ def test_a_request_body_over_the_cap_gets_413_before_any_session(gateway: Serve)
     big = {**INITIALIZE, "params": {**INITIALIZE["params"], "pad": "x" * 70_000}}
     response = _mcp_post(gateway, big, authorization=gateway.headers["Authorization"])
     assert response.status_code == 413
+
+
+def test_a_2026_call_whose_mcp_param_header_disagrees_with_its_arguments_is_rejected(gateway: Serve) -> None:
+    # The SDK validates Mcp-Param-* headers against the tool's schema, which
+    # the gateway hands it from its listing (not a tools/list run per call).
+    def call(region_header: str) -> httpx.Response:
+        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": "hdr__route", "arguments": {"region": "eu"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}}
+        return _mcp_post(gateway, body, authorization=gateway.headers["Authorization"],
+                         **{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call",
+                            "mcp-name": "hdr__route", "mcp-param-region": region_header})
+
+    agreed, disagreed = call("eu"), call("us")
+    assert agreed.status_code == 200 and agreed.json()["result"]["content"][0]["text"] == "eu", agreed.text
+    assert disagreed.status_code == 400, disagreed.text
+    assert "Region" in disagreed.json()["error"]["message"], disagreed.text
+
+
+def test_a_2026_call_whose_client_goes_away_is_cancelled_and_counted_so(gateway: Serve, tmp_path: Path) -> None:
+    entered, release = tmp_path / "entered", tmp_path / "release"
+    os.mkfifo(entered)
+    os.mkfifo(release)
+    body = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "latch__latch", "arguments": {"entered": str(entered), "release": str(release)},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}}).encode()
+    host, port = gateway.base.removeprefix("http://").rsplit(":", 1)
+    head = (f"POST /mcp HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+            "accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n"
+            f"mcp-method: tools/call\r\nmcp-name: latch__latch\r\n"
+            f"authorization: {gateway.headers['Authorization']}\r\ncontent-length: {len(body)}\r\n\r\n")
+
+    def metric(text: str, name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+    cancelled = 'lovia_mcp_calls_total{server="latch",tool="latch",outcome="cancelled"}'
+    try:
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(head.encode() + body)
+            # The server has the call; then the client goes away.
+            assert entered.read_text() == "in\n"
+        # Synchronised on what the gateway reports, bounded.
+        deadline = time.monotonic() + CANCEL_SEEN_WAIT
+        with httpx.Client(base_url=gateway.base, headers=gateway.headers) as http:
+            while (text := http.get("/metrics").text) and metric(text, cancelled) < 1:
+                assert time.monotonic() < deadline, f"the call was not cancelled in {CANCEL_SEEN_WAIT} s:\n{text}"
+        assert metric(text, "lovia_mcp_calls_in_flight") == 0, text
+    finally:
+        with open(release, "w") as fifo:  # the server's thread, still held, answers into the void
+            fifo.write("go\n")
 
 
 def test_an_unknown_endpoint_and_an_unknown_tool_get_errors_naming_what_exists(gateway: Serve) -> None:

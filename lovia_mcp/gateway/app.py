@@ -11,7 +11,14 @@ Each MCP endpoint is a low-level ``mcp.server.lowlevel.Server`` behind its own
 ``StreamableHTTPSessionManager`` (public SDK API). The manager speaks both
 eras: a 2025 client's initialize handshake opens a stateful session
 (``Mcp-Session-Id``); a 2026-07-28 request is self-contained and needs no
-session, so shared servers need no affinity between replicas.
+session, so shared servers need no affinity between replicas. A 2026-07-28
+``tools/call`` or ``tools/list`` goes to a second manager on the same Server,
+in JSON mode, through :mod:`.fastpath` (cheaper; the same answers).
+
+Per call, nothing is done twice: the tool's input schema comes from the
+gateway's listing (the SDK would otherwise run ``tools/list`` per call to
+check ``Mcp-Param-*`` headers) and the result goes to the SDK as its MCP
+JSON (validated once, by the SDK, on the way out).
 
 Security: every route but ``/healthz`` and ``/readyz`` needs ``Authorization:
 Bearer <token>`` when tokens are configured (compared in constant time,
@@ -51,6 +58,7 @@ from starlette.types import Receive, Scope, Send
 from ..annotations import as_json
 from ..render import MCPToolResult
 from .backends import Backend, Refused
+from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, Labels, Metrics
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -59,6 +67,7 @@ logger = logging.getLogger("lovia_mcp.gateway")
 SEPARATOR: Final = "__"
 SESSION_HEADER: Final = b"mcp-session-id"
 VERSION_HEADER: Final = b"mcp-protocol-version"
+METHOD_HEADER: Final = b"mcp-method"
 # JSON-RPC error code for "try again elsewhere" (the server-defined range):
 # a draining gateway or a full session table.
 UNAVAILABLE: Final = -32000
@@ -93,17 +102,25 @@ def _block_json(block: Any) -> dict[str, Any]:
     return out
 
 
-def to_sdk_result(result: MCPToolResult) -> types.CallToolResult:
-    """The connection's result as the SDK's model, blocks and ``isError`` as the server sent them."""
-    body: dict[str, Any] = {"content": [_block_json(b) for b in result.content], "isError": bool(result.is_error)}
+def result_json(result: MCPToolResult) -> dict[str, Any]:
+    """The connection's result as the MCP JSON of a ``CallToolResult``, blocks and ``isError`` as the server sent them.
+
+    The gateway hands this dict to the SDK as it is (a handler may return
+    one): the SDK's outbound sieve validates it once on the way out, so no
+    model is built here only to be dumped again.
+    """
+    # resultType as the model's default would dump it: 2026-07-28 requires it;
+    # the SDK drops it for a 2025 client.
+    body: dict[str, Any] = {"content": [_block_json(b) for b in result.content], "isError": bool(result.is_error),
+                            "resultType": "complete"}
     if result.structured_content is not None:
         body["structuredContent"] = result.structured_content
-    return types.CallToolResult.model_validate(body)
+    return body
 
 
-def _error_result(kind: str, message: str) -> types.CallToolResult:
-    return types.CallToolResult.model_validate({
-        "content": [{"type": "text", "text": message}], "isError": True, "_meta": {ERROR_META: kind}})
+def _error_result(kind: str, message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": message}], "isError": True, "resultType": "complete",
+            "_meta": {ERROR_META: kind}}
 
 
 class Gateway:
@@ -136,20 +153,26 @@ class Gateway:
                 allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
             )
 
-        def manager(only: str | None) -> StreamableHTTPSessionManager:
+        def manager(app: Server[Any], json_response: bool = False) -> StreamableHTTPSessionManager:
             return StreamableHTTPSessionManager(
-                app=self._mcp_server(only), security_settings=security, max_request_body_size=max_body_bytes,
-                max_sessions=max_sessions, session_idle_timeout=session_idle,
+                app=app, security_settings=security, max_request_body_size=max_body_bytes,
+                max_sessions=max_sessions, session_idle_timeout=session_idle, json_response=json_response,
             )
 
-        self.managers: dict[str, StreamableHTTPSessionManager] = {"/mcp": manager(None)}
-        for name in self.backends:
-            self.managers[f"/servers/{name}/mcp"] = manager(name)
+        # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
+        # sessions and everything else, and one in JSON mode, on the same
+        # Server, for the 2026-07-28 calls fastpath serves.
+        self.managers: dict[str, StreamableHTTPSessionManager] = {}
+        self.fast: dict[str, StreamableHTTPSessionManager] = {}
+        for path, only in [("/mcp", None), *((f"/servers/{name}/mcp", name) for name in self.backends)]:
+            app = self._mcp_server(only)
+            self.managers[path] = manager(app)
+            self.fast[path] = manager(app, json_response=True)
 
     # -- lifecycle ------------------------------------------------------------ #
     async def enter(self, stack: AsyncExitStack) -> None:
         """Start every endpoint's session manager; ``stack`` stops them."""
-        for m in self.managers.values():
+        for m in [*self.managers.values(), *self.fast.values()]:
             await stack.enter_async_context(m.run())
 
     async def drain(self, timeout: float) -> bool:
@@ -167,15 +190,28 @@ class Gateway:
                              params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
             return types.ListToolsResult(tools=self._listing(only))
 
-        async def call_tool(ctx: ServerRequestContext[Any, Any],
-                            params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> dict[str, Any]:
             backend, raw = self._resolve(only, params.name)
             return await self._call(backend, raw, params.arguments or {}, _session_of(ctx))
 
+        def input_schema(name: str) -> dict[str, Any] | None:
+            # The SDK checks a 2026-07-28 call's Mcp-Param-* headers against the
+            # tool's schema; without this lookup it runs a whole tools/list per call.
+            try:
+                backend, raw = self._resolve(only, name)
+            except (MCPError, KeyError):
+                return None
+            return next((t.parameters for t in backend.tools() if t.raw_name == raw), None)
+
         from .. import __version__
 
-        return Server(f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__,
-                      on_list_tools=list_tools, on_call_tool=call_tool)
+        server: Server[Any] = Server(f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__,
+                                     on_list_tools=list_tools, get_tool_input_schema=input_schema)
+        # Registered by method rather than as on_call_tool: a handler may return
+        # the result's JSON (the public HandlerResult), which skips building a
+        # model the SDK would dump again.
+        server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+        return server
 
     def _listing(self, only: str | None) -> list[types.Tool]:
         tools: list[types.Tool] = []
@@ -205,7 +241,7 @@ class Gateway:
                        data={"servers": sorted(self.backends)})
 
     async def _call(self, backend: Backend, raw: str, arguments: dict[str, Any],
-                    session: str | None) -> types.CallToolResult:
+                    session: str | None) -> dict[str, Any]:
         self.in_flight += 1
         self._idle_now.clear()
         started = time.perf_counter()
@@ -215,7 +251,11 @@ class Gateway:
             result = await asyncio.wait_for(backend.call(session, raw, arguments), timeout)
             if result.is_error:
                 outcome = "tool_error"
-            return to_sdk_result(result)
+            return result_json(result)
+        except asyncio.CancelledError:
+            # The client went away (or the gateway stops): not an ok call.
+            outcome = "cancelled"
+            raise
         except Refused as exc:
             outcome = "refused"
             raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
@@ -278,7 +318,8 @@ class Gateway:
         if path == "/metrics":
             await _plain(send, 200, await self._metrics_text(), CONTENT_TYPE)
             return
-        manager = self.managers.get(path.rstrip("/") or path)
+        path = path.rstrip("/") or path
+        manager = self.managers.get(path)
         if manager is None:
             await _json(send, 404, {"error": f"no endpoint {path}",
                                     "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
@@ -295,6 +336,9 @@ class Gateway:
             await _json(send, 503, {"jsonrpc": "2.0", "id": None,
                                     "error": {"code": UNAVAILABLE, "message": f"{why}; retry shortly"}},
                         headers=[(b"retry-after", b"1")])
+            return
+        if stateless and headers.get(METHOD_HEADER) in FAST_METHODS and accepts_both(headers.get(b"accept", b"")):
+            await serve_fast(self.fast[path].handle_request, scope, receive, send)
             return
         await manager.handle_request(scope, receive, send)
         if scope["method"] == "DELETE" and session is not None:
@@ -338,4 +382,4 @@ async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["ERROR_META", "SEPARATOR", "UNAVAILABLE", "Gateway", "to_sdk_result"]
+__all__ = ["ERROR_META", "SEPARATOR", "UNAVAILABLE", "Gateway", "result_json"]

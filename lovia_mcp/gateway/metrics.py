@@ -7,7 +7,7 @@ Every name starts ``lovia_mcp_``:
 - ``lovia_mcp_calls_total{server,tool,outcome}``: outcome ``ok``,
   ``tool_error`` (the server's ``isError``), ``error`` (the call failed:
   crash, limit, circuit...), ``timeout``, ``refused`` (no session slot, or
-  the gateway is draining);
+  the gateway is draining), ``cancelled`` (the client went away mid-call);
 - ``lovia_mcp_call_duration_seconds{server}``: a histogram of call latency;
 - ``lovia_mcp_kills_total{server,reason}``: a call that ended with its
   server tree killed or gone (``timeout``, ``limit``, ``server_exited``,

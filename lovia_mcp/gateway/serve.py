@@ -174,7 +174,9 @@ async def run(ns: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    config = uvicorn.Config(gateway, lifespan="off", log_config=None, access_log=False,
+    # No proxy-headers middleware: nothing here reads the client's address,
+    # and it was a layer on every request.
+    config = uvicorn.Config(gateway, lifespan="off", log_config=None, access_log=False, proxy_headers=False,
                             timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE, ws="none")
     http = _Uvicorn(config)
     try:
