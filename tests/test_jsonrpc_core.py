@@ -18,7 +18,7 @@ from lovia_mcp_worker.transport._jsonscan import MISSING, IdScanner, repair_surr
 from lovia_mcp_worker.failures import HostError, RemoteError
 from lovia_mcp_worker.session.generation import Generation, State
 from lovia_mcp_worker.transport.jsonrpc import Client
-from lovia_mcp_worker.transport.stdio import LineFramer
+from lovia_mcp_worker.transport.lines import LineFramer
 
 pytestmark = pytest.mark.unit  # no test here starts a process
 

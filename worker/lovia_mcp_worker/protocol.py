@@ -12,7 +12,9 @@ Content blocks keep the MCP SDK 2.x attribute names (``type``, ``text``,
 written against the SDK's models reads them unchanged. They, the tool
 listing and annotation structs, and the codec that reads a server's MCP JSON
 into them (with the one pagination loop) live in the private ``_mcpjson``
-module beside this one and are re-exported here: import them from here.
+module beside this one; what a server is launched under (``Limits``,
+``Sandbox``) in ``_confinement``. Both are re-exported here: import them
+from here.
 
 This module must import nothing but the standard library and msgspec: the
 agent process imports it and must never pull in ``mcp``.
@@ -25,6 +27,7 @@ from typing import Final, Literal, Union
 
 import msgspec
 
+from ._confinement import DEFAULT_HIDDEN, WRITE_DENY, Limits, Sandbox
 from ._mcpjson import (
     KNOWN_BLOCKS,
     MAX_LIST_PAGES,
@@ -71,76 +74,6 @@ MCP_PROTOCOL_MODES: Final = ("auto", "legacy", *MCP_MODERN_VERSIONS, *MCP_HANDSH
 # --------------------------------------------------------------------------- #
 # Values carried inside messages
 # --------------------------------------------------------------------------- #
-class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Limits on a server's whole process tree. ``None`` means no limit.
-
-    - ``memory_mb``: resident memory (RSS) of the tree, watched by the worker.
-    - ``cpu_seconds``: CPU time of the tree (RLIMIT_CPU per process, and watched).
-    - ``max_processes``: live processes in the tree, watched (RLIMIT_NPROC is not
-      used: it does not bind root and counts all of a user's processes).
-    - ``max_open_files``: RLIMIT_NOFILE for each process of the tree.
-    - ``max_result_bytes``: the largest single message the worker accepts from
-      the server; a larger result never crosses the pipe.
-    """
-
-    memory_mb: float | None = None
-    cpu_seconds: float | None = None
-    max_processes: int | None = None
-    max_open_files: int | None = None
-    max_result_bytes: int = 32 * 1024 * 1024
-
-
-class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """An OS sandbox around a stdio server (bubblewrap or Landlock + seccomp; Linux).
-
-    - ``network``: ``False`` no network at all,
-      ``True`` the host's, or a list of host names (``"*.npmjs.org"`` matches
-      subdomains) reachable only through an HTTP(S) proxy run by the worker;
-    - ``writable``: paths the server may write, besides its ``cwd``; the rest
-      of the file system is read-only and ``/tmp`` is private;
-    - ``hidden``: paths replaced by empty ones (``None``: the usual secret
-      stores, :data:`DEFAULT_HIDDEN`; ``~`` is the agent's home).
-
-    - ``backend``: ``"bwrap"`` (namespaces), ``"landlock"`` (Landlock and
-      seccomp, where user namespaces are refused), or ``"auto"``: namespaces
-      where they can be made, else Landlock; never no sandbox;
-    - ``read_only``: paths kept read-only inside cwd or a writable path;
-    - ``readable``: paths the server may read besides the system, its own
-      runtime and cwd (Landlock, whose reads are an allowlist; under bwrap
-      everything not hidden is readable already);
-    - ``write_deny``: keep :data:`WRITE_DENY` (git hooks and config, shell
-      rc files, editor and MCP configs) read-only inside cwd and the writable
-      paths; ``False`` opts out.
-
-    The server also gets a private pid namespace with its own ``/proc``
-    (bwrap), a new session, and dies with its worker.
-    """
-
-    network: bool | list[str] = False
-    writable: list[str] = []
-    hidden: list[str] | None = None
-    backend: Literal["auto", "bwrap", "landlock"] = "auto"
-    read_only: list[str] = []
-    readable: list[str] = []
-    write_deny: bool = True
-
-
-# Entries of cwd and each writable path that stay read-only (sandbox-runtime's
-# mandatory deny list): a server that can write them runs code on the host the
-# next time the user runs git, a shell, or an editor or agent that reads them.
-WRITE_DENY: Final = (
-    ".git/hooks", ".git/config", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc",
-    ".zprofile", ".zshenv", ".zlogin", ".mcp.json", ".vscode", ".idea",
-)
-
-
-# Secret stores hidden by default ("~" is the home directory).
-DEFAULT_HIDDEN: Final = (
-    "~/.ssh", "~/.aws", "~/.gnupg", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker",
-    "~/.kube", "~/.git-credentials", "~/.config/gh", "~/.pypirc", "~/.npmrc", "~/.password-store",
-)
-
-
 class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Everything the worker needs to launch and talk to one server."""
 

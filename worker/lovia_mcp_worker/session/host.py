@@ -47,26 +47,8 @@ from .listing import Listing
 from .transports import Hooks, transport
 from .progress import ProgressForwarder
 from ..protocol import (
-    PROTOCOL_VERSION,
-    AgentMessage,
-    CallTool,
-    Cancel,
-    Close,
-    Closed,
-    Ended,
-    Failure,
-    GetStats,
-    ListTools,
-    Log,
-    Open,
-    Opened,
-    Result,
-    ServerSpec,
-    Started,
-    Stats,
-    StatsReply,
-    Tools,
-    WorkerMessage,
+    PROTOCOL_VERSION, AgentMessage, CallTool, Cancel, Close, Closed, Ended, Failure, GetStats, ListTools, Log, Open,
+    Opened, Result, ServerSpec, Started, Stats, StatsReply, Tools, WorkerMessage,
 )
 from .standby import Standby
 from ..sandbox import backend as sandbox_backend
@@ -325,8 +307,7 @@ class Host:
         return Started(server_pid=gen.server_pid, generation=gen.number, protocol_version=gen.protocol_version,
                        sandbox=self._sandbox())
 
-    def _sandbox(self) -> str | None:
-        """The sandbox backend in use (the agent's span events and stats report it)."""
+    def _sandbox(self) -> str | None:  # the backend in use: the agent's span events and stats report it
         return sandbox_backend.in_use() if self.spec is not None and self.spec.sandbox is not None else None
 
     async def _wait_down(self, gen: Generation) -> None:
@@ -414,16 +395,9 @@ class Host:
             use = gen.tree.usage()
         contained = self.spec is None or transport(self.spec).contained
         return Stats(
-            worker_pid=os.getpid(),
-            server_pid=pid,
-            rss_bytes=use.rss_bytes,
-            cpu_seconds=use.cpu_seconds,
-            processes=use.processes,
-            calls=self.calls,
-            errors=self.errors,
-            timeouts=self.timeouts,
-            uptime_seconds=time.monotonic() - self._created,
-            garbage_lines=self.garbage_lines,
+            worker_pid=os.getpid(), server_pid=pid, rss_bytes=use.rss_bytes, cpu_seconds=use.cpu_seconds,
+            processes=use.processes, calls=self.calls, errors=self.errors, timeouts=self.timeouts,
+            uptime_seconds=time.monotonic() - self._created, garbage_lines=self.garbage_lines,
             enforcement=self.containment.enforcement or "watch" if contained else "none",
             oom_kills=self.containment.total_oom_kills(),
             protocol_version=gen.protocol_version if serving and gen is not None else None,
