@@ -797,7 +797,7 @@ def _machine() -> dict[str, Any]:
     versions: dict[str, str] = {}
     from importlib.metadata import PackageNotFoundError, version
 
-    for dist in ("lovia", "mcp", "lovia-mcp", "msgspec", "multiprocess"):
+    for dist in ("lovia", "mcp", "lovia-mcp", "msgspec", "psutil"):
         with contextlib.suppress(PackageNotFoundError):
             versions[dist] = version(dist)
     import importlib.util

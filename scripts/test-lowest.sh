@@ -32,13 +32,15 @@ sed 's/^/  /' "$CONSTRAINTS" >&2
 bash scripts/thirdparty.sh
 # The files that exercise lovia's API (plugin, tools, approval, rendering,
 # deferred tools, configs), the MCP SDK's (HTTP), msgspec's (the wire, typed
-# stubs under mypy) and psutil's (the tree watch, stats).
+# stubs under mypy), psutil's (the tree watch, stats), OpenTelemetry's (spans,
+# the duration metric) and the SDK's server side (the gateway).
 API_SUBSET=(
   tests/test_exports.py tests/test_types.py tests/test_plugin.py tests/test_results.py
   tests/test_deferred.py tests/test_lovia_configs.py tests/test_config.py tests/test_names.py
   tests/test_annotations.py tests/test_list_changed.py tests/test_http.py
   tests/test_framing.py tests/test_jsonrpc_core.py tests/test_sup_protocol.py
   tests/test_stats.py tests/test_sup_limits.py
+  tests/test_tracing.py tests/test_gateway.py
 )
 if [ "${1:-}" = "--api-subset" ]; then
   shift
