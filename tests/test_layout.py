@@ -117,3 +117,22 @@ def test_the_agent_imports_from_the_worker_package_only_its_named_public_surface
             if module.startswith("lovia_mcp_worker") and module in worker and module != "lovia_mcp_worker":
                 used.setdefault(module, set()).add(name)
     assert set(used) <= AGENT_SURFACE, {m: sorted(by) for m, by in used.items() if m not in AGENT_SURFACE}
+
+
+@pytest.mark.unit
+def test_the_wheel_lists_every_package_of_both_sides() -> None:
+    # setuptools takes an explicit list here (the worker lives under worker/):
+    # a subpackage missing from it is missing from the wheel, while an
+    # editable install (the suite's) still finds it.
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join([package, *init.parent.relative_to(root).parts])
+        for package, root in PACKAGES.items()
+        for init in root.rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert listed - found == set()
