@@ -1,7 +1,7 @@
 """MCP protocol eras: the ``initialize`` handshake, and the stateless 2026-07-28 revision.
 
 The stdio client (:mod:`.jsonrpc`) negotiates as the MCP SDK's
-``mode="auto"`` does (``mcp.client._probe.negotiate_auto``), with one
+``Client(mode="auto")`` does (the rules are owned here, not imported), with one
 difference for speed: the ``server/discover`` probe and the ``initialize``
 handshake are written together (pipelined), so a handshake-era server costs
 no extra round trip. The probe goes first; the SDK's dual-era server decides
