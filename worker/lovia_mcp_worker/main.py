@@ -182,7 +182,8 @@ class Prepared:
 
     Collection back on (off in the forkserver during the preload), the
     agent's terminal signals ignored (the worker ends when its pipe closes),
-    and the event loop made: a worker forked ahead of its request
+    the event loop made (with a pidfd child watcher) and the cgroup layout
+    detected: a worker forked ahead of its request
     (:mod:`.process`) pays none of it on the open's path.
     """
 
@@ -190,7 +191,22 @@ class Prepared:
         gc.enable()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.runner = asyncio.Runner()
-        self.runner.get_loop()
+        loop = self.runner.get_loop()
+        if sys.version_info < (3, 12) and hasattr(os, "pidfd_open"):
+            # Python 3.11's default child watcher starts a thread per server
+            # (~1 ms of its spawn); a pidfd in the loop costs none (3.12
+            # picks it by itself).
+            with contextlib.suppress(OSError):
+                os.close(os.pidfd_open(os.getpid()))  # the kernel has pidfds (Linux 5.3+)
+                watcher = asyncio.PidfdChildWatcher()
+                watcher.attach_loop(loop)
+                asyncio.set_child_watcher(watcher)
+        # Which cgroups this worker may make is detected once per process
+        # (two /proc reads and a sweep): here, not on the first open's path.
+        from .containment import cgroup
+
+        with contextlib.suppress(Exception):  # the open detects again, and reports what fails
+            cgroup.layout()
 
     def run(self, conn: Any) -> None:
         """Serve ``conn`` (the worker's end of its socket pair) until the end; never returns."""
