@@ -47,6 +47,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 import traceback
 from typing import Any, Final, NoReturn, Protocol
 
@@ -68,7 +69,7 @@ MAX_IDLE: Final = 5
 # replacement while an idle worker is still left: longer than a burst of
 # opens takes to arrive, short next to a run; the forks then do not compete
 # for the CPU with the servers those opens start.
-REFILL_QUIET: Final = 0.05
+REFILL_QUIET: Final = 0.1
 
 
 class _Closable(Protocol):
@@ -146,11 +147,11 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
 class _Pool:
     """The idle workers forked ahead of their requests (the forkserver's view), oldest first.
 
-    It keeps :data:`MIN_IDLE` of them, and one more each time a request
+    It keeps :data:`MIN_IDLE` of them, and one more for each request that
     found none (a burst of opens: an agent starting several servers at
-    once), up to :data:`MAX_IDLE`. While one is left, a replacement is
-    forked only after :data:`REFILL_QUIET` without a request, so the forks
-    do not compete with the opens they follow for the CPU.
+    once), up to :data:`MAX_IDLE`. While one is left, replacements are
+    forked only once :data:`REFILL_QUIET` passed without a request, so the
+    forks do not compete for the CPU with the opens they follow.
     """
 
     def __init__(self, ctrl: socket.socket) -> None:
@@ -158,12 +159,13 @@ class _Pool:
         self.idle: list[_Idle] = []
         self.target = MIN_IDLE
         self._failed = False  # the last fork failed (out of processes): requests fork as they arrive
+        self._last_request = 0.0
 
     def refill_in(self) -> float | None:
         """The select timeout: when the next idle worker is due (``None``: the pool is full)."""
         if len(self.idle) >= self.target or self._failed:
             return None
-        return 0 if not self.idle else REFILL_QUIET
+        return max(0.0, self._last_request + REFILL_QUIET - time.monotonic())
 
     def socks(self) -> list[socket.socket]:
         return [i.sock for i in self.idle]
@@ -179,6 +181,7 @@ class _Pool:
     def hand(self, chan: int, rest: list[int]) -> int | None:
         """Give a request to the oldest idle worker; its pid, or ``None`` (the caller forks)."""
         self._failed = False
+        self._last_request = time.monotonic()
         if not self.idle:
             self.target = min(MAX_IDLE, self.target + 1)
         while self.idle:
@@ -254,7 +257,7 @@ def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[i
         _reset(objects, fds)
         from .main import Prepared
 
-        prepared = Prepared()
+        prepared = Prepared(ahead=True)
         msg, got, _, _ = socket.recv_fds(sock, 1, 2)
         if msg and got:
             sock.sendall(b"A")  # taken: the forkserver hands this request to no one else
