@@ -149,9 +149,10 @@ class _Pool:
 
     It keeps :data:`MIN_IDLE` of them, and one more for each request that
     found none (a burst of opens: an agent starting several servers at
-    once), up to :data:`MAX_IDLE`. While one is left, replacements are
-    forked only once :data:`REFILL_QUIET` passed without a request, so the
-    forks do not compete for the CPU with the opens they follow.
+    once), up to :data:`MAX_IDLE`. An empty pool gets one at once; while one
+    is left, replacements are forked only once :data:`REFILL_QUIET` passed
+    without a request, so the forks do not compete for the CPU with the
+    opens they follow (and opens one after another never find it empty).
     """
 
     def __init__(self, ctrl: socket.socket) -> None:
@@ -165,6 +166,8 @@ class _Pool:
         """The select timeout: when the next idle worker is due (``None``: the pool is full)."""
         if len(self.idle) >= self.target or self._failed:
             return None
+        if not self.idle:
+            return 0  # the next request would wait for a fork: none is worth that
         return max(0.0, self._last_request + REFILL_QUIET - time.monotonic())
 
     def socks(self) -> list[socket.socket]:
