@@ -157,9 +157,13 @@ class ProcessChannel:
         self.pid = pid
 
     async def started(self) -> None:
-        """Wait for the worker's pid (it is known once the worker runs); raises if it never started."""
+        """Wait for the worker's pid (it is known once the worker runs).
+
+        A pid that never came was reported as the channel's loss (``on_lost``).
+        """
         if self._pid_task is not None:
-            await asyncio.shield(self._pid_task)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._pid_task)
 
     def _exit_description(self) -> str:
         proc = self._proc

@@ -241,13 +241,15 @@ class ForkServer:
             try:
                 if self._proc is None or self._proc.poll() is not None:
                     return None
-                return self._request()
+                return self._request(restart=False)
+            except OSError:
+                return None  # it died since the check: restarting it blocks, so on a thread
             finally:
                 self._lock.release()
         with self._lock:
             return self._request()
 
-    def _request(self) -> tuple[socket.socket, socket.socket]:
+    def _request(self, *, restart: bool = True) -> tuple[socket.socket, socket.socket]:
         ours, theirs = socket.socketpair()
         status_ours, status_theirs = socket.socketpair()
         fds = [theirs.fileno(), status_theirs.fileno()]
@@ -260,6 +262,8 @@ class ForkServer:
             try:
                 self._send(fds)
             except OSError:
+                if not restart:
+                    raise
                 # It died since the check: once more on a fresh one.
                 self._stop()
                 self._ensure_running()
