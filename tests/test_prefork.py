@@ -107,13 +107,16 @@ def test_every_idle_worker_exits_with_the_agent_process() -> None:
         "from lovia_mcp.client import channel\n"
         "async def main():\n"
         "    server = raw('process')\n"
+        "    async with server.session():\n"
+        "        pass\n"
+        "    assert await asyncio.to_thread(channel._forkserver.idle_pid, %r, count=%d) is not None\n"
         "    async with contextlib.AsyncExitStack() as stack:\n"
         "        await asyncio.gather(*(stack.enter_async_context(server.session()) for _ in range(3)))\n"
         "    assert await asyncio.to_thread(channel._forkserver.idle_pid, %r, count=%d) is not None\n"
         "    print(json.dumps(sorted(channel.helper_pids())), flush=True)\n"
         "import contextlib\n"
         "asyncio.run(main())\n"
-    ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE + 1)
+    ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE, IDLE_WAIT, MIN_IDLE + 1)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=True)
     helpers = json.loads(out.stdout)
     assert len(helpers) >= MIN_IDLE + 2  # the forkserver and a grown pool

@@ -161,6 +161,9 @@ class _Pool:
         self.target = MIN_IDLE
         self._failed = False  # the last fork failed (out of processes): requests fork as they arrive
         self._last_request = 0.0
+        # Whether the pool was ever full: a request before that (the agent's
+        # first, while the forkserver still starts) says nothing of bursts.
+        self._filled = False
 
     def refill_in(self) -> float | None:
         """The select timeout: when the next idle worker is due (``None``: the pool is full)."""
@@ -179,13 +182,14 @@ class _Pool:
             self._failed = True
             return
         self.idle.append(idle)
+        self._filled = self._filled or len(self.idle) >= self.target
         _announce(self._ctrl, idle.pid)
 
     def hand(self, chan: int, rest: list[int]) -> int | None:
         """Give a request to the oldest idle worker; its pid, or ``None`` (the caller forks)."""
         self._failed = False
         self._last_request = time.monotonic()
-        if not self.idle:
+        if not self.idle and self._filled:
             self.target = min(MAX_IDLE, self.target + 1)
         while self.idle:
             idle = self.idle.pop(0)
