@@ -74,13 +74,13 @@ def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
         yield
         return
     starts: list[str] = []
-    original = ForkServer.start_worker
+    original = ForkServer._request  # noqa: SLF001 - every worker request (start_worker, request_worker) goes through it
 
-    def start_worker(self: ForkServer) -> Any:
+    def request(self: ForkServer, **kw: Any) -> Any:
         starts.append("a worker from the forkserver")
-        return original(self)
+        return original(self, **kw)
 
-    monkeypatch.setattr(ForkServer, "start_worker", start_worker)
+    monkeypatch.setattr(ForkServer, "_request", request)
     _unit_starts = starts
     try:
         yield

@@ -101,6 +101,7 @@ def test_a_workers_exit_status_reaches_the_agent_through_the_forkserver() -> Non
         killed = ProcessChannel(frame_cap(0))
         why: asyncio.Future[str] = loop.create_future()
         await killed.start(lambda m: None, why.set_result)
+        await killed.started()  # the pid comes while Open would be on its way
         assert killed.pid is not None
         os.kill(killed.pid, signal.SIGKILL)
         assert await asyncio.wait_for(why, 10) == "the worker process was killed by SIGKILL"
@@ -110,6 +111,7 @@ def test_a_workers_exit_status_reaches_the_agent_through_the_forkserver() -> Non
         closed = ProcessChannel(frame_cap(0))
         replied: asyncio.Future[object] = loop.create_future()
         await closed.start(lambda m: replied.set_result(m) if isinstance(m, Closed) else None, lambda w: None)
+        await closed.started()
         closed.send(Close(id=1))
         assert await asyncio.wait_for(replied, 10) == Closed(id=1)
         await closed.aclose()

@@ -399,7 +399,10 @@ def test_per_session_servers_are_one_per_session_capped_and_closed_when_the_sess
     assert out["b"] != out["a"][0]
     assert "max_sessions" in out["refused"] and "hint" in out["refused"]
     assert out["d"] not in (out["a"][0], out["b"])
-    gone = [psutil.Process(p) for p in (out["a"][0], out["b"], out["d"]) if psutil.pid_exists(p)]
+    gone = []
+    for p in (out["a"][0], out["b"], out["d"]):
+        with contextlib.suppress(psutil.NoSuchProcess):  # exited between the look and the wait: gone already
+            gone.append(psutil.Process(p))
     _, alive = psutil.wait_procs(gone, timeout=10)
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 

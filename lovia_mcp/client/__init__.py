@@ -11,7 +11,7 @@ the lovia-facing surface over it):
 - ``channel``: a worker process reached over a socket pair, or the host in
   the agent's own loop (``isolation="none"``);
 - ``forkserver``: the agent's handle on its forkserver and the workers
-  (and the idle worker) it starts;
+  (and the idle workers) it starts;
 - ``closing``: closes a run's end started, finished in the background and
   waited for by ``MCP.aclose()``, ``close_spares()`` and the loop's end.
 """

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, Final
@@ -32,7 +33,7 @@ from lovia.exceptions import UserError
 from lovia_mcp_worker.framing import FrameReader, send_frame
 from lovia_mcp_worker.protocol import AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
-from .forkserver import SUPPORTED, ForkServer, WorkerProcess
+from .forkserver import SUPPORTED, ForkServer, WorkerProcess, WorkerStartError, read_pid
 
 # Modules the forkserver imports once so every worker starts with them loaded.
 # A missing module (no ``mcp``) is skipped by the forkserver; the worker then
@@ -94,6 +95,7 @@ class ProcessChannel:
         self._losing = False
         self._gone = asyncio.Event()  # the pipe is lost or closed
         self.pid: int | None = None
+        self._pid_task: asyncio.Task[None] | None = None
 
     async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
         if not SUPPORTED:
@@ -101,11 +103,12 @@ class ProcessChannel:
                 "Process isolation needs a POSIX system (fork and descriptor passing).",
                 hint="Use isolation='none' on this platform.",
             )
-        # Blocking (a forkserver round trip; the first one waits for the
-        # preload), so it runs on a thread, never on the agent's loop.
-        proc, sock = await asyncio.to_thread(_forkserver.start_worker)
-        self._proc = proc
-        self.pid = proc.pid
+        # Asking is one sendmsg once the forkserver runs: done here, without
+        # a thread hop on the open's path. Starting it (or waiting for the
+        # thread that does) blocks, so that runs on a thread.
+        pair = _forkserver.request_worker(wait=False) or await asyncio.to_thread(_forkserver.request_worker)
+        assert pair is not None
+        sock, status = pair
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
 
@@ -131,7 +134,36 @@ class ProcessChannel:
             task.add_done_callback(lambda t: report(t.result()))
 
         reader = FrameReader(agent_decoder(), on_message, lost, cap=self.cap, peer="the worker")
-        self._transport, _ = await loop.create_connection(lambda: reader, sock=sock)
+        try:
+            self._transport, _ = await loop.create_connection(lambda: reader, sock=sock)
+        except BaseException:
+            sock.close()
+            status.close()
+            raise
+        # The worker's pid comes from the forkserver while Open is already on
+        # its way (the socket buffers it): the hand-off is off the open's path.
+        self._pid_task = loop.create_task(self._read_pid(status, lost))
+
+    async def _read_pid(self, status: socket.socket, lost: Callable[[str | None], None]) -> None:
+        try:
+            pid = await read_pid(status)
+        except BaseException as exc:
+            status.close()
+            if self._transport is not None:
+                self._transport.close()
+            lost(str(exc) if isinstance(exc, WorkerStartError) else "the worker did not start")
+            raise
+        self._proc = WorkerProcess(pid, status)
+        self.pid = pid
+
+    async def started(self) -> None:
+        """Wait for the worker's pid (it is known once the worker runs).
+
+        A pid that never came was reported as the channel's loss (``on_lost``).
+        """
+        if self._pid_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._pid_task)
 
     def _exit_description(self) -> str:
         proc = self._proc
@@ -180,6 +212,9 @@ class ProcessChannel:
         self._gone.set()
         if self._transport is not None:
             self._transport.close()
+        if self._pid_task is not None:
+            with contextlib.suppress(BaseException):  # bounded by FORKSERVER_START_WAIT; its failure is reported
+                await asyncio.shield(self._pid_task)
         proc = self._proc
         if proc is None:
             return
@@ -207,6 +242,9 @@ class LocalChannel:
         from lovia_mcp_worker.session.host import Host
 
         self._host = Host(on_message, subreaper=False)
+
+    async def started(self) -> None:
+        """Nothing to wait for: the host runs in this process."""
 
     def send(self, msg: AgentMessage) -> None:
         self._host.handle(msg)

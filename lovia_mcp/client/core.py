@@ -286,6 +286,7 @@ class ClientCore:
             await self._close_channel(channel)
             return reply
         assert isinstance(reply, Opened)
+        await channel.started()  # its pid is known (it came while the server started)
         self.server_pid = reply.server_pid
         self._generation = reply.generation
         self.protocol_version = reply.protocol_version

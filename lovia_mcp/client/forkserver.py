@@ -11,8 +11,9 @@ Lifecycle: :meth:`ForkServer.ensure_running` starts ``python -c`` with the
 agent's ``sys.path`` and interpreter flags, stdin on ``/dev/null``; it
 imports the preload list, then waits on a *control* socket pair. Whenever
 it has nothing else to do it forks the next worker ahead of its request (an
-*idle* worker, about 1 MB of unique memory), so a worker's start is off the
-open's path; it announces that worker's pid on the control socket
+*idle* worker, about 2 MB of unique memory; two, up to five after bursts of
+opens), so a worker's start is off the open's path; it announces each one
+joining and leaving that pool on the control socket
 (:meth:`ForkServer.helper_pids`). To start a
 worker, the agent sends one byte with the worker's end of the worker's
 socket pair, the forkserver's end of a *status* socket pair, and the agent's
@@ -29,6 +30,7 @@ starts a forkserver of its own if it needs workers.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import os
@@ -129,9 +131,9 @@ class ForkServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
         self._atexit = False
-        # The idle worker the forkserver forked ahead of the next request,
-        # as it last told (on the control socket), and a partial record.
-        self._idle_pid: int | None = None
+        # The idle workers the forkserver forked ahead of requests, oldest
+        # first, as it told (on the control socket), and a partial record.
+        self._idle: dict[int, None] = {}
         self._idle_got = b""
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forget)
@@ -142,25 +144,32 @@ class ForkServer:
         return None if proc is None else proc.pid
 
     def helper_pids(self) -> set[int]:
-        """The forkserver's pid and its idle worker's: processes of lovia-mcp's own, not of a connection."""
+        """The forkserver's pid and its idle workers': processes of lovia-mcp's own, not of a connection."""
         with self._lock:
             self._drain_idle()
-            return {p for p in (self.pid, self._idle_pid) if p is not None}
+            return {p for p in (self.pid, *self._idle) if p is not None}
 
-    def idle_pid(self, wait: float = 0.0) -> int | None:
-        """The idle worker waiting for the next request; blocks up to ``wait`` seconds for one to be announced."""
+    def idle_pids(self) -> list[int]:
+        """The idle workers, oldest (the next request's) first."""
+        with self._lock:
+            self._drain_idle()
+            return list(self._idle)
+
+    def idle_pid(self, wait: float = 0.0, *, count: int = 1) -> int | None:
+        """The idle worker the next request gets; blocks up to ``wait`` seconds for ``count`` of them to be announced."""
         deadline = time.monotonic() + wait
         while True:
             with self._lock:
                 self._drain_idle()
-                pid, ctrl = self._idle_pid, self._ctrl
+                pid = next(iter(self._idle), None) if len(self._idle) >= count else None
+                ctrl = self._ctrl
             left = deadline - time.monotonic()
             if pid is not None or ctrl is None or left <= 0:
                 return pid
             select.select([ctrl], [], [], left)
 
     def _drain_idle(self) -> None:
-        """Read the idle workers' pids the forkserver announced; the last one waits now (0: none)."""
+        """Read what the forkserver announced: a pid joined the idle pool, ``-pid`` left it."""
         ctrl = self._ctrl
         if ctrl is None:
             return
@@ -174,10 +183,12 @@ class ForkServer:
             self._idle_got += data
         size = FORKSERVER_STATUS.size
         whole = len(self._idle_got) // size * size
-        if whole:
-            (pid,) = FORKSERVER_STATUS.unpack(self._idle_got[whole - size:whole])
-            self._idle_pid = pid or None
-            self._idle_got = self._idle_got[whole:]
+        for (pid,) in FORKSERVER_STATUS.iter_unpack(self._idle_got[:whole]):
+            if pid > 0:
+                self._idle[pid] = None
+            else:
+                self._idle.pop(-pid, None)
+        self._idle_got = self._idle_got[whole:]
 
     def _forget(self) -> None:
         """In a forked copy of the agent: that forkserver is the parent's.
@@ -190,7 +201,7 @@ class ForkServer:
             with contextlib.suppress(OSError):
                 self._ctrl.close()
         self._ctrl = self._proc = None
-        self._idle_pid, self._idle_got = None, b""
+        self._idle, self._idle_got = {}, b""
 
     def ensure_running(self, preload: Sequence[str] | None = None) -> None:
         """Start the forkserver unless it runs (it preloads in the background).
@@ -205,6 +216,40 @@ class ForkServer:
 
     def start_worker(self) -> tuple[WorkerProcess, socket.socket]:
         """Fork a worker (blocking); returns it and the agent's end of its socket pair."""
+        with self._lock:
+            ours, status = self._request()
+        try:
+            pid = _read_pid(status)
+        except BaseException:
+            ours.close()
+            status.close()
+            raise
+        return WorkerProcess(pid, status), ours
+
+    def request_worker(self, *, wait: bool = True) -> tuple[socket.socket, socket.socket] | None:
+        """Ask for a worker; the agent's ends of its socket pair and of its status socket.
+
+        The worker's pid comes on the status socket (:func:`read_pid`).
+        Without ``wait``, returns ``None`` instead of blocking: when the
+        forkserver would have to be started, or another thread holds the
+        handle (so an event loop can ask without a thread hop when, as
+        nearly always, a request is one ``sendmsg``).
+        """
+        if not wait:
+            if not self._lock.acquire(blocking=False):
+                return None
+            try:
+                if self._proc is None or self._proc.poll() is not None:
+                    return None
+                return self._request(restart=False)
+            except OSError:
+                return None  # it died since the check: restarting it blocks, so on a thread
+            finally:
+                self._lock.release()
+        with self._lock:
+            return self._request()
+
+    def _request(self, *, restart: bool = True) -> tuple[socket.socket, socket.socket]:
         ours, theirs = socket.socketpair()
         status_ours, status_theirs = socket.socketpair()
         fds = [theirs.fileno(), status_theirs.fileno()]
@@ -212,16 +257,17 @@ class ForkServer:
         if cwd is not None:
             fds.append(cwd)
         try:
-            with self._lock:
+            self._ensure_running()
+            self._drain_idle()  # its announcements never pile up
+            try:
+                self._send(fds)
+            except OSError:
+                if not restart:
+                    raise
+                # It died since the check: once more on a fresh one.
+                self._stop()
                 self._ensure_running()
-                self._drain_idle()  # its announcements never pile up
-                try:
-                    self._send(fds)
-                except OSError:
-                    # It died since the check: once more on a fresh one.
-                    self._stop()
-                    self._ensure_running()
-                    self._send(fds)
+                self._send(fds)
         except BaseException:
             ours.close()
             status_ours.close()
@@ -231,13 +277,7 @@ class ForkServer:
             status_theirs.close()
             if cwd is not None:
                 os.close(cwd)
-        try:
-            pid = _read_pid(status_ours)
-        except BaseException:
-            ours.close()
-            status_ours.close()
-            raise
-        return WorkerProcess(pid, status_ours), ours
+        return ours, status_ours
 
     def _send(self, fds: list[int]) -> None:
         assert self._ctrl is not None
@@ -277,7 +317,7 @@ class ForkServer:
     def _stop(self) -> None:
         ctrl, proc = self._ctrl, self._proc
         self._ctrl = self._proc = None
-        self._idle_pid, self._idle_got = None, b""
+        self._idle, self._idle_got = {}, b""
         if ctrl is not None:
             ctrl.close()  # EOF: the forkserver exits
         if proc is not None:
@@ -295,6 +335,27 @@ def _open_cwd() -> int | None:
         return os.open(os.getcwd(), getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)
     except OSError:
         return None  # deleted or unreadable: the worker stays in the forkserver's
+
+
+async def read_pid(status: socket.socket) -> int:
+    """The worker's pid from its status socket, without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    status.setblocking(False)
+    got = b""
+    try:
+        async with asyncio.timeout(FORKSERVER_START_WAIT):
+            while len(got) < FORKSERVER_STATUS.size:
+                chunk = await loop.sock_recv(status, FORKSERVER_STATUS.size - len(got))
+                if not chunk:
+                    raise WorkerStartError("the worker forkserver exited before starting the worker")
+                got += chunk
+    except TimeoutError:
+        raise WorkerStartError(
+            f"the worker forkserver did not start a worker within {FORKSERVER_START_WAIT:.0f} s"
+        ) from None
+    status.setblocking(True)  # WorkerProcess.join reads it on threads, with timeouts
+    (pid,) = FORKSERVER_STATUS.unpack(got)
+    return int(pid)
 
 
 def _read_pid(status: socket.socket) -> int:
@@ -334,4 +395,4 @@ def _interpreter_flags() -> list[str]:
     return out
 
 
-__all__ = ["FORKSERVER_START_WAIT", "SUPPORTED", "ForkServer", "WorkerProcess", "WorkerStartError"]
+__all__ = ["FORKSERVER_START_WAIT", "SUPPORTED", "ForkServer", "WorkerProcess", "WorkerStartError", "read_pid"]

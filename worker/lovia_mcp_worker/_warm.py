@@ -16,9 +16,17 @@ from __future__ import annotations
 
 import gc
 
-from . import main  # noqa: F401 - preloaded for workers
+# asyncio.to_thread's executor (the cgroup move beside the handshake) loads these lazily.
+import concurrent.futures.thread  # noqa: F401 - preloaded for workers
+import queue  # noqa: F401 - preloaded for workers
+
+from . import main, protocol  # noqa: F401 - preloaded for workers
 from .session import host  # noqa: F401 - preloaded for workers
 from .transport import jsonrpc, stdio  # noqa: F401 - preloaded for workers
+
+# msgspec works out a message union's types on its first decoder (~1 ms):
+# once here, so no worker pays it on its open's path.
+protocol.worker_decoder()
 
 # No gc.collect() first: nothing imported is garbage worth the walk.
 gc.freeze()

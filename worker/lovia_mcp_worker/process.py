@@ -25,7 +25,9 @@ everything of the forkserver's, changes to that directory and runs
 the status socket and, once it has reaped the child, its exit code
 (negative: the signal), each as :data:`~.protocol.FORKSERVER_STATUS`. When
 the control socket reaches EOF (the agent exited or died) the forkserver
-exits; the workers do not need it any more.
+exits; the workers do not need it any more. Workers are forked ahead of
+their requests (a pool of *idle* workers, :class:`_Pool`), each announced to
+the agent on the control socket as it joins (its pid) and leaves (``-pid``).
 
 A dead worker's leftovers are the forkserver's to clean up (the worker side
 owns the pids; the agent never kills a server): the forkserver is a child
@@ -45,6 +47,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 import traceback
 from typing import Any, Final, NoReturn, Protocol
 
@@ -56,6 +59,17 @@ from .protocol import FORKSERVER_STATUS
 # fresh fork instead of a dead worker. Generous for a loaded machine: past
 # it the idle worker is killed first, so never two serve one channel.
 IDLE_ACK_WAIT: Final = 2.0
+# Idle workers kept ready (each about 2 MB of unique memory): two, so one is
+# there while the other's replacement waits for a quiet moment; up to
+# MAX_IDLE after bursts of opens found the pool empty (an agent that opens
+# five servers per run gets five ready).
+MIN_IDLE: Final = 2
+MAX_IDLE: Final = 5
+# How long the forkserver waits without a request before it forks a
+# replacement while an idle worker is still left: longer than a burst of
+# opens takes to arrive, short next to a run; the forks then do not compete
+# for the CPU with the servers those opens start.
+REFILL_QUIET: Final = 0.1
 
 
 class _Closable(Protocol):
@@ -88,23 +102,22 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
     signal.set_wakeup_fd(wake_w)
     status: dict[int, socket.socket] = {}  # live workers' status sockets
     dead: set[int] = set()  # workers whose cgroups are still to be removed
-    idle: _Idle | None = None
+    pool = _Pool(ctrl)
     with selectors.DefaultSelector() as sel:
         sel.register(ctrl, selectors.EVENT_READ)
         sel.register(wake_r, selectors.EVENT_READ)
         while True:
             # Nothing to do: fork the next worker ahead of its request.
-            events = sel.select(0 if idle is None else None)
-            if not events and idle is None:
-                idle = _prefork(ctrl, [sel, ctrl, *status.values()], [wake_r, wake_w])
+            events = sel.select(pool.refill_in())
+            if not events:
+                pool.fork([sel, ctrl, *status.values(), *pool.socks()], [wake_r, wake_w])
                 continue
             for key, _ in events:
                 if key.fd == wake_r:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(wake_r, 4096):
                             pass
-                    if _reap(status, dead, cgroup, idle):
-                        idle = None  # it died waiting: another is forked when idle
+                    _reap(status, dead, cgroup, pool)
                     continue
                 try:
                     msg, fds, _, _ = socket.recv_fds(ctrl, 1, 3)
@@ -117,20 +130,87 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                         os.close(fd)
                     continue
                 chan, st, *rest = fds
-                pid = idle.hand(chan, rest) if idle is not None else None
-                if idle is not None:
-                    _announce(ctrl, 0)  # no idle worker now: that one is a connection's
-                idle = None
+                pid = pool.hand(chan, rest)
                 if pid is None:
                     pid = os.fork()
                     if pid == 0:
-                        _child(chan, rest[0] if rest else None, [sel, ctrl, *status.values()], [wake_r, wake_w, st])
+                        _child(chan, rest[0] if rest else None, [sel, ctrl, *status.values(), *pool.socks()],
+                               [wake_r, wake_w, st])
                 status[pid] = sock = socket.socket(fileno=st)
                 os.close(chan)
                 for fd in rest:
                     os.close(fd)
                 with contextlib.suppress(OSError):
                     sock.sendall(FORKSERVER_STATUS.pack(pid))
+
+
+class _Pool:
+    """The idle workers forked ahead of their requests (the forkserver's view), oldest first.
+
+    It keeps :data:`MIN_IDLE` of them, and one more for each request that
+    found none (a burst of opens: an agent starting several servers at
+    once), up to :data:`MAX_IDLE`. An empty pool gets one at once; while one
+    is left, replacements are forked only once :data:`REFILL_QUIET` passed
+    without a request, so the forks do not compete for the CPU with the
+    opens they follow (and opens one after another never find it empty).
+    """
+
+    def __init__(self, ctrl: socket.socket) -> None:
+        self._ctrl = ctrl
+        self.idle: list[_Idle] = []
+        self.target = MIN_IDLE
+        self._failed = False  # the last fork failed (out of processes): requests fork as they arrive
+        self._last_request = 0.0
+        # Whether the pool was ever full: a request before that (the agent's
+        # first, while the forkserver still starts) says nothing of bursts.
+        self._filled = False
+
+    def refill_in(self) -> float | None:
+        """The select timeout: when the next idle worker is due (``None``: the pool is full)."""
+        if len(self.idle) >= self.target or self._failed:
+            return None
+        if not self.idle:
+            return 0  # the next request would wait for a fork: none is worth that
+        return max(0.0, self._last_request + REFILL_QUIET - time.monotonic())
+
+    def socks(self) -> list[socket.socket]:
+        return [i.sock for i in self.idle]
+
+    def fork(self, objects: list[_Closable], fds: list[int]) -> None:
+        idle = _prefork(objects, fds)
+        if idle is None:
+            self._failed = True
+            return
+        self.idle.append(idle)
+        self._filled = self._filled or len(self.idle) >= self.target
+        _announce(self._ctrl, idle.pid)
+
+    def hand(self, chan: int, rest: list[int]) -> int | None:
+        """Give a request to the oldest idle worker; its pid, or ``None`` (the caller forks)."""
+        self._failed = False
+        self._last_request = time.monotonic()
+        if not self.idle and self._filled:
+            self.target = min(MAX_IDLE, self.target + 1)
+        while self.idle:
+            idle = self.idle.pop(0)
+            _announce(self._ctrl, -idle.pid)  # a connection's now, or dead: no helper any more
+            pid = idle.hand(chan, rest)
+            if pid is not None:
+                return pid
+        return None
+
+    def died(self, pid: int) -> bool:
+        """Forget an idle worker that exited; whether ``pid`` was one."""
+        for idle in self.idle:
+            if idle.pid == pid:
+                self.idle.remove(idle)
+                idle.sock.close()
+                _announce(self._ctrl, -pid)
+                return True
+        return False
+
+    def pids(self) -> set[int]:
+        return {i.pid for i in self.idle}
 
 
 class _Idle:
@@ -156,8 +236,8 @@ class _Idle:
         return None
 
 
-def _prefork(ctrl: socket.socket, objects: list[_Closable], fds: list[int]) -> _Idle | None:
-    """Fork an idle worker and tell the agent its pid (on the control socket: it is one of the agent's helpers)."""
+def _prefork(objects: list[_Closable], fds: list[int]) -> _Idle | None:
+    """Fork an idle worker; ``None`` if the system is out of processes."""
     ours, theirs = socket.socketpair()
     try:
         pid = os.fork()
@@ -168,15 +248,14 @@ def _prefork(ctrl: socket.socket, objects: list[_Closable], fds: list[int]) -> _
     if pid == 0:
         _wait_for_request(theirs, [*objects, ours], fds)
     theirs.close()
-    _announce(ctrl, pid)
     return _Idle(pid, ours)
 
 
-def _announce(ctrl: socket.socket, idle_pid: int) -> None:
-    """Tell the agent which worker waits idle (0: none); its leak checks and tools count it as a helper."""
+def _announce(ctrl: socket.socket, pid: int) -> None:
+    """Tell the agent a worker joined the idle pool (``pid``) or left it (``-pid``): it counts them as helpers."""
     with contextlib.suppress(OSError):
         # Never blocks: an agent that does not read these any more only loses them.
-        ctrl.send(FORKSERVER_STATUS.pack(idle_pid), socket.MSG_DONTWAIT)
+        ctrl.send(FORKSERVER_STATUS.pack(pid), socket.MSG_DONTWAIT)
 
 
 def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[int]) -> NoReturn:
@@ -185,7 +264,7 @@ def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[i
         _reset(objects, fds)
         from .main import Prepared
 
-        prepared = Prepared()
+        prepared = Prepared(ahead=True)
         msg, got, _, _ = socket.recv_fds(sock, 1, 2)
         if msg and got:
             sock.sendall(b"A")  # taken: the forkserver hands this request to no one else
@@ -238,12 +317,8 @@ def _serve_worker(chan: int, cwd: int | None, prepared: Any = None) -> NoReturn:
         os._exit(code)
 
 
-def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, idle: _Idle | None) -> bool:
-    """Reap exited children: tell the agent of its workers' exits, kill what dead workers left.
-
-    Returns whether the idle worker was among them.
-    """
-    idle_died = False
+def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, pool: _Pool) -> None:
+    """Reap exited children: tell the agent of its workers' exits, kill what dead workers left."""
     while True:
         try:
             pid, sts = os.waitpid(-1, os.WNOHANG)
@@ -253,10 +328,8 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, idle: _
             break
         sock = status.pop(pid, None)
         if sock is None:
-            if idle is not None and pid == idle.pid:
-                idle.sock.close()
-                idle_died = True
-            continue  # an adopted orphan, killed below
+            pool.died(pid)  # an idle worker (replaced when the loop is idle), or an adopted orphan, killed below
+            continue
         code = os.waitstatus_to_exitcode(sts)
         with contextlib.suppress(OSError):
             sock.sendall(FORKSERVER_STATUS.pack(code))
@@ -266,7 +339,8 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, idle: _
             dead.add(pid)
             with contextlib.suppress(Exception):
                 cgroup.kill_leftovers(pid)
-    adopted = [pid for pid in _children() if pid not in status and (idle is None or idle_died or pid != idle.pid)]
+    idle = pool.pids()
+    adopted = [pid for pid in _children() if pid not in status and pid not in idle]
     for pid in adopted:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -276,7 +350,6 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, idle: _
             with contextlib.suppress(Exception):
                 if not cgroup.remove_leftovers(pid):
                     dead.discard(pid)
-    return idle_died
 
 
 def _children() -> list[int]:
