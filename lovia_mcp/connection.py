@@ -39,6 +39,7 @@ from lovia.tools import Tool
 
 from lovia_mcp_worker.framing import MAX_REQUEST_BYTES
 from lovia_mcp_worker.protocol import (
+    CANCEL_SLACK,
     CallTool,
     Failure,
     GetStats,
@@ -69,11 +70,6 @@ logger = logging.getLogger("lovia_mcp")
 # The largest tool-call arguments sent (JSON bytes): a worker takes frames up
 # to MAX_REQUEST_BYTES, and the rest of the CallTool message needs room.
 ARGUMENTS_CAP: Final = MAX_REQUEST_BYTES - 64 * 1024
-
-# How close to the deadline a cancel counts as the timeout on the call's
-# span: the worker's own tolerance (session.calls.CANCEL_SLACK), since
-# lovia's wait_for and the worker's timer fire at about the same moment.
-CANCEL_SLACK: Final = 0.25
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.decode

@@ -62,6 +62,15 @@ HEADER: Final = struct.Struct("<I")
 # its pid, then its exit code (negative: the signal); a pid_t fits.
 FORKSERVER_STATUS: Final = struct.Struct("q")
 
+# A cancel that reaches the worker this close before a call's deadline is
+# the timeout (:mod:`.session.calls`; the agent's spans count it so too):
+# the caller's timer fires at the deadline and its cancel
+# crosses the pipe in about the time the call took to arrive, but either
+# crossing may have waited in a busy loop on a loaded machine. The worker's
+# own timer fires as long after the deadline, so a caller timing the call
+# itself (lovia's wait_for) cancels first and reports its own error.
+CANCEL_SLACK: Final = 0.25
+
 # MCP protocol revisions lovia-mcp speaks, newest first: those reached by the
 # initialize handshake, and the stateless ones (no initialize; a per-request
 # _meta envelope; server/discover is the probe).
@@ -340,6 +349,7 @@ def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
 
 __all__ = [
     "FORKSERVER_STATUS",
+    "CANCEL_SLACK",
     "HEADER",
     "KNOWN_BLOCKS",
     "MAX_LIST_PAGES",

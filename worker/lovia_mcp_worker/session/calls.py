@@ -28,15 +28,9 @@ from typing import Final
 
 from .. import failures
 from ..failures import HostError
+from ..protocol import CANCEL_SLACK
 from .generation import Generation
 
-# A cancel that reaches the worker this close before a call's deadline is
-# the timeout: the caller's timer fires at the deadline and its cancel
-# crosses the pipe in about the time the call took to arrive, but either
-# crossing may have waited in a busy loop on a loaded machine. This side's
-# own timer fires as long after the deadline, so a caller timing the call
-# itself (lovia's wait_for) cancels first and reports its own error.
-CANCEL_SLACK: Final = 0.25
 # The least time a server gets to answer the ping after a cancel: a
 # kill_grace of 0 must not take a healthy server's ping round trip on a
 # loaded machine for a wedge.
@@ -130,4 +124,4 @@ class Calls:
             task.cancel()
 
 
-__all__ = ["CANCEL_SLACK", "PROBE_FLOOR", "Calls"]
+__all__ = ["PROBE_FLOOR", "Calls"]
