@@ -20,7 +20,9 @@ marker cannot drift from the truth.
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,3 +142,54 @@ __all__ = [
     "PY", "RAW_SERVER", "ROOT", "SERVERS", "enforcement", "live_descendants", "no_leaks", "pid_alive",
     "raw_args", "register_shared", "run", "unit_starts_no_process",
 ]
+
+
+# Host services a sandboxed server tries to reach (test_sandbox, test_landlock,
+# test_sandbox_backend).
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A loopback TCP server that greets every connection with 'hello'."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"hello")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield srv.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    srv.close()
+
+
+@pytest.fixture
+def web() -> Iterator[int]:
+    """A loopback HTTP server answering every GET with 'hello from the host'."""
+    import http.server
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            body = b"hello from the host"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)

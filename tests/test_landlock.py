@@ -14,9 +14,7 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -116,58 +114,9 @@ def test_writes_go_only_to_cwd_and_a_private_tmpdir_on_landlock(place: Place) ->
     assert not os.path.exists(tmpdir), "the worker removes the private TMPDIR when it exits"
 
 
-@pytest.fixture
-def listener() -> Iterator[int]:
-    """A loopback TCP server that greets every connection with 'hello'."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    srv.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.sendall(b"hello")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield srv.getsockname()[1]
-    stop.set()
-    thread.join(5)
-    srv.close()
-
-
 def test_a_host_listener_is_reachable_without_the_sandbox_and_not_on_landlock(place: Place, listener: int) -> None:
     bare, boxed = probe(place, [("connect", {"host": "127.0.0.1", "port": listener})])
     assert bare == "ok hello" and boxed.startswith("denied")
-
-
-@pytest.fixture
-def web() -> Iterator[int]:
-    """A loopback HTTP server answering every GET with 'hello from the host'."""
-    import http.server
-
-    class Hello(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            body = b"hello from the host"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
-    thread.join(5)
 
 
 def test_a_network_allowlist_on_landlock_goes_through_the_proxy_port_only(

@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,60 +95,11 @@ def test_cwd_stays_writable_inside_the_sandbox(place: Place) -> None:
     assert (place.work / "note.txt").read_text() == "escaped\n"
 
 
-@pytest.fixture
-def listener() -> Iterator[int]:
-    """A loopback TCP server that greets every connection with 'hello'."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    srv.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.sendall(b"hello")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield srv.getsockname()[1]
-    stop.set()
-    thread.join(5)
-    srv.close()
-
-
 def test_a_host_listener_is_reachable_without_the_sandbox_and_not_inside_it(place: Place, listener: int) -> None:
     bare, boxed = both(place, "connect", {"host": "127.0.0.1", "port": listener})
     print(bare, "|", boxed)
     assert bare == "ok hello"
     assert boxed.startswith("denied")
-
-
-@pytest.fixture
-def web() -> Iterator[int]:
-    """A loopback HTTP server answering every GET with 'hello from the host'."""
-    import http.server
-
-    class Hello(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            body = b"hello from the host"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
-    thread.join(5)
 
 
 def test_a_network_allowlist_lets_allowed_names_through_the_proxy_and_nothing_else(

@@ -14,10 +14,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,30 +33,6 @@ AGENT = str(SERVERS / "refused_agent.py")
 # Bound on one simulated agent run: a forkserver, a worker, one server, four
 # calls; about a second unloaded, generous for a loaded 2-core CI.
 AGENT_RUN_TIMEOUT = 60
-
-
-@pytest.fixture
-def listener() -> Iterator[int]:
-    """A loopback TCP server that greets every connection with 'hello'."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    srv.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.sendall(b"hello")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield srv.getsockname()[1]
-    stop.set()
-    thread.join(5)
-    srv.close()
 
 
 class Where:
