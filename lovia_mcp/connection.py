@@ -60,7 +60,7 @@ from .client.circuit import RestartCircuit
 from .client import core as client_core
 from .client.core import ClientCore
 from .client.retry import retry
-from .render import MCPToolResult, default_renderer, with_sdk_models
+from .render import MCPToolResult, default_renderer, output_cap, with_sdk_models
 
 if TYPE_CHECKING:
     from .config import Isolation, MCPServer
@@ -217,7 +217,9 @@ class MCPConnection(LoviaFields):
             timeout = self.server.timeout
             if timeout is None:
                 timeout = getattr(getattr(ctx, "agent", None), "default_tool_timeout", None)
-            return await self.call_tool(tool_name, args, timeout=timeout)
+            # Rendered by the default renderer: only what the cap shows need cross.
+            cap = None if self.server.result_renderer else output_cap(self.server.max_output_chars, ctx)
+            return await self._call_tool(tool_name, args, timeout, cap)
 
         return invoke
 
@@ -232,6 +234,11 @@ class MCPConnection(LoviaFields):
         caller did not cancel first; lovia's ``run_tool`` usually does, with
         the same timeout, and reports lovia's own timeout error).
         """
+        return await self._call_tool(name, arguments, timeout, None)
+
+    async def _call_tool(
+        self, name: str, arguments: dict[str, Any] | None, timeout: float | None, cap: int | None
+    ) -> MCPToolResult:
         body = _json_encode(arguments or {})
         if len(body) > ARGUMENTS_CAP:
             # Never sent: the worker takes no frame over MAX_REQUEST_BYTES, and
@@ -244,14 +251,16 @@ class MCPConnection(LoviaFields):
                 kind="too_large",
             )
         if not tracing.enabled():  # the common case, kept free of the span's context managers
-            return await self._call(name, body, timeout, None)
+            return await self._call(name, body, timeout, None, cap)
         with self.core.operation("tools/call", name) as op:
-            result = await self._call(name, body, timeout, op)
+            result = await self._call(name, body, timeout, op, cap)
             if result.is_error and op is not None:
                 op.fail("tool_error")
             return result
 
-    async def _call(self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None) -> MCPToolResult:
+    async def _call(
+        self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None, cap: int | None
+    ) -> MCPToolResult:
         # The deadline runs from here (lovia's wait_for wraps this call): time
         # spent replacing a worker or on a first attempt counts.
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -260,7 +269,7 @@ class MCPConnection(LoviaFields):
 
         def make(i: int) -> CallTool:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            return CallTool(id=i, name=name, arguments=body, timeout=left, trace=trace)
+            return CallTool(id=i, name=name, arguments=body, timeout=left, trace=trace, keep=cap)
 
         retried = False
         while True:
@@ -285,7 +294,8 @@ class MCPConnection(LoviaFields):
                 raise self._error(reply, name)
             assert isinstance(reply, Result)
             structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
-            return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured)
+            return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured,
+                                 cap=cap, omitted=reply.omitted)
 
     async def _ask(self, make: Any, op: tracing.Operation | None = None) -> WorkerMessage:
         """A request that is not a call: its failure raised as the lovia error, never retried."""

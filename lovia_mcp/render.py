@@ -17,6 +17,19 @@ as the wire :class:`~lovia_mcp_worker.protocol.ContentBlock`, which has the
 same attribute names. A wire block turns back into MCP JSON through the
 protocol's codec (:func:`~lovia_mcp_worker.protocol.to_json`), so no name is
 mapped here.
+
+The output cap: when an output cap applies to a call (the tool's
+``max_output_chars``, else the agent's ``max_tool_output_chars``) and the
+renderer is the default one, the call tells the worker (``CallTool.keep``).
+A text longer than twice the cap plus ``KEEP_SLACK`` (64 Ki characters) then
+loses its middle in the worker (``MCPToolResult.omitted`` counts it), and
+:func:`default_renderer` cuts what crossed to fit the cap: lovia's head/tail
+split and marker, the marker counting the whole text. Unlike lovia's own cut,
+whose marker comes on top of the cap, this one fits inside it, because
+lovia's runner cuts anything longer than the cap again; so the model sees
+about 70 characters less of such a text than under lovia's plugin. Shorter
+results cross whole and lovia's runner cuts them exactly as under lovia's
+plugin. Caps under :data:`FIT_MIN` are left to lovia.
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from lovia.plugins.mcp import MCPToolResult as _LoviaMCPToolResult
 from lovia.plugins.mcp import normalize_schema as _lovia_normalize_schema
@@ -41,16 +54,72 @@ class MCPToolResult(_LoviaMCPToolResult):
     ``content`` holds the content blocks (``type``, ``text``, ``mime_type``,
     ``data``, ``uri``, ``resource`` as on the SDK's models), ``is_error`` the
     ``isError`` flag, ``structured_content`` the parsed ``structuredContent``.
+
+    ``cap``: the output cap the result was fetched under (``None``: none).
+    ``omitted``: characters of text the worker left out of the middle
+    because the cap would cut them anyway (blocks keep their place; ``0``:
+    the text is whole); the default renderer then cuts the rest to fit the
+    cap. Under a cap, a ``structuredContent`` larger than twice the cap plus
+    64 KiB is not sent (``None``): the default renderer never shows it.
+    A custom renderer always gets the whole result.
     """
 
     structured_content: Any = None
+    cap: int | None = None
+    omitted: int = 0
+
+
+# The smallest cap cut here: below it lovia's marker would take most of the
+# room, so such a cap is left to lovia's runner (and the whole result crosses).
+FIT_MIN: Final = 256
+# lovia's split of the room between the text's head and its tail.
+_HEAD_SHARE: Final = 0.8
+
+logger = logging.getLogger("lovia_mcp")
 
 
 def default_renderer(result: Any, ctx: RunContext[Any]) -> str:
     _ = ctx
-    if isinstance(result, _LoviaMCPToolResult):
-        return str(render_mcp_content(result.content, is_error=result.is_error))
-    return result if isinstance(result, str) else str(result)
+    if not isinstance(result, _LoviaMCPToolResult):
+        return result if isinstance(result, str) else str(result)
+    text = str(render_mcp_content(result.content, is_error=result.is_error))
+    omitted = getattr(result, "omitted", 0)
+    cap = getattr(result, "cap", None)
+    if not omitted or cap is None:
+        return text  # whole: lovia's runner applies the cap, exactly as under lovia's plugin
+    return truncate_to_fit(text, cap, omitted=omitted)
+
+
+def output_cap(configured: int | None, ctx: RunContext[Any] | None) -> int | None:
+    """The cap lovia's runner puts on a tool's output: its own, else the agent's; ``None`` if none or under :data:`FIT_MIN`."""
+    cap = configured
+    if cap is None:
+        cap = getattr(getattr(ctx, "agent", None), "max_tool_output_chars", None)
+    return cap if isinstance(cap, int) and cap >= FIT_MIN else None
+
+
+def truncate_to_fit(text: str, limit: int, *, omitted: int = 0) -> str:
+    """``text`` cut to at most ``limit`` characters, head and tail kept, as lovia's ``truncate_tool_output``.
+
+    ``omitted`` characters were already left out somewhere in the middle (at
+    least ``limit`` from either end): the marker counts them. The marker says
+    how much was kept of the whole, as lovia's; the head takes 80% of the
+    room left beside it.
+    """
+    length = len(text) + omitted
+    if length <= limit:
+        return text
+    kept = limit
+    while True:  # the marker's length depends on the count it shows; it shrinks with it
+        marker = f"\n\n[... tool output truncated: kept {kept:,} of {length:,} chars ...]\n\n"
+        room = max(1, limit - len(marker))
+        if room >= kept:
+            break
+        kept = room
+    head = max(1, int(kept * _HEAD_SHARE))
+    tail = max(0, kept - head)
+    logger.info("tool output %d chars > limit %d: cut to fit (%d left in the worker)", length, limit, omitted)
+    return text[:head] + marker + (text[-tail:] if tail else "")
 
 
 # Wire block type -> the name of the SDK model in mcp.types.
@@ -117,10 +186,13 @@ def normalize_schema(schema: object) -> JsonObject:
 
 
 __all__ = [
+    "FIT_MIN",
     "MCPToolResult",
     "default_renderer",
     "normalize_schema",
+    "output_cap",
     "render_mcp_content",
     "sdk_content",
+    "truncate_to_fit",
     "with_sdk_models",
 ]

@@ -68,7 +68,7 @@ ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
 
 # Every tool tests/servers/raw_server.py lists (without its flags).
 RAW_TOOLS = frozenset({
-    "echo", "add", "fail", "big", "mixed", "hang", "exit", "signal", "stderr_then_exit", "garbage",
+    "echo", "add", "fail", "big", "mixed", "long", "hang", "exit", "signal", "stderr_then_exit", "garbage",
     "flood", "chatty", "alloc", "spawn", "burn", "pid", "cwd", "counter", "ping_client",
     "alloc_fast", "fork_storm", "kill_parent", "answer_if_exists", "escape",
 })

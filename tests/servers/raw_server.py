@@ -8,6 +8,10 @@ Standard library only. Tools (each a way a server can behave or misbehave):
 - ``fail``: an ``isError`` result.
 - ``big {size}``: a text result of ``size`` bytes.
 - ``mixed``: text, image, audio, embedded text resource, blob resource, resource link.
+- ``long {size, blocks, error, structured}``: ``blocks`` text blocks of ``size`` characters
+  (numbered, so any cut shows where it fell; non-ASCII among them), an image
+  and an embedded text resource between them; ``isError`` if ``error``; a
+  ``structuredContent`` of ``structured`` characters.
 - ``hang``: never answers, ignores cancellation and SIGTERM.
 - ``exit {code}``: exits mid-call with ``code``.
 - ``signal {name}``: kills itself with a signal mid-call (SIGKILL, SIGSEGV...).
@@ -81,6 +85,25 @@ def text(s: str, **extra: object) -> dict:
 SCHEMA = {"type": "object", "properties": {}}
 
 
+def numbered(block: int, size: int) -> str:
+    """``size`` characters, every ten of them saying where they are (one non-ASCII in each)."""
+    line = "".join(f"{block}é{i:07d}\n" for i in range(size // 10 + 1))
+    return line[:size]
+
+
+def long_result(size: int, blocks: int, error: bool, structured: int) -> dict:
+    content: list[dict] = []
+    for b in range(blocks):
+        content.append({"type": "text", "text": numbered(b, size)})
+        if b == 0:
+            content.append({"type": "image", "data": "aGVsbG8gd29ybGQ=", "mimeType": "image/png"})
+            content.append({"type": "resource", "resource": {"uri": "file:///r.txt", "text": numbered(9, size // 2)}})
+    out: dict = {"content": content, "isError": error}
+    if structured:
+        out["structuredContent"] = {"blob": "s" * structured}
+    return out
+
+
 def tool(name: str, desc: str, props: dict | None = None, schema: object = None) -> dict:
     prefix = flag("--prefix-tools") or ""
     entry = {"name": prefix + name, "description": desc}
@@ -94,6 +117,10 @@ TOOLS = [
     tool("fail", "Always answers with isError."),
     tool("big", "A large text result.", {"size": {"type": "integer"}}),
     tool("mixed", "Every kind of content block."),
+    tool("long", "Long numbered text blocks with others between them.", {
+        "size": {"type": "integer"}, "blocks": {"type": "integer"}, "error": {"type": "boolean"},
+        "structured": {"type": "integer"},
+    }),
     tool("hang", "Never answers."),
     tool("exit", "Exit mid-call.", {"code": {"type": "integer"}}),
     tool("signal", "Kill itself with a signal.", {"name": {"type": "string"}}),
@@ -190,6 +217,9 @@ def call(rid: object, name: str, args: dict) -> None:
             {"type": "resource", "resource": {"uri": "file:///b.bin", "mimeType": "application/octet-stream", "blob": "AAAAAAAA"}},
             {"type": "resource_link", "uri": "file:///c.txt", "name": "c.txt"},
         ]})
+    elif name == "long":
+        result(rid, long_result(int(args.get("size", 1000)), int(args.get("blocks", 1)),
+                                bool(args.get("error")), int(args.get("structured", 0))))
     elif name == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         while True:

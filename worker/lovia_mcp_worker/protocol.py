@@ -54,7 +54,9 @@ from ._mcpjson import (
 # 7: requests carry the agent's W3C trace context (Open/ListTools/CallTool
 # .trace); Opened/Started/Tools/Stats say the MCP protocol version, the
 # listing's ttl and the sandbox backend; Failure.limit names the limit.
-PROTOCOL_VERSION: Final = 7
+# 8: CallTool.keep and Result.omitted: the middle of a text result the
+# agent's output cap would cut stays in the worker.
+PROTOCOL_VERSION: Final = 8
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -167,6 +169,11 @@ class CallTool(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     ``timeout``: seconds from receipt to the call's deadline (``None``: none).
     The worker holds the deadline: at it, the call is cancelled, the spec's
     ``on_timeout`` applied, and the answer is a ``timeout`` failure.
+
+    ``keep``: the model will see at most this many characters from each end
+    of the result's rendered text (the agent's output cap): the worker may
+    leave out the text between them, and a large ``structuredContent``
+    (``session/cut.py``); ``None``: the whole result.
     """
 
     id: int
@@ -174,6 +181,7 @@ class CallTool(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     arguments: bytes
     trace: dict[str, str] | None = None
     timeout: float | None = None
+    keep: int | None = None
 
 
 class Cancel(msgspec.Struct, frozen=True, tag=True):
@@ -261,10 +269,13 @@ class ToolsChanged(msgspec.Struct, frozen=True, tag=True):
 
 
 class Result(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """A call's answer; ``omitted``: characters of text left out of its middle (see ``CallTool.keep``)."""
+
     id: int
     content: list[ContentBlock]
     is_error: bool = False
     structured_content: bytes | None = None
+    omitted: int = 0
 
 
 class Progress(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):

@@ -8,7 +8,8 @@
 - ``generation``: one launched (or reached) server's life as a state machine;
 - ``standby``: one more generation kept ready beside the current one;
 - ``listing``: the tool list as the agent knows it, re-listed on change;
-- ``progress``: servers' progress notifications, coalesced for the agent.
+- ``progress``: servers' progress notifications, coalesced for the agent;
+- ``cut``: the middle of a text result the agent's output cap would cut, left here.
 """
 
 __all__: list[str] = []

@@ -42,6 +42,7 @@ from ..containment.contain import SHUTDOWN_WAIT, Containment, session_tail
 from ..failures import HostError
 from .generation import Generation, Session, State
 from ..containment.launch import LaunchError
+from . import cut
 from .calls import Calls
 from .listing import Listing
 from .transports import Hooks, transport
@@ -206,7 +207,11 @@ class Host:
         finally:
             self._calls.on.pop(msg.id, None)
             progress.close()  # the last progress held goes out before the answer
-        return Result(id=msg.id, content=content, is_error=is_error, structured_content=structured)
+        omitted = 0
+        if msg.keep is not None:
+            content, omitted = cut.cut_middle(content, msg.keep)
+            structured = cut.keeps_structured(structured, msg.keep)
+        return Result(id=msg.id, content=content, is_error=is_error, structured_content=structured, omitted=omitted)
 
     # -- generations --------------------------------------------------------- #
     async def _live(self) -> Generation:
