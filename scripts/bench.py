@@ -30,6 +30,10 @@ Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
 - stall_max / stall_total: lateness of a 1 ms ticker on the agent loop while
   the big result arrives, minus the ticker's idle overshoot measured just
   before (so timer slack is not counted as stall);
+- big_run / stall_run_max: the same result in a whole ``Runner.run`` of a
+  real Agent with lovia's default output cap (200,000 characters), and the
+  ticker's worst lateness during it: what a user pays (the cut in the worker
+  applies there, issue 19);
 - stall_cpu_max / loop_cpu (not goals): the loop thread's CPU time in the
   worst tick, and in total, during that call (the ticker's own idle cost
   subtracted): the work behind the stall, without the time a busy shared
@@ -149,6 +153,11 @@ FIGURES: tuple[Figure, ...] = (
     Figure("stall_cpu_max", "agent loop CPU in one tick during it, max (not a goal)", "ms", ("raw", "sdk"), "big",
            None, None, 1e3),
     Figure("loop_cpu", "agent loop CPU during it, total (not a goal)", "ms", ("raw", "sdk"), "big", None, None, 1e3),
+    # The same result in a whole Runner.run of a real Agent (lovia's default output cap, 200,000
+    # characters): what a user pays, the result rendered and cut into the transcript.
+    Figure("big_run", "whole Runner.run, one {big} text result, agent's default cap", "ms", ("raw", "sdk"), "big",
+           0.5, "ratio", 1e3),
+    Figure("stall_run_max", "agent loop stall during that run, max", "ms", ("raw", "sdk"), "big", 5.0, "abs", 1e3),
     Figure("rss_per_server", "agent RSS per extra server (N={n})", "MB", ("raw",), "memory", 2.0, "abs", 1 / 2**20),
     Figure("worker_uss", "worker USS per connection", "MB", ("raw",), "memory", 20.0, "abs", 1 / 2**20),
     # The worker the forkserver forks ahead of the next open (issue 19), while it waits.
@@ -362,6 +371,7 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
                     add("stall_total", sum(excess))
                     add("stall_cpu_max", max((max(0.0, c - cpu_base) for c in cpus), default=0.0))
                     add("loop_cpu", max(0.0, loop_cpu - cpu_base * len(cpus)))
+                await _measure_big_run(tools, p, add)
 
     if "spares" in groups:
         await _measure_spares(client, server, script, reps, add)
@@ -501,6 +511,30 @@ async def _drain_closes() -> float:
     t0 = time.perf_counter()
     await closing.wait_closed()
     return time.perf_counter() - t0
+
+
+async def _measure_big_run(tools: dict[str, Any], p: Params, add: Any) -> None:
+    """A whole ``Runner.run`` whose one tool call returns the big result, on the open connection's tools."""
+    from lovia import Agent, Runner
+    from lovia.testing import ScriptedProvider, call, text
+
+    big = next(name for name in tools if name.endswith("big"))
+
+    async def one() -> tuple[Any, list[float], list[float], float]:
+        model = ScriptedProvider([call(big, {"size": p.big}), text("done")])
+        agent = Agent(name="bench", model=model, tools=list(tools.values()))  # lovia's default output cap
+        return await _with_ticker(Runner.run(agent, "go"))
+
+    await one()  # warm
+    for _ in range(p.per_round(p.repeat)):
+        gc.collect()
+        base, _ = await _idle_overshoot()
+        t0 = time.perf_counter()
+        result, lates, _, _ = await one()
+        add("big_run", time.perf_counter() - t0)
+        assert result.output == "done", result.output
+        del result
+        add("stall_run_max", max((max(0.0, late - base) for late in lates), default=0.0))
 
 
 async def _measure_runs(client: str, script: str, reps: int, add: Any, p: Params) -> None:
