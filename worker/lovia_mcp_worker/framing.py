@@ -23,6 +23,7 @@ process imports it and must never pull in ``mcp``.
 from __future__ import annotations
 
 import asyncio
+import mmap
 from collections.abc import Callable
 from typing import Final, Generic, TypeVar
 
@@ -44,6 +45,9 @@ FRAME_OVERHEAD: Final = 1024 * 1024
 # The reader's fixed buffer: small frames are parsed in place from it and a
 # skipped frame's body passes through it; larger frames get a buffer of their own.
 READ_BUFFER: Final = 64 * 1024
+# A frame body this large gets a lazily faulted buffer of its own (see
+# _body_buffer); below it, zero-filling a bytearray costs less than a mapping.
+LAZY_BUFFER: Final = 1024 * 1024
 # How much of a skipped frame's body ``on_skip`` gets: enough for the message
 # tag and id (see :func:`peek_id`).
 HEAD_BYTES: Final = 64
@@ -165,7 +169,7 @@ class FrameReader(asyncio.BufferedProtocol, Generic[M]):
                 continue
             if size + need > len(self._buf):
                 have = self._end - body_start
-                big = memoryview(bytearray(need))
+                big = _body_buffer(need)
                 big[:have] = self._view[body_start : self._end]
                 self._big, self._big_have = big, have
                 self._start = self._end = 0
@@ -209,6 +213,21 @@ class FrameReader(asyncio.BufferedProtocol, Generic[M]):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_lost(None)
+
+
+def _body_buffer(size: int) -> memoryview:
+    """A writable buffer of ``size`` bytes whose pages are not touched yet.
+
+    ``bytearray(size)`` zero-fills its memory at once: for a 10 MB frame that
+    is ~2,400 page faults (~4 ms here) in the one loop iteration that reads
+    the header. An anonymous mapping is faulted in by the ``recv_into``
+    calls that fill it, a socket buffer at a time; it is unmapped when the
+    last view of it goes, after the frame is decoded (no decoded message
+    keeps a view: the protocol has no ``msgspec.Raw`` fields).
+    """
+    if size < LAZY_BUFFER:
+        return memoryview(bytearray(size))
+    return memoryview(mmap.mmap(-1, size))
 
 
 def peek_id(head: bytes) -> int | None:
@@ -270,6 +289,7 @@ def _int(b: bytes, pos: int) -> int:
 __all__ = [
     "FRAME_OVERHEAD",
     "HEAD_BYTES",
+    "LAZY_BUFFER",
     "MAX_REQUEST_BYTES",
     "READ_BUFFER",
     "FrameReader",
