@@ -29,6 +29,7 @@ from lovia_mcp_worker.protocol import (
     Result,
     ToolAnnotations,
     agent_decoder,
+    block_json,
     call_result,
     encoder,
     list_tools,
@@ -161,6 +162,18 @@ def test_an_unknown_block_type_keeps_its_json_and_a_block_that_is_not_an_object_
     assert content[0].model_dump()["knobs"] == 3 and content[0].text is None
     assert json.loads(content[1].extra or b"") == "just a string"
     assert across_the_pipe(content) == content
+
+
+def test_block_json_gives_back_the_json_the_server_sent_for_modelled_and_unknown_blocks() -> None:
+    widget = {"type": "widget", "knobs": 3, "text": "t", "annotations": {"priority": 1}, "_meta": {"m": 1}}
+    sent = [*BLOCKS.values(), widget]
+
+    content, _, _ = call_result(result_json(sent))
+
+    assert [block_json(b) for b in across_the_pipe(content)] == sent
+    # A block that was not a JSON object has no object to give back: its wire form.
+    (odd,), _, _ = call_result(result_json(["just a string"]))
+    assert block_json(odd) == {"type": "unknown"}
 
 
 def test_a_key_named_like_the_private_extra_field_is_not_taken_from_the_server() -> None:

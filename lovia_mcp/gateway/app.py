@@ -55,6 +55,8 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
+from lovia_mcp_worker.protocol import block_json
+
 from ..annotations import as_json
 from ..render import MCPToolResult
 from .backends import Backend, Refused
@@ -83,25 +85,6 @@ def _session_of(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _block_json(block: Any) -> dict[str, Any]:
-    """A wire content block as the MCP JSON the server sent."""
-    out: dict[str, Any] = {"type": block.type}
-    for field, key in (("text", "text"), ("data", "data"), ("mime_type", "mimeType"), ("uri", "uri"),
-                       ("name", "name"), ("title", "title"), ("description", "description"),
-                       ("annotations", "annotations"), ("meta", "_meta")):
-        value = getattr(block, field, None)
-        if value is not None:
-            out[key] = value
-    res = getattr(block, "resource", None)
-    if res is not None:
-        out["resource"] = {k: v for k, v in (("uri", res.uri), ("mimeType", res.mime_type), ("text", res.text),
-                                              ("blob", res.blob)) if v is not None}
-    extra = getattr(block, "extra", None)
-    if extra:
-        out.update(json.loads(extra))
-    return out
-
-
 def result_json(result: MCPToolResult) -> dict[str, Any]:
     """The connection's result as the MCP JSON of a ``CallToolResult``, blocks and ``isError`` as the server sent them.
 
@@ -111,7 +94,7 @@ def result_json(result: MCPToolResult) -> dict[str, Any]:
     """
     # resultType as the model's default would dump it: 2026-07-28 requires it;
     # the SDK drops it for a 2025 client.
-    body: dict[str, Any] = {"content": [_block_json(b) for b in result.content], "isError": bool(result.is_error),
+    body: dict[str, Any] = {"content": [block_json(b) for b in result.content], "isError": bool(result.is_error),
                             "resultType": "complete"}
     if result.structured_content is not None:
         body["structuredContent"] = result.structured_content

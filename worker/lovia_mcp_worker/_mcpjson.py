@@ -400,6 +400,15 @@ def to_json(value: msgspec.Struct) -> dict[str, Any]:
     return out
 
 
+def block_json(block: ContentBlock) -> dict[str, Any]:
+    """A content block as MCP JSON: the server's own object for a block kept as it came (``extra``), else :func:`to_json`."""
+    if block.extra:
+        kept = msgspec.json.decode(block.extra)
+        if isinstance(kept, dict):
+            return kept
+    return to_json(block)
+
+
 __all__ = [
     "KNOWN_BLOCKS",
     "MAX_LIST_PAGES",
@@ -410,6 +419,7 @@ __all__ = [
     "Resource",
     "ToolAnnotations",
     "ToolSpec",
+    "block_json",
     "call_result",
     "json_object",
     "list_tools",
