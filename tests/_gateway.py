@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"
 PY = sys.executable
 TOKEN: Final = "test-token-0123456789abcdef"
+# A second client's token (the gateway takes both).
+OTHER_TOKEN: Final = "other-token-fedcba9876543210"
 
 # A loaded 2-core machine can take seconds to import the SDK's server side,
 # start uvicorn and open a few servers; the bound only stops a hung test.
@@ -48,7 +50,7 @@ class Serve:
                 "--log-format", log_format, *extra]
         if token:
             tokens = folder / "tokens"
-            tokens.write_text(f"# test tokens\n{TOKEN}\n")
+            tokens.write_text(f"# test tokens\n{TOKEN}\n{OTHER_TOKEN}\n")
             args += ["--token-file", str(tokens)]
         self.stderr_path = folder / "stderr"
         self._stderr = open(self.stderr_path, "wb")

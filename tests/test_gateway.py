@@ -33,7 +33,7 @@ from lovia_mcp import MCPServerStreamableHTTP
 from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 from helpers import outputs
-from _gateway import Serve, raw, sdk_client, sdk_http_server, server
+from _gateway import OTHER_TOKEN, Serve, raw, sdk_client, sdk_http_server, server
 from conftest import register_shared, run
 
 pytestmark = pytest.mark.timeout(120)
@@ -183,6 +183,31 @@ def test_a_request_without_the_right_bearer_token_gets_401_on_every_protected_ro
     # Probes carry no token (Kubernetes' httpGet cannot read a Secret).
     assert httpx.get(gateway.base + "/healthz").status_code == 200
     assert httpx.get(gateway.base + "/readyz").text == "ready\n"
+
+
+def test_a_session_answers_only_to_the_token_that_opened_it(gateway: Serve) -> None:
+    mine = gateway.headers["Authorization"]
+    theirs = f"Bearer {OTHER_TOKEN}"
+    opened = _mcp_post(gateway, INITIALIZE, authorization=mine)
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+
+    def as_(authorization: str) -> httpx.Response:
+        return _mcp_post(gateway, listing, authorization=authorization, **{"mcp-session-id": session,
+                                                                            "mcp-protocol-version": "2025-11-25"})
+
+    # The other token is let in (it is valid) but the session is not its own:
+    # the answer is an unknown session's, and ending it is refused the same way.
+    refused = as_(theirs)
+    assert refused.status_code == 404 and "Session not found" in refused.text
+    ended = httpx.delete(gateway.url, headers={"authorization": theirs, "mcp-session-id": session}, timeout=30)
+    assert ended.status_code == 404
+    served = as_(mine)
+    assert served.status_code == 200 and "raw__echo" in served.text
+    # (Without the binding, the other token's list got a 200: checked by hand.)
+    assert httpx.delete(gateway.url, headers={"authorization": mine, "mcp-session-id": session},
+                        timeout=30).status_code == 200
 
 
 def test_the_sdk_client_with_a_wrong_token_fails_to_connect(gateway: Serve) -> None:

@@ -22,7 +22,9 @@ JSON (validated once, by the SDK, on the way out).
 
 Security: every route but ``/healthz`` and ``/readyz`` needs ``Authorization:
 Bearer <token>`` when tokens are configured (compared in constant time,
-anything else a 401); request bodies over the cap get a 413 and sessions
+anything else a 401); a session answers only to the token that opened it
+(the SDK's own session binding; any other gets the 404 of an unknown
+session); request bodies over the cap get a 413 and sessions
 over the cap a 503 (the SDK's own limits); on loopback, the SDK's DNS
 rebinding protection checks ``Host`` and ``Origin``.
 
@@ -46,6 +48,8 @@ from typing import Any, Final
 
 import mcp_types as types
 from lovia.exceptions import MCPError as LoviaMCPError
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -121,6 +125,9 @@ class Gateway:
     ) -> None:
         self.backends = {b.name: b for b in backends}
         self._tokens = [t.encode() for t in tokens]
+        # Who each token is to the SDK: its line in the token file, never the token.
+        self._users = [AuthenticatedUser(AccessToken(token=f"token-{i + 1}", client_id=f"token-{i + 1}", scopes=[]))
+                       for i in range(len(tokens))]
         self.metrics = Metrics()
         self.ready = False
         self.draining = False
@@ -265,6 +272,12 @@ class Gateway:
 
     # -- HTTP ----------------------------------------------------------------- #
     def _authorized(self, scope: Scope) -> bool:
+        """True if the request may pass; with tokens, ``scope["user"]`` then names the token that let it in.
+
+        The SDK's session manager binds a session to the user that opened it
+        and answers any other as if the session did not exist: one client
+        cannot use (or end) a session another token opened.
+        """
         if not self._tokens:
             return True
         given = b""
@@ -272,12 +285,16 @@ class Gateway:
             if key == b"authorization":
                 given = value
         scheme, _, token = given.partition(b" ")
-        ok = False
+        match = -1
         # Every token compared, each in constant time: neither the match nor
         # its position shows in the timing.
-        for known in self._tokens:
-            ok |= hmac.compare_digest(token.strip(), known)
-        return ok and scheme.lower() == b"bearer"
+        for i, known in enumerate(self._tokens):
+            if hmac.compare_digest(token.strip(), known):
+                match = i
+        if match < 0 or scheme.lower() != b"bearer":
+            return False
+        scope["user"] = self._users[match]
+        return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
