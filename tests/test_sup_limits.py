@@ -21,18 +21,17 @@ import sys
 import time
 
 import pytest
-from helpers import ISOLATIONS, PY, SERVERS, alive_after, raw_args, run
+from helpers import ISOLATIONS, alive_after, raw, run, sup
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
-from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio
+from lovia_mcp import MCP, Limits, MCPError
 from lovia_mcp.client import channel as _channel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
 
-SUP_SERVER = str(SERVERS / "sup_server.py")
 # The guard samples every 0.1 s; killing takes one SIGKILL round.
 LIMIT_REACTION = 1.5
 # The call fails as soon as the guard retires the server; the tree kill
@@ -44,10 +43,7 @@ KILL_DONE_WITHIN = 1.0
 @pytest.mark.timing
 def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_figure(isolation: str, enforcement: str) -> None:
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
-            isolation=isolation, limits=Limits(memory_mb=60),  # type: ignore[arg-type]
-        )
+        server = sup(isolation, limits=Limits(memory_mb=60))
         async with server.session() as conn:
             old = int(str(await conn.call_tool("pid")))
             started = time.monotonic()
@@ -85,10 +81,7 @@ def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str, enf
     n = 40
 
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
-            isolation=isolation, limits=Limits(max_processes=5),  # type: ignore[arg-type]
-        )
+        server = sup(isolation, limits=Limits(max_processes=5))
         async with server.session() as conn:
             old = int(str(await conn.call_tool("pid")))
             started = time.monotonic()
@@ -118,9 +111,7 @@ def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str, enf
 @pytest.mark.timing
 def test_cpu_over_the_limit_is_killed_and_reported_as_a_cpu_limit(enforcement: str) -> None:
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", auto_reconnect=False, limits=Limits(cpu_seconds=1)
-        )
+        server = raw(auto_reconnect=False, limits=Limits(cpu_seconds=1))
         async with server.session() as conn:
             old = json.loads(str(await conn.call_tool("pid")))["pid"]
             started = time.monotonic()
@@ -155,7 +146,7 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
     cap = 1024 * 1024
 
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", limits=Limits(max_result_bytes=cap))
+        server = raw(limits=Limits(max_result_bytes=cap))
         async with server.session() as conn:
             pid = json.loads(str(await conn.call_tool("pid")))["pid"]
             provider = ScriptedProvider([call("raw__big", {"size": size}), text("done")])
@@ -179,9 +170,7 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
 def test_memory_limit_counts_the_whole_tree_not_one_process(enforcement: str) -> None:
     # Four children of 25 MB each: none is over 60 MB, the tree is.
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False, limits=Limits(memory_mb=60)
-        )
+        server = sup(limits=Limits(memory_mb=60))
         async with server.session() as conn:
             with pytest.raises(MCPError) as info:
                 await conn.call_tool("hold_in_children", {"n": 4, "mb": 25})
@@ -201,10 +190,7 @@ def test_cpu_of_short_lived_subprocesses_counts_toward_the_cpu_limit(isolation: 
     # server: each stays under RLIMIT_CPU, and none is alive for long; their
     # 2 s together pass cpu_seconds=1.
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
-            isolation=isolation, limits=Limits(cpu_seconds=1),  # type: ignore[arg-type]
-        )
+        server = sup(isolation, limits=Limits(cpu_seconds=1))
         async with server.session() as conn:
             started = time.monotonic()
             with pytest.raises(MCPError) as info:
