@@ -13,6 +13,7 @@ lives here:
   isolation modes), ``Model``, ``drive()``, ``results()``, ``outputs()``;
 - test HTTP servers: ``serving()``; the command: ``lovia_mcp()``,
   ``lovia_mcp_all()``, ``error_of()``;
+- ``limit_hit()``: the error a call over a ``Limits`` bound ends with;
 - processes: ``run()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
   ``live_descendants()``, ``register_shared()``, ``leftover_cgroups()``.
 """
@@ -40,7 +41,7 @@ from lovia.runtime.result import RunResult
 from lovia.testing import ScriptedProvider, text
 from lovia.transcript import ToolResultEntry
 
-from lovia_mcp import MCP, MCPServer, MCPServerStdio, Sandbox
+from lovia_mcp import MCP, MCPError, MCPServer, MCPServerStdio, Sandbox
 from lovia_mcp_worker.containment import cgroup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -323,6 +324,16 @@ def _read_port(proc: subprocess.Popen[bytes], name: str) -> int:
                 return int(line.split()[1])
 
 
+async def limit_hit(conn: Any, tool: str, args: dict[str, Any]) -> tuple[MCPError, float]:
+    """The error a call that passes a ``Limits`` bound ends with (kind ``limit``), and the seconds it took."""
+    started = time.monotonic()
+    with pytest.raises(MCPError) as info:
+        await conn.call_tool(tool, args)
+    elapsed = time.monotonic() - started
+    assert info.value.kind == "limit", info.value
+    return info.value, elapsed
+
+
 class EscapePlace:
     """What escape_server.py aims at: a fake home with secret stores, a work dir (its cwd), a dir outside both.
 
@@ -380,6 +391,6 @@ __all__ = [
     "CLI_TIMEOUT", "ESCAPE_SERVER", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
     "SERVER_READY_WAIT", "SUP_SERVER", "EscapePlace", "Model",
     "alive_after", "alive_after_sync", "describe", "drive", "error_of", "exempt_pids", "is_alive",
-    "leftover_cgroups", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
+    "leftover_cgroups", "limit_hit", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
     "register_shared", "results", "run", "serving", "sup", "wait_gone",
 ]

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,18 +94,29 @@ def check_records(records: list[logging.LogRecord], server: str, tool: str) -> N
     assert records[-1].getMessage() == f"{server}/{tool}: 3/3 step 3"
 
 
+@contextlib.asynccontextmanager
+async def reported(server: Any, gate: Path) -> AsyncIterator[tuple[Any, list[logging.LogRecord]]]:
+    """A session on ``server`` whose gated ``report`` call answered ``done`` with every record checked.
+
+    Yields the connection and the records logged while the call ran.
+    """
+    with capture() as handler:
+        async with server.session() as conn:
+            running, result = await gated_call(conn, "report", gate, handler)
+            assert str(result) == "done"
+            assert running[0].getMessage() == f"{server.name}/report: 1/3 step 1"
+            check_records(handler.records, server.name, "report")
+            yield conn, running
+
+
 @ISOLATIONS
 def test_progress_of_a_running_raw_server_call_is_logged_with_server_tool_and_figures(isolation: str, gate: Path) -> None:
     async def main() -> None:
-        with capture() as handler:
-            server = MCPServerStdio(command=PY, args=[RAW], name="prog", isolation=isolation)  # type: ignore[arg-type]
-            async with server.session() as conn:
-                running, result = await gated_call(conn, "report", gate, handler)
-                assert str(result) == "done"
-                assert [r.getMessage() for r in running] == ["prog/report: 1/3 step 1"]
-                check_records(handler.records, "prog", "report")
-                meta = json.loads(str(await conn.call_tool("meta")))
-                assert isinstance(meta.get("progressToken"), int), meta
+        server = MCPServerStdio(command=PY, args=[RAW], name="prog", isolation=isolation)  # type: ignore[arg-type]
+        async with reported(server, gate) as (conn, running):
+            assert [r.getMessage() for r in running] == ["prog/report: 1/3 step 1"]
+            meta = json.loads(str(await conn.call_tool("meta")))
+            assert isinstance(meta.get("progressToken"), int), meta
 
     run(main())
 
@@ -113,13 +124,9 @@ def test_progress_of_a_running_raw_server_call_is_logged_with_server_tool_and_fi
 @ISOLATIONS
 def test_progress_reported_by_an_sdk_server_tool_is_logged_while_the_call_runs(isolation: str, gate: Path) -> None:
     async def main() -> None:
-        with capture() as handler:
-            server = MCPServerStdio(command=PY, args=[SDK], name="sdk", isolation=isolation)  # type: ignore[arg-type]
-            async with server.session() as conn:
-                running, result = await gated_call(conn, "report", gate, handler)
-                assert str(result) == "done"
-                assert running[0].getMessage() == "sdk/report: 1/3 step 1"
-                check_records(handler.records, "sdk", "report")
+        server = MCPServerStdio(command=PY, args=[SDK], name="sdk", isolation=isolation)  # type: ignore[arg-type]
+        async with reported(server, gate):
+            pass  # reported() made every check
 
     run(main())
 
@@ -135,13 +142,9 @@ def test_progress_over_streamable_http_is_logged_while_the_call_runs(
     isolation: str, gate: Path, progress_url: str
 ) -> None:
     async def main() -> None:
-        with capture() as handler:
-            server = MCPServerStreamableHTTP(url=progress_url, name="web", isolation=isolation)  # type: ignore[arg-type]
-            async with server.session() as conn:
-                running, result = await gated_call(conn, "report", gate, handler)
-                assert str(result) == "done"
-                assert running[0].getMessage() == "web/report: 1/3 step 1"
-                check_records(handler.records, "web", "report")
+        server = MCPServerStreamableHTTP(url=progress_url, name="web", isolation=isolation)  # type: ignore[arg-type]
+        async with reported(server, gate):
+            pass  # reported() made every check
 
     run(main())
 

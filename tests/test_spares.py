@@ -79,6 +79,14 @@ async def spares_closed() -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
+async def warmed(*servers: MCPServerStdio) -> AsyncIterator[list[MCPConnection]]:
+    """The spares ready once ``servers`` are warmed; every spare closed when the block ends."""
+    async with spares_closed():
+        await warm_spares(*servers)
+        yield ready_spares()
+
+
+@contextlib.asynccontextmanager
 async def opened(server: MCPServerStdio) -> AsyncIterator[MCPConnection]:
     conn = await server.open()
     try:
@@ -205,9 +213,7 @@ def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() ->
     async def main() -> None:
         server = raw(spares=1)
         with seen("ended") as ended:
-            async with spares_closed():
-                await warm_spares(server)
-                (spare,) = ready_spares()
+            async with warmed(server) as (spare,):
                 dead = spare.server_pid
                 assert dead is not None
                 os.kill(dead, signal.SIGKILL)
@@ -224,9 +230,7 @@ def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() ->
 def test_a_spare_whose_worker_died_while_waiting_is_replaced_not_handed_out() -> None:
     async def main() -> None:
         server = raw(spares=1)
-        async with spares_closed():
-            await warm_spares(server)
-            (spare,) = ready_spares()
+        async with warmed(server) as (spare,):
             assert spare.worker_pid is not None and spare.core.channel is not None
             os.kill(spare.worker_pid, signal.SIGKILL)
             await asyncio.wait_for(spare.core.channel.wait_lost(), GONE_WAIT)
@@ -260,9 +264,7 @@ def test_a_spare_taken_by_an_equal_config_of_another_plugin_gets_that_configs_op
     async def main() -> None:
         first = raw(spares=1)
         other = raw(spares=1, include_tools=["echo"], timeout=7.0)
-        async with spares_closed():
-            await warm_spares(first)
-            (spare,) = ready_spares()
+        async with warmed(first) as (spare,):
             conn = await MCP(other)._open_server(other)
             try:
                 assert conn is spare
@@ -278,9 +280,7 @@ def test_a_config_with_other_args_does_not_take_the_spare() -> None:
     async def main() -> None:
         server = raw(spares=1)
         other = MCPServerStdio(command=PY, args=[RAW_SERVER, "--many", "2"], name="raw", spares=1)
-        async with spares_closed():
-            await warm_spares(server)
-            (spare,) = ready_spares()
+        async with warmed(server) as (spare,):
             async with opened(other) as conn:
                 assert conn is not spare and spare in ready_spares()
 
@@ -525,9 +525,7 @@ def test_a_persistent_connection_without_spares_keeps_no_standby() -> None:
 def test_a_persistent_session_does_not_take_a_pooled_spare() -> None:
     async def main() -> None:
         server = raw(spares=1)
-        async with spares_closed():
-            await warm_spares(server)
-            (spare,) = ready_spares()
+        async with warmed(server) as (spare,):
             async with server.session() as conn:
                 assert conn is not spare and ready_spares() == [spare]
 
@@ -567,9 +565,7 @@ def test_a_spare_taken_hands_a_custom_renderer_the_sdk_models_as_a_fresh_open_do
     async def main() -> None:
         first = raw(spares=1)
         taker = raw(spares=1, result_renderer=renderer)
-        async with spares_closed():
-            await warm_spares(first)
-            (spare,) = ready_spares()
+        async with warmed(first) as (spare,):
             async with opened(taker) as conn:
                 assert conn is spare
                 (tool,) = [t for t in conn.tools() if t.name == "raw__echo"]
