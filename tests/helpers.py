@@ -14,7 +14,7 @@ lives here:
 - test HTTP servers: ``serving()``; the command: ``lovia_mcp()``,
   ``lovia_mcp_all()``, ``error_of()``;
 - ``limit_hit()``: the error a call over a ``Limits`` bound ends with;
-- processes: ``run()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
+- processes: ``run()``, ``end_process()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
   ``live_descendants()``, ``register_shared()``, ``leftover_cgroups()``.
 """
 
@@ -324,6 +324,16 @@ def _read_port(proc: subprocess.Popen[bytes], name: str) -> int:
                 return int(line.split()[1])
 
 
+def end_process(proc: subprocess.Popen[Any]) -> None:
+    """A test's ``finally`` for a process it started: killed if still running, reaped, its pipes closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(GONE_WAIT)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
+
+
 async def limit_hit(conn: Any, tool: str, args: dict[str, Any]) -> tuple[MCPError, float]:
     """The error a call that passes a ``Limits`` bound ends with (kind ``limit``), and the seconds it took."""
     started = time.monotonic()
@@ -390,7 +400,7 @@ def leftover_cgroups() -> list[str]:
 __all__ = [
     "CLI_TIMEOUT", "ESCAPE_SERVER", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
     "SERVER_READY_WAIT", "SUP_SERVER", "EscapePlace", "Model",
-    "alive_after", "alive_after_sync", "describe", "drive", "error_of", "exempt_pids", "is_alive",
+    "alive_after", "alive_after_sync", "describe", "drive", "end_process", "error_of", "exempt_pids", "is_alive",
     "leftover_cgroups", "limit_hit", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
     "register_shared", "results", "run", "serving", "sup", "wait_gone",
 ]

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 from helpers import (
-    PY, RAW_SERVER, Model, alive_after, alive_after_sync, drive, leftover_cgroups, outputs, pid_alive, pid_of, raw, run,
+    PY, RAW_SERVER, Model, alive_after, alive_after_sync, drive, end_process, leftover_cgroups, outputs, pid_alive, pid_of,
+    raw, run,
 )
 from lovia import Agent, Runner
 from lovia.testing import call, text
@@ -432,12 +433,7 @@ def test_an_agent_killed_or_exiting_with_spares_ready_leaves_no_process(how: str
         if how == "exit":
             assert agent.returncode == 0, agent.stderr.read().decode() if agent.stderr else ""
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(5)
-        for stream in (agent.stdin, agent.stdout, agent.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
+        end_process(agent)
 
 
 # -- persistent connections: a standby server in the worker ------------------- #
