@@ -6,7 +6,7 @@ lives here:
 
 - paths: ``ROOT``, ``SERVERS``, ``RAW_SERVER``, ``ESCAPE_SERVER``, ``SUP_SERVER``, ``PY``;
 - servers: ``raw_args()``, ``raw()`` (the raw JSON-RPC test server as a
-  config), ``RAW_TOOLS``; ``sup()`` (the supervision server); ``EscapePlace`` (what the hostile escape server
+  config), ``RAW_TOOLS``, ``copy_raw_server()``; ``sup()`` (the supervision server); ``EscapePlace`` (what the hostile escape server
   aims at, and that server as a config);
 - ``pid_of()``: the pid of the raw server answering a connection;
 - a real lovia ``Agent`` offline: ``ISOLATIONS`` (run a test in both
@@ -90,6 +90,13 @@ def run(coro: Awaitable[T]) -> T:
 
 def raw_args(*flags: str) -> list[str]:
     return [RAW_SERVER, *flags]
+
+
+def copy_raw_server(path: Path) -> None:
+    """raw_server.py copied to ``path``, with the loop it imports (``servers/rawloop.py``) beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(RAW_SERVER, path)
+    shutil.copy(SERVERS / "rawloop.py", path.parent / "rawloop.py")
 
 
 def raw(isolation: str | None = None, *flags: str, **options: Any) -> MCPServerStdio:
@@ -400,7 +407,7 @@ def leftover_cgroups() -> list[str]:
 __all__ = [
     "CLI_TIMEOUT", "ESCAPE_SERVER", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
     "SERVER_READY_WAIT", "SUP_SERVER", "EscapePlace", "Model",
-    "alive_after", "alive_after_sync", "describe", "drive", "end_process", "error_of", "exempt_pids", "is_alive",
+    "alive_after", "alive_after_sync", "copy_raw_server", "describe", "drive", "end_process", "error_of", "exempt_pids", "is_alive",
     "leftover_cgroups", "limit_hit", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
     "register_shared", "results", "run", "serving", "sup", "wait_gone",
 ]
