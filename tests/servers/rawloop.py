@@ -23,21 +23,24 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+
+# Annotations say ``object`` where ``typing.Any`` would do: importing typing
+# would add about 2 ms to every raw server's start (they start in ~20 ms).
+JSON = dict[str, object]
 
 _out = threading.Lock()
 # Raw UTF-8 instead of \u escapes on the way out (serve(utf8=True)).
 _utf8 = [False]
 
 
-def send(obj: dict[str, Any]) -> None:
+def send(obj: JSON) -> None:
     data = json.dumps(obj, ensure_ascii=not _utf8[0]) + "\n"
     with _out:
         sys.stdout.buffer.write(data.encode())
         sys.stdout.buffer.flush()
 
 
-def result(rid: object, res: dict[str, Any]) -> None:
+def result(rid: object, res: JSON) -> None:
     send({"jsonrpc": "2.0", "id": rid, "result": res})
 
 
@@ -45,7 +48,7 @@ def error(rid: object, code: int, message: str) -> None:
     send({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})
 
 
-def text(s: str, **extra: object) -> dict[str, Any]:
+def text(s: str, **extra: object) -> JSON:
     """A tools/call result of one text block (``isError=True``, ``structuredContent=...`` go in ``extra``)."""
     return {"content": [{"type": "text", "text": s}], **extra}
 
@@ -54,30 +57,30 @@ def answer(rid: object, s: str) -> None:
     result(rid, text(s))
 
 
-def tool(name: str, description: str, props: dict[str, Any] | None = None, **extra: object) -> dict[str, Any]:
+def tool(name: str, description: str, props: JSON | None = None, **extra: object) -> JSON:
     return {"name": name, "description": description,
             "inputSchema": {"type": "object", "properties": props or {}}, **extra}
 
 
-def method_not_found(rid: object, method: str, params: dict[str, Any]) -> None:
+def method_not_found(rid: object, method: str, params: JSON) -> None:
     error(rid, -32601, "method not found")
 
 
-def empty_result(rid: object, method: str, params: dict[str, Any]) -> None:
+def empty_result(rid: object, method: str, params: JSON) -> None:
     """For ``other=``: a server that answers any request it does not know with ``{}``."""
     result(rid, {})
 
 
 def serve(
     name: str,
-    tools: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]],
+    tools: list[JSON] | Callable[[], list[JSON]],
     call: Callable[..., None],
     *,
-    capabilities: dict[str, Any] | None = None,
+    capabilities: JSON | None = None,
     meta: bool = False,
     threaded: bool = False,
-    notified: Callable[[str, dict[str, Any]], None] | None = None,
-    other: Callable[[object, str, dict[str, Any]], None] = method_not_found,
+    notified: Callable[[str, JSON], None] | None = None,
+    other: Callable[[object, str, JSON], None] = method_not_found,
     handshake: bool = True,
     utf8: bool = False,
 ) -> None:
