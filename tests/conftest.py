@@ -20,10 +20,12 @@ marker cannot drift from the truth.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -32,6 +34,7 @@ import pytest
 # Re-exported: test modules written before helpers.py import these from here.
 from helpers import (
     PY,
+    EscapePlace,
     RAW_SERVER,
     ROOT,
     SERVERS,
@@ -139,9 +142,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> No
 
 
 __all__ = [
-    "PY", "RAW_SERVER", "ROOT", "SERVERS", "enforcement", "live_descendants", "no_leaks", "pid_alive",
+    "PY", "RAW_SERVER", "ROOT", "SERVERS", "enforcement", "live_descendants", "no_leaks", "pid_alive", "place",
     "raw_args", "register_shared", "run", "unit_starts_no_process",
 ]
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> Iterator[EscapePlace]:
+    """What the escape server aims at (test_sandbox, test_landlock), its outside dir removed after."""
+    p = EscapePlace(tmp_path, f"escape-{os.getpid()}-{tmp_path.name}")
+    yield p
+    p.close()
 
 
 # Host services a sandboxed server tries to reach (test_sandbox, test_landlock,

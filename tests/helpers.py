@@ -4,15 +4,17 @@
 ``enforcement`` parametrisation); everything a test module imports by name
 lives here:
 
-- paths: ``ROOT``, ``SERVERS``, ``RAW_SERVER``, ``PY``;
+- paths: ``ROOT``, ``SERVERS``, ``RAW_SERVER``, ``ESCAPE_SERVER``, ``SUP_SERVER``, ``PY``;
 - servers: ``raw_args()``, ``raw()`` (the raw JSON-RPC test server as a
-  config), ``RAW_TOOLS``;
+  config), ``RAW_TOOLS``, ``copy_raw_server()``; ``sup()`` (the supervision server); ``EscapePlace`` (what the hostile escape server
+  aims at, and that server as a config);
 - ``pid_of()``: the pid of the raw server answering a connection;
 - a real lovia ``Agent`` offline: ``ISOLATIONS`` (run a test in both
   isolation modes), ``Model``, ``drive()``, ``results()``, ``outputs()``;
 - test HTTP servers: ``serving()``; the command: ``lovia_mcp()``,
   ``lovia_mcp_all()``, ``error_of()``;
-- processes: ``run()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
+- ``limit_hit()``: the error a call over a ``Limits`` bound ends with;
+- processes: ``run()``, ``end_process()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
   ``live_descendants()``, ``register_shared()``, ``leftover_cgroups()``.
 """
 
@@ -23,6 +25,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -38,12 +41,14 @@ from lovia.runtime.result import RunResult
 from lovia.testing import ScriptedProvider, text
 from lovia.transcript import ToolResultEntry
 
-from lovia_mcp import MCP, MCPServer, MCPServerStdio
+from lovia_mcp import MCP, MCPError, MCPServer, MCPServerStdio, Sandbox
 from lovia_mcp_worker.containment import cgroup
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"
 RAW_SERVER = str(SERVERS / "raw_server.py")
+ESCAPE_SERVER = str(SERVERS / "escape_server.py")
+SUP_SERVER = str(SERVERS / "sup_server.py")
 PY = sys.executable
 
 # Poll period while waiting, against a deadline, for processes to exit: an
@@ -87,6 +92,13 @@ def raw_args(*flags: str) -> list[str]:
     return [RAW_SERVER, *flags]
 
 
+def copy_raw_server(path: Path) -> None:
+    """raw_server.py copied to ``path``, with the loop it imports (``servers/rawloop.py``) beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(RAW_SERVER, path)
+    shutil.copy(SERVERS / "rawloop.py", path.parent / "rawloop.py")
+
+
 def raw(isolation: str | None = None, *flags: str, **options: Any) -> MCPServerStdio:
     """The raw JSON-RPC test server (``tests/servers/raw_server.py``) as a config.
 
@@ -95,6 +107,16 @@ def raw(isolation: str | None = None, *flags: str, **options: Any) -> MCPServerS
     """
     options.setdefault("name", "raw")
     return MCPServerStdio(command=PY, args=raw_args(*flags), isolation=isolation, **options)  # type: ignore[arg-type]
+
+
+def sup(isolation: str | None = None, **options: Any) -> MCPServerStdio:
+    """The supervision test server (``tests/servers/sup_server.py``), named ``sup``, never reconnecting.
+
+    Its greedy tools never answer, so a test sees the supervisor's verdict,
+    not a reconnect hiding it.
+    """
+    options.setdefault("auto_reconnect", False)
+    return MCPServerStdio(command=PY, args=[SUP_SERVER], name="sup", isolation=isolation, **options)  # type: ignore[arg-type]
 
 
 class Model(ScriptedProvider):
@@ -309,6 +331,55 @@ def _read_port(proc: subprocess.Popen[bytes], name: str) -> int:
                 return int(line.split()[1])
 
 
+def end_process(proc: subprocess.Popen[Any]) -> None:
+    """A test's ``finally`` for a process it started: killed if still running, reaped, its pipes closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(GONE_WAIT)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
+
+
+async def limit_hit(conn: Any, tool: str, args: dict[str, Any]) -> tuple[MCPError, float]:
+    """The error a call that passes a ``Limits`` bound ends with (kind ``limit``), and the seconds it took."""
+    started = time.monotonic()
+    with pytest.raises(MCPError) as info:
+        await conn.call_tool(tool, args)
+    elapsed = time.monotonic() - started
+    assert info.value.kind == "limit", info.value
+    return info.value, elapsed
+
+
+class EscapePlace:
+    """What escape_server.py aims at: a fake home with secret stores, a work dir (its cwd), a dir outside both.
+
+    ``outside`` is a folder name under ``.cache``: outside /tmp on purpose (the
+    sandbox's /tmp is private, so a dir under it would be missing rather than
+    read-only). It holds ``notes.txt``; :meth:`close` removes it.
+    """
+
+    def __init__(self, tmp: Path, outside: str) -> None:
+        self.home = tmp / "home"
+        (self.home / ".ssh").mkdir(parents=True)
+        (self.home / ".ssh" / "id_rsa").write_text("SECRET KEY\n")
+        (self.home / ".netrc").write_text("machine x password SECRET\n")
+        self.work = tmp / "work"
+        self.work.mkdir()
+        self.outside = ROOT / ".cache" / outside
+        self.outside.mkdir(parents=True, exist_ok=True)
+        (self.outside / "notes.txt").write_text("OUTSIDE\n")
+
+    def server(self, box: Sandbox | None, env: dict[str, str] | None = None, **kw: Any) -> MCPServerStdio:
+        return MCPServerStdio(
+            command=PY, args=[ESCAPE_SERVER], name="escape", cwd=str(self.work),
+            env={"HOME": str(self.home), **(env or {})}, sandbox=box, **kw,
+        )
+
+    def close(self) -> None:
+        shutil.rmtree(self.outside, ignore_errors=True)
+
+
 def leftover_cgroups() -> list[str]:
     """lovia-mcp generation cgroups of this test session that exist now.
 
@@ -334,9 +405,9 @@ def leftover_cgroups() -> list[str]:
 
 
 __all__ = [
-    "CLI_TIMEOUT", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
-    "SERVER_READY_WAIT", "Model",
-    "alive_after", "alive_after_sync", "describe", "drive", "error_of", "exempt_pids", "is_alive",
-    "leftover_cgroups", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
-    "register_shared", "results", "run", "serving", "wait_gone",
+    "CLI_TIMEOUT", "ESCAPE_SERVER", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
+    "SERVER_READY_WAIT", "SUP_SERVER", "EscapePlace", "Model",
+    "alive_after", "alive_after_sync", "copy_raw_server", "describe", "drive", "end_process", "error_of", "exempt_pids", "is_alive",
+    "leftover_cgroups", "limit_hit", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
+    "register_shared", "results", "run", "serving", "sup", "wait_gone",
 ]

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from helpers import PY, ROOT, SERVERS
@@ -72,18 +73,23 @@ def _read_until(fd: int, wanted: bytes, deadline: float) -> bytes:
     return seen
 
 
-def test_on_a_terminal_the_command_shows_what_it_starts_and_the_seconds_in_place_then_erases_it(
-    gate: tuple[str, int],
-) -> None:
-    fifo, gate_fd = gate
+class Terminal(NamedTuple):
+    shown: bytes  # up to and including what was awaited, while the server waited on the gate
+    waited: float  # seconds until it showed
+    rest: bytes  # what the terminal got after the gate opened
+    out: bytes  # stdout
+    returncode: int
+
+
+def _on_terminal(command: list[str], gate_fd: int, wanted: bytes) -> Terminal:
+    """Run ``command`` with stderr on a terminal; once ``wanted`` shows there, open the gate and let it end."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(_command(fifo), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
                             cwd=ROOT, env=_env())
     os.close(slave)
     try:
         start = time.monotonic()
-        # The status appears at once, then its seconds count up on the same line.
-        shown = _read_until(master, "starting slow… 1 s".encode(), start + RUN_TIMEOUT)
+        shown = _read_until(master, wanted, start + RUN_TIMEOUT)
         waited = time.monotonic() - start
         os.write(gate_fd, b"go\n")
         out, _ = proc.communicate(timeout=RUN_TIMEOUT)
@@ -93,14 +99,23 @@ def test_on_a_terminal_the_command_shows_what_it_starts_and_the_seconds_in_place
             proc.kill()
             proc.wait()
         os.close(master)
-    text = (shown + rest).decode(errors="replace")
-    print(f"status line seen after {waited:.2f} s: {shown!r}")
+    return Terminal(shown, waited, rest, out, proc.returncode)
+
+
+def test_on_a_terminal_the_command_shows_what_it_starts_and_the_seconds_in_place_then_erases_it(
+    gate: tuple[str, int],
+) -> None:
+    fifo, gate_fd = gate
+    # The status appears at once, then its seconds count up on the same line.
+    seen = _on_terminal(_command(fifo), gate_fd, "starting slow… 1 s".encode())
+    text = (seen.shown + seen.rest).decode(errors="replace")
+    print(f"status line seen after {seen.waited:.2f} s: {seen.shown!r}")
     assert "starting slow… 0 s" in text and "starting slow… 1 s" in text, text
     # Updated in place: every redraw erases the line first; never a newline.
     assert "\r\x1b[Kstarting slow… 1 s" in text and "\n" not in text
     # Erased at the end: the last thing on the terminal is an empty line.
     assert text.endswith("\r\x1b[K"), text
-    assert proc.returncode == 0 and "slow__echo" in out.decode()
+    assert seen.returncode == 0 and "slow__echo" in seen.out.decode()
 
 
 def test_piped_the_command_writes_no_progress_at_all(gate: tuple[str, int]) -> None:
@@ -165,28 +180,13 @@ def test_on_a_terminal_a_running_call_shows_the_servers_own_progress_notificatio
     fifo, gate_fd = gate
     args = f'{{"steps": 2, "total": 4, "gate": "{fifo}"}}'
     command = [sys.executable, "-m", "lovia_mcp", "call", "report", args, "--name", "p", "--", PY, PROGRESS_SERVER]
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
-                            cwd=ROOT, env=_env())
-    os.close(slave)
-    try:
-        start = time.monotonic()
-        # The server blocks on the gate after its first notification: what
-        # is on the terminal now was shown while the call ran.
-        shown = _read_until(master, b"step 1", start + RUN_TIMEOUT)
-        waited = time.monotonic() - start
-        os.write(gate_fd, b"go\n")
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
-        rest = _read_until(master, b"\x00never", time.monotonic() + DRAIN_TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-    print(f"progress on the terminal after {waited:.2f} s: {shown!r}")
-    assert b"p report: 25% step 1" in shown, shown
-    assert (shown + rest).endswith(b"\r\x1b[K")  # erased when the call ended
-    assert proc.returncode == 0 and "done" in out.decode(), out
+    # The server blocks on the gate after its first notification: what
+    # is on the terminal now was shown while the call ran.
+    seen = _on_terminal(command, gate_fd, b"step 1")
+    print(f"progress on the terminal after {seen.waited:.2f} s: {seen.shown!r}")
+    assert b"p report: 25% step 1" in seen.shown, seen.shown
+    assert (seen.shown + seen.rest).endswith(b"\r\x1b[K")  # erased when the call ended
+    assert seen.returncode == 0 and "done" in seen.out.decode(), seen.out
 
 
 def test_the_status_line_fits_the_width_of_stderrs_terminal_when_stdout_is_piped(gate: tuple[str, int]) -> None:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PY, RAW_SERVER, drive, outputs, run
+from helpers import PY, RAW_SERVER, copy_raw_server, drive, outputs, run
 from lovia.testing import call
 
 import lovia_mcp.config_file.loader as config_file
@@ -273,8 +272,7 @@ def test_a_server_opened_from_a_file_answers_with_the_files_environment(tmp_path
     # cwd relative to the file, the script relative to that cwd: the server
     # only starts if cwd was resolved against the file's folder.
     folder = tmp_path / "repo"
-    (folder / "servers").mkdir(parents=True)
-    shutil.copy(RAW_SERVER, folder / "servers" / "raw_server.py")
+    copy_raw_server(folder / "servers" / "raw_server.py")
     path = write(folder / "mcp.json", {"mcpServers": {"raw": {
         "command": PY, "args": ["raw_server.py"], "cwd": "servers",
         "env": {"GREETING": "${CF_GREETING:-hello from the file}"}, "timeout": 10,

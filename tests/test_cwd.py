@@ -9,7 +9,6 @@ a server must not inherit that, nor have a relative path resolved twice
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import stat
 import sys
@@ -17,15 +16,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ISOLATIONS, PY, RAW_SERVER, run
+from helpers import ISOLATIONS, PY, RAW_SERVER, copy_raw_server, run
 
 from lovia_mcp import MCPServerStdio, UserError
 
 
 def executable_raw_server(path: Path) -> None:
     """A copy of raw_server.py at ``path`` that runs on its own (this interpreter)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(RAW_SERVER, path)
+    copy_raw_server(path)
     body = path.read_text().split("\n", 1)[1]
     path.write_text(f"#!{sys.executable}\n{body}")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)

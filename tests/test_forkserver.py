@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import PY, RAW_SERVER, alive_after_sync
+from helpers import PY, RAW_SERVER, alive_after_sync, end_process
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -78,12 +78,7 @@ def test_the_forkserver_goes_with_an_agent_killed_by_sigkill(tmp_path: Path) -> 
         alive, took = alive_after_sync([*helpers, report["worker"]], 2.0)
         assert alive == [], f"still alive {took:.2f} s after the agent's SIGKILL: {alive}"
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(5)
-        for stream in (agent.stdin, agent.stdout, agent.stderr):
-            if stream is not None:
-                stream.close()
+        end_process(agent)
 
 
 @pytest.mark.timeout(30)

@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SERVERS, run
+from helpers import ESCAPE_SERVER, PY, EscapePlace, run
 
 from lovia_mcp import MCPServerStdio, Sandbox
 from lovia_mcp_worker.sandbox import landlock
@@ -28,41 +26,13 @@ from lovia_mcp_worker.sandbox import landlock
 pytestmark = pytest.mark.skipif(landlock.ABI < landlock.NETWORK_ABI,
                                 reason="needs Landlock ABI 4 (Linux 6.7+) for the network rules")
 
-ESCAPE = str(SERVERS / "escape_server.py")
 LL = Sandbox(backend="landlock")
 # Bound on one probe call: milliseconds normally (a connect probe waits up to
 # its own 5 s); the rest is margin for a loaded 2-core machine.
 CALL_WAIT = 10.0
 
 
-class Place:
-    """A fake home with a secret, a work dir (the server's cwd), and a dir outside both."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.home = tmp / "home"
-        (self.home / ".ssh").mkdir(parents=True)
-        (self.home / ".ssh" / "id_rsa").write_text("SECRET KEY\n")
-        self.work = tmp / "work"
-        self.work.mkdir()
-        self.outside = ROOT / ".cache" / f"ll-escape-{os.getpid()}-{tmp.name}"
-        self.outside.mkdir(parents=True)
-        (self.outside / "notes.txt").write_text("OUTSIDE\n")
-
-    def server(self, box: Sandbox | None, **kw: object) -> MCPServerStdio:
-        return MCPServerStdio(
-            command=PY, args=[ESCAPE], name="escape", cwd=str(self.work), env={"HOME": str(self.home)},
-            sandbox=box, **kw,  # type: ignore[arg-type]
-        )
-
-
-@pytest.fixture
-def place(tmp_path: Path) -> Iterator[Place]:
-    p = Place(tmp_path)
-    yield p
-    shutil.rmtree(p.outside, ignore_errors=True)
-
-
-def probe(place: Place, calls: list[tuple[str, dict[str, object]]], box: Sandbox | None = LL) -> list[str]:
+def probe(place: EscapePlace, calls: list[tuple[str, dict[str, object]]], box: Sandbox | None = LL) -> list[str]:
     """Each call's answer, bare (sandbox=None) then boxed, interleaved: [bare0, boxed0, bare1, ...]."""
 
     async def main() -> list[str]:
@@ -78,7 +48,7 @@ def probe(place: Place, calls: list[tuple[str, dict[str, object]]], box: Sandbox
     return out
 
 
-def test_files_outside_the_read_allowlist_and_secret_stores_are_unreadable_on_landlock(place: Place) -> None:
+def test_files_outside_the_read_allowlist_and_secret_stores_are_unreadable_on_landlock(place: EscapePlace) -> None:
     bare_secret, boxed_secret, bare_out, boxed_out, bare_sys, boxed_sys = probe(place, [
         ("read", {"path": str(place.home / ".ssh" / "id_rsa")}),
         ("read", {"path": str(place.outside / "notes.txt")}),
@@ -89,7 +59,7 @@ def test_files_outside_the_read_allowlist_and_secret_stores_are_unreadable_on_la
     assert bare_sys.startswith("ok") and boxed_sys.startswith("ok"), "system files stay readable"
 
 
-def test_writes_go_only_to_cwd_and_a_private_tmpdir_on_landlock(place: Place) -> None:
+def test_writes_go_only_to_cwd_and_a_private_tmpdir_on_landlock(place: EscapePlace) -> None:
     target = place.outside / "escaped.txt"
     answers = probe(place, [("write", {"path": str(target)}), ("write", {"path": str(place.work / "note.txt")})])
     bare_out, boxed_out, bare_cwd, boxed_cwd = answers
@@ -114,13 +84,13 @@ def test_writes_go_only_to_cwd_and_a_private_tmpdir_on_landlock(place: Place) ->
     assert not os.path.exists(tmpdir), "the worker removes the private TMPDIR when it exits"
 
 
-def test_a_host_listener_is_reachable_without_the_sandbox_and_not_on_landlock(place: Place, listener: int) -> None:
+def test_a_host_listener_is_reachable_without_the_sandbox_and_not_on_landlock(place: EscapePlace, listener: int) -> None:
     bare, boxed = probe(place, [("connect", {"host": "127.0.0.1", "port": listener})])
     assert bare == "ok hello" and boxed.startswith("denied")
 
 
 def test_a_network_allowlist_on_landlock_goes_through_the_proxy_port_only(
-    place: Place, web: int, listener: int
+    place: EscapePlace, web: int, listener: int
 ) -> None:
     box = Sandbox(backend="landlock", network=["localhost"])
 
@@ -139,7 +109,7 @@ def test_a_network_allowlist_on_landlock_goes_through_the_proxy_port_only(
     assert raw.startswith("denied") and direct.startswith("denied"), "only the proxy's port may be reached"
 
 
-def test_other_processes_are_listed_but_not_signalled_or_read_on_landlock(place: Place) -> None:
+def test_other_processes_are_listed_but_not_signalled_or_read_on_landlock(place: EscapePlace) -> None:
     me = os.getpid()
     bare_sig, boxed_sig, bare_env, boxed_env, bare_procs, boxed_procs = probe(place, [
         ("signal", {"pid": me}), ("environ", {"pid": me}), ("procs", {}),
@@ -152,7 +122,7 @@ def test_other_processes_are_listed_but_not_signalled_or_read_on_landlock(place:
     assert seen_boxed > 5
 
 
-def test_proc_sys_and_sys_stay_read_only_on_landlock(place: Place) -> None:
+def test_proc_sys_and_sys_stay_read_only_on_landlock(place: EscapePlace) -> None:
     # Knobs that refuse the text "escaped" at write(): the open is what is
     # probed (it succeeds bare, as root), and nothing on this machine changes
     # even if the box failed.
@@ -164,7 +134,7 @@ def test_proc_sys_and_sys_stay_read_only_on_landlock(place: Place) -> None:
         assert boxed.startswith("denied PermissionError"), boxed
 
 
-def test_a_hidden_path_inside_cwd_is_carved_out_and_its_siblings_stay_usable(place: Place) -> None:
+def test_a_hidden_path_inside_cwd_is_carved_out_and_its_siblings_stay_usable(place: EscapePlace) -> None:
     (place.work / "keys").mkdir()
     (place.work / "keys" / "token").write_text("SECRET TOKEN\n")
     (place.work / "data.txt").write_text("DATA\n")
@@ -195,7 +165,7 @@ def _git_checkout(work: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("backend", ["landlock", "bwrap"])
-def test_git_hooks_shell_rc_and_editor_configs_stay_read_only_in_a_writable_cwd(place: Place, backend: str) -> None:
+def test_git_hooks_shell_rc_and_editor_configs_stay_read_only_in_a_writable_cwd(place: EscapePlace, backend: str) -> None:
     from lovia_mcp_worker.sandbox import bwrap
 
     if backend == "bwrap" and bwrap.BWRAP is None:
@@ -219,7 +189,7 @@ def test_git_hooks_shell_rc_and_editor_configs_stay_read_only_in_a_writable_cwd(
     assert all(a.startswith("ok") for a in opted_out), opted_out
 
 
-def test_read_only_paths_stay_read_only_inside_a_writable_cwd_on_landlock(place: Place) -> None:
+def test_read_only_paths_stay_read_only_inside_a_writable_cwd_on_landlock(place: EscapePlace) -> None:
     (place.work / "frozen").mkdir()
     (place.work / "y").write_text("")  # cwd is carved: its existing entries stay writable
     box = Sandbox(backend="landlock", read_only=[str(place.work / "frozen")])
@@ -242,13 +212,13 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           cwd=cwd, env={**os.environ, "COLUMNS": "120"})
 
 
-def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: Place) -> None:
+def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: EscapePlace) -> None:
     secret = json.dumps({"path": str(place.outside / "notes.txt")})
     target = json.dumps({"path": str(place.outside / "out" / "w.txt")})
     (place.outside / "out").mkdir()
-    server = ["--", PY, ESCAPE]
+    server = ["--", PY, ESCAPE_SERVER]
     config = place.work / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"escape": {"command": PY, "args": [ESCAPE]}}}))
+    config.write_text(json.dumps({"mcpServers": {"escape": {"command": PY, "args": [ESCAPE_SERVER]}}}))
     with ThreadPoolExecutor(5) as pool:
         bare, boxed, writable, url, check = pool.map(lambda a: _cli(*a, cwd=place.work), [
             ["call", "read", secret, *server],
@@ -268,7 +238,7 @@ def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: P
     assert check.returncode == 0 and "sandbox: landlock" in check.stderr
 
 
-def test_readable_paths_open_to_reading_only_on_landlock(place: Place) -> None:
+def test_readable_paths_open_to_reading_only_on_landlock(place: EscapePlace) -> None:
     async def main(box: Sandbox) -> tuple[str, str]:
         async with place.server(box).session() as conn:
             return (str(await conn.call_tool("read", {"path": str(place.outside / "notes.txt")})),
@@ -280,18 +250,18 @@ def test_readable_paths_open_to_reading_only_on_landlock(place: Place) -> None:
     assert read.startswith("denied")
 
 
-def test_a_folder_in_the_arguments_is_not_granted_but_a_script_is(place: Place) -> None:
+def test_a_folder_in_the_arguments_is_not_granted_but_a_script_is(place: EscapePlace) -> None:
     # "/" or a data root handed to a server must not open the file system:
     # only a script's own folder is granted, so that it can run.
     async def main() -> str:
-        server = MCPServerStdio(command=PY, args=[ESCAPE, "/", str(place.outside)], cwd=str(place.work), sandbox=LL)
+        server = MCPServerStdio(command=PY, args=[ESCAPE_SERVER, "/", str(place.outside)], cwd=str(place.work), sandbox=LL)
         async with server.session() as conn:
             return str(await conn.call_tool("read", {"path": str(place.outside / "notes.txt")}))
 
     assert run(main()).startswith("denied")
 
 
-def test_the_landlock_server_has_no_capabilities_no_new_privs_and_a_seccomp_filter(place: Place) -> None:
+def test_the_landlock_server_has_no_capabilities_no_new_privs_and_a_seccomp_filter(place: EscapePlace) -> None:
     def status(pid: int) -> dict[str, str]:
         with open(f"/proc/{pid}/status") as f:
             return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
@@ -310,7 +280,7 @@ def test_the_landlock_server_has_no_capabilities_no_new_privs_and_a_seccomp_filt
     assert boxed["NoNewPrivs"] == "1" and boxed["Seccomp"] == "2"
 
 
-def test_a_readable_home_keeps_home_and_its_secret_stores_stay_hidden(place: Place) -> None:
+def test_a_readable_home_keeps_home_and_its_secret_stores_stay_hidden(place: EscapePlace) -> None:
     (place.home / "notes.txt").write_text("NOTES\n")
     box = Sandbox(backend="landlock", readable=[str(place.home)])
 

@@ -12,11 +12,12 @@ update per ``PROGRESS_INTERVAL`` per call, the last one always delivered).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,25 @@ class Records(logging.Handler):
         self.first.set()
 
 
-def capture() -> tuple[Records, logging.Logger]:
+@contextlib.contextmanager
+def capture() -> Iterator[Records]:
+    """The ``lovia_mcp.progress`` records made inside the block."""
     handler = Records()
     log = logging.getLogger("lovia_mcp.progress")
     log.addHandler(handler)
     log.setLevel(logging.INFO)
-    return handler, log
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    """A FIFO a gated call waits on after its first progress notification."""
+    path = tmp_path / "gate"
+    os.mkfifo(path)
+    return path
 
 
 async def gated_call(conn: Any, tool: str, gate: Path, handler: Records, **args: Any) -> Any:
@@ -80,44 +94,39 @@ def check_records(records: list[logging.LogRecord], server: str, tool: str) -> N
     assert records[-1].getMessage() == f"{server}/{tool}: 3/3 step 3"
 
 
-@ISOLATIONS
-def test_progress_of_a_running_raw_server_call_is_logged_with_server_tool_and_figures(isolation: str, tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
-    os.mkfifo(gate)
+@contextlib.asynccontextmanager
+async def reported(server: Any, gate: Path) -> AsyncIterator[tuple[Any, list[logging.LogRecord]]]:
+    """A session on ``server`` whose gated ``report`` call answered ``done`` with every record checked.
 
+    Yields the connection and the records logged while the call ran.
+    """
+    with capture() as handler:
+        async with server.session() as conn:
+            running, result = await gated_call(conn, "report", gate, handler)
+            assert str(result) == "done"
+            assert running[0].getMessage() == f"{server.name}/report: 1/3 step 1"
+            check_records(handler.records, server.name, "report")
+            yield conn, running
+
+
+@ISOLATIONS
+def test_progress_of_a_running_raw_server_call_is_logged_with_server_tool_and_figures(isolation: str, gate: Path) -> None:
     async def main() -> None:
-        handler, log = capture()
-        try:
-            server = MCPServerStdio(command=PY, args=[RAW], name="prog", isolation=isolation)  # type: ignore[arg-type]
-            async with server.session() as conn:
-                running, result = await gated_call(conn, "report", gate, handler)
-                assert str(result) == "done"
-                assert [r.getMessage() for r in running] == ["prog/report: 1/3 step 1"]
-                check_records(handler.records, "prog", "report")
-                meta = json.loads(str(await conn.call_tool("meta")))
-                assert isinstance(meta.get("progressToken"), int), meta
-        finally:
-            log.removeHandler(handler)
+        server = MCPServerStdio(command=PY, args=[RAW], name="prog", isolation=isolation)  # type: ignore[arg-type]
+        async with reported(server, gate) as (conn, running):
+            assert [r.getMessage() for r in running] == ["prog/report: 1/3 step 1"]
+            meta = json.loads(str(await conn.call_tool("meta")))
+            assert isinstance(meta.get("progressToken"), int), meta
 
     run(main())
 
 
 @ISOLATIONS
-def test_progress_reported_by_an_sdk_server_tool_is_logged_while_the_call_runs(isolation: str, tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
-    os.mkfifo(gate)
-
+def test_progress_reported_by_an_sdk_server_tool_is_logged_while_the_call_runs(isolation: str, gate: Path) -> None:
     async def main() -> None:
-        handler, log = capture()
-        try:
-            server = MCPServerStdio(command=PY, args=[SDK], name="sdk", isolation=isolation)  # type: ignore[arg-type]
-            async with server.session() as conn:
-                running, result = await gated_call(conn, "report", gate, handler)
-                assert str(result) == "done"
-                assert running[0].getMessage() == "sdk/report: 1/3 step 1"
-                check_records(handler.records, "sdk", "report")
-        finally:
-            log.removeHandler(handler)
+        server = MCPServerStdio(command=PY, args=[SDK], name="sdk", isolation=isolation)  # type: ignore[arg-type]
+        async with reported(server, gate):
+            pass  # reported() made every check
 
     run(main())
 
@@ -130,22 +139,12 @@ def progress_url() -> Iterator[str]:
 
 @ISOLATIONS
 def test_progress_over_streamable_http_is_logged_while_the_call_runs(
-    isolation: str, tmp_path: Path, progress_url: str
+    isolation: str, gate: Path, progress_url: str
 ) -> None:
-    gate = tmp_path / "gate"
-    os.mkfifo(gate)
-
     async def main() -> None:
-        handler, log = capture()
-        try:
-            server = MCPServerStreamableHTTP(url=progress_url, name="web", isolation=isolation)  # type: ignore[arg-type]
-            async with server.session() as conn:
-                running, result = await gated_call(conn, "report", gate, handler)
-                assert str(result) == "done"
-                assert running[0].getMessage() == "web/report: 1/3 step 1"
-                check_records(handler.records, "web", "report")
-        finally:
-            log.removeHandler(handler)
+        server = MCPServerStreamableHTTP(url=progress_url, name="web", isolation=isolation)  # type: ignore[arg-type]
+        async with reported(server, gate):
+            pass  # reported() made every check
 
     run(main())
 
@@ -155,15 +154,12 @@ def test_a_server_flooding_progress_is_coalesced_and_its_last_value_still_arrive
     n = 20_000
 
     async def main() -> None:
-        handler, log = capture()
-        try:
+        with capture() as handler:
             server = MCPServerStdio(command=PY, args=[RAW], name="prog", isolation=isolation)  # type: ignore[arg-type]
             async with server.session() as conn:
                 started = time.monotonic()
                 assert str(await conn.call_tool("flood", {"n": n})) == f"flooded {n}"
                 elapsed = time.monotonic() - started
-        finally:
-            log.removeHandler(handler)
         records = handler.records
         bound = elapsed / PROGRESS_INTERVAL + 2
         print(f"[{isolation}] {n} progress notifications in {elapsed * 1000:.0f} ms -> {len(records)} records "

@@ -15,11 +15,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import PY, ROOT, SERVERS, raw_args, run
+from helpers import PY, ROOT, EscapePlace, raw_args, run
 
 from lovia.exceptions import UserError
 
@@ -28,39 +27,8 @@ from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 pytestmark = pytest.mark.skipif(sandbox_mod.BWRAP is None, reason="bubblewrap is not available (Linux only)")
 
-ESCAPE = str(SERVERS / "escape_server.py")
 
-
-class Place:
-    """A fake home with a secret, a work dir (the server's cwd), and a dir outside both."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.home = tmp / "home"
-        (self.home / ".ssh").mkdir(parents=True)
-        (self.home / ".ssh" / "id_rsa").write_text("SECRET KEY\n")
-        (self.home / ".netrc").write_text("machine x password SECRET\n")
-        self.work = tmp / "work"
-        self.work.mkdir()
-        # Outside /tmp on purpose: the sandbox's /tmp is private, so a dir
-        # under it would be missing rather than read-only.
-        self.outside = ROOT / ".cache" / f"escape-{os.getpid()}-{tmp.name}"
-        self.outside.mkdir(parents=True)
-
-    def server(self, box: Sandbox | None, **kw: object) -> MCPServerStdio:
-        return MCPServerStdio(
-            command=PY, args=[ESCAPE], name="escape", cwd=str(self.work), env={"HOME": str(self.home)},
-            sandbox=box, **kw,  # type: ignore[arg-type]
-        )
-
-
-@pytest.fixture
-def place(tmp_path: Path) -> Iterator[Place]:
-    p = Place(tmp_path)
-    yield p
-    shutil.rmtree(p.outside, ignore_errors=True)
-
-
-def both(place: Place, tool: str, args: dict[str, object]) -> tuple[str, str]:
+def both(place: EscapePlace, tool: str, args: dict[str, object]) -> tuple[str, str]:
     async def main() -> tuple[str, str]:
         out = []
         for box in (None, Sandbox()):
@@ -71,7 +39,7 @@ def both(place: Place, tool: str, args: dict[str, object]) -> tuple[str, str]:
     return run(main())
 
 
-def test_a_secret_store_is_readable_without_the_sandbox_and_empty_inside_it(place: Place) -> None:
+def test_a_secret_store_is_readable_without_the_sandbox_and_empty_inside_it(place: EscapePlace) -> None:
     for path in (place.home / ".ssh" / "id_rsa", place.home / ".netrc"):
         bare, boxed = both(place, "read", {"path": str(path)})
         print(path.name, "|", bare, "|", boxed)
@@ -79,7 +47,7 @@ def test_a_secret_store_is_readable_without_the_sandbox_and_empty_inside_it(plac
         assert "SECRET" not in boxed
 
 
-def test_writing_outside_cwd_works_without_the_sandbox_and_fails_on_a_read_only_root(place: Place) -> None:
+def test_writing_outside_cwd_works_without_the_sandbox_and_fails_on_a_read_only_root(place: EscapePlace) -> None:
     target = place.outside / "escaped.txt"
     bare, boxed = both(place, "write", {"path": str(target)})
     print(bare, "|", boxed)
@@ -89,13 +57,13 @@ def test_writing_outside_cwd_works_without_the_sandbox_and_fails_on_a_read_only_
     assert not target.exists()
 
 
-def test_cwd_stays_writable_inside_the_sandbox(place: Place) -> None:
+def test_cwd_stays_writable_inside_the_sandbox(place: EscapePlace) -> None:
     bare, boxed = both(place, "write", {"path": str(place.work / "note.txt")})
     assert bare.startswith("ok") and boxed.startswith("ok")
     assert (place.work / "note.txt").read_text() == "escaped\n"
 
 
-def test_a_host_listener_is_reachable_without_the_sandbox_and_not_inside_it(place: Place, listener: int) -> None:
+def test_a_host_listener_is_reachable_without_the_sandbox_and_not_inside_it(place: EscapePlace, listener: int) -> None:
     bare, boxed = both(place, "connect", {"host": "127.0.0.1", "port": listener})
     print(bare, "|", boxed)
     assert bare == "ok hello"
@@ -103,7 +71,7 @@ def test_a_host_listener_is_reachable_without_the_sandbox_and_not_inside_it(plac
 
 
 def test_a_network_allowlist_lets_allowed_names_through_the_proxy_and_nothing_else(
-    place: Place, web: int, listener: int
+    place: EscapePlace, web: int, listener: int
 ) -> None:
     # "localhost" is allowed: the proxy, outside the sandbox, reaches the host's loopback.
     box = Sandbox(network=["localhost"])
@@ -122,7 +90,7 @@ def test_a_network_allowlist_lets_allowed_names_through_the_proxy_and_nothing_el
     assert raw.startswith("denied"), "a raw socket to a host port must not get out"
 
 
-def test_a_malformed_network_allowlist_fails_at_open_with_a_hint(place: Place) -> None:
+def test_a_malformed_network_allowlist_fails_at_open_with_a_hint(place: EscapePlace) -> None:
     async def main() -> None:
         with pytest.raises(MCPError) as info:
             await place.server(Sandbox(network=["https://api.github.com"])).open()
@@ -131,7 +99,7 @@ def test_a_malformed_network_allowlist_fails_at_open_with_a_hint(place: Place) -
     run(main())
 
 
-def test_processes_outside_the_tree_are_visible_and_signalable_without_the_sandbox_only(place: Place) -> None:
+def test_processes_outside_the_tree_are_visible_and_signalable_without_the_sandbox_only(place: EscapePlace) -> None:
     me = os.getpid()
     bare, boxed = both(place, "signal", {"pid": me})
     assert bare.startswith("ok") and boxed.startswith("denied") and "ProcessLookupError" in boxed
@@ -143,7 +111,7 @@ def test_processes_outside_the_tree_are_visible_and_signalable_without_the_sandb
     assert seen_bare > 5 and seen_boxed <= 3
 
 
-def test_tmp_is_private_inside_the_sandbox(place: Place) -> None:
+def test_tmp_is_private_inside_the_sandbox(place: EscapePlace) -> None:
     name = f"lovia-mcp-escape-{os.getpid()}"
     host_file = Path("/tmp") / name
     try:
@@ -156,7 +124,7 @@ def test_tmp_is_private_inside_the_sandbox(place: Place) -> None:
         host_file.unlink(missing_ok=True)
 
 
-def test_writable_and_hidden_paths_and_the_vscode_sandbox_block(place: Place) -> None:
+def test_writable_and_hidden_paths_and_the_vscode_sandbox_block(place: EscapePlace) -> None:
     extra = place.outside / "data"
     extra.mkdir()
     (place.outside / "private.txt").write_text("PRIVATE\n")
@@ -234,7 +202,7 @@ def test_the_memory_limit_holds_inside_the_sandbox() -> None:
     run(main())
 
 
-def test_the_plugin_sandbox_applies_to_stdio_servers_without_their_own(place: Place) -> None:
+def test_the_plugin_sandbox_applies_to_stdio_servers_without_their_own(place: EscapePlace) -> None:
     plugin = MCP(place.server(None), MCPServerStdio(command="x", sandbox=Sandbox(network=True)), sandbox=True)
     boxes = [s.sandbox for s in plugin.servers]  # type: ignore[attr-defined]
     assert boxes == [Sandbox(), Sandbox(network=True)]

@@ -31,14 +31,13 @@ from typing import Any, TypeVar
 
 import msgspec
 import pytest
-from conftest import PY, RAW_SERVER, ROOT, SERVERS, register_shared, run
+from helpers import ESCAPE_SERVER, PY, RAW_SERVER, ROOT, EscapePlace, register_shared, run
 
 from lovia_mcp import MCPServerStdio, Sandbox
 from lovia_mcp_worker.sandbox import bwrap, landlock, seccomp
 
 pytestmark = pytest.mark.skipif(bwrap.BWRAP is None, reason="bubblewrap is not available (Linux only)")
 
-ESCAPE = str(SERVERS / "escape_server.py")
 # Bound on one open or one probe, with margin for a loaded 2-core CI.
 CALL_WAIT = 30.0
 # Bound on the shared loop thread's exit at the end of the module.
@@ -178,19 +177,11 @@ def _unlink_user_key(key: int) -> None:
     _keyring_call("keyctl", 9, key, _KEY_SPEC_USER_KEYRING)  # KEYCTL_UNLINK
 
 
-class World:
+class World(EscapePlace):
     """What the probes aim at: a secret, the agent, listeners, a terminal, a key; and the servers."""
 
     def __init__(self, tmp: Path) -> None:
-        self.home = tmp / "home"
-        (self.home / ".ssh").mkdir(parents=True)
-        (self.home / ".ssh" / "id_rsa").write_text("SECRET KEY\n")
-        (self.home / ".netrc").write_text("machine x password SECRET\n")
-        self.work = tmp / "work"
-        self.work.mkdir()
-        # Outside /tmp (the sandbox's is private) and outside cwd: the host.
-        self.outside = ROOT / ".cache" / f"escape17-{os.getpid()}"
-        self.outside.mkdir(parents=True, exist_ok=True)
+        super().__init__(tmp, f"escape17-{os.getpid()}")
         (self.outside / "handle.txt").write_text("read by handle\n")
         self.tcp = _listen_tcp()
         self.unix_path = str(self.outside / "host.sock")
@@ -230,12 +221,8 @@ class World:
             "open_by_handle": {"path": str(self.outside / "handle.txt")},
         }.get(_base(probe), {})
 
-    def server(self, box: Sandbox | None) -> MCPServerStdio:
-        return MCPServerStdio(
-            command=PY, args=[ESCAPE], name="escape", cwd=str(self.work),
-            env={"HOME": str(self.home), "ESCAPE_HOST_MNT": os.readlink("/proc/self/ns/mnt")},
-            sandbox=box,
-        )
+    def server(self, box: Sandbox | None, env: dict[str, str] | None = None, **kw: Any) -> MCPServerStdio:
+        return super().server(box, {"ESCAPE_HOST_MNT": os.readlink("/proc/self/ns/mnt"), **(env or {})}, **kw)
 
     def close(self) -> None:
         for s in (self.tcp, self.unix, self.abstract, self.dgram):
@@ -244,7 +231,7 @@ class World:
             os.close(fd)
         if self.key is not None:
             _unlink_user_key(self.key)
-        shutil.rmtree(self.outside, ignore_errors=True)
+        super().close()
 
 
 SHAPES: dict[str, Sandbox | None] = {
@@ -436,7 +423,7 @@ def test_a_warm_spare_of_a_sandboxed_server_is_sandboxed_and_filtered(tmp_path: 
 
     async def main() -> tuple[str, str, str]:
         server = MCPServerStdio(
-            command=PY, args=[ESCAPE], cwd=str(tmp_path), sandbox=Sandbox(), spares=1,
+            command=PY, args=[ESCAPE_SERVER], cwd=str(tmp_path), sandbox=Sandbox(), spares=1,
             env={"ESCAPE_HOST_MNT": os.readlink("/proc/self/ns/mnt")},
         )
         try:

@@ -17,12 +17,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from helpers import (
-    PY, RAW_SERVER, Model, alive_after, alive_after_sync, drive, leftover_cgroups, outputs, pid_alive, pid_of, raw, run,
+    PY, RAW_SERVER, Model, alive_after, alive_after_sync, drive, end_process, leftover_cgroups, outputs, pid_alive, pid_of,
+    raw, run,
 )
 from lovia import Agent, Runner
 from lovia.testing import call, text
@@ -69,6 +70,32 @@ class _Seen(logging.Handler):
             await self.changed.wait()
 
 
+@contextlib.asynccontextmanager
+async def spares_closed() -> AsyncIterator[None]:
+    """Every spare in the process is closed when the block ends, however it ends."""
+    try:
+        yield
+    finally:
+        await close_spares()
+
+
+@contextlib.asynccontextmanager
+async def warmed(*servers: MCPServerStdio) -> AsyncIterator[list[MCPConnection]]:
+    """The spares ready once ``servers`` are warmed; every spare closed when the block ends."""
+    async with spares_closed():
+        await warm_spares(*servers)
+        yield ready_spares()
+
+
+@contextlib.asynccontextmanager
+async def opened(server: MCPServerStdio) -> AsyncIterator[MCPConnection]:
+    conn = await server.open()
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
 @contextlib.contextmanager
 def seen(text: str) -> Iterator[_Seen]:
     log = logging.getLogger("lovia_mcp")
@@ -113,14 +140,11 @@ def test_a_spare_is_served_once_and_each_open_gets_a_server_no_one_used() -> Non
         for _ in range(4):
             assert await warm_spares(server) == 1
             (spare,) = ready_spares()
-            conn = await server.open()
-            try:
+            async with opened(server) as conn:
                 assert conn is spare  # the spare was taken...
                 assert ready_spares() == []  # ...and is no longer in the pool
                 seen.append(await pid_of(conn))
                 assert seen[-1] == spare.server_pid
-            finally:
-                await conn.close()
             alive, _ = await alive_after([seen[-1]], GONE_WAIT)
             assert alive == [], "a per-run connection's server outlived its close"
         assert len(set(seen)) == len(seen), seen
@@ -165,15 +189,11 @@ async def spare_ready() -> None:
 def test_an_open_with_no_spare_ready_opens_its_own_then_starts_one_for_the_next_run() -> None:
     async def main() -> None:
         server = raw(spares=1)
-        conn = await server.open()
-        try:
+        async with spares_closed(), opened(server) as conn:
             # Started once the open is done (beside it, the two would compete for the CPU).
             assert starting_spares() == 0 and ready_spares() == []
             await asyncio.wait_for(spare_ready(), GONE_WAIT)
             assert ready_spares()[0].server_pid != conn.server_pid
-        finally:
-            await conn.close()
-            await close_spares()
 
     run(main())
 
@@ -194,23 +214,16 @@ def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() ->
     async def main() -> None:
         server = raw(spares=1)
         with seen("ended") as ended:
-            try:
-                await warm_spares(server)
-                (spare,) = ready_spares()
+            async with warmed(server) as (spare,):
                 dead = spare.server_pid
                 assert dead is not None
                 os.kill(dead, signal.SIGKILL)
                 await asyncio.wait_for(ended.reach(1), GONE_WAIT)  # the worker saw it
-                conn = await server.open()
-                try:
+                async with opened(server) as conn:
                     assert conn is not spare
                     assert await pid_of(conn) != dead
-                finally:
-                    await conn.close()
                 alive, _ = await alive_after([spare.worker_pid or 0], GONE_WAIT)
                 assert alive == [], "the dead spare's worker was not closed"
-            finally:
-                await close_spares()
 
     run(main())
 
@@ -218,20 +231,13 @@ def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() ->
 def test_a_spare_whose_worker_died_while_waiting_is_replaced_not_handed_out() -> None:
     async def main() -> None:
         server = raw(spares=1)
-        try:
-            await warm_spares(server)
-            (spare,) = ready_spares()
+        async with warmed(server) as (spare,):
             assert spare.worker_pid is not None and spare.core.channel is not None
             os.kill(spare.worker_pid, signal.SIGKILL)
             await asyncio.wait_for(spare.core.channel.wait_lost(), GONE_WAIT)
-            conn = await server.open()
-            try:
+            async with opened(server) as conn:
                 assert conn is not spare
                 assert await pid_of(conn) != spare.server_pid
-            finally:
-                await conn.close()
-        finally:
-            await close_spares()
 
     run(main())
 
@@ -239,7 +245,7 @@ def test_a_spare_whose_worker_died_while_waiting_is_replaced_not_handed_out() ->
 def test_many_runs_starting_at_once_get_distinct_servers_the_spares_included() -> None:
     async def main() -> None:
         server = raw(spares=2)
-        try:
+        async with spares_closed():
             assert await warm_spares(server) == 2
             spare_pids = {c.server_pid for c in ready_spares()}
             conns = await asyncio.gather(*(server.open() for _ in range(6)))
@@ -251,8 +257,6 @@ def test_many_runs_starting_at_once_get_distinct_servers_the_spares_included() -
             assert len(set(pids)) == 6, pids
             assert spare_pids <= set(pids), (spare_pids, pids)
             assert len({id(c) for c in conns}) == 6
-        finally:
-            await close_spares()
 
     run(main())
 
@@ -261,9 +265,7 @@ def test_a_spare_taken_by_an_equal_config_of_another_plugin_gets_that_configs_op
     async def main() -> None:
         first = raw(spares=1)
         other = raw(spares=1, include_tools=["echo"], timeout=7.0)
-        try:
-            await warm_spares(first)
-            (spare,) = ready_spares()
+        async with warmed(first) as (spare,):
             conn = await MCP(other)._open_server(other)
             try:
                 assert conn is spare
@@ -271,8 +273,6 @@ def test_a_spare_taken_by_an_equal_config_of_another_plugin_gets_that_configs_op
                 assert conn.server is other and conn.tools()[0].timeout == 7.0
             finally:
                 await conn.close()
-        finally:
-            await close_spares()
 
     run(main())
 
@@ -281,16 +281,9 @@ def test_a_config_with_other_args_does_not_take_the_spare() -> None:
     async def main() -> None:
         server = raw(spares=1)
         other = MCPServerStdio(command=PY, args=[RAW_SERVER, "--many", "2"], name="raw", spares=1)
-        try:
-            await warm_spares(server)
-            (spare,) = ready_spares()
-            conn = await other.open()
-            try:
+        async with warmed(server) as (spare,):
+            async with opened(other) as conn:
                 assert conn is not spare and spare in ready_spares()
-            finally:
-                await conn.close()
-        finally:
-            await close_spares()
 
     run(main())
 
@@ -300,11 +293,9 @@ def test_the_number_of_spares_in_the_process_is_capped(monkeypatch: pytest.Monke
 
     async def main() -> None:
         configs = [MCPServerStdio(command=PY, args=[RAW_SERVER, "--many", str(i)], spares=1) for i in range(4)]
-        try:
+        async with spares_closed():
             assert await warm_spares(*configs) == 2
             assert len(ready_spares()) == 2
-        finally:
-            await close_spares()
 
     run(main())
 
@@ -442,12 +433,7 @@ def test_an_agent_killed_or_exiting_with_spares_ready_leaves_no_process(how: str
         if how == "exit":
             assert agent.returncode == 0, agent.stderr.read().decode() if agent.stderr else ""
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(5)
-        for stream in (agent.stdin, agent.stdout, agent.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
+        end_process(agent)
 
 
 # -- persistent connections: a standby server in the worker ------------------- #
@@ -535,13 +521,9 @@ def test_a_persistent_connection_without_spares_keeps_no_standby() -> None:
 def test_a_persistent_session_does_not_take_a_pooled_spare() -> None:
     async def main() -> None:
         server = raw(spares=1)
-        try:
-            await warm_spares(server)
-            (spare,) = ready_spares()
+        async with warmed(server) as (spare,):
             async with server.session() as conn:
                 assert conn is not spare and ready_spares() == [spare]
-        finally:
-            await close_spares()
 
     run(main())
 
@@ -579,20 +561,13 @@ def test_a_spare_taken_hands_a_custom_renderer_the_sdk_models_as_a_fresh_open_do
     async def main() -> None:
         first = raw(spares=1)
         taker = raw(spares=1, result_renderer=renderer)
-        try:
-            await warm_spares(first)
-            (spare,) = ready_spares()
-            conn = await taker.open()
-            try:
+        async with warmed(first) as (spare,):
+            async with opened(taker) as conn:
                 assert conn is spare
                 (tool,) = [t for t in conn.tools() if t.name == "raw__echo"]
                 result = await conn.call_tool("echo", {"text": "hi"})
                 assert tool.result_renderer is not None
                 assert tool.result_renderer(result, None) == "rendered"
-            finally:
-                await conn.close()
-        finally:
-            await close_spares()
 
     run(main())
     assert seen_types and all(m.startswith("mcp") for m in seen_types), seen_types

@@ -12,13 +12,11 @@ from __future__ import annotations
 import sys
 
 import pytest
-from helpers import ISOLATIONS, PY, SERVERS, pid_alive, run
+from helpers import ISOLATIONS, pid_alive, run, sup
 
-from lovia_mcp import Limits, MCPError, MCPServerStdio
+from lovia_mcp import Limits, MCPError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
-
-SUP_SERVER = str(SERVERS / "sup_server.py")
 
 
 @ISOLATIONS
@@ -26,10 +24,7 @@ def test_stats_after_a_limit_kill_show_no_restart_yet_and_no_dead_pid_then_one_r
     isolation: str,
 ) -> None:
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
-            isolation=isolation, limits=Limits(max_processes=5),  # type: ignore[arg-type]
-        )
+        server = sup(isolation, limits=Limits(max_processes=5))
         async with server.session() as conn:
             old = int(str(await conn.call_tool("pid")))
             assert conn.server_pid == old

@@ -18,7 +18,7 @@ import time
 
 import psutil
 import pytest
-from helpers import ISOLATIONS, PY, SERVERS, alive_after_sync, pid_alive, raw_args, run
+from helpers import ISOLATIONS, PY, SERVERS, alive_after_sync, end_process, pid_alive, raw_args, run
 
 from lovia_mcp import MCPError, MCPServerStdio
 
@@ -86,12 +86,7 @@ def test_agent_killed_with_sigkill_takes_worker_server_and_grandchildren_within_
         assert alive == [], f"still alive {took:.2f} s after SIGKILL: {alive}"
         print(f"agent SIGKILL: worker, server and grandchildren gone in {took:.3f} s")
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(5)
-        for stream in (agent.stdin, agent.stdout, agent.stderr):
-            if stream is not None:
-                stream.close()
+        end_process(agent)
 
 
 @ISOLATIONS

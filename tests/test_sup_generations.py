@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ISOLATIONS, PY, alive_after, leftover_cgroups, pid_alive, pid_of, raw_args, run, wait_gone
+from helpers import ISOLATIONS, alive_after, leftover_cgroups, limit_hit, pid_alive, pid_of, raw, run, wait_gone
 
-from lovia_mcp import Limits, MCPError, MCPServerStdio
+from lovia_mcp import Limits, MCPError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -42,10 +42,7 @@ def test_a_call_issued_during_the_kill_grace_is_served_by_a_fresh_server_within_
     grace = 3.0  # long, so that the overlap is plain to see
 
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", kill_grace=grace,
-            isolation=isolation,  # type: ignore[arg-type]
-        )
+        server = raw(isolation, kill_grace=grace)
         async with server.session() as conn:
             assert (await conn.stats()).enforcement == enforcement
             old = await pid_of(conn)
@@ -78,7 +75,7 @@ def test_a_call_running_beside_a_timed_out_call_is_retried_once_on_the_fresh_ser
     grace = 0.5
 
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", kill_grace=grace)
+        server = raw(kill_grace=grace)
         async with server.session() as conn:
             old = await pid_of(conn)
             # Reaches the old server first and blocks there: no answer without the flag.
@@ -101,7 +98,7 @@ def test_a_call_running_beside_a_timed_out_call_is_retried_once_on_the_fresh_ser
 @pytest.mark.timeout(30)
 def test_without_auto_reconnect_the_call_beside_a_timed_out_call_fails_as_server_exited(tmp_path: Path) -> None:
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", kill_grace=0.2, auto_reconnect=False)
+        server = raw(kill_grace=0.2, auto_reconnect=False)
         async with server.session() as conn:
             innocent = asyncio.ensure_future(conn.call_tool("answer_if_exists", {"path": str(tmp_path / "never")}))
             with pytest.raises(asyncio.TimeoutError):
@@ -117,7 +114,7 @@ def test_without_auto_reconnect_the_call_beside_a_timed_out_call_fails_as_server
 @pytest.mark.timeout(30)
 def test_a_timeout_partly_spent_replacing_a_dead_worker_still_kills_the_hung_server(enforcement: str) -> None:
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", kill_grace=0.2)
+        server = raw(kill_grace=0.2)
         async with server.session() as conn:
             worker = conn.worker_pid
             assert worker is not None
@@ -146,17 +143,10 @@ def test_a_fast_1gb_allocation_with_memory_mb_100_is_stopped_and_under_cgroups_n
     limit = 100
 
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", auto_reconnect=False, limits=Limits(memory_mb=limit)
-        )
+        server = raw(auto_reconnect=False, limits=Limits(memory_mb=limit))
         async with server.session() as conn:
-            started = time.monotonic()
-            with pytest.raises(MCPError) as info:
-                await conn.call_tool("alloc_fast", {"mb": 1024, "progress": str(progress)})
-            elapsed = time.monotonic() - started
-            err = info.value
+            err, elapsed = await limit_hit(conn, "alloc_fast", {"mb": 1024, "progress": str(progress)})
             allocated = int(progress.read_text())
-            assert err.kind == "limit", err
             match = re.search(r"memory limit: ([\d.]+) MB .*\(memory_mb=100\)", str(err))
             assert match, str(err)
             peak = float(match.group(1))
@@ -185,18 +175,11 @@ def test_a_fork_storm_with_max_processes_20_is_stopped_and_under_cgroups_never_p
     n = 300
 
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", auto_reconnect=False, limits=Limits(max_processes=20)
-        )
+        server = raw(auto_reconnect=False, limits=Limits(max_processes=20))
         async with server.session() as conn:
             old = await pid_of(conn)
-            started = time.monotonic()
-            with pytest.raises(MCPError) as info:
-                await conn.call_tool("fork_storm", {"n": n, "progress": str(progress)})
-            elapsed = time.monotonic() - started
-            err = info.value
+            err, elapsed = await limit_hit(conn, "fork_storm", {"n": n, "progress": str(progress)})
             forked = int(progress.read_text())
-            assert err.kind == "limit", err
             match = re.search(r"process limit: (\d+) (tasks|processes) in its tree.*\(max_processes=20\)", str(err))
             assert match, str(err)
             figure = int(match.group(1))
@@ -222,7 +205,7 @@ def test_an_escaped_orphan_dies_with_its_own_generation_while_the_fresh_generati
 
     async def main() -> None:
         before = set(leftover_cgroups())
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", kill_grace=grace)
+        server = raw(kill_grace=grace)
         async with server.session() as conn:
             old = await pid_of(conn)
             old_escapee = int(json.loads(str(await conn.call_tool("escape")))["pid"])
@@ -249,7 +232,7 @@ def test_an_escaped_orphan_dies_with_its_own_generation_while_the_fresh_generati
 @pytest.mark.timeout(30)
 def test_stats_say_which_enforcement_is_in_force_and_count_cpu_of_the_whole_tree(enforcement: str) -> None:
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw")
+        server = raw()
         async with server.session() as conn:
             await conn.call_tool("burn", {"seconds": 0.3})
             stats = await conn.stats()
@@ -264,7 +247,7 @@ def test_stats_say_which_enforcement_is_in_force_and_count_cpu_of_the_whole_tree
 @pytest.mark.timing
 def test_a_server_that_keeps_killing_its_worker_opens_the_connections_restart_circuit() -> None:
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", restart_limit=3, restart_window=60)
+        server = raw(restart_limit=3, restart_window=60)
         async with server.session() as conn:
             kinds = []
             for _ in range(5):
@@ -290,7 +273,7 @@ def test_a_worker_killed_by_sigkill_leaves_no_escapee_when_its_generations_had_c
 
     async def main() -> None:
         before = set(leftover_cgroups())
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw")
+        server = raw()
         async with server.session() as conn:
             escapee = int(json.loads(str(await conn.call_tool("escape")))["pid"])
             worker = conn.worker_pid
@@ -327,9 +310,7 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytes
     monkeypatch.setattr(cgroup.GenerationCgroup, "create", classmethod(lambda cls, *a: refuse()))
 
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", isolation="none", limits=Limits(max_processes=5)
-        )
+        server = raw(isolation="none", limits=Limits(max_processes=5))
         async with server.session() as conn:
             assert str(await conn.call_tool("echo", {"text": "ok"})) == "ok"
             stats = await conn.stats()

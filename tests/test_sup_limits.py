@@ -18,21 +18,19 @@ import json
 import os
 import re
 import sys
-import time
 
 import pytest
-from helpers import ISOLATIONS, PY, SERVERS, alive_after, raw_args, run
+from helpers import ISOLATIONS, alive_after, limit_hit, raw, run, sup
 
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
-from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio
+from lovia_mcp import MCP, Limits
 from lovia_mcp.client import channel as _channel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
 
-SUP_SERVER = str(SERVERS / "sup_server.py")
 # The guard samples every 0.1 s; killing takes one SIGKILL round.
 LIMIT_REACTION = 1.5
 # The call fails as soon as the guard retires the server; the tree kill
@@ -44,18 +42,11 @@ KILL_DONE_WITHIN = 1.0
 @pytest.mark.timing
 def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_figure(isolation: str, enforcement: str) -> None:
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
-            isolation=isolation, limits=Limits(memory_mb=60),  # type: ignore[arg-type]
-        )
+        server = sup(isolation, limits=Limits(memory_mb=60))
         async with server.session() as conn:
             old = int(str(await conn.call_tool("pid")))
-            started = time.monotonic()
-            with pytest.raises(MCPError) as info:
-                await conn.call_tool("hold", {"mb": 150})
-            elapsed = time.monotonic() - started
-            err = info.value
-            assert err.kind == "limit" and err.tool_name == "hold"
+            err, elapsed = await limit_hit(conn, "hold", {"mb": 150})
+            assert err.tool_name == "hold"
             match = re.search(r"memory limit: ([\d.]+) MB (resident|in its process tree, where the kernel's OOM "
                               r"killer stopped it) .*\(memory_mb=60\)", str(err))
             assert match, str(err)
@@ -85,19 +76,11 @@ def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str, enf
     n = 40
 
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
-            isolation=isolation, limits=Limits(max_processes=5),  # type: ignore[arg-type]
-        )
+        server = sup(isolation, limits=Limits(max_processes=5))
         async with server.session() as conn:
             old = int(str(await conn.call_tool("pid")))
-            started = time.monotonic()
-            with pytest.raises(MCPError) as info:
-                # One fork every 20 ms: uncontained, 40 children in 0.8 s.
-                await conn.call_tool("fork", {"n": n, "interval": 0.02})
-            elapsed = time.monotonic() - started
-            err = info.value
-            assert err.kind == "limit"
+            # One fork every 20 ms: uncontained, 40 children in 0.8 s.
+            err, elapsed = await limit_hit(conn, "fork", {"n": n, "interval": 0.02})
             match = re.search(r"process limit: (\d+) (processes|tasks) in its tree.* \(max_processes=5\)", str(err))
             assert match, str(err)
             figure = int(match.group(1))
@@ -118,17 +101,10 @@ def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str, enf
 @pytest.mark.timing
 def test_cpu_over_the_limit_is_killed_and_reported_as_a_cpu_limit(enforcement: str) -> None:
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", auto_reconnect=False, limits=Limits(cpu_seconds=1)
-        )
+        server = raw(auto_reconnect=False, limits=Limits(cpu_seconds=1))
         async with server.session() as conn:
             old = json.loads(str(await conn.call_tool("pid")))["pid"]
-            started = time.monotonic()
-            with pytest.raises(MCPError) as info:
-                await conn.call_tool("burn", {"seconds": 10})
-            elapsed = time.monotonic() - started
-            err = info.value
-            assert err.kind == "limit"
+            err, elapsed = await limit_hit(conn, "burn", {"seconds": 10})
             assert "CPU limit" in str(err) and "cpu_seconds=1" in str(err)
             assert "Raise Limits(cpu_seconds=...)" in str(err)
             # 1 s of CPU is more than 1 s of wall time on a busy machine.
@@ -155,7 +131,7 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
     cap = 1024 * 1024
 
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", limits=Limits(max_result_bytes=cap))
+        server = raw(limits=Limits(max_result_bytes=cap))
         async with server.session() as conn:
             pid = json.loads(str(await conn.call_tool("pid")))["pid"]
             provider = ScriptedProvider([call("raw__big", {"size": size}), text("done")])
@@ -179,14 +155,10 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
 def test_memory_limit_counts_the_whole_tree_not_one_process(enforcement: str) -> None:
     # Four children of 25 MB each: none is over 60 MB, the tree is.
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False, limits=Limits(memory_mb=60)
-        )
+        server = sup(limits=Limits(memory_mb=60))
         async with server.session() as conn:
-            with pytest.raises(MCPError) as info:
-                await conn.call_tool("hold_in_children", {"n": 4, "mb": 25})
-            assert info.value.kind == "limit"
-            assert "memory limit" in str(info.value) and "in its process tree" in str(info.value)
+            err, _ = await limit_hit(conn, "hold_in_children", {"n": 4, "mb": 25})
+            assert "memory limit" in str(err) and "in its process tree" in str(err)
             assert str(await conn.call_tool("echo", {"text": "ok"})) == "ok"
             assert (await conn.stats()).processes == 1
 
@@ -201,21 +173,14 @@ def test_cpu_of_short_lived_subprocesses_counts_toward_the_cpu_limit(isolation: 
     # server: each stays under RLIMIT_CPU, and none is alive for long; their
     # 2 s together pass cpu_seconds=1.
     async def main() -> None:
-        server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False,
-            isolation=isolation, limits=Limits(cpu_seconds=1),  # type: ignore[arg-type]
-        )
+        server = sup(isolation, limits=Limits(cpu_seconds=1))
         async with server.session() as conn:
-            started = time.monotonic()
-            with pytest.raises(MCPError) as info:
-                await conn.call_tool("burn_in_subprocesses", {"n": 5, "seconds": 0.4})
-            elapsed = time.monotonic() - started
-            assert info.value.kind == "limit"
-            match = re.search(r"CPU limit: ([\d.]+) s of CPU in its process tree \(cpu_seconds=1\)", str(info.value))
-            assert match, info.value
+            err, elapsed = await limit_hit(conn, "burn_in_subprocesses", {"n": 5, "seconds": 0.4})
+            match = re.search(r"CPU limit: ([\d.]+) s of CPU in its process tree \(cpu_seconds=1\)", str(err))
+            assert match, err
             # Stopped near the limit, well before the 2 s of work were done
             # (had it finished, the call would have answered "done").
             assert 1.0 <= float(match.group(1)) < 1.8, match.group(1)
-            print(f"[{isolation}] {info.value.args[0]!r} after {elapsed:.3f} s")
+            print(f"[{isolation}] {err.args[0]!r} after {elapsed:.3f} s")
 
     run(main())

@@ -24,10 +24,11 @@ Flag ``--log PATH``: every tools/call received appends ``<name>`` to PATH.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
+
+from rawloop import error, result, send, serve, text
 
 ARGS = sys.argv[1:]
 LOG = ARGS[ARGS.index("--log") + 1] if "--log" in ARGS else None
@@ -35,12 +36,6 @@ LOCK = threading.Lock()
 PEERS = threading.Condition()
 ARRIVALS = [0]
 INSIDE = [0]
-
-
-def send(obj: dict) -> None:
-    with LOCK:
-        sys.stdout.write(json.dumps(obj) + "\n")
-        sys.stdout.flush()
 
 
 def tool(name: str, annotations: dict | None = None, **extra: object) -> dict:
@@ -100,33 +95,15 @@ def call(rid: object, name: str, args: dict) -> None:
     elif any(t["name"] == name for t in TOOLS):
         answer = f"{name}: {args.get('text', 'ok')}"
     else:
-        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
+        error(rid, -32602, f"unknown tool {name}")
         return
-    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": answer}]}})
+    result(rid, text(answer))
 
 
-def main() -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        method, rid = msg.get("method"), msg.get("id")
-        if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": msg["params"]["protocolVersion"],
-                "capabilities": {"tools": {"listChanged": True}},
-                "serverInfo": {"name": "annotated", "version": "1"},
-            }})
-        elif method == "tools/list":
-            with LOCK:
-                tools = list(TOOLS)
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
-        elif method == "tools/call":
-            p = msg["params"]
-            threading.Thread(target=call, args=(rid, p["name"], p.get("arguments") or {}), daemon=True).start()
-        elif method is not None and rid is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
+def tools() -> list:
+    with LOCK:
+        return list(TOOLS)
 
 
 if __name__ == "__main__":
-    main()
+    serve("annotated", tools, call, capabilities={"tools": {"listChanged": True}}, threaded=True)

@@ -10,8 +10,7 @@ client refuses.
 
 from __future__ import annotations
 
-import json
-import sys
+from rawloop import result, serve
 
 BLOCKS = [
     {"type": "text", "text": "hello", "annotations": {"audience": ["user"], "priority": 0.75},
@@ -28,28 +27,9 @@ TOOLS = [{"name": "blocks", "description": "Every block type.",
           "inputSchema": {"type": "object", "properties": {"unknown": {"type": "boolean"}}}}]
 
 
-def send(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def main() -> None:
-    for line in sys.stdin:
-        msg = json.loads(line)
-        method, rid = msg.get("method"), msg.get("id")
-        if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                "serverInfo": {"name": "blocks", "version": "1"}}})
-        elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
-        elif method == "tools/call":
-            unknown = bool(((msg.get("params") or {}).get("arguments") or {}).get("unknown"))
-            content = BLOCKS + [UNKNOWN] if unknown else BLOCKS
-            send({"jsonrpc": "2.0", "id": rid, "result": {"content": content, "isError": False}})
-        elif rid is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
+def call(rid: object, name: str, args: dict) -> None:
+    result(rid, {"content": BLOCKS + [UNKNOWN] if args.get("unknown") else BLOCKS, "isError": False})
 
 
 if __name__ == "__main__":
-    main()
+    serve("blocks", TOOLS, call)

@@ -27,11 +27,10 @@ unsandboxed run never touches the host's mounts. The probes live in
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 from escape_probes import PROBES, connect, environ, procs, read, write
+from rawloop import answer, empty_result, serve
 
 
 def attempt(fn):  # type: ignore[no-untyped-def]
@@ -100,27 +99,9 @@ def call(name: str, a: dict) -> str:
     return f"unknown tool {name}"
 
 
-def main() -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        rid, method = msg.get("id"), msg.get("method")
-        if rid is None:
-            continue
-        if method == "initialize":
-            res: dict = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                         "serverInfo": {"name": "escape", "version": "1"}}
-        elif method == "tools/list":
-            res = {"tools": TOOLS}
-        elif method == "tools/call":
-            p = msg["params"]
-            res = {"content": [{"type": "text", "text": call(p["name"], p.get("arguments") or {})}]}
-        else:
-            res = {}
-        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": rid, "result": res}) + "\n")
-        sys.stdout.flush()
+def call_tool(rid: object, name: str, args: dict) -> None:
+    answer(rid, call(name, args))
 
 
 if __name__ == "__main__":
-    main()
+    serve("escape", TOOLS, call_tool, other=empty_result)

@@ -9,31 +9,15 @@ with the body. Answers ``region``.
 
 from __future__ import annotations
 
-import json
-import sys
+from rawloop import answer, empty_result, serve
 
 TOOL = {"name": "route", "description": "Answer the region.", "inputSchema": {
     "type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}}
 
 
-def main() -> None:
-    for line in sys.stdin:
-        msg = json.loads(line)
-        if "id" not in msg:
-            continue
-        method = msg.get("method")
-        if method == "initialize":
-            result: dict = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                            "serverInfo": {"name": "header", "version": "1"}}
-        elif method == "tools/list":
-            result = {"tools": [TOOL]}
-        elif method == "tools/call":
-            result = {"content": [{"type": "text", "text": str(msg["params"]["arguments"].get("region"))}]}
-        else:
-            result = {}
-        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
-        sys.stdout.flush()
+def call(rid: object, name: str, args: dict) -> None:
+    answer(rid, str(args.get("region")))
 
 
 if __name__ == "__main__":
-    main()
+    serve("header", [TOOL], call, other=empty_result)

@@ -14,17 +14,14 @@ tool list changed, on the call's own stream, before answering).
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
-import sys
 
-import uvicorn
 from pydantic import BaseModel
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import ToolAnnotations, ToolListChangedNotification
+from sdk_http import serve_http
 
 PIXEL_PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -80,25 +77,5 @@ async def add_tool(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
-class _Server(uvicorn.Server):
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        # Start-up done (lifespan included): requests are served from now on.
-        assert sockets is not None
-        print(f"PORT {sockets[0].getsockname()[1]}", flush=True)
-
-
-async def main() -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    app = mcp.streamable_http_app(host="127.0.0.1")
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    await _Server(config).serve(sockets=[sock])
-
-
 if __name__ == "__main__":
-    try:
-        asyncio.run(main())
-    except KeyboardInterrupt:
-        sys.exit(0)
+    serve_http(mcp)

@@ -11,12 +11,9 @@ Standard library only; calls are served on threads. Tools:
 
 from __future__ import annotations
 
-import json
-import sys
-import threading
 from typing import Any
 
-_out = threading.Lock()
+from rawloop import answer, serve
 
 TOOLS = [
     {"name": "latch", "description": "Hold the call until released.",
@@ -25,12 +22,6 @@ TOOLS = [
     {"name": "echo", "description": "Echo text.",
      "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
 ]
-
-
-def send(msg: dict[str, Any]) -> None:
-    with _out:
-        sys.stdout.write(json.dumps(msg) + "\n")
-        sys.stdout.flush()
 
 
 def call(rid: Any, name: str, args: dict[str, Any]) -> None:
@@ -42,28 +33,8 @@ def call(rid: Any, name: str, args: dict[str, Any]) -> None:
         text = "released"
     else:
         text = str(args.get("text", ""))
-    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}]}})
-
-
-def main() -> None:
-    for line in sys.stdin:
-        msg = json.loads(line)
-        method, rid = msg.get("method"), msg.get("id")
-        if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                "serverInfo": {"name": "latch", "version": "1"}}})
-        elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
-        elif method == "tools/call":
-            params = msg["params"]
-            threading.Thread(target=call, args=(rid, params["name"], params.get("arguments") or {}),
-                             daemon=True).start()
-        elif method == "ping":
-            send({"jsonrpc": "2.0", "id": rid, "result": {}})
-        elif rid is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no such method"}})
+    answer(rid, text)
 
 
 if __name__ == "__main__":
-    main()
+    serve("latch", TOOLS, call, threaded=True)

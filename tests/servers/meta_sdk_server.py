@@ -18,16 +18,13 @@ Tools:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import socket
 import sys
 from typing import Any
 
-import uvicorn
-
 from mcp.server.mcpserver import Context, MCPServer
+from sdk_http import serve_http
 
 server = MCPServer("meta")
 
@@ -63,24 +60,8 @@ def crash() -> str:
     os._exit(3)
 
 
-class _Server(uvicorn.Server):
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        # Start-up done: requests are served from now on (the test's connect-back).
-        assert sockets is not None
-        print(f"PORT {sockets[0].getsockname()[1]}", flush=True)
-
-
-async def serve_http() -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    app = server.streamable_http_app(host="127.0.0.1")
-    await _Server(uvicorn.Config(app, log_level="warning", lifespan="on")).serve(sockets=[sock])
-
-
 if __name__ == "__main__":
     if sys.argv[1:] == ["--http"]:
-        asyncio.run(serve_http())
+        serve_http(server)
     else:
         server.run("stdio")

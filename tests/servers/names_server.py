@@ -10,8 +10,7 @@ Request ids are echoed back exactly as received, whatever their type.
 
 from __future__ import annotations
 
-import json
-import sys
+from rawloop import answer, error, serve
 
 RAW_NAMES = ["get weather", "héllo", "a.b", "a_b", "x" * 300, "dup", "dup", "ok_name"]
 
@@ -21,42 +20,14 @@ TOOLS = [
 ]
 
 
-def send(obj: dict) -> None:
-    # Unescaped UTF-8 bytes, as most servers send non-ASCII names, whatever
-    # locale the server was started under.
-    sys.stdout.buffer.write((json.dumps(obj, ensure_ascii=False) + "\n").encode())
-    sys.stdout.buffer.flush()
-
-
-def main() -> None:
-    for line in sys.stdin.buffer:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        method = msg.get("method")
-        if "id" not in msg:
-            continue  # a notification (initialized, cancelled) or a response
-        rid = msg["id"]
-        if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "names", "version": "1"},
-            }})
-        elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
-        elif method == "tools/call":
-            name = msg["params"]["name"]
-            if name in RAW_NAMES:
-                result = {"content": [{"type": "text", "text": f"called {name}"}]}
-                send({"jsonrpc": "2.0", "id": rid, "result": result})
-            else:
-                send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name!r}"}})
-        elif method == "ping":
-            send({"jsonrpc": "2.0", "id": rid, "result": {}})
-        elif method is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
+def call(rid: object, name: str, args: dict) -> None:
+    if name in RAW_NAMES:
+        answer(rid, f"called {name}")
+    else:
+        error(rid, -32602, f"unknown tool {name!r}")
 
 
 if __name__ == "__main__":
-    main()
+    # Unescaped UTF-8 bytes, as most servers send non-ASCII names, whatever
+    # locale the server was started under.
+    serve("names", TOOLS, call, utf8=True)

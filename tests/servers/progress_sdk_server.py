@@ -12,13 +12,12 @@ can be read from the FIFO; then answers ``done``.
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import sys
 
 import anyio
 
 from mcp.server.mcpserver import Context, MCPServer
+from sdk_http import serve_http
 
 server = MCPServer("progress-sdk")
 
@@ -38,26 +37,8 @@ async def report(ctx: Context, steps: int = 3, gate: str = "") -> str:
     return "done"
 
 
-async def _serve_http() -> None:
-    import uvicorn
-
-    class _Server(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets=sockets)
-            assert sockets is not None
-            print(f"PORT {sockets[0].getsockname()[1]}", flush=True)
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"), log_level="warning", lifespan="on")
-    await _Server(config).serve(sockets=[sock])
-
-
 if __name__ == "__main__":
     if "--http" in sys.argv:
-        try:
-            asyncio.run(_serve_http())
-        except KeyboardInterrupt:
-            sys.exit(0)
+        serve_http(server)
     else:
         server.run("stdio")

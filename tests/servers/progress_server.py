@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import sys
 
+from rawloop import answer, send, serve
+
 TOOLS = [
     {"name": "report", "description": "Progress per step.", "inputSchema": {"type": "object", "properties": {
         "steps": {"type": "integer"}, "total": {"type": "number"}, "gate": {"type": "string"}}}},
@@ -27,11 +29,6 @@ TOOLS = [
 ]
 
 
-def send(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
 def progress(token: object, value: float, total: float | None, message: str | None) -> None:
     params: dict = {"progressToken": token, "progress": value}
     if total is not None:
@@ -39,10 +36,6 @@ def progress(token: object, value: float, total: float | None, message: str | No
     if message is not None:
         params["message"] = message
     send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
-
-
-def answer(rid: object, text: str) -> None:
-    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}]}})
 
 
 def call(rid: object, name: str, args: dict, meta: dict) -> None:
@@ -70,22 +63,5 @@ def call(rid: object, name: str, args: dict, meta: dict) -> None:
         answer(rid, f"flooded {n}")
 
 
-def main() -> None:
-    for line in sys.stdin:
-        msg = json.loads(line)
-        method, rid = msg.get("method"), msg.get("id")
-        if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                "serverInfo": {"name": "progress", "version": "1"}}})
-        elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
-        elif method == "tools/call":
-            params = msg.get("params") or {}
-            call(rid, params.get("name"), params.get("arguments") or {}, params.get("_meta") or {})
-        elif rid is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
-
-
 if __name__ == "__main__":
-    main()
+    serve("progress", TOOLS, call, meta=True)

@@ -59,6 +59,8 @@ import subprocess
 import sys
 import time
 
+from rawloop import error, result, send, serve, text
+
 ARGS = sys.argv[1:]
 
 
@@ -67,19 +69,6 @@ def flag(name: str) -> str | None:
         i = ARGS.index(name)
         return ARGS[i + 1] if i + 1 < len(ARGS) and not ARGS[i + 1].startswith("--") else ""
     return None
-
-
-def send(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def result(rid: object, res: dict) -> None:
-    send({"jsonrpc": "2.0", "id": rid, "result": res})
-
-
-def text(s: str, **extra: object) -> dict:
-    return {"content": [{"type": "text", "text": s}], **extra}
 
 
 SCHEMA = {"type": "object", "properties": {}}
@@ -334,7 +323,7 @@ def call(rid: object, name: str, args: dict) -> None:
         else:
             block_forever()
     else:
-        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
+        error(rid, -32602, f"unknown tool {name}")
 
 
 def block_forever() -> None:
@@ -351,30 +340,7 @@ def main() -> None:
         sys.stderr.write("refusing to start: bad configuration\n")
         sys.stderr.flush()
         sys.exit(int(code))
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        msg = json.loads(line)
-        method = msg.get("method")
-        rid = msg.get("id")
-        if method == "initialize":
-            if flag("--no-handshake") is not None:
-                continue
-            result(rid, {
-                "protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "raw", "version": "1"},
-            })
-        elif method == "tools/list":
-            result(rid, {"tools": TOOLS})
-        elif method == "tools/call":
-            p = msg["params"]
-            call(rid, p["name"], p.get("arguments") or {})
-        elif method == "ping":
-            result(rid, {})
-        elif method is not None and rid is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
+    serve("raw", TOOLS, call, handshake=flag("--no-handshake") is None)
     if flag("--linger") is not None:
         block_forever()
 

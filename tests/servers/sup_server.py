@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from rawloop import answer, error, serve
+
 TOOLS = [
     {"name": n, "description": d, "inputSchema": {"type": "object", "properties": p}}
     for n, d, p in [
@@ -53,15 +55,6 @@ TOOLS = [
 WAITING: list[object] = []
 CANCELLED: list[object] = []
 HELD: list[bytearray] = []
-
-
-def send(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def answer(rid: object, text: str) -> None:
-    send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}]}})
 
 
 def block_forever() -> None:
@@ -113,32 +106,15 @@ def call(rid: object, name: str, args: dict) -> None:
             time.sleep(float(args.get("interval", 0.0)))
         block_forever()
     else:
-        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
+        error(rid, -32602, f"unknown tool {name}")
 
 
-def main() -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        method, rid = msg.get("method"), msg.get("id")
-        if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "sup", "version": "1"},
-            }})
-        elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
-        elif method == "tools/call":
-            call(rid, msg["params"]["name"], msg["params"].get("arguments") or {})
-        elif method == "notifications/cancelled":
-            CANCELLED.append((msg.get("params") or {}).get("requestId"))
-            sys.stderr.write(f"cancelled request {CANCELLED[-1]}\n")
-            sys.stderr.flush()
-        elif rid is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
+def cancelled(method: str, params: dict) -> None:
+    if method == "notifications/cancelled":
+        CANCELLED.append(params.get("requestId"))
+        sys.stderr.write(f"cancelled request {CANCELLED[-1]}\n")
+        sys.stderr.flush()
 
 
 if __name__ == "__main__":
-    main()
+    serve("sup", TOOLS, call, notified=cancelled)

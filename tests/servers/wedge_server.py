@@ -11,11 +11,12 @@ are answered while it is not stalled.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import time
+
+from rawloop import answer, serve
 
 TOOLS = [
     {"name": "stall", "description": "Block forever, ignoring cancellation.", "inputSchema": {"type": "object"}},
@@ -23,38 +24,15 @@ TOOLS = [
 ]
 
 
-def send(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def main() -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        method, rid = msg.get("method"), msg.get("id")
-        if method == "initialize":
-            send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "wedge", "version": "1"},
-            }})
-        elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
-        elif method == "ping":
-            send({"jsonrpc": "2.0", "id": rid, "result": {}})
-        elif method == "tools/call" and msg["params"]["name"] == "stall":
-            sys.stderr.write(f"stalling request {rid}\n")
-            sys.stderr.flush()
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            while True:
-                time.sleep(3600)
-        elif method == "tools/call":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": str(os.getpid())}]}})
-        elif rid is not None:
-            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
+def call(rid: object, name: str, args: dict) -> None:
+    if name == "stall":
+        sys.stderr.write(f"stalling request {rid}\n")
+        sys.stderr.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(3600)
+    answer(rid, str(os.getpid()))
 
 
 if __name__ == "__main__":
-    main()
+    serve("wedge", TOOLS, call)  # not threaded: the stall holds the one thread that reads stdin
