@@ -22,7 +22,8 @@ Tool-list changes: the worker sends ``ToolsChanged`` when the server's list
 changes (``tools/list_changed``, or a restarted server listing others);
 :meth:`MCPConnection.tools` then gives the new tools, so a persistent
 connection hands them to the next run, while a run already going keeps the
-list its plugin set up with.
+list its plugin set up with. :attr:`MCPConnection.on_tools_changed` hears of
+each change (the gateway forwards it to its clients).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -107,6 +109,10 @@ class MCPConnection(LoviaFields):
         # Raw names already reported as listed twice: a refresh repeats no warning.
         self._duplicates_reported: set[str] = set()
         self._renderer = _renderer(server)
+        # Called, on the event loop and synchronously, once the tools have
+        # changed while open (a list_changed, a restarted server or a replaced
+        # worker listing other tools); it must not block.
+        self.on_tools_changed: Callable[[MCPConnection], None] | None = None
 
     # -- the plugin's view --------------------------------------------------- #
     @property
@@ -195,7 +201,13 @@ class MCPConnection(LoviaFields):
         if changed and self._tools is None:
             return  # not opened yet: Opened brings the list
         before = set(self.raw_names.values())
+        differs = self._tools is not None and list(specs) != self._specs
         self._tools = self._build_tools(specs)
+        if differs and self.on_tools_changed is not None:
+            try:
+                self.on_tools_changed(self)
+            except Exception:  # noqa: BLE001 - a listener's bug must not break the worker's message loop
+                logger.exception("%s: on_tools_changed raised", self.name)
         if changed:
             after = set(self.raw_names.values())
             logger.info(

@@ -133,14 +133,26 @@ def sdk_http_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
 
 
 @asynccontextmanager
-async def sdk_client(url: str, headers: dict[str, str], mode: str = "auto") -> AsyncIterator[Any]:
-    """The MCP SDK's own client on ``url``."""
+async def sdk_client(url: str, headers: dict[str, str], mode: str = "auto", *, message_handler: Any = None,
+                     stream_open: Any = None) -> AsyncIterator[Any]:
+    """The MCP SDK's own client on ``url``.
+
+    ``message_handler``: the SDK's, for server notifications. ``stream_open``:
+    an ``asyncio.Event`` set when the server answers the client's GET (the
+    standalone stream a 2025 session hears server messages on); the server
+    registers that stream before its answer's headers reach the client.
+    """
     import httpx2
     from mcp.client.client import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    async with httpx2.AsyncClient(headers=headers, timeout=30.0) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+    async def seen(response: Any) -> None:
+        if stream_open is not None and response.request.method == "GET" and response.status_code == 200:
+            stream_open.set()
+
+    async with httpx2.AsyncClient(headers=headers, timeout=30.0, event_hooks={"response": [seen]}) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode,
+                          message_handler=message_handler) as client:
             yield client
 
 

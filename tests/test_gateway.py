@@ -53,6 +53,9 @@ KEEP_ALIVE_REQUESTS = 21
 # A client gone mid-call: uvicorn sees the closed socket, the gateway cancels
 # the call (a few ms unloaded). Generous for a loaded machine.
 CANCEL_SEEN_WAIT = 20.0
+# A tool-list change travels server -> worker -> gateway -> client's stream:
+# milliseconds unloaded. Generous for a loaded machine.
+NOTIFY_WAIT = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +79,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[S
         "bare": server("escape_server.py"),
         "hdr": server("header_server.py"),
         "latch": server("latch_server.py"),
+        # Tool lists that grow on demand (add_tool): one shared, one per session.
+        "grow": server("annotated_server.py"),
+        "growps": server("annotated_server.py", session="per-session"),
         # Only where the sandbox can run (a server that cannot be sandboxed never opens).
         **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
     }, "--max-body-bytes", "65536")
@@ -498,3 +504,108 @@ def test_metrics_count_calls_by_outcome_latency_kills_and_memory_per_server(gate
     assert samples['lovia_mcp_server_memory_bytes{server="ann"}'] > 1_000_000
     assert samples['lovia_mcp_server_processes{server="ann"}'] == 1
     assert samples['lovia_mcp_up{server="raw"}'] == 1
+
+
+# --------------------------------------------------------------------------- #
+# Tool-list changes reach the clients
+# --------------------------------------------------------------------------- #
+class Heard:
+    """A 2025 session's ears: its GET stream open, and the tools/list_changed notifications it got."""
+
+    def __init__(self) -> None:
+        import mcp_types
+
+        self.kind = mcp_types.ToolListChangedNotification
+        self.stream_open = asyncio.Event()
+        self.count = 0
+        self.changed = asyncio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, self.kind):
+            self.count += 1
+            self.changed.set()
+
+    async def next(self) -> None:
+        await asyncio.wait_for(self.changed.wait(), NOTIFY_WAIT)
+        self.changed.clear()
+
+
+def _fresh() -> str:
+    # The shared server keeps every tool added: each test adds its own.
+    return f"t{os.urandom(4).hex()}"
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/servers/grow/mcp"])
+def test_a_2025_session_is_told_when_a_shared_servers_tools_change_and_then_lists_the_new_tool(
+        gateway: Serve, path: str) -> None:
+    name = _fresh()
+    prefix = "grow__" if path == "/mcp" else ""
+
+    async def main() -> tuple[Any, int, set[str], set[str]]:
+        heard = Heard()
+        async with sdk_client(gateway.base + path, gateway.headers, mode="legacy", message_handler=heard,
+                              stream_open=heard.stream_open) as listener:
+            before = {t.name for t in (await listener.list_tools()).tools}
+            await asyncio.wait_for(heard.stream_open.wait(), NOTIFY_WAIT)
+            # Another client changes the list: every session listing the server hears of it.
+            async with sdk_client(gateway.url, gateway.headers) as other:
+                added = await other.call_tool("grow__add_tool", {"text": name})
+                assert added.content[0].text == f"added {name}"
+            await heard.next()
+            after = {t.name for t in (await listener.list_tools()).tools}
+            return listener.server_capabilities, heard.count, before, after
+
+    capabilities, count, before, after = run(main())
+    assert capabilities.tools.list_changed is True
+    assert count == 1
+    assert prefix + name not in before
+    assert after == before | {prefix + name}
+
+
+def test_a_2026_client_listening_for_tool_list_changes_gets_the_event_and_then_lists_the_new_tool(
+        gateway: Serve) -> None:
+    from mcp.client.subscriptions import ToolsListChanged
+
+    name = _fresh()
+
+    async def main() -> tuple[str, Any, Any, set[str]]:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            async with client.listen(tools_list_changed=True) as sub:
+                # The stream is acknowledged: a change from now on is delivered.
+                await client.call_tool("grow__add_tool", {"text": name})
+                events = aiter(sub)
+                event = await asyncio.wait_for(anext(events), NOTIFY_WAIT)
+                after = {t.name for t in (await client.list_tools()).tools}
+            return client.protocol_version, client.server_capabilities, event, after
+
+    version, capabilities, event, after = run(main())
+    assert version == "2026-07-28"
+    assert capabilities.tools.list_changed is True
+    assert isinstance(event, ToolsListChanged)
+    assert f"grow__{name}" in after
+
+
+def test_a_per_session_servers_tool_list_change_is_told_to_its_own_session_only(gateway: Serve) -> None:
+    mine, theirs = _fresh(), _fresh()
+
+    async def main() -> tuple[Heard, Heard, set[str], set[str]]:
+        a, b = Heard(), Heard()
+        async with sdk_client(gateway.url, gateway.headers, mode="legacy", message_handler=a,
+                              stream_open=a.stream_open) as one, \
+                sdk_client(gateway.url, gateway.headers, mode="legacy", message_handler=b,
+                           stream_open=b.stream_open) as two:
+            await asyncio.wait_for(asyncio.gather(a.stream_open.wait(), b.stream_open.wait()), NOTIFY_WAIT)
+            await one.call_tool("growps__add_tool", {"text": mine})
+            await a.next()
+            # b's own change is told after anything a's change could have sent
+            # it (the same stream, in order): b hearing exactly one means a's
+            # change was not told to b.
+            await two.call_tool("growps__add_tool", {"text": theirs})
+            await b.next()
+            return a, b, {t.name for t in (await one.list_tools()).tools}, \
+                {t.name for t in (await two.list_tools()).tools}
+
+    a, b, one_lists, two_lists = run(main())
+    assert (a.count, b.count) == (1, 1)
+    assert f"growps__{mine}" in one_lists and f"growps__{theirs}" not in one_lists
+    assert f"growps__{theirs}" in two_lists and f"growps__{mine}" not in two_lists

@@ -15,6 +15,10 @@ session, so shared servers need no affinity between replicas. A 2026-07-28
 ``tools/call`` or ``tools/list`` goes to a second manager on the same Server,
 in JSON mode, through :mod:`.fastpath` (cheaper; the same answers).
 
+Tool-list changes reach the clients through :mod:`.notify`: a 2025 session
+gets ``notifications/tools/list_changed``, a 2026-07-28 client holding a
+``subscriptions/listen`` stream a ``ToolsListChanged`` event.
+
 Per call, nothing is done twice: the tool's input schema comes from the
 gateway's listing (the SDK would otherwise run ``tools/list`` per call to
 check ``Mcp-Param-*`` headers) and the result goes to the SDK as its MCP
@@ -51,7 +55,8 @@ from lovia.exceptions import MCPError as LoviaMCPError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -66,6 +71,7 @@ from ..render import MCPToolResult
 from .backends import Backend, Refused
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, Labels, Metrics
+from .notify import Notifier
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -74,6 +80,7 @@ SEPARATOR: Final = "__"
 SESSION_HEADER: Final = b"mcp-session-id"
 VERSION_HEADER: Final = b"mcp-protocol-version"
 METHOD_HEADER: Final = b"mcp-method"
+LISTEN: Final = b"subscriptions/listen"
 # JSON-RPC error code for "try again elsewhere" (the server-defined range):
 # a draining gateway or a full session table.
 UNAVAILABLE: Final = -32000
@@ -87,6 +94,25 @@ def _session_of(ctx: ServerRequestContext[Any, Any]) -> str | None:
         return None
     value = headers.get("mcp-session-id")
     return value if isinstance(value, str) and value else None
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level Server whose handshake says ``tools.listChanged: true``.
+
+    The SDK's session manager asks the Server for its initialization options
+    and passes it no NotificationOptions, so a 2025 client would be told the
+    list never changes. (A 2026-07-28 ``server/discover`` says so by itself
+    because ``subscriptions/listen`` is served.)
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions)
 
 
 def result_json(result: MCPToolResult) -> dict[str, Any]:
@@ -149,13 +175,19 @@ class Gateway:
                 max_sessions=max_sessions, session_idle_timeout=session_idle, json_response=json_response,
             )
 
+        paths: dict[str, str | None] = {"/mcp": None, **{f"/servers/{name}/mcp": name for name in self.backends}}
+        # Listen streams are long-lived HTTP responses: as many per endpoint
+        # as sessions.
+        self.notifier = Notifier(paths, max_streams=max_sessions, session_idle=session_idle)
+        for backend in backends:
+            backend.on_tools_changed = lambda b, session: self.notifier.changed(b.name, session)
         # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
         # sessions and everything else, and one in JSON mode, on the same
         # Server, for the 2026-07-28 calls fastpath serves.
         self.managers: dict[str, StreamableHTTPSessionManager] = {}
         self.fast: dict[str, StreamableHTTPSessionManager] = {}
-        for path, only in [("/mcp", None), *((f"/servers/{name}/mcp", name) for name in self.backends)]:
-            app = self._mcp_server(only)
+        for path, only in paths.items():
+            app = self._mcp_server(path, only)
             self.managers[path] = manager(app)
             self.fast[path] = manager(app, json_response=True)
 
@@ -168,6 +200,7 @@ class Gateway:
     async def drain(self, timeout: float) -> bool:
         """Refuse new sessions; wait up to ``timeout`` for the calls in flight. True if they all ended."""
         self.draining = True
+        self.notifier.close()
         try:
             await asyncio.wait_for(self._idle_now.wait(), timeout)
             return True
@@ -175,10 +208,15 @@ class Gateway:
             return False
 
     # -- MCP ------------------------------------------------------------------ #
-    def _mcp_server(self, only: str | None) -> Server[Any]:
+    def _mcp_server(self, path: str, only: str | None) -> Server[Any]:
         async def list_tools(ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=self._listing(only))
+            return types.ListToolsResult(tools=self._listing(only, _session_of(ctx)))
+
+        async def initialized(ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
+            session = _session_of(ctx)
+            if session is not None:
+                self.notifier.heard(session, ctx.session, only)
 
         async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> dict[str, Any]:
             backend, raw = self._resolve(only, params.name)
@@ -195,20 +233,22 @@ class Gateway:
 
         from .. import __version__
 
-        server: Server[Any] = Server(f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__,
-                                     on_list_tools=list_tools, get_tool_input_schema=input_schema)
+        server: Server[Any] = _Server(f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__,
+                                      on_list_tools=list_tools, get_tool_input_schema=input_schema,
+                                      on_subscriptions_listen=self.notifier.endpoints[path].listen)
+        server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
         # Registered by method rather than as on_call_tool: a handler may return
         # the result's JSON (the public HandlerResult), which skips building a
         # model the SDK would dump again.
         server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
         return server
 
-    def _listing(self, only: str | None) -> list[types.Tool]:
+    def _listing(self, only: str | None, session: str | None = None) -> list[types.Tool]:
         tools: list[types.Tool] = []
         for name, backend in self.backends.items():
             if only is not None and name != only:
                 continue
-            for tool in backend.tools():
+            for tool in backend.tools(session):
                 body: dict[str, Any] = {
                     "name": tool.raw_name if only else f"{name}{SEPARATOR}{tool.raw_name}",
                     "description": tool.description, "inputSchema": tool.parameters,
@@ -331,7 +371,10 @@ class Gateway:
         # Draining refuses what would open a session (it would die with this
         # replica); a session's calls and stateless requests are still served
         # until HTTP stops, so a load balancer slow to notice /readyz loses nothing.
-        if session is None and (not self.ready or (self.draining and not stateless)):
+        # A listen stream opened now would be cut with this replica: refused
+        # while draining like a new session.
+        listen = stateless and headers.get(METHOD_HEADER) == LISTEN
+        if session is None and (not self.ready or (self.draining and (listen or not stateless))):
             why = "the gateway is shutting down" if self.draining else "the gateway is still opening its servers"
             await _json(send, 503, {"jsonrpc": "2.0", "id": None,
                                     "error": {"code": UNAVAILABLE, "message": f"{why}; retry shortly"}},
@@ -340,8 +383,18 @@ class Gateway:
         if stateless and headers.get(METHOD_HEADER) in FAST_METHODS and accepts_both(headers.get(b"accept", b"")):
             await serve_fast(self.fast[path].handle_request, scope, receive, send)
             return
-        await manager.handle_request(scope, receive, send)
-        if scope["method"] == "DELETE" and session is not None:
+        if session is None:
+            await manager.handle_request(scope, receive, send)
+            return
+        # Every request of a session is seen (its GET stream for as long as it
+        # is open): the notifier forgets a session as the SDK expires it.
+        self.notifier.began(session)
+        try:
+            await manager.handle_request(scope, receive, send)
+        finally:
+            self.notifier.ended(session)
+        if scope["method"] == "DELETE":
+            self.notifier.forget(session)
             for backend in self.backends.values():
                 await backend.end_session(session)
 

@@ -15,6 +15,11 @@ gone when the connection closes.
 
 Lifecycle: ``start`` opens (and lists) before the gateway says it is ready;
 ``aclose`` closes every connection, bounded and shielded.
+
+Tool-list changes: a backend tells :attr:`Backend.on_tools_changed` when a
+connection's tools change (:attr:`MCPConnection.on_tools_changed`), with the
+session whose server it is (``None`` for a shared server, whose change is
+everyone's).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from lovia.exceptions import MCPError
@@ -63,12 +69,20 @@ class Backend:
         self.served = served
         # Restarts of connections already closed: the counter never goes back.
         self.closed_restarts = 0
+        # The gateway's listener: (this backend, the session whose server's
+        # tools changed, None for a shared server). Called on the event loop.
+        self.on_tools_changed: Callable[[Backend, str | None], None] | None = None
 
     async def start(self) -> None:
         raise NotImplementedError
 
-    def tools(self) -> list[MCPTool]:
+    def tools(self, session: str | None = None) -> list[MCPTool]:
+        """The tools ``session`` sees (a per-session server's own once the session holds one)."""
         raise NotImplementedError
+
+    def _changed(self, session: str | None) -> None:
+        if self.on_tools_changed is not None:
+            self.on_tools_changed(self, session)
 
     async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
         raise NotImplementedError
@@ -113,13 +127,14 @@ class Shared(Backend):
         # Persistent: the connection's own restarts replace a crashed server
         # (and keep a standby one if the config asks for spares).
         self._conn = await dataclasses.replace(self.server, close_after_run=False).open()
+        self._conn.on_tools_changed = lambda _conn: self._changed(None)
 
     def _live(self) -> MCPConnection:
         if self._conn is None:
             raise Refused(f"server {self.name!r} is not open", hint="Wait for /readyz to answer 200.")
         return self._conn
 
-    def tools(self) -> list[MCPTool]:
+    def tools(self, session: str | None = None) -> list[MCPTool]:
         return _tools_of(self._live())
 
     async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
@@ -165,9 +180,10 @@ class PerSession(Backend):
         await warm_spares(self.config)
         self._sweeper = asyncio.ensure_future(self._sweep())
 
-    def tools(self) -> list[MCPTool]:
-        # A live session's server knows of list changes; the first open's listing otherwise.
-        held = next(iter(self._held.values()), None)
+    def tools(self, session: str | None = None) -> list[MCPTool]:
+        # The session's own server, with its list changes; the first open's
+        # listing for a session that holds none yet (or none at all).
+        held = None if session is None else self._held.get(session)
         return _tools_of(held.conn) if held is not None else list(self._listing)
 
     def sessions(self) -> int:
@@ -206,6 +222,8 @@ class PerSession(Backend):
             await conn.close()
             raise Refused("the gateway is shutting down", hint="Retry on another replica.")
         held = self._held[session] = _Held(conn)
+        # Only this session lists this server: only it hears of its changes.
+        conn.on_tools_changed = lambda _conn: self._changed(session)
         logger.info("session opened", extra={"server": self.name, "session": session[:16]})
         return held
 

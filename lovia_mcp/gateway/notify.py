@@ -1,0 +1,156 @@
+"""Tool-list changes forwarded to the gateway's clients, in each protocol era's own way.
+
+A backend's connection tells the gateway that a server's tools changed
+(:attr:`~lovia_mcp.MCPConnection.on_tools_changed`); the next ``tools/list``
+already shows the new list. Then :meth:`Notifier.changed` tells the clients
+of every endpoint that lists that server (``/mcp`` and
+``/servers/<name>/mcp``):
+
+- a 2025 session gets ``notifications/tools/list_changed`` on its standalone
+  stream (the GET stream the SDK's client opens after the handshake): the
+  session is remembered when its ``notifications/initialized`` arrives, with
+  the SDK's public ``ServerSession`` of that message, and the gateway's
+  ``initialize`` answer says ``tools.listChanged: true``;
+- a 2026-07-28 client has no session: it hears of changes by holding a
+  ``subscriptions/listen`` stream, served by the SDK's own ``ListenHandler``
+  over an ``InMemorySubscriptionBus`` per endpoint (``server/discover`` then
+  says ``tools.listChanged: true``).
+
+A per-session server's change goes only to its own session (a stateless
+client cannot use per-session servers, so no listen stream hears of it).
+
+Caveats: the SDK drops a notification for a session whose GET stream is not
+open at that moment (no replay without an event store), as it does for any
+server message. Sessions are forgotten on ``DELETE`` and, as the SDK expires
+them, once no request of theirs has been in flight for the session idle
+time (the gateway sees every one of their requests, the GET stream
+included, so it never forgets a live session first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any, Final
+
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+
+logger = logging.getLogger("lovia_mcp.gateway")
+
+# A notification is written to the session's own message stream, which a
+# client that stopped reading can fill: one session's send is abandoned after
+# this long rather than holding anything up (the SDK's other writes are
+# bounded the same way by its stream buffers).
+NOTIFY_WAIT: Final = 5.0
+
+
+class _Session:
+    """A 2025 session: where it listens, its standalone channel once known, and its requests in flight."""
+
+    __slots__ = ("in_flight", "only", "seen", "session")
+
+    def __init__(self) -> None:
+        self.session: ServerSession | None = None
+        self.only: str | None = None
+        self.in_flight = 0
+        self.seen = time.monotonic()
+
+
+class Endpoint:
+    """One MCP endpoint's listen streams: the bus a change is published on and the SDK's handler."""
+
+    def __init__(self, max_streams: int) -> None:
+        self.bus = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus, max_subscriptions=max_streams)
+
+
+class Notifier:
+    """Who hears of tool-list changes, and the sending."""
+
+    def __init__(self, paths: dict[str, str | None], *, max_streams: int, session_idle: float) -> None:
+        # path -> the server it serves alone (None: /mcp, every server)
+        self.endpoints = {path: Endpoint(max_streams) for path in paths}
+        self._serves = dict(paths)
+        self._idle = session_idle
+        self._sessions: dict[str, _Session] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+
+    # -- sessions (the app's request path) ------------------------------------ #
+    def began(self, session_id: str) -> None:
+        """A request of ``session_id`` is in flight (the GET stream counts while it is open)."""
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            entry = self._sessions[session_id] = _Session()
+        entry.in_flight += 1
+
+    def ended(self, session_id: str) -> None:
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            return
+        entry.in_flight = max(0, entry.in_flight - 1)
+        entry.seen = time.monotonic()
+        if entry.session is None and entry.in_flight == 0:
+            del self._sessions[session_id]  # never initialized (or an unknown id): nothing to hear
+
+    def heard(self, session_id: str, session: ServerSession, only: str | None) -> None:
+        """``session_id`` finished its handshake on the endpoint serving ``only``: it hears of changes from now."""
+        self._prune()
+        entry = self._sessions.get(session_id)
+        if entry is None:
+            entry = self._sessions[session_id] = _Session()
+        entry.session, entry.only = session, only
+
+    def forget(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def sessions(self) -> int:
+        """Sessions that would hear of a change now (for tests and metrics)."""
+        return sum(1 for e in self._sessions.values() if e.session is not None)
+
+    def _prune(self) -> None:
+        # The SDK ends a session after this long with nothing in flight; so
+        # does this table (never sooner: it sees every request the SDK does).
+        now = time.monotonic()
+        for sid, entry in list(self._sessions.items()):
+            if entry.in_flight == 0 and now - entry.seen > self._idle:
+                del self._sessions[sid]
+
+    # -- changes -------------------------------------------------------------- #
+    def changed(self, server: str, session_id: str | None) -> None:
+        """``server``'s tools changed (for ``session_id`` alone if it is a per-session server's)."""
+        self._prune()
+        if session_id is None:
+            targets = [e.session for e in self._sessions.values()
+                       if e.session is not None and e.only in (None, server)]
+            for path, only in self._serves.items():
+                if only in (None, server):
+                    self._spawn(self.endpoints[path].bus.publish(ToolsListChanged()))
+        else:
+            entry = self._sessions.get(session_id)
+            targets = [entry.session] if entry is not None and entry.session is not None else []
+        for session in targets:
+            self._spawn(self._send(session))
+        logger.info("tools changed", extra={"server": server, "sessions": len(targets)})
+
+    async def _send(self, session: ServerSession) -> None:
+        try:
+            await asyncio.wait_for(session.send_tool_list_changed(), NOTIFY_WAIT)
+        except Exception as exc:  # noqa: BLE001 - a session gone or stuck loses its notification, nothing else
+            logger.debug("tools/list_changed not sent: %r", exc)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        # Held until done: the loop keeps only weak references to tasks.
+        task = asyncio.ensure_future(coro)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    def close(self) -> None:
+        """End every listen stream gracefully (the drain): its client re-listens, on another replica."""
+        for endpoint in self.endpoints.values():
+            endpoint.listen.close()
+
+
+__all__ = ["NOTIFY_WAIT", "Endpoint", "Notifier"]
