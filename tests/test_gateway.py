@@ -609,3 +609,64 @@ def test_a_per_session_servers_tool_list_change_is_told_to_its_own_session_only(
     assert (a.count, b.count) == (1, 1)
     assert f"growps__{mine}" in one_lists and f"growps__{theirs}" not in one_lists
     assert f"growps__{theirs}" in two_lists and f"growps__{mine}" not in two_lists
+
+
+class _Ears:
+    """Stands in for the SDK's ServerSession: counts the notifications sent on it."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def send_tool_list_changed(self) -> None:
+        self.sent += 1
+
+
+@pytest.mark.unit
+def test_the_notifier_tells_the_endpoints_listing_a_server_and_forgets_sessions_as_the_sdk_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from lovia_mcp.gateway import notify
+
+    now = [1000.0]
+    monkeypatch.setattr(notify, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    n = notify.Notifier({"/mcp": None, "/servers/a/mcp": "a", "/servers/b/mcp": "b"}, max_streams=4,
+                        session_idle=60.0)
+    published: dict[str, int] = {path: 0 for path in n.endpoints}
+    for path, endpoint in n.endpoints.items():
+        endpoint.bus.subscribe(lambda _event, path=path: published.__setitem__(path, published[path] + 1))
+    ears = {sid: _Ears() for sid in ("all", "a", "b")}
+
+    # A request of an unknown (or never initialized) session leaves nothing behind.
+    n.began("stranger")
+    n.ended("stranger")
+    assert n.sessions() == 0 and "stranger" not in n._sessions  # noqa: SLF001 - the table itself is the point
+    for sid, only in (("all", None), ("a", "a"), ("b", "b")):
+        n.began(sid)
+        n.heard(sid, ears[sid], only)  # type: ignore[arg-type]
+        n.ended(sid)
+    n.began("all")  # its GET stream: open from now on
+
+    async def change(server: str, session: str | None) -> None:
+        n.changed(server, session)
+        await asyncio.gather(*list(n._sending))  # noqa: SLF001 - every send of this change, done
+
+    async def main() -> None:
+        await change("a", None)
+        assert {sid: e.sent for sid, e in ears.items()} == {"all": 1, "a": 1, "b": 0}
+        assert published == {"/mcp": 1, "/servers/a/mcp": 1, "/servers/b/mcp": 0}
+        # A per-session server's change: its session only, and no listen stream.
+        await change("b", "b")
+        assert {sid: e.sent for sid, e in ears.items()} == {"all": 1, "a": 1, "b": 1}
+        assert published == {"/mcp": 1, "/servers/a/mcp": 1, "/servers/b/mcp": 0}
+        # Past the SDK's idle time: the idle sessions are gone, the one whose GET stream is open is not.
+        now[0] += 61.0
+        await change("a", None)
+        assert {sid: e.sent for sid, e in ears.items()} == {"all": 2, "a": 1, "b": 1}
+        assert n.sessions() == 1
+        # DELETE.
+        n.forget("all")
+        await change("a", None)
+        assert ears["all"].sent == 2 and n.sessions() == 0
+
+    run(main())

@@ -28,6 +28,15 @@ REFUSAL_WAIT = 30.0
 KILLED_GONE_WAIT = 15.0
 
 
+# A listen stream is ended as the drain starts: milliseconds unloaded.
+LISTEN_END_WAIT = 20.0
+
+
+async def _events(sub: Any) -> list[Any]:
+    # Ends when the server closes the stream gracefully; SubscriptionLost if it is cut.
+    return [event async for event in sub]
+
+
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, "-m", "lovia_mcp", "serve", *args], capture_output=True, text=True,
                           timeout=REFUSAL_WAIT, cwd=ROOT)
@@ -52,7 +61,10 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_sessions_serves_old_
 
         async def main() -> dict[str, Any]:
             out: dict[str, Any] = {}
-            async with sdk_client(g.url, g.headers, mode="legacy") as client:
+            async with sdk_client(g.url, g.headers, mode="legacy") as client, \
+                    sdk_client(g.url, g.headers) as modern, modern.listen(tools_list_changed=True) as sub:
+                # A 2026-07-28 client listening for tool-list changes: the drain ends its stream gracefully.
+                listening = asyncio.ensure_future(_events(sub))
                 held = asyncio.ensure_future(client.call_tool(
                     "latch__latch", {"entered": str(entered), "release": str(release)}))
                 # The server has the call: it wrote to `entered`.
@@ -69,6 +81,14 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_sessions_serves_old_
                                                                      "clientInfo": {"name": "t", "version": "1"}}},
                                             headers={"accept": "application/json, text/event-stream"})
                     out["fresh"] = (fresh.status_code, fresh.json()["error"]["message"])
+                    relisten = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "subscriptions/listen",
+                                                             "params": {"notifications": {"toolsListChanged": True}}},
+                                               headers={"accept": "application/json, text/event-stream",
+                                                        "mcp-protocol-version": "2026-07-28",
+                                                        "mcp-method": "subscriptions/listen"})
+                    out["relisten"] = relisten.status_code
+                # Ended by the drain, not cut when HTTP stops (after the held call).
+                out["listened"] = await asyncio.wait_for(listening, LISTEN_END_WAIT)
                 # The session's calls are still served while draining.
                 out["late"] = await client.call_tool("latch__echo", {"text": "late"})
                 # Not synchronisation: the call is held past uvicorn's own
@@ -90,6 +110,7 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_sessions_serves_old_
         g.kill()
     assert out["readyz"] == (503, "draining\n")
     assert out["fresh"][0] == 503 and "shutting down" in out["fresh"][1]
+    assert out["listened"] == [] and out["relisten"] == 503
     assert out["late"].content[0].text == "late"
     assert out["healthz"] == 200
     assert out["held"].is_error is False and out["held"].content[0].text == "released"
