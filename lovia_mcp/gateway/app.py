@@ -373,8 +373,8 @@ class Gateway:
         # until HTTP stops, so a load balancer slow to notice /readyz loses nothing.
         # A listen stream opened now would be cut with this replica: refused
         # while draining like a new session.
-        listen = stateless and headers.get(METHOD_HEADER) == LISTEN
-        if session is None and (not self.ready or (self.draining and (listen or not stateless))):
+        if session is None and (not self.ready or (self.draining and (
+                not stateless or headers.get(METHOD_HEADER) == LISTEN))):
             why = "the gateway is shutting down" if self.draining else "the gateway is still opening its servers"
             await _json(send, 503, {"jsonrpc": "2.0", "id": None,
                                     "error": {"code": UNAVAILABLE, "message": f"{why}; retry shortly"}},
