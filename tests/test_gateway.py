@@ -82,6 +82,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[S
         # Tool lists that grow on demand (add_tool): one shared, one per session.
         "grow": server("annotated_server.py"),
         "growps": server("annotated_server.py", session="per-session"),
+        "growbrief": server("annotated_server.py", session="per-session", idle=0.5),
         # Only where the sandbox can run (a server that cannot be sandboxed never opens).
         **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
     }, "--max-body-bytes", "65536")
@@ -518,16 +519,16 @@ class Heard:
         self.kind = mcp_types.ToolListChangedNotification
         self.stream_open = asyncio.Event()
         self.count = 0
-        self.changed = asyncio.Event()
+        self._changes: asyncio.Queue[None] = asyncio.Queue()
 
     async def __call__(self, message: Any) -> None:
         if isinstance(message, self.kind):
             self.count += 1
-            self.changed.set()
+            self._changes.put_nowait(None)
 
-    async def next(self) -> None:
-        await asyncio.wait_for(self.changed.wait(), NOTIFY_WAIT)
-        self.changed.clear()
+    async def next(self, wait: float = NOTIFY_WAIT) -> None:
+        """The next notification (one that came already counts)."""
+        await asyncio.wait_for(self._changes.get(), wait)
 
 
 def _fresh() -> str:
@@ -609,6 +610,26 @@ def test_a_per_session_servers_tool_list_change_is_told_to_its_own_session_only(
     assert (a.count, b.count) == (1, 1)
     assert f"growps__{mine}" in one_lists and f"growps__{theirs}" not in one_lists
     assert f"growps__{theirs}" in two_lists and f"growps__{mine}" not in two_lists
+
+
+def test_a_session_whose_per_session_server_expired_is_told_its_tools_are_the_first_listing_again(
+        gateway: Serve) -> None:
+    name = _fresh()
+
+    async def main() -> tuple[int, set[str]]:
+        heard = Heard()
+        async with sdk_client(gateway.url, gateway.headers, mode="legacy", message_handler=heard,
+                              stream_open=heard.stream_open) as client:
+            await asyncio.wait_for(heard.stream_open.wait(), NOTIFY_WAIT)
+            await client.call_tool("growbrief__add_tool", {"text": name})
+            await heard.next()
+            # The server's idle expiry closes it: the session lists the first open's tools again, and is told.
+            await heard.next(IDLE_EXPIRY_WAIT)
+            return heard.count, {t.name for t in (await client.list_tools()).tools}
+
+    count, after = run(main())
+    assert count == 2
+    assert "growbrief__read" in after and f"growbrief__{name}" not in after
 
 
 class _Ears:

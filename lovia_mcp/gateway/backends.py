@@ -116,6 +116,11 @@ def _tools_of(conn: MCPConnection) -> list[MCPTool]:
     return [t for t in conn.tools() if isinstance(t, MCPTool)]
 
 
+def _shape(tools: list[MCPTool]) -> list[tuple[Any, ...]]:
+    """What a client's listing shows of ``tools``: two listings that differ here are a change to it."""
+    return [(t.raw_name, t.description, t.parameters, t.annotations, t.meta) for t in tools]
+
+
 class Shared(Backend):
     """One contained server for every client."""
 
@@ -224,6 +229,8 @@ class PerSession(Backend):
         held = self._held[session] = _Held(conn)
         # Only this session lists this server: only it hears of its changes.
         conn.on_tools_changed = lambda _conn: self._changed(session)
+        if _shape(_tools_of(conn)) != _shape(self._listing):
+            self._changed(session)  # the session listed the first open's tools until now
         logger.info("session opened", extra={"server": self.name, "session": session[:16]})
         return held
 
@@ -262,6 +269,10 @@ class PerSession(Backend):
             for session, held in list(self._held.items()):
                 if held.in_flight == 0 and now - held.used >= idle and self._held.get(session) is held:
                     del self._held[session]
+                    # From now on the session lists the first open's tools
+                    # (and its next call gets a fresh server that lists them).
+                    if _shape(_tools_of(held.conn)) != _shape(self._listing):
+                        self._changed(session)
                     await self._close(held, "idle")
 
     async def aclose(self) -> None:
