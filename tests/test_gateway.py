@@ -204,6 +204,15 @@ def test_a_session_answers_only_to_the_token_that_opened_it(gateway: Serve) -> N
         return _mcp_post(gateway, listing, authorization=authorization, **{"mcp-session-id": session,
                                                                             "mcp-protocol-version": "2025-11-25"})
 
+    def pid() -> int:
+        # The session's own per-session server (an SSE answer: one message event).
+        answered = _mcp_post(gateway, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                       "params": {"name": "ps__pid", "arguments": {}}},
+                             authorization=mine, **{"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"})
+        data = next(line for line in answered.text.splitlines() if line.startswith("data:"))
+        return int(json.loads(json.loads(data[5:])["result"]["content"][0]["text"])["pid"])
+
+    held = pid()
     # The other token is let in (it is valid) but the session is not its own:
     # the answer is an unknown session's, and ending it is refused the same way.
     refused = as_(theirs)
@@ -212,6 +221,8 @@ def test_a_session_answers_only_to_the_token_that_opened_it(gateway: Serve) -> N
     assert ended.status_code == 404
     served = as_(mine)
     assert served.status_code == 200 and "raw__echo" in served.text
+    # Nor did the refused DELETE close the session's per-session server (it did: a new pid).
+    assert pid() == held
     # (Without the binding, the other token's list got a 200: checked by hand.)
     assert httpx.delete(gateway.url, headers={"authorization": mine, "mcp-session-id": session},
                         timeout=30).status_code == 200

@@ -389,11 +389,17 @@ class Gateway:
         # Every request of a session is seen (its GET stream for as long as it
         # is open): the notifier forgets a session as the SDK expires it.
         self.notifier.began(session)
+        ended = False
         try:
-            await manager.handle_request(scope, receive, send)
+            if scope["method"] == "DELETE":
+                # Only a DELETE the SDK accepted ends the session: another
+                # token's gets the 404 of an unknown session and ends nothing.
+                ended = 200 <= await _answered(manager.handle_request, scope, receive, send) < 300
+            else:
+                await manager.handle_request(scope, receive, send)
         finally:
             self.notifier.ended(session)
-        if scope["method"] == "DELETE":
+        if ended:
             self.notifier.forget(session)
             for backend in self.backends.values():
                 await backend.end_session(session)
@@ -418,6 +424,20 @@ class Gateway:
                  float(backend.sessions())),
             ]
         return self.metrics.render(gauges)
+
+
+async def _answered(app: Any, scope: Scope, receive: Receive, send: Send) -> int:
+    """Run the ASGI ``app``; the HTTP status it answered with (0 if none)."""
+    status = 0
+
+    async def watch(message: Any) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+        await send(message)
+
+    await app(scope, receive, watch)
+    return status
 
 
 async def _plain(send: Send, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> None:
