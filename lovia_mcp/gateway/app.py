@@ -55,8 +55,7 @@ from lovia.exceptions import MCPError as LoviaMCPError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import NotificationOptions, Server
-from mcp.server.models import InitializationOptions
+from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -71,7 +70,7 @@ from ..render import MCPToolResult
 from .backends import Backend, Refused
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, Labels, Metrics
-from .notify import Notifier
+from .notify import ListChangedServer, Notifier
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -94,25 +93,6 @@ def _session_of(ctx: ServerRequestContext[Any, Any]) -> str | None:
         return None
     value = headers.get("mcp-session-id")
     return value if isinstance(value, str) and value else None
-
-
-class _Server(Server[Any]):
-    """The SDK's low-level Server whose handshake says ``tools.listChanged: true``.
-
-    The SDK's session manager asks the Server for its initialization options
-    and passes it no NotificationOptions, so a 2025 client would be told the
-    list never changes. (A 2026-07-28 ``server/discover`` says so by itself
-    because ``subscriptions/listen`` is served.)
-    """
-
-    def create_initialization_options(
-        self,
-        notification_options: NotificationOptions | None = None,
-        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-        extensions: dict[str, dict[str, Any]] | None = None,
-    ) -> InitializationOptions:
-        return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions)
 
 
 def result_json(result: MCPToolResult) -> dict[str, Any]:
@@ -233,9 +213,9 @@ class Gateway:
 
         from .. import __version__
 
-        server: Server[Any] = _Server(f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__,
-                                      on_list_tools=list_tools, get_tool_input_schema=input_schema,
-                                      on_subscriptions_listen=self.notifier.endpoints[path].listen)
+        server: Server[Any] = ListChangedServer(
+            f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__, on_list_tools=list_tools,
+            get_tool_input_schema=input_schema, on_subscriptions_listen=self.notifier.endpoints[path].listen)
         server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
         # Registered by method rather than as on_call_tool: a handler may return
         # the result's JSON (the public HandlerResult), which skips building a

@@ -35,6 +35,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Final
 
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
@@ -45,6 +47,25 @@ logger = logging.getLogger("lovia_mcp.gateway")
 # this long rather than holding anything up (the SDK's other writes are
 # bounded the same way by its stream buffers).
 NOTIFY_WAIT: Final = 5.0
+
+
+class ListChangedServer(Server[Any]):
+    """The SDK's low-level Server whose handshake says ``tools.listChanged: true``.
+
+    The SDK's session manager asks the Server for its initialization options
+    and passes it no NotificationOptions, so a 2025 client would be told the
+    list never changes. (A 2026-07-28 ``server/discover`` says so by itself
+    when ``subscriptions/listen`` is served.)
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions)
 
 
 class _Session:
@@ -153,4 +174,4 @@ class Notifier:
             endpoint.listen.close()
 
 
-__all__ = ["NOTIFY_WAIT", "Endpoint", "Notifier"]
+__all__ = ["NOTIFY_WAIT", "Endpoint", "ListChangedServer", "Notifier"]
