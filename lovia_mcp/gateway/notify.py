@@ -17,11 +17,13 @@ of every endpoint that lists that server (``/mcp`` and
   says ``tools.listChanged: true``).
 
 A per-session server's change goes only to its own session (a stateless
-client cannot use per-session servers, so no listen stream hears of it).
+client cannot use per-session servers, so no listen stream hears of it); so
+does the idle expiry of a changed one (the session lists the first listing
+again).
 
 Caveats: the SDK drops a notification for a session whose GET stream is not
 open at that moment (no replay without an event store), as it does for any
-server message. Sessions are forgotten on ``DELETE`` and, as the SDK expires
+server message. Sessions are forgotten on a ``DELETE`` the SDK accepted and, as the SDK expires
 them, once no request of theirs has been in flight for the session idle
 time (the gateway sees every one of their requests, the GET stream
 included, so it never forgets a live session first).
