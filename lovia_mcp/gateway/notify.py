@@ -23,10 +23,10 @@ again).
 
 Caveats: the SDK drops a notification for a session whose GET stream is not
 open at that moment (no replay without an event store), as it does for any
-server message. Sessions are forgotten on a ``DELETE`` the SDK accepted and, as the SDK expires
-them, once no request of theirs has been in flight for the session idle
-time (the gateway sees every one of their requests, the GET stream
-included, so it never forgets a live session first).
+server message. Sessions are forgotten on a ``DELETE`` the SDK accepted
+and, as the SDK expires them, once no request of theirs has been in flight
+for the session idle time (the gateway sees every one of their requests,
+the GET stream included, so it never forgets a live session first).
 """
 
 from __future__ import annotations
