@@ -26,7 +26,7 @@ from typing import Any, Final
 from .containment import guard
 from .framing import MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
 from .session.host import Host
-from .protocol import AgentMessage, Closed, Failure, Log, Open, WorkerMessage, encoder, worker_decoder
+from .protocol import AgentMessage, Closed, Failure, Log, Open, Opened, WorkerMessage, encoder, worker_decoder
 
 # How long the worker gives its own shutdown (server tree kill) before exiting
 # anyway; the kill escalation inside is bounded well below this.
@@ -42,8 +42,11 @@ class _Channel:
     says otherwise, the smallest one an agent can have (``frame_cap(0)``).
     """
 
-    def __init__(self, host_factory: Any) -> None:
+    def __init__(self, host_factory: Any, answered: socket.socket | None = None) -> None:
         self._enc = encoder()
+        # Closed once the open has answered (see Prepared.run); the Open's id.
+        self._answered = answered
+        self._open_id: int | None = None
         self.cap = frame_cap(0)
         self.reader: FrameReader[AgentMessage] = FrameReader(
             worker_decoder(),
@@ -78,9 +81,13 @@ class _Channel:
                 )
             )
         send_frame(transport, body)
+        if self._answered is not None and isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
+            self._answered.close()
+            self._answered = None
 
     def _received(self, msg: AgentMessage) -> None:
         if isinstance(msg, Open):
+            self._open_id = msg.id
             self.cap = frame_cap(msg.spec.limits.max_result_bytes)
             if msg.environ is not None:
                 # The agent's environment at open time (see Open.environ).
@@ -130,7 +137,7 @@ class _ForwardLogs(logging.Handler):
             pass
 
 
-async def serve(sock: socket.socket) -> None:
+async def serve(sock: socket.socket, answered: socket.socket | None = None) -> None:
     loop = asyncio.get_running_loop()
     closed_by_agent = asyncio.Event()
 
@@ -142,7 +149,7 @@ async def serve(sock: socket.socket) -> None:
 
         return Host(tracking_emit, subreaper=guard.become_subreaper())
 
-    channel = _Channel(make_host)
+    channel = _Channel(make_host, answered)
     await loop.create_connection(lambda: channel.reader, sock=sock)
     forward = _ForwardLogs(channel.emit)
     logging.getLogger().addHandler(forward)
@@ -212,15 +219,20 @@ class Prepared:
             with contextlib.suppress(Exception):  # only a head start: the open does it all anyway
                 self.runner.run(_rehearse())
 
-    def run(self, conn: Any) -> None:
-        """Serve ``conn`` (the worker's end of its socket pair) until the end; never returns."""
+    def run(self, conn: Any, answered: socket.socket | None = None) -> None:
+        """Serve ``conn`` (the worker's end of its socket pair) until the end; never returns.
+
+        ``answered`` (a worker from the forkserver's pool): closed once the
+        open has answered, which tells the forkserver this open is off the
+        CPU and its replacement may be forked.
+        """
         fd = os.dup(conn.fileno())
         conn.close()
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
         try:
             with self.runner:
-                self.runner.run(serve(sock))
+                self.runner.run(serve(sock, answered))
         finally:
             sock.close()
         # Skip interpreter teardown: nothing is left to flush, and a forked

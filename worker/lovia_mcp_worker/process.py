@@ -70,6 +70,10 @@ MAX_IDLE: Final = 5
 # opens takes to arrive, short next to a run; the forks then do not compete
 # for the CPU with the servers those opens start.
 REFILL_QUIET: Final = 0.1
+# An emptied pool is refilled once the opens it served have answered (their
+# worker's CPU is off an open's path then), or this long after the last
+# request at the latest (an open waiting for a slow server).
+OPEN_WAIT: Final = 2.0
 
 
 class _Closable(Protocol):
@@ -113,6 +117,9 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                 pool.fork([sel, ctrl, *status.values(), *pool.socks()], [wake_r, wake_w])
                 continue
             for key, _ in events:
+                if isinstance(key.data, _Idle):  # a worker the pool served answered its open (or exited)
+                    pool.answered(key.data, sel)
+                    continue
                 if key.fd == wake_r:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(wake_r, 4096):
@@ -130,7 +137,7 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                         os.close(fd)
                     continue
                 chan, st, *rest = fds
-                pid = pool.hand(chan, rest)
+                pid = pool.hand(chan, rest, sel)
                 if pid is None:
                     pid = os.fork()
                     if pid == 0:
@@ -149,15 +156,19 @@ class _Pool:
 
     It keeps :data:`MIN_IDLE` of them, and one more for each request that
     found none (a burst of opens: an agent starting several servers at
-    once), up to :data:`MAX_IDLE`. An empty pool gets one at once; while one
-    is left, replacements are forked only once :data:`REFILL_QUIET` passed
-    without a request, so the forks do not compete for the CPU with the
-    opens they follow (and opens one after another never find it empty).
+    once), up to :data:`MAX_IDLE`. The forks wait so as not to compete for
+    the CPU with the opens they follow: while one idle worker is left, until
+    :data:`REFILL_QUIET` passed without a request (opens one after another
+    never find the pool empty); an empty pool, until the workers it handed
+    requests to have answered their opens (each closes its pool socket
+    then), :data:`OPEN_WAIT` at the latest.
     """
 
     def __init__(self, ctrl: socket.socket) -> None:
         self._ctrl = ctrl
         self.idle: list[_Idle] = []
+        # Workers handed a request whose open has not answered yet.
+        self.opening: list[_Idle] = []
         self.target = MIN_IDLE
         self._failed = False  # the last fork failed (out of processes): requests fork as they arrive
         self._last_request = 0.0
@@ -170,11 +181,15 @@ class _Pool:
         if len(self.idle) >= self.target or self._failed:
             return None
         if not self.idle:
-            return 0  # the next request would wait for a fork: none is worth that
+            # The next request would wait for a fork: forked at once, unless
+            # an open the pool just served is still on the CPU.
+            if not self.opening:
+                return 0
+            return max(0.0, self._last_request + OPEN_WAIT - time.monotonic())
         return max(0.0, self._last_request + REFILL_QUIET - time.monotonic())
 
     def socks(self) -> list[socket.socket]:
-        return [i.sock for i in self.idle]
+        return [i.sock for i in (*self.idle, *self.opening)]
 
     def fork(self, objects: list[_Closable], fds: list[int]) -> None:
         idle = _prefork(objects, fds)
@@ -185,8 +200,12 @@ class _Pool:
         self._filled = self._filled or len(self.idle) >= self.target
         _announce(self._ctrl, idle.pid)
 
-    def hand(self, chan: int, rest: list[int]) -> int | None:
-        """Give a request to the oldest idle worker; its pid, or ``None`` (the caller forks)."""
+    def hand(self, chan: int, rest: list[int], sel: selectors.BaseSelector) -> int | None:
+        """Give a request to the oldest idle worker; its pid, or ``None`` (the caller forks).
+
+        The worker keeps its socket to say when its open has answered
+        (``sel`` then reports it: :meth:`answered`).
+        """
         self._failed = False
         self._last_request = time.monotonic()
         if not self.idle and self._filled:
@@ -194,10 +213,17 @@ class _Pool:
         while self.idle:
             idle = self.idle.pop(0)
             _announce(self._ctrl, -idle.pid)  # a connection's now, or dead: no helper any more
-            pid = idle.hand(chan, rest)
-            if pid is not None:
-                return pid
+            if idle.hand(chan, rest):
+                self.opening.append(idle)
+                sel.register(idle.sock, selectors.EVENT_READ, idle)
+                return idle.pid
         return None
+
+    def answered(self, idle: _Idle, sel: selectors.BaseSelector) -> None:
+        """A worker the pool served has answered its open, or exited: its socket is done."""
+        sel.unregister(idle.sock)
+        idle.sock.close()
+        self.opening.remove(idle)
 
     def died(self, pid: int) -> bool:
         """Forget an idle worker that exited; whether ``pid`` was one."""
@@ -220,20 +246,24 @@ class _Idle:
         self.pid = pid
         self.sock = sock
 
-    def hand(self, chan: int, rest: list[int]) -> int | None:
-        """Give it the worker's fds; its pid, or ``None`` if it is gone (the caller forks instead)."""
+    def hand(self, chan: int, rest: list[int]) -> bool:
+        """Give it the worker's fds; whether it took them (if not, it is gone: the caller forks instead).
+
+        Its socket stays open when it took them: the worker closes it once
+        its open has answered.
+        """
         try:
             socket.send_fds(self.sock, [b"W"], [chan, *rest])
             self.sock.settimeout(IDLE_ACK_WAIT)
             if self.sock.recv(1) == b"A":
-                return self.pid
+                self.sock.setblocking(False)
+                return True
         except OSError:  # gone, or silent past the wait (TimeoutError)
             pass
-        finally:
-            self.sock.close()
+        self.sock.close()
         with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)  # a silent one must not serve the channel too
-        return None
+        return False
 
 
 def _prefork(objects: list[_Closable], fds: list[int]) -> _Idle | None:
@@ -268,12 +298,13 @@ def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[i
         msg, got, _, _ = socket.recv_fds(sock, 1, 2)
         if msg and got:
             sock.sendall(b"A")  # taken: the forkserver hands this request to no one else
-        sock.close()
     except BaseException:  # noqa: BLE001 - never back into the forkserver's loop
         os._exit(1)
     if not msg or not got:
         os._exit(0)  # the forkserver is gone: no request will come
-    _serve_worker(got[0], got[1] if len(got) > 1 else None, prepared)
+    # Closed once the open has answered: the forkserver refills its pool
+    # then, not while this open is on the CPU.
+    _serve_worker(got[0], got[1] if len(got) > 1 else None, prepared, sock)
 
 
 def _reset(objects: list[_Closable], fds: list[int]) -> None:
@@ -298,8 +329,11 @@ def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int])
     _serve_worker(chan, cwd)
 
 
-def _serve_worker(chan: int, cwd: int | None, prepared: Any = None) -> NoReturn:
-    """Be the worker of ``chan``, in the agent's working directory ``cwd`` (set up now unless ``prepared``)."""
+def _serve_worker(chan: int, cwd: int | None, prepared: Any = None, answered: socket.socket | None = None) -> NoReturn:
+    """Be the worker of ``chan``, in the agent's working directory ``cwd`` (set up now unless ``prepared``).
+
+    ``answered``: closed once the open has answered (:meth:`.main.Prepared.run`).
+    """
     code = 1
     try:
         if cwd is not None:
@@ -308,7 +342,7 @@ def _serve_worker(chan: int, cwd: int | None, prepared: Any = None) -> NoReturn:
             os.close(cwd)
         from .main import Prepared
 
-        (prepared or Prepared()).run(socket.socket(fileno=chan))
+        (prepared or Prepared()).run(socket.socket(fileno=chan), answered)
         code = 0
     except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
         traceback.print_exc()
