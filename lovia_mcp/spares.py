@@ -47,6 +47,7 @@ import msgspec
 from lovia.exceptions import UserError
 
 from .client import closing
+from .client.channel import IN_BACKGROUND
 from .connection import MCPConnection
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ class _Pool:
     async def _start(self, key: bytes, entry: _Entry) -> None:
         server = entry.server
         conn = MCPConnection(server, isolation="process", close_after_run=True)
+        IN_BACKGROUND.set(True)  # this task's own context: no run waits for a spare's open
         try:
             await conn.connect()  # closes what it started when it fails or is cancelled
         except Exception as exc:  # noqa: BLE001 - reported by the next run's own open, and to warm_spares

@@ -20,7 +20,7 @@ import pytest
 from helpers import raw, run
 
 from lovia_mcp.client import channel as _channel
-from lovia_mcp_worker.process import MAX_IDLE, MIN_IDLE
+from lovia_mcp_worker.process import MAX_IDLE, MIN_IDLE, OPEN_WAIT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
 
@@ -173,3 +173,54 @@ def test_an_emptied_pool_is_refilled_once_the_opens_it_served_have_answered_not_
     assert len(seen["pool"]) == MIN_IDLE and seen["served"] == seen["pool"]  # every open took a waiting worker
     assert seen["held"] == []  # nothing forked while those opens were on their way
     assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_emptied_by_warm_spares_is_refilled_beside_their_opens(tmp_path: Path) -> None:
+    """Nobody waits for a spare's open: the forkserver refills its pool at once, not after those opens answer.
+
+    Otherwise the replacements would be forked just as the spares are ready,
+    that is, in the next run. The spares' servers are held at a gate; the
+    pool is refilled while they wait, before the forkserver's fallback for
+    opens that do not answer (OPEN_WAIT after the request) could have.
+    """
+    code = (
+        "import asyncio, contextlib, json, os, sys, time\n"
+        "sys.path.insert(0, %r)\n"
+        "from helpers import PY, SERVERS, raw\n"
+        "from lovia_mcp import MCPServerStdio, close_spares, warm_spares\n"
+        "from lovia_mcp.client import channel\n"
+        "WAIT = %r\n"
+        "async def main():\n"
+        "    async with raw('process').session():\n"
+        "        pass\n"
+        "    fs = channel._forkserver\n"
+        "    assert await asyncio.to_thread(fs.idle_pid, WAIT, count=%d) is not None\n"
+        "    pool = fs.idle_pids()\n"
+        "    gates = [os.path.join(%r, f'gate{i}') for i in range(len(pool))]\n"
+        "    for gate in gates:\n"
+        "        os.mkfifo(gate)\n"
+        "    spared = [MCPServerStdio(command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
+        "                             name=f'gated{i}', spares=1) for i, gate in enumerate(gates)]\n"
+        "    asked = time.monotonic()\n"
+        "    warming = asyncio.ensure_future(warm_spares(*spared))\n"
+        "    # Opened once each spare's server holds the gate's other end.\n"
+        "    writers = await asyncio.gather(*(asyncio.to_thread(open, gate, 'w') for gate in gates))\n"
+        "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
+        "    waited = time.monotonic() - asked\n"
+        "    for w in writers:\n"
+        "        w.write('go\\n')\n"
+        "        w.close()\n"
+        "    await warming\n"
+        "    await close_spares(*spared)\n"
+        "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'waited': waited}), flush=True)\n"
+        "asyncio.run(main())\n"
+    ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE, str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout)
+    print(seen)
+    assert len(seen["pool"]) == MIN_IDLE
+    assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
+    # Seen (the spares' servers at their gates) before the fallback could fork it.
+    assert seen["waited"] < OPEN_WAIT

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import socket
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Final
 
 import msgspec
@@ -48,6 +50,10 @@ PRELOAD: Final = [
 PRELOAD_HTTP: Final = [*PRELOAD[:-1], "lovia_mcp_worker._warm_http", PRELOAD[-1]]
 # How long a worker gets to exit after its pipe closed or Close was answered.
 WORKER_EXIT_WAIT: Final = 5.0
+# True in a task whose opens nobody waits for (a warm spare's): the
+# forkserver then refills its pool of idle workers beside such an open
+# instead of after it (an open a run waits for keeps the CPU to itself).
+IN_BACKGROUND: ContextVar[bool] = ContextVar("lovia_mcp_in_background", default=False)
 
 OnMessage = Callable[[WorkerMessage], None]
 OnLost = Callable[[str], None]
@@ -106,7 +112,9 @@ class ProcessChannel:
         # Asking is one sendmsg once the forkserver runs: done here, without
         # a thread hop on the open's path. Starting it (or waiting for the
         # thread that does) blocks, so that runs on a thread.
-        pair = _forkserver.request_worker(wait=False) or await asyncio.to_thread(_forkserver.request_worker)
+        background = IN_BACKGROUND.get()
+        pair = (_forkserver.request_worker(wait=False, background=background)
+                or await asyncio.to_thread(functools.partial(_forkserver.request_worker, background=background)))
         assert pair is not None
         sock, status = pair
         sock.setblocking(False)
@@ -264,4 +272,4 @@ class LocalChannel:
             await self._host.aclose()
 
 
-__all__ = ["PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon"]
+__all__ = ["IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon"]

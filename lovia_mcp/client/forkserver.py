@@ -226,10 +226,14 @@ class ForkServer:
             raise
         return WorkerProcess(pid, status), ours
 
-    def request_worker(self, *, wait: bool = True) -> tuple[socket.socket, socket.socket] | None:
+    def request_worker(
+        self, *, wait: bool = True, background: bool = False
+    ) -> tuple[socket.socket, socket.socket] | None:
         """Ask for a worker; the agent's ends of its socket pair and of its status socket.
 
         The worker's pid comes on the status socket (:func:`read_pid`).
+        ``background``: nobody waits for this open (a spare's), so the
+        forkserver may refill its pool beside it rather than after it.
         Without ``wait``, returns ``None`` instead of blocking: when the
         forkserver would have to be started, or another thread holds the
         handle (so an event loop can ask without a thread hop when, as
@@ -241,15 +245,15 @@ class ForkServer:
             try:
                 if self._proc is None or self._proc.poll() is not None:
                     return None
-                return self._request(restart=False)
+                return self._request(restart=False, background=background)
             except OSError:
                 return None  # it died since the check: restarting it blocks, so on a thread
             finally:
                 self._lock.release()
         with self._lock:
-            return self._request()
+            return self._request(background=background)
 
-    def _request(self, *, restart: bool = True) -> tuple[socket.socket, socket.socket]:
+    def _request(self, *, restart: bool = True, background: bool = False) -> tuple[socket.socket, socket.socket]:
         ours, theirs = socket.socketpair()
         status_ours, status_theirs = socket.socketpair()
         fds = [theirs.fileno(), status_theirs.fileno()]
@@ -259,15 +263,16 @@ class ForkServer:
         try:
             self._ensure_running()
             self._drain_idle()  # its announcements never pile up
+            what = b"B" if background else b"W"
             try:
-                self._send(fds)
+                self._send(fds, what)
             except OSError:
                 if not restart:
                     raise
                 # It died since the check: once more on a fresh one.
                 self._stop()
                 self._ensure_running()
-                self._send(fds)
+                self._send(fds, what)
         except BaseException:
             ours.close()
             status_ours.close()
@@ -279,9 +284,9 @@ class ForkServer:
                 os.close(cwd)
         return ours, status_ours
 
-    def _send(self, fds: list[int]) -> None:
+    def _send(self, fds: list[int], what: bytes) -> None:
         assert self._ctrl is not None
-        socket.send_fds(self._ctrl, [b"W"], fds, _NOSIGNAL)
+        socket.send_fds(self._ctrl, [what], fds, _NOSIGNAL)
 
     def _ensure_running(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

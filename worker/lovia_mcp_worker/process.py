@@ -17,8 +17,8 @@ only what a worker needs, so neither problem exists: nothing of the agent is
 imported in a worker, and no exit handler knows the workers (each ends when
 its own socket closes, agent alive or not).
 
-Protocol: on the *control* socket, one byte with the worker's end of its
-socket pair, the forkserver's end of a *status* socket pair, and the agent's
+Protocol: on the *control* socket, one byte (``W``, or ``B`` for an open
+nobody waits for, a warm spare's) with the worker's end of its socket pair, the forkserver's end of a *status* socket pair, and the agent's
 working directory (a directory fd). The forkserver forks; the child closes
 everything of the forkserver's, changes to that directory and runs
 :func:`lovia_mcp_worker.main.run`. The forkserver writes the child's pid to
@@ -137,7 +137,7 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                         os.close(fd)
                     continue
                 chan, st, *rest = fds
-                pid = pool.hand(chan, rest, sel)
+                pid = pool.hand(chan, rest, sel if msg == b"W" else None)
                 if pid is None:
                     pid = os.fork()
                     if pid == 0:
@@ -200,11 +200,13 @@ class _Pool:
         self._filled = self._filled or len(self.idle) >= self.target
         _announce(self._ctrl, idle.pid)
 
-    def hand(self, chan: int, rest: list[int], sel: selectors.BaseSelector) -> int | None:
+    def hand(self, chan: int, rest: list[int], sel: selectors.BaseSelector | None) -> int | None:
         """Give a request to the oldest idle worker; its pid, or ``None`` (the caller forks).
 
-        The worker keeps its socket to say when its open has answered
-        (``sel`` then reports it: :meth:`answered`).
+        With ``sel``, the refills wait for its open: the worker keeps its
+        socket until its open has answered (``sel`` then reports it:
+        :meth:`answered`). Without, the open is nobody's wait (the agent
+        asked with ``B``: a warm spare's) and the refills need not wait.
         """
         self._failed = False
         self._last_request = time.monotonic()
@@ -214,8 +216,11 @@ class _Pool:
             idle = self.idle.pop(0)
             _announce(self._ctrl, -idle.pid)  # a connection's now, or dead: no helper any more
             if idle.hand(chan, rest):
-                self.opening.append(idle)
-                sel.register(idle.sock, selectors.EVENT_READ, idle)
+                if sel is None:
+                    idle.sock.close()
+                else:
+                    self.opening.append(idle)
+                    sel.register(idle.sock, selectors.EVENT_READ, idle)
                 return idle.pid
         return None
 
