@@ -101,6 +101,11 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     leftover = [p for p in live_descendants() if p.pid not in before]
     if leftover:
+        # Not waited for: the forkserver (its first test) and idle workers
+        # it forked during the test never exit by themselves.
+        exempt = exempt_pids()
+        leftover = [p for p in leftover if p.pid not in exempt]
+    if leftover:
         _, alive = psutil.wait_procs(leftover, timeout=LEAK_WAIT)
         alive = [p for p in alive if p.pid not in exempt_pids()]
         alive = [p for p in alive if is_alive(p)]
