@@ -126,63 +126,13 @@ def test_every_idle_worker_exits_with_the_agent_process() -> None:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
-@pytest.mark.timeout(60)
-def test_an_emptied_pool_is_refilled_once_the_opens_it_served_have_answered_not_during_them(tmp_path: Path) -> None:
-    """The replacement's fork and set-up would compete for the CPU with the open it follows: it waits for its answer.
+def _with_a_full_pool(tmp_path: Path, body: str) -> dict[str, object]:
+    """Run ``body`` in a fresh agent process whose pool is full and never grew; what it printed (JSON).
 
-    A fresh agent (its pool never grew) opens as many servers as it has idle
-    workers, each held at a gate before it answers: while they wait, the
-    pool stays empty; once they answer, it is refilled.
-    """
-    code = (
-        "import asyncio, contextlib, json, os, sys\n"
-        "sys.path.insert(0, %r)\n"
-        "from helpers import PY, SERVERS, raw\n"
-        "from lovia_mcp import MCPServerStdio\n"
-        "from lovia_mcp.client import channel\n"
-        "WAIT = %r\n"
-        "async def main():\n"
-        "    async with raw('process').session():\n"
-        "        pass\n"
-        "    fs = channel._forkserver\n"
-        "    assert await asyncio.to_thread(fs.idle_pid, WAIT, count=%d) is not None\n"
-        "    pool = fs.idle_pids()\n"
-        "    gates = [os.path.join(%r, f'gate{i}') for i in range(len(pool))]\n"
-        "    for gate in gates:\n"
-        "        os.mkfifo(gate)\n"
-        "    async with contextlib.AsyncExitStack() as stack:\n"
-        "        opens = [asyncio.ensure_future(stack.enter_async_context(MCPServerStdio(\n"
-        "            command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
-        "            name=f'gated{i}').session())) for i, gate in enumerate(gates)]\n"
-        "        # Each open returns once its server holds the gate's other end.\n"
-        "        writers = await asyncio.gather(*(asyncio.to_thread(open, gate, 'w') for gate in gates))\n"
-        "        held = fs.idle_pids()\n"
-        "        for w in writers:\n"
-        "            w.write('go\\n')\n"
-        "            w.close()\n"
-        "        conns = await asyncio.gather(*opens)\n"
-        "        refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
-        "        print(json.dumps({'pool': sorted(pool), 'served': sorted(c.worker_pid for c in conns),\n"
-        "                          'held': held, 'refill': refill}), flush=True)\n"
-        "asyncio.run(main())\n"
-    ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE, str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout)
-    print(seen)
-    assert len(seen["pool"]) == MIN_IDLE and seen["served"] == seen["pool"]  # every open took a waiting worker
-    assert seen["held"] == []  # nothing forked while those opens were on their way
-    assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
-
-
-@pytest.mark.timeout(60)
-def test_a_pool_emptied_by_warm_spares_is_refilled_beside_their_opens(tmp_path: Path) -> None:
-    """Nobody waits for a spare's open: the forkserver refills its pool at once, not after those opens answer.
-
-    Otherwise the replacements would be forked just as the spares are ready,
-    that is, in the next run. The spares' servers are held at a gate; the
-    pool is refilled while they wait, before the forkserver's fallback for
-    opens that do not answer (OPEN_WAIT after the request) could have.
+    In scope for ``body`` (the rest of ``main()``): ``fs`` (the forkserver),
+    ``pool`` (its idle workers' pids, ``MIN_IDLE`` of them), ``gates`` (one
+    FIFO per idle worker, for ``gated_server.py``), ``PY``, ``SERVERS``,
+    ``MCPServerStdio``, ``close_spares``, ``warm_spares`` and ``WAIT``.
     """
     code = (
         "import asyncio, contextlib, json, os, sys, time\n"
@@ -200,6 +150,56 @@ def test_a_pool_emptied_by_warm_spares_is_refilled_beside_their_opens(tmp_path: 
         "    gates = [os.path.join(%r, f'gate{i}') for i in range(len(pool))]\n"
         "    for gate in gates:\n"
         "        os.mkfifo(gate)\n"
+    ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE, str(tmp_path))
+    code += body + "asyncio.run(main())\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen: dict[str, object] = json.loads(out.stdout)
+    print(seen)
+    return seen
+
+
+@pytest.mark.timeout(60)
+def test_an_emptied_pool_is_refilled_once_the_opens_it_served_have_answered_not_during_them(tmp_path: Path) -> None:
+    """The replacement's fork and set-up would compete for the CPU with the open it follows: it waits for its answer.
+
+    A fresh agent (its pool never grew) opens as many servers as it has idle
+    workers, each held at a gate before it answers: while they wait, the
+    pool stays empty; once they answer, it is refilled.
+    """
+    seen = _with_a_full_pool(tmp_path, (
+        "    async with contextlib.AsyncExitStack() as stack:\n"
+        "        opens = [asyncio.ensure_future(stack.enter_async_context(MCPServerStdio(\n"
+        "            command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
+        "            name=f'gated{i}').session())) for i, gate in enumerate(gates)]\n"
+        "        # Each open returns once its server holds the gate's other end.\n"
+        "        writers = await asyncio.gather(*(asyncio.to_thread(open, gate, 'w') for gate in gates))\n"
+        "        held = fs.idle_pids()\n"
+        "        for w in writers:\n"
+        "            w.write('go\\n')\n"
+        "            w.close()\n"
+        "        conns = await asyncio.gather(*opens)\n"
+        "        refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
+        "        print(json.dumps({'pool': sorted(pool), 'served': sorted(c.worker_pid for c in conns),\n"
+        "                          'held': held, 'refill': refill}), flush=True)\n"
+    ))
+    pool = seen["pool"]
+    assert isinstance(pool, list) and len(pool) == MIN_IDLE
+    assert seen["served"] == pool  # every open took a waiting worker
+    assert seen["held"] == []  # nothing forked while those opens were on their way
+    assert seen["refill"] is not None and seen["refill"] not in pool
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_emptied_by_warm_spares_is_refilled_beside_their_opens(tmp_path: Path) -> None:
+    """Nobody waits for a spare's open: the forkserver refills its pool at once, not after those opens answer.
+
+    Otherwise the replacements would be forked just as the spares are ready,
+    that is, in the next run. The spares' servers are held at a gate; the
+    pool is refilled while they wait, before the forkserver's fallback for
+    opens that do not answer (OPEN_WAIT after the request) could have.
+    """
+    seen = _with_a_full_pool(tmp_path, (
         "    spared = [MCPServerStdio(command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
         "                             name=f'gated{i}', spares=1) for i, gate in enumerate(gates)]\n"
         "    asked = time.monotonic()\n"
@@ -214,13 +214,10 @@ def test_a_pool_emptied_by_warm_spares_is_refilled_beside_their_opens(tmp_path: 
         "    await warming\n"
         "    await close_spares(*spared)\n"
         "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'waited': waited}), flush=True)\n"
-        "asyncio.run(main())\n"
-    ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE, str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout)
-    print(seen)
-    assert len(seen["pool"]) == MIN_IDLE
-    assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
+    ))
+    pool = seen["pool"]
+    assert isinstance(pool, list) and len(pool) == MIN_IDLE
+    assert seen["refill"] is not None and seen["refill"] not in pool
     # Seen (the spares' servers at their gates) before the fallback could fork it.
-    assert seen["waited"] < OPEN_WAIT
+    waited = seen["waited"]
+    assert isinstance(waited, float) and waited < OPEN_WAIT
