@@ -272,4 +272,6 @@ class LocalChannel:
             await self._host.aclose()
 
 
-__all__ = ["IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon"]
+__all__ = [
+    "IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon",
+]

@@ -251,7 +251,7 @@ async def _rehearse() -> None:
     that moves the server into its cgroup (it stays, idle, in the loop's
     executor); ~300 fewer faults and ~1 ms less CPU per open.
     """
-    from .protocol import Opened, ServerSpec
+    from .protocol import ServerSpec
 
     enc = encoder()
     msg = worker_decoder().decode(enc.encode(Open(id=0, spec=ServerSpec(name="-", transport="stdio", command="-"))))

@@ -18,7 +18,8 @@ imported in a worker, and no exit handler knows the workers (each ends when
 its own socket closes, agent alive or not).
 
 Protocol: on the *control* socket, one byte (``W``, or ``B`` for an open
-nobody waits for, a warm spare's) with the worker's end of its socket pair, the forkserver's end of a *status* socket pair, and the agent's
+nobody waits for, a warm spare's) with the worker's end of its socket
+pair, the forkserver's end of a *status* socket pair, and the agent's
 working directory (a directory fd). The forkserver forks; the child closes
 everything of the forkserver's, changes to that directory and runs
 :func:`lovia_mcp_worker.main.run`. The forkserver writes the child's pid to
