@@ -131,8 +131,10 @@ def _with_a_full_pool(tmp_path: Path, body: str) -> dict[str, object]:
 
     In scope for ``body`` (the rest of ``main()``): ``fs`` (the forkserver),
     ``pool`` (its idle workers' pids, ``MIN_IDLE`` of them), ``gates`` (one
-    FIFO per idle worker, for ``gated_server.py``), ``PY``, ``SERVERS``,
-    ``MCPServerStdio``, ``close_spares``, ``warm_spares`` and ``WAIT``.
+    FIFO per idle worker, for ``gated_server.py``), ``held_at(gates)`` (the
+    gates' writers, once every server holds its gate), ``release(writers)``,
+    ``PY``, ``SERVERS``, ``MCPServerStdio``, ``close_spares``,
+    ``warm_spares`` and ``WAIT``.
     """
     code = (
         "import asyncio, contextlib, json, os, sys, time\n"
@@ -141,6 +143,13 @@ def _with_a_full_pool(tmp_path: Path, body: str) -> dict[str, object]:
         "from lovia_mcp import MCPServerStdio, close_spares, warm_spares\n"
         "from lovia_mcp.client import channel\n"
         "WAIT = %r\n"
+        "async def held_at(gates):\n"
+        "    # Each open returns once its server holds the gate's other end.\n"
+        "    return await asyncio.gather(*(asyncio.to_thread(open, gate, 'w') for gate in gates))\n"
+        "def release(writers):\n"
+        "    for w in writers:\n"
+        "        w.write('go\\n')\n"
+        "        w.close()\n"
         "async def main():\n"
         "    async with raw('process').session():\n"
         "        pass\n"
@@ -172,12 +181,9 @@ def test_an_emptied_pool_is_refilled_once_the_opens_it_served_have_answered_not_
         "        opens = [asyncio.ensure_future(stack.enter_async_context(MCPServerStdio(\n"
         "            command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
         "            name=f'gated{i}').session())) for i, gate in enumerate(gates)]\n"
-        "        # Each open returns once its server holds the gate's other end.\n"
-        "        writers = await asyncio.gather(*(asyncio.to_thread(open, gate, 'w') for gate in gates))\n"
+        "        writers = await held_at(gates)\n"
         "        held = fs.idle_pids()\n"
-        "        for w in writers:\n"
-        "            w.write('go\\n')\n"
-        "            w.close()\n"
+        "        release(writers)\n"
         "        conns = await asyncio.gather(*opens)\n"
         "        refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
         "        print(json.dumps({'pool': sorted(pool), 'served': sorted(c.worker_pid for c in conns),\n"
@@ -204,13 +210,10 @@ def test_a_pool_emptied_by_warm_spares_is_refilled_beside_their_opens(tmp_path: 
         "                             name=f'gated{i}', spares=1) for i, gate in enumerate(gates)]\n"
         "    asked = time.monotonic()\n"
         "    warming = asyncio.ensure_future(warm_spares(*spared))\n"
-        "    # Opened once each spare's server holds the gate's other end.\n"
-        "    writers = await asyncio.gather(*(asyncio.to_thread(open, gate, 'w') for gate in gates))\n"
+        "    writers = await held_at(gates)\n"
         "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
         "    waited = time.monotonic() - asked\n"
-        "    for w in writers:\n"
-        "        w.write('go\\n')\n"
-        "        w.close()\n"
+        "    release(writers)\n"
         "    await warming\n"
         "    await close_spares(*spared)\n"
         "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'waited': waited}), flush=True)\n"
