@@ -341,10 +341,18 @@ class MCPConnection(LoviaFields):
             raise self._error(failed, None)
 
     async def check(self, wait: float) -> bool:
-        """Whether the worker and its server still serve: one round trip, bounded by ``wait``."""
+        """Whether the worker and its server still serve, as the worker last told.
+
+        The worker reports its server's end (``Ended``) and the agent sees its
+        pipe close, so with nothing unread from it that is current and no
+        round trip is needed. With something unread, one ``GetStats`` round
+        trip, bounded by ``wait``, comes back after it.
+        """
         if not self.core.usable:
             return False
         channel = self.core.channel
+        if channel is not None and not channel.unread():
+            return self.core.server_pid is not None
         try:
             stats = await asyncio.wait_for(self.stats(), wait)
         except (MCPError, asyncio.TimeoutError):

@@ -26,10 +26,13 @@ gets asyncio's "task was destroyed" warning for the keeper instead, and the
 spares' workers exit when their pipes close). After an agent SIGKILL, each spare's worker sees its pipe close and
 kills its tree, as for every connection.
 
-Caveats: a spare is checked when taken (worker alive, server still serving:
-one ``GetStats`` round trip); a spare that fails it is closed, never handed
-out. A server that dies after the check is like any server dying during a
-run (the usual reconnect). Spares cost a worker and a server tree each while
+Caveats: a spare is checked when taken (worker alive, server still serving,
+as the worker last told: it reports its server's end, and the agent sees its
+pipe close; with something from the worker not yet read, one ``GetStats``
+round trip instead); a spare that fails it is closed, never handed out. A
+server that dies after the check, or before its worker noticed, is like any
+server dying during a run (the usual reconnect). A worker alive but not
+answering is not caught at the take (the call's backstop gives it up). Spares cost a worker and a server tree each while
 they wait (docs/spares.md).
 """
 
@@ -55,8 +58,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("lovia_mcp")
 
-# Bound on the check of a spare being taken: a healthy worker answers it in
-# well under a millisecond; one that cannot within 2 s is not a warm spare.
+# Bound on the check of a spare being taken when it takes a round trip
+# (something unread from the worker): a healthy worker answers in about a
+# millisecond; one that cannot within 2 s is not a warm spare.
 CHECK_WAIT: Final = 2.0
 
 # How long after a run took its spares (or opened its own) their

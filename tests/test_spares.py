@@ -228,6 +228,27 @@ def test_a_spare_whose_server_died_while_waiting_is_replaced_not_handed_out() ->
     run(main())
 
 
+def test_a_spare_whose_servers_end_is_written_but_not_yet_read_is_not_handed_out() -> None:
+    # The take trusts what the agent has read of the worker only when
+    # nothing is left unread: here the worker's Ended waits in the pipe (the
+    # loop is held from the kill to the take), and the take must not hand
+    # the spare out on its stale state.
+    async def main() -> None:
+        server = raw(spares=1)
+        async with warmed(server) as (spare,):
+            channel, dead = spare.core.channel, spare.server_pid
+            assert channel is not None and dead is not None
+            os.kill(dead, signal.SIGKILL)
+            assert channel.unread(wait=GONE_WAIT), "the worker wrote nothing after its server was killed"
+            assert spare.server_pid == dead  # not read yet: the agent still knows the server as alive
+            conn = await spares.take(server, close_after_run=True)
+            assert conn is not spare
+            if conn is not None:
+                await conn.close()
+
+    run(main())
+
+
 def test_a_spare_whose_worker_died_while_waiting_is_replaced_not_handed_out() -> None:
     async def main() -> None:
         server = raw(spares=1)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import select
 import signal
 import socket
 import threading
@@ -71,7 +72,13 @@ def warm_up(*, http: bool = False) -> None:
 
 
 def warm_up_soon(*, http: bool = False) -> None:
-    """:func:`warm_up` on a daemon thread, so building a plugin never blocks."""
+    """:func:`warm_up` on a daemon thread, so building a plugin never blocks.
+
+    Nothing to do (no thread) when the forkserver runs and ``http`` would
+    change nothing: a plugin built per run does not start a thread per run.
+    """
+    if not http and _forkserver.running():
+        return
     threading.Thread(target=_quiet_warm_up, args=(http,), name="lovia-mcp-warm-up", daemon=True).start()
 
 
@@ -102,6 +109,7 @@ class ProcessChannel:
         self._gone = asyncio.Event()  # the pipe is lost or closed
         self.pid: int | None = None
         self._pid_task: asyncio.Task[None] | None = None
+        self._fd = -1
 
     async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
         if not SUPPORTED:
@@ -118,6 +126,7 @@ class ProcessChannel:
         assert pair is not None
         sock, status = pair
         sock.setblocking(False)
+        self._fd = sock.fileno()
         loop = asyncio.get_running_loop()
 
         def report(why: str) -> None:
@@ -198,6 +207,20 @@ class ProcessChannel:
         """Return once the pipe to the worker is lost (or the channel closed)."""
         await self._gone.wait()
 
+    def unread(self, wait: float = 0.0) -> bool:
+        """Whether the worker wrote what the loop has not read yet, or closed its end (or the pipe is gone).
+
+        When False, everything the worker said has been handled: what the
+        agent knows of the worker and its server is what the worker last told.
+        ``wait``: block up to that many seconds for something to read (the
+        loop does not run meanwhile).
+        """
+        if self._gone.is_set() or self._fd < 0:
+            return True
+        poll = select.poll()
+        poll.register(self._fd, select.POLLIN)
+        return bool(poll.poll(round(wait * 1000)))
+
     def send(self, msg: AgentMessage) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
@@ -260,6 +283,10 @@ class LocalChannel:
     async def wait_lost(self) -> None:
         """Return once the channel is closed (the host cannot be lost otherwise)."""
         await self._gone.wait()
+
+    def unread(self, wait: float = 0.0) -> bool:
+        """Never: the host tells the agent synchronously, in its own loop."""
+        return False
 
     def abort(self) -> None:
         """Stop using this host (:meth:`aclose` stops its servers)."""

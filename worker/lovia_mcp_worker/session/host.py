@@ -365,12 +365,14 @@ class Host:
             started = ready.done()
             reason = gen.reason
             told = reason is not None and reason.kind != "closed"
+            # Ended before its log line: an agent that has read the line has
+            # read the Ended (a spare's take trusts what it has read).
+            if started and not self._closing and not waiting:
+                self._emit(Ended(generation=gen.number, reason=reason.message if told and reason else None))
             if started and told and not self._closing:
                 assert reason is not None
                 what = "standby generation" if waiting else "generation"
                 self._log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {reason.message}")
-            if started and not self._closing and not waiting:
-                self._emit(Ended(generation=gen.number, reason=reason.message if told and reason else None))
             await asyncio.shield(self.containment.teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:
