@@ -45,7 +45,7 @@ class _Channel:
     def __init__(self, host_factory: Any, answered: socket.socket | None = None) -> None:
         self._enc = encoder()
         # Closed once the open has answered (see Prepared.run); the Open's id.
-        self._answered = answered
+        self.answered = answered
         self._open_id: int | None = None
         self.cap = frame_cap(0)
         self.reader: FrameReader[AgentMessage] = FrameReader(
@@ -81,9 +81,9 @@ class _Channel:
                 )
             )
         send_frame(transport, body)
-        if self._answered is not None and isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
-            self._answered.close()
-            self._answered = None
+        if self.answered is not None and isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
+            self.answered.close()
+            self.answered = None
 
     def _received(self, msg: AgentMessage) -> None:
         if isinstance(msg, Open):
@@ -137,37 +137,54 @@ class _ForwardLogs(logging.Handler):
             pass
 
 
-async def serve(sock: socket.socket, answered: socket.socket | None = None) -> None:
-    loop = asyncio.get_running_loop()
-    closed_by_agent = asyncio.Event()
+class _Served:
+    """What serving a connection needs before its socket: the channel and its host.
 
-    def make_host(emit: Any) -> Host:
-        def tracking_emit(msg: WorkerMessage) -> None:
-            emit(msg)
-            if isinstance(msg, Closed):
-                closed_by_agent.set()
+    Made by an idle worker while it waits (:class:`Prepared`), so the open
+    finds them built; :func:`serve` makes them when there was no wait.
+    """
 
-        return Host(tracking_emit, subreaper=guard.become_subreaper())
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.closed_by_agent = asyncio.Event()
 
-    channel = _Channel(make_host, answered)
-    await loop.create_connection(lambda: channel.reader, sock=sock)
+        def make_host(emit: Any) -> Host:
+            def tracking_emit(msg: WorkerMessage) -> None:
+                emit(msg)
+                if isinstance(msg, Closed):
+                    self.closed_by_agent.set()
+
+            return Host(tracking_emit, subreaper=guard.become_subreaper())
+
+        self.channel = _Channel(make_host)
+
+
+async def serve(sock: socket.socket, answered: socket.socket | None = None, served: _Served | None = None) -> None:
+    """Serve the agent on ``sock`` until the end; ``served``: made ahead, else made here."""
+    if served is None:
+        served = _Served()
+    channel = served.channel
+    channel.answered = answered
+    await served.loop.create_connection(lambda: channel.reader, sock=sock)
+    # Only now, with the agent to send them to (an idle worker's would be lost):
     forward = _ForwardLogs(channel.emit)
     logging.getLogger().addHandler(forward)
     # Python warnings (a ResourceWarning under -X dev, a DeprecationWarning)
     # go to logging, and so to the agent, instead of the worker's stderr.
     logging.captureWarnings(True)
+    # SIGTERM (someone stopping the worker) ends it as the agent's exit does:
+    # the server tree is killed first, not left to its parent-death signal.
+    # (An idle worker keeps the default: SIGTERM ends it.)
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        served.loop.add_signal_handler(signal.SIGTERM, served.closed_by_agent.set)
     try:
-        await _serve(loop, channel, closed_by_agent)
+        await _serve(channel, served.closed_by_agent)
     finally:
         logging.captureWarnings(False)
         logging.getLogger().removeHandler(forward)
 
 
-async def _serve(loop: asyncio.AbstractEventLoop, channel: _Channel, closed_by_agent: asyncio.Event) -> None:
-    # SIGTERM (someone stopping the worker) ends it as the agent's exit does:
-    # the server tree is killed first, not left to its parent-death signal.
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, closed_by_agent.set)
+async def _serve(channel: _Channel, closed_by_agent: asyncio.Event) -> None:
     stop = asyncio.ensure_future(closed_by_agent.wait())
     await asyncio.wait({channel.done, stop}, return_when=asyncio.FIRST_COMPLETED)
     stop.cancel()
@@ -191,7 +208,7 @@ class Prepared:
     agent's terminal signals ignored (the worker ends when its pipe closes),
     the event loop made (with a pidfd child watcher), the cgroup layout
     detected and, ``ahead`` of a request, the open's path rehearsed
-    (:func:`_rehearse`): a worker forked ahead of its request
+    (:func:`_rehearse`) and the channel and host made (:class:`_Served`): a worker forked ahead of its request
     (:mod:`.process`) pays none of it on the open's path.
     """
 
@@ -215,9 +232,12 @@ class Prepared:
 
         with contextlib.suppress(Exception):  # the open detects again, and reports what fails
             cgroup.layout()
+        self.served: _Served | None = None
         if ahead:  # an idle worker, waiting: never on a request's path
             with contextlib.suppress(Exception):  # only a head start: the open does it all anyway
                 self.runner.run(_rehearse())
+            with contextlib.suppress(Exception):  # made on the open's path instead
+                self.served = self.runner.run(_made_ahead())
 
     def run(self, conn: Any, answered: socket.socket | None = None) -> None:
         """Serve ``conn`` (the worker's end of its socket pair) until the end; never returns.
@@ -232,7 +252,7 @@ class Prepared:
         sock.setblocking(False)
         try:
             with self.runner:
-                self.runner.run(serve(sock, answered))
+                self.runner.run(serve(sock, answered, self.served))
         finally:
             sock.close()
         # Skip interpreter teardown: nothing is left to flush, and a forked
@@ -260,6 +280,10 @@ async def _rehearse() -> None:
     enc.encode(Opened(id=0, server_pid=0, tools=[], generation=1, protocol_version="-", listing_ttl=None))
     del msg, host
     await asyncio.to_thread(int)
+
+
+async def _made_ahead() -> _Served:
+    return _Served()
 
 
 def run(conn: Any) -> None:

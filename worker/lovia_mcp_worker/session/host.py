@@ -147,6 +147,7 @@ class Host:
             raise failures.wire_mismatch(PROTOCOL_VERSION, msg.protocol)
         self.spec = msg.spec
         self._open_trace = msg.trace
+        self._created = time.monotonic()  # uptime counts from the open (an idle worker made this host ahead)
 
     def _cancel(self, msg: Cancel) -> None:
         task = self._calls.tasks.get(msg.id)
