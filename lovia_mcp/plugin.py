@@ -24,7 +24,7 @@ from lovia.plugins.base import PluginInstance
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
-from .client.channel import warm_up_soon
+from .client.channel import run_began, run_ended, warm_up_soon
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from lovia_mcp_worker.protocol import Sandbox
 
@@ -182,6 +182,7 @@ class MCP:
             if not ended:
                 ended = True
                 spares.run_ended()
+                run_ended()
 
         async def aclose() -> None:
             # The run's end: each close is started, not waited for (the
@@ -199,6 +200,7 @@ class MCP:
                 end()
 
         spares.run_started()
+        run_began()
 
         try:
             conns = await self._open_all(closers)

@@ -224,3 +224,70 @@ def test_a_pool_emptied_by_warm_spares_is_refilled_beside_their_opens(tmp_path: 
     # Seen (the spares' servers at their gates) before the fallback could fork it.
     waited = seen["waited"]
     assert isinstance(waited, float) and waited < OPEN_WAIT
+
+
+_HELD_RUN = (
+    "    from lovia import Agent, Runner, tool\n"
+    "    from lovia.testing import ScriptedProvider, call, text\n"
+    "    from lovia_mcp import MCP\n"
+    "    held, go = asyncio.Event(), asyncio.Event()\n"
+    "    @tool\n"
+    "    async def hold() -> str:\n"
+    "        \"\"\"Hold the run in its tool call.\"\"\"\n"
+    "        held.set()\n"
+    "        await go.wait()\n"
+    "        return 'ok'\n"
+    "    plugin = MCP(*(raw('process', name=f's{i}') for i in range(len(pool))))\n"
+    "    agent = Agent(name='a', model=ScriptedProvider([call('hold', {}), text('done')]), tools=[hold],\n"
+    "                  plugins=[plugin])\n"
+    "    asked = time.monotonic()\n"
+    "    running = asyncio.ensure_future(Runner.run(agent, 'go'))\n"
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_emptied_by_a_runs_opens_is_not_refilled_while_the_run_goes_on(tmp_path: Path) -> None:
+    """The refills' forks and the idle workers' set-up would compete with the run for the CPU: they wait for its end.
+
+    A run opens as many servers as the pool has idle workers, then holds in
+    a tool call. The opens have answered, but the pool stays empty until the
+    forkserver's fallback (``OPEN_WAIT`` after the last request) refills it.
+    """
+    seen = _with_a_full_pool(tmp_path, _HELD_RUN + (
+        "    await held.wait()\n"
+        "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
+        "    waited = time.monotonic() - asked\n"
+        "    go.set()\n"
+        "    result = await running\n"
+        "    await plugin.aclose()\n"
+        "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'waited': waited, 'output': result.output}),\n"
+        "          flush=True)\n"
+    ))
+    assert seen["output"] == "done"
+    assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
+    # Not before the fallback: every request was made after `asked`.
+    waited = seen["waited"]
+    assert isinstance(waited, float) and waited >= OPEN_WAIT
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_emptied_by_a_runs_opens_is_refilled_once_the_run_has_ended(tmp_path: Path) -> None:
+    """The run's end tells the forkserver (``E``): the pool is refilled then, before its fallback could."""
+    seen = _with_a_full_pool(tmp_path, _HELD_RUN + (
+        "    await held.wait()\n"
+        "    go.set()\n"
+        "    result = await running\n"
+        "    ended = time.monotonic() - asked\n"
+        "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
+        "    refilled = time.monotonic() - asked\n"
+        "    await plugin.aclose()\n"
+        "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'ended': ended, 'refilled': refilled}),\n"
+        "          flush=True)\n"
+    ))
+    assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
+    ended, refilled = seen["ended"], seen["refilled"]
+    assert isinstance(ended, float) and isinstance(refilled, float)
+    if ended > OPEN_WAIT / 2:
+        pytest.skip(f"the run took {ended:.2f} s: too close to the fallback ({OPEN_WAIT} s) to tell them apart")
+    # The fallback comes OPEN_WAIT after the opens' requests (all after `asked`).
+    assert refilled < OPEN_WAIT

@@ -87,6 +87,16 @@ def _quiet_warm_up(http: bool) -> None:
         warm_up(http=http)
 
 
+def run_began() -> None:
+    """A run of an ``MCP`` plugin begins: the forkserver's refills wait for the runs to end (see process.py)."""
+    _forkserver.run_began()
+
+
+def run_ended() -> None:
+    """A run of an ``MCP`` plugin ended (its closes handed off): with none left, the forkserver refills."""
+    _forkserver.run_ended()
+
+
 def helper_pids() -> set[int]:
     """Pids of this process's long-lived helpers (the forkserver and its idle worker), shared by every connection."""
     return _forkserver.helper_pids()
@@ -300,5 +310,6 @@ class LocalChannel:
 
 
 __all__ = [
-    "IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "warm_up", "warm_up_soon",
+    "IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "run_began",
+    "run_ended", "warm_up", "warm_up_soon",
 ]

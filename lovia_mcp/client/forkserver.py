@@ -135,6 +135,10 @@ class ForkServer:
         # first, as it told (on the control socket), and a partial record.
         self._idle: dict[int, None] = {}
         self._idle_got = b""
+        # Runs of MCP plugins in progress in this process (every loop): the
+        # forkserver's refills wait for the last to end.
+        self._runs = 0
+        self._runs_lock = threading.Lock()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forget)
 
@@ -207,6 +211,32 @@ class ForkServer:
                 self._ctrl.close()
         self._ctrl = self._proc = None
         self._idle, self._idle_got = {}, b""
+        self._runs, self._runs_lock = 0, threading.Lock()
+
+    def run_began(self) -> None:
+        """A run of an ``MCP`` plugin begins (before its opens): the pool's refills wait for its end."""
+        with self._runs_lock:
+            self._runs += 1
+
+    def run_ended(self) -> None:
+        """A run ended; after the last one, the forkserver is told (``E``) and refills its pool.
+
+        Never blocks: with the handle busy on another thread, or the
+        forkserver gone, nothing is sent, and the forkserver refills
+        ``OPEN_WAIT`` after its last request, as it does for a run that lasts.
+        """
+        with self._runs_lock:
+            self._runs = max(0, self._runs - 1)
+            if self._runs:
+                return
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self._ctrl is not None:
+                with contextlib.suppress(OSError):
+                    self._ctrl.send(b"E", socket.MSG_DONTWAIT | _NOSIGNAL)
+        finally:
+            self._lock.release()
 
     def ensure_running(self, preload: Sequence[str] | None = None) -> None:
         """Start the forkserver unless it runs (it preloads in the background).
@@ -268,7 +298,7 @@ class ForkServer:
         try:
             self._ensure_running()
             self._drain_idle()  # its announcements never pile up
-            what = b"B" if background else b"W"
+            what = b"B" if background else b"R" if self._runs else b"W"
             try:
                 self._send(fds, what)
             except OSError:

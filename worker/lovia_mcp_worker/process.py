@@ -17,10 +17,11 @@ only what a worker needs, so neither problem exists: nothing of the agent is
 imported in a worker, and no exit handler knows the workers (each ends when
 its own socket closes, agent alive or not).
 
-Protocol: on the *control* socket, one byte (``W``, or ``B`` for an open
-nobody waits for, a warm spare's) with the worker's end of its socket
-pair, the forkserver's end of a *status* socket pair, and the agent's
-working directory (a directory fd). The forkserver forks; the child closes
+Protocol: on the *control* socket, one byte (``W``; ``R`` while a run of
+an ``MCP`` plugin is on in the agent; ``B`` for an open nobody waits for, a
+warm spare's) with the worker's end of its socket pair, the forkserver's end of a *status* socket pair, and the agent's
+working directory (a directory fd); or ``E`` alone, when the agent's last
+run has ended. The forkserver forks; the child closes
 everything of the forkserver's, changes to that directory and runs
 :func:`lovia_mcp_worker.main.run`. The forkserver writes the child's pid to
 the status socket and, once it has reaped the child, its exit code
@@ -73,7 +74,10 @@ MAX_IDLE: Final = 5
 REFILL_QUIET: Final = 0.1
 # An emptied pool is refilled once the opens it served have answered (their
 # worker's CPU is off an open's path then), or this long after the last
-# request at the latest (an open waiting for a slow server).
+# request at the latest (an open waiting for a slow server). While a run is
+# on in the agent (requests ``R``), every refill waits for its end (``E``),
+# this long after the last request at the latest (a long run then mostly
+# waits for its model).
 OPEN_WAIT: Final = 2.0
 
 
@@ -136,9 +140,13 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                 if len(fds) < 2:
                     for fd in fds:
                         os.close(fd)
+                    if msg == b"E":
+                        pool.in_run = False
                     continue
                 chan, st, *rest = fds
-                pid = pool.hand(chan, rest, sel if msg == b"W" else None)
+                if msg != b"B":  # a spare's open says nothing of runs
+                    pool.in_run = msg == b"R"
+                pid = pool.hand(chan, rest, None if msg == b"B" else sel)
                 if pid is None:
                     pid = os.fork()
                     if pid == 0:
@@ -162,7 +170,11 @@ class _Pool:
     :data:`REFILL_QUIET` passed without a request (opens one after another
     never find the pool empty); an empty pool, until the workers it handed
     requests to have answered their opens (each closes its pool socket
-    then), :data:`OPEN_WAIT` at the latest.
+    then), :data:`OPEN_WAIT` at the latest. While a run is on in the agent
+    (``in_run``: its requests said ``R``), no refill starts before it ends
+    (``E``), :data:`OPEN_WAIT` after the last request at the latest: the
+    forks and the idle workers' preparation would compete for the CPU with
+    the run (five servers per run: five of them right after its opens).
     """
 
     def __init__(self, ctrl: socket.socket) -> None:
@@ -176,11 +188,15 @@ class _Pool:
         # Whether the pool was ever full: a request before that (the agent's
         # first, while the forkserver still starts) says nothing of bursts.
         self._filled = False
+        # A run is on in the agent (its last request said R, and no E since).
+        self.in_run = False
 
     def refill_in(self) -> float | None:
         """The select timeout: when the next idle worker is due (``None``: the pool is full)."""
         if len(self.idle) >= self.target or self._failed:
             return None
+        if self.in_run:
+            return max(0.0, self._last_request + OPEN_WAIT - time.monotonic())
         if not self.idle:
             # The next request would wait for a fork: forked at once, unless
             # an open the pool just served is still on the CPU.
