@@ -14,6 +14,7 @@ import asyncio
 import random
 import resource
 import sys
+import threading
 from typing import Any
 
 import msgspec
@@ -21,9 +22,11 @@ import pytest
 from helpers import PY, RAW_SERVER, run
 
 from lovia_mcp import MCPServerStdio
+from lovia_mcp_worker import framing
 from lovia_mcp_worker.framing import (
     FRAME_OVERHEAD,
     HEAD_BYTES,
+    LAZY_BUFFER,
     MAX_REQUEST_BYTES,
     READ_BUFFER,
     FrameReader,
@@ -133,6 +136,38 @@ def test_a_big_frames_buffer_is_not_touched_in_the_loop_iteration_that_reads_its
     assert faults < 1000  # 16,384 pages when the buffer is filled at once
     feed(reader, body[10:], random.Random(0), most=4 * 1024 * 1024)
     assert got == [result_of(size - 100)]
+
+
+@pytest.mark.unit
+def test_a_big_frames_mapping_is_unmapped_on_the_loops_executor_once_it_is_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Unmapping 10 MB of faulted-in pages took ~2 ms right after the ~2 ms
+    # decode, in the same loop iteration (the stall of a whole 10 MB result).
+    closed_on: list[tuple[str, bool]] = []
+    done = threading.Event()
+    close = framing._close_mapping
+
+    def recording(mapping: Any) -> None:
+        close(mapping)
+        closed_on.append((threading.current_thread().name, mapping.closed))
+        done.set()
+
+    monkeypatch.setattr(framing, "_close_mapping", recording)
+
+    async def main() -> list[WorkerMessage]:
+        got: list[WorkerMessage] = []
+        reader = agent_reader(got, [])
+        feed(reader, frames([result_of(3 * LAZY_BUFFER)]), random.Random(0), most=1024 * 1024)
+        assert got == [result_of(3 * LAZY_BUFFER)] and closed_on == []  # not in the read's iteration
+        assert await asyncio.to_thread(done.wait, 10.0)  # the next iteration hands it to the executor
+        return got
+
+    run(main())
+    print(f"unmapped on {closed_on}")
+    assert len(closed_on) == 1
+    thread, closed = closed_on[0]
+    assert closed and thread != threading.main_thread().name
 
 
 @pytest.mark.unit
