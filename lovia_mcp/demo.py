@@ -200,10 +200,11 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
 
 
 def _shared_helpers() -> dict[int, str]:
-    """The forkserver: one per agent process, by design."""
-    from .client.channel import helper_pids
+    """The forkserver and its idle workers: one forkserver per agent process, by design."""
+    from .client.channel import forkserver_pid, helper_pids
 
-    return {pid: "forkserver" for pid in helper_pids()}
+    server = forkserver_pid()
+    return {pid: "forkserver" if pid == server else "idle worker" for pid in helper_pids()}
 
 
 def _alive(pid: int) -> bool:
@@ -215,9 +216,11 @@ def _alive(pid: int) -> bool:
 
 def _leftovers(seen: _Seen) -> list[str]:
     """Processes of the demo still alive: known pids, and any descendant but the shared helpers."""
-    helpers = _shared_helpers()
     deadline = time.monotonic() + EXIT_WAIT
     while True:
+        # Asked each time: the forkserver refills its pool of idle workers
+        # once the run has ended, and announces each as it forks it.
+        helpers = _shared_helpers()
         procs: dict[int, str] = {}
         for pid in (*seen.worker_pids, *seen.server_pids):
             if _alive(pid):

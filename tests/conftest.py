@@ -24,6 +24,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,14 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         exempt = exempt_pids()
         leftover = [p for p in leftover if p.pid not in exempt]
     if leftover:
-        _, alive = psutil.wait_procs(leftover, timeout=LEAK_WAIT)
-        alive = [p for p in alive if p.pid not in exempt_pids()]
+        # Exempt pids are asked again as the wait goes on: the forkserver
+        # refills its pool once a run has ended, and announces each idle
+        # worker just after forking it.
+        deadline = time.monotonic() + LEAK_WAIT
+        alive = leftover
+        while alive and time.monotonic() < deadline:
+            _, alive = psutil.wait_procs(alive, timeout=0.1)
+            alive = [p for p in alive if p.pid not in exempt_pids()]
         alive = [p for p in alive if is_alive(p)]
         if alive:
             described = [describe(p) for p in alive]

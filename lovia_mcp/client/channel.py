@@ -97,6 +97,11 @@ def run_ended() -> None:
     _forkserver.run_ended()
 
 
+def forkserver_pid() -> int | None:
+    """The forkserver's pid, while it runs."""
+    return _forkserver.pid
+
+
 def helper_pids() -> set[int]:
     """Pids of this process's long-lived helpers (the forkserver and its idle worker), shared by every connection."""
     return _forkserver.helper_pids()
@@ -310,6 +315,7 @@ class LocalChannel:
 
 
 __all__ = [
-    "IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "helper_pids", "run_began",
+    "IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "forkserver_pid", "helper_pids",
+    "run_began",
     "run_ended", "warm_up", "warm_up_soon",
 ]
