@@ -208,8 +208,9 @@ class Prepared:
     agent's terminal signals ignored (the worker ends when its pipe closes),
     the event loop made (with a pidfd child watcher), the cgroup layout
     detected and, ``ahead`` of a request, the open's path rehearsed
-    (:func:`_rehearse`) and the channel and host made (:class:`_Served`): a worker forked ahead of its request
-    (:mod:`.process`) pays none of it on the open's path.
+    (:func:`_rehearse`) and the channel and host made (:class:`_Served`):
+    a worker forked ahead of its request (:mod:`.process`) pays none of it
+    on the open's path.
     """
 
     def __init__(self, *, ahead: bool = False) -> None:
@@ -277,56 +278,9 @@ async def _rehearse() -> None:
     msg = worker_decoder().decode(enc.encode(Open(id=0, spec=ServerSpec(name="-", transport="stdio", command="-"))))
     host = Host(lambda m: None, subreaper=False)
     host.stats()
-    tools = await _rehearse_stdio()
-    enc.encode(Opened(id=0, server_pid=0, tools=tools, generation=1, protocol_version="-", listing_ttl=None))
+    enc.encode(Opened(id=0, server_pid=0, tools=[], generation=1, protocol_version="-", listing_ttl=None))
     del msg, host
     await asyncio.to_thread(int)
-
-
-# What the rehearsal's stand-in server answers (any other request: -32601,
-# as a server of the handshake era answers the open's probe).
-_REHEARSED: Final = {
-    b"initialize": b'{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"-","version":"0"}}',
-    b"tools/list": b'{"tools":[{"name":"t","description":"-","inputSchema":{"type":"object",'
-                   b'"properties":{"x":{"type":"string"}},"required":["x"]}}]}',
-    b"tools/call": b'{"content":[{"type":"text","text":"-"}],"isError":false}',
-}
-
-
-async def _rehearse_stdio() -> list[Any]:
-    """A stdio server's negotiation, listing and one call, against canned answers (no process).
-
-    The open's own code: the JSON-RPC client, its line framer, the era
-    negotiation and the MCP-JSON codec.
-    """
-    import msgspec
-
-    from .transport.jsonrpc import Client
-    from .transport.lines import LineFramer
-
-    loop = asyncio.get_running_loop()
-
-    class _Line(msgspec.Struct):
-        id: int | None = None
-        method: str = ""
-
-    decode = msgspec.json.Decoder(_Line).decode
-
-    def answer(line: bytes) -> None:
-        asked = decode(line)
-        if asked.id is None:
-            return  # a notification
-        result = _REHEARSED.get(asked.method.encode())
-        body = (b'"error":{"code":-32601,"message":"-"}' if result is None else b'"result":' + result)
-        loop.call_soon(framer.feed, b'{"jsonrpc":"2.0","id":%d,%s}\n' % (asked.id, body))
-
-    client = Client(answer, on_garbage=lambda line: None, log=lambda level, text: None,
-                    server_log=lambda level, text: None)
-    framer = LineFramer(1 << 20, client.feed, lambda rid, size, complete: None)
-    await client.negotiate("auto")
-    tools = await client.list_tools(lambda text: None)
-    await client.call_tool("t", b'{"x":"-"}')
-    return tools
 
 
 async def _made_ahead() -> _Served:
