@@ -32,8 +32,9 @@ pipe close; with something from the worker not yet read, one ``GetStats``
 round trip instead); a spare that fails it is closed, never handed out. A
 server that dies after the check, or before its worker noticed, is like any
 server dying during a run (the usual reconnect). A worker alive but not
-answering is not caught at the take (the call's backstop gives it up). Spares cost a worker and a server tree each while
-they wait (docs/spares.md).
+answering is not caught at the take (the call's backstop gives it up).
+Spares cost a worker and a server tree each while they wait
+(docs/spares.md).
 """
 
 from __future__ import annotations

@@ -316,6 +316,5 @@ class LocalChannel:
 
 __all__ = [
     "IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "forkserver_pid", "helper_pids",
-    "run_began",
-    "run_ended", "warm_up", "warm_up_soon",
+    "run_began", "run_ended", "warm_up", "warm_up_soon",
 ]

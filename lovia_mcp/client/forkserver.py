@@ -150,7 +150,7 @@ class ForkServer:
     def running(self) -> bool:
         """Whether the forkserver process is up (no lock: a glance, for skipping a start)."""
         proc = self._proc
-        return proc is not None and proc.returncode is None and proc.poll() is None
+        return proc is not None and proc.poll() is None
 
     def helper_pids(self) -> set[int]:
         """The forkserver's pid and its idle workers': processes of lovia-mcp's own, not of a connection."""

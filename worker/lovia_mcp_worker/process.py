@@ -19,11 +19,12 @@ its own socket closes, agent alive or not).
 
 Protocol: on the *control* socket, one byte (``W``; ``R`` while a run of
 an ``MCP`` plugin is on in the agent; ``B`` for an open nobody waits for, a
-warm spare's) with the worker's end of its socket pair, the forkserver's end of a *status* socket pair, and the agent's
-working directory (a directory fd); or ``E`` alone, when the agent's last
-run has ended. The forkserver forks; the child closes
-everything of the forkserver's, changes to that directory and runs
-:func:`lovia_mcp_worker.main.run`. The forkserver writes the child's pid to
+warm spare's) with the worker's end of its socket pair, the forkserver's
+end of a *status* socket pair, and the agent's working directory (a
+directory fd); or ``E`` alone, when the agent's last run has ended. The
+forkserver forks; the child closes everything of the forkserver's, changes
+to that directory and runs :func:`lovia_mcp_worker.main.run`. The
+forkserver writes the child's pid to
 the status socket and, once it has reaped the child, its exit code
 (negative: the signal), each as :data:`~.protocol.FORKSERVER_STATUS`. When
 the control socket reaches EOF (the agent exited or died) the forkserver
