@@ -285,3 +285,38 @@ def test_calls_made_while_a_dead_workers_exit_status_is_read_are_failed_over_not
             return first, str(await conn.call_tool("echo", {"text": "next"}))
 
     assert run(main()) == ("late", "next")
+
+
+def test_a_call_made_while_a_dead_workers_exit_is_being_read_goes_to_a_fresh_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The agent sees the pipe close at once, but names the worker's end
+    # (its exit status, read on a thread) a moment later. A call made in
+    # between used to go to the dead worker and fail with its loss (under a
+    # loaded machine, test_worker_killed_after_a_server_restart... did).
+    from lovia_mcp.client.channel import ProcessChannel
+
+    release = threading.Event()
+    describe = ProcessChannel._exit_description
+
+    def slow(self: ProcessChannel) -> str:
+        assert release.wait(10.0), "never released"
+        return describe(self)
+
+    monkeypatch.setattr(ProcessChannel, "_exit_description", slow)
+
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", isolation="process", auto_reconnect=False)
+        async with server.session() as conn:
+            channel = conn.core.channel
+            assert isinstance(channel, ProcessChannel) and conn.worker_pid is not None
+            dead = conn.worker_pid
+            os.kill(dead, signal.SIGKILL)
+            await asyncio.wait_for(channel.wait_lost(), 10.0)
+            assert channel.reporting  # the pipe is gone, its report held
+            calling = asyncio.ensure_future(conn.call_tool("echo", {"text": "fresh"}))
+            release.set()
+            assert str(await asyncio.wait_for(calling, 30.0)) == "fresh"
+            assert conn.worker_pid not in (None, dead)
+
+    run(main())

@@ -122,6 +122,7 @@ class ProcessChannel:
         self._lost = False
         self._losing = False
         self._gone = asyncio.Event()  # the pipe is lost or closed
+        self._dead = asyncio.Event()  # and the channel reads as dead (alive is False)
         self.pid: int | None = None
         self._pid_task: asyncio.Task[None] | None = None
         self._fd = -1
@@ -151,6 +152,7 @@ class ProcessChannel:
             # over first, and this one's requests would never be answered.)
             if not self._lost:
                 self._lost = True
+                self._dead.set()
                 on_lost(why)
 
         def lost(why: str | None) -> None:
@@ -218,6 +220,20 @@ class ProcessChannel:
     def alive(self) -> bool:
         return not self._lost
 
+    @property
+    def reporting(self) -> bool:
+        """The pipe is lost and its report is on its way (the worker's exit status is read on a thread).
+
+        The channel still reads as alive until then, so that the report fails
+        the requests sent meanwhile; a request not sent yet should wait for
+        :meth:`dead` and go to the next worker instead.
+        """
+        return self._gone.is_set() and not self._lost
+
+    async def dead(self) -> None:
+        """Return once the channel reads as dead (its loss reported, or it was closed or given up)."""
+        await self._dead.wait()
+
     async def wait_lost(self) -> None:
         """Return once the pipe to the worker is lost (or the channel closed)."""
         await self._gone.wait()
@@ -249,12 +265,14 @@ class ProcessChannel:
     def abort(self) -> None:
         """Give the worker up at once (it stopped answering): SIGKILL; :meth:`aclose` still reaps it."""
         self._lost = True
+        self._dead.set()
         if self._proc is not None:
             self._proc.kill()
 
     async def aclose(self) -> None:
         """Drop the pipe and make sure the worker is gone (bounded)."""
         self._lost = True
+        self._dead.set()
         self._gone.set()
         if self._transport is not None:
             self._transport.close()
@@ -291,6 +309,12 @@ class LocalChannel:
 
     async def started(self) -> None:
         """Nothing to wait for: the host runs in this process."""
+
+    reporting = False  # a host in this process is never lost, only closed
+
+    async def dead(self) -> None:
+        """Return once the channel is closed."""
+        await self._gone.wait()
 
     def send(self, msg: AgentMessage) -> None:
         self._host.handle(msg)

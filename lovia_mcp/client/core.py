@@ -227,7 +227,12 @@ class ClientCore:
         while True:
             ch = self._channel
             if ch is not None and ch.alive:
-                return ch
+                if not ch.reporting:
+                    return ch
+                # Its worker is gone and the report is on its way: a request
+                # sent there now would only fail with it; the next worker serves.
+                await ch.dead()
+                continue
             if self.closed:
                 return Failure(id=0, kind="closed", message="the connection is closed")
             if self._starting is None:
