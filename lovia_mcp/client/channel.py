@@ -119,10 +119,9 @@ class ProcessChannel:
         self.cap = cap
         self._proc: WorkerProcess | None = None
         self._transport: asyncio.Transport | None = None
-        self._lost = False
         self._losing = False
         self._gone = asyncio.Event()  # the pipe is lost or closed
-        self._dead = asyncio.Event()  # and the channel reads as dead (alive is False)
+        self._dead = asyncio.Event()  # the channel reads as dead: its loss reported, or closed or given up
         self.pid: int | None = None
         self._pid_task: asyncio.Task[None] | None = None
         self._fd = -1
@@ -150,14 +149,13 @@ class ProcessChannel:
             # sent meanwhile went to this channel, and the report fails them
             # with the rest. (Marked dead earlier, a new channel could take
             # over first, and this one's requests would never be answered.)
-            if not self._lost:
-                self._lost = True
+            if not self._dead.is_set():
                 self._dead.set()
                 on_lost(why)
 
         def lost(why: str | None) -> None:
             self._gone.set()
-            if self._lost or self._losing:
+            if self._dead.is_set() or self._losing:
                 return
             self._losing = True
             if why is not None:
@@ -218,7 +216,7 @@ class ProcessChannel:
 
     @property
     def alive(self) -> bool:
-        return not self._lost
+        return not self._dead.is_set()
 
     @property
     def reporting(self) -> bool:
@@ -228,7 +226,7 @@ class ProcessChannel:
         the requests sent meanwhile; a request not sent yet should wait for
         :meth:`dead` and go to the next worker instead.
         """
-        return self._gone.is_set() and not self._lost
+        return self._gone.is_set() and not self._dead.is_set()
 
     async def dead(self) -> None:
         """Return once the channel reads as dead (its loss reported, or it was closed or given up)."""
@@ -264,14 +262,12 @@ class ProcessChannel:
 
     def abort(self) -> None:
         """Give the worker up at once (it stopped answering): SIGKILL; :meth:`aclose` still reaps it."""
-        self._lost = True
         self._dead.set()
         if self._proc is not None:
             self._proc.kill()
 
     async def aclose(self) -> None:
         """Drop the pipe and make sure the worker is gone (bounded)."""
-        self._lost = True
         self._dead.set()
         self._gone.set()
         if self._transport is not None:

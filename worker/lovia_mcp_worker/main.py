@@ -42,10 +42,10 @@ class _Channel:
     says otherwise, the smallest one an agent can have (``frame_cap(0)``).
     """
 
-    def __init__(self, host_factory: Any, answered: socket.socket | None = None) -> None:
+    def __init__(self, host_factory: Any) -> None:
         self._enc = encoder()
-        # Closed once the open has answered (see Prepared.run); the Open's id.
-        self.answered = answered
+        # Closed once the open has answered (see Prepared.run; set by serve); the Open's id.
+        self.answered: socket.socket | None = None
         self._open_id: int | None = None
         self.cap = frame_cap(0)
         self.reader: FrameReader[AgentMessage] = FrameReader(

@@ -145,9 +145,7 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                         pool.in_run = False
                     continue
                 chan, st, *rest = fds
-                if msg != b"B":  # a spare's open says nothing of runs
-                    pool.in_run = msg == b"R"
-                pid = pool.hand(chan, rest, None if msg == b"B" else sel)
+                pid = pool.hand(chan, rest, msg, sel)
                 if pid is None:
                     pid = os.fork()
                     if pid == 0:
@@ -218,14 +216,17 @@ class _Pool:
         self._filled = self._filled or len(self.idle) >= self.target
         _announce(self._ctrl, idle.pid)
 
-    def hand(self, chan: int, rest: list[int], sel: selectors.BaseSelector | None) -> int | None:
-        """Give a request to the oldest idle worker; its pid, or ``None`` (the caller forks).
+    def hand(self, chan: int, rest: list[int], what: bytes, sel: selectors.BaseSelector) -> int | None:
+        """Give a request (``what``: its byte) to the oldest idle worker; its pid, or ``None`` (the caller forks).
 
-        With ``sel``, the refills wait for its open: the worker keeps its
-        socket until its open has answered (``sel`` then reports it:
-        :meth:`answered`). Without, the open is nobody's wait (the agent
-        asked with ``B``: a warm spare's) and the refills need not wait.
+        The refills wait for its open: the worker keeps its socket until its
+        open has answered (``sel`` then reports it: :meth:`answered`). Not
+        for ``B``: that open is nobody's wait (a warm spare's), and it says
+        nothing of runs either; ``R`` and ``W`` say whether a run is on.
         """
+        background = what == b"B"
+        if not background:
+            self.in_run = what == b"R"
         self._failed = False
         self._last_request = time.monotonic()
         if not self.idle and self._filled:
@@ -234,7 +235,7 @@ class _Pool:
             idle = self.idle.pop(0)
             _announce(self._ctrl, -idle.pid)  # a connection's now, or dead: no helper any more
             if idle.hand(chan, rest):
-                if sel is None:
+                if background:
                     idle.sock.close()
                 else:
                     self.opening.append(idle)
