@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,39 @@ def test_a_killed_idle_worker_is_replaced_and_the_next_open_still_works() -> Non
         idle = await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT)
         assert idle is not None
         psutil.Process(idle).kill()
+        async with server.session() as conn:
+            assert conn.worker_pid not in (None, idle)
+            assert str(await conn.call_tool("echo", {"text": "hi"})) == "hi"
+
+    run(main())
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether ``pid`` has a handler for ``signum`` (its SigCgt mask in /proc)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(mask & (1 << (signum - 1)))
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_ends_an_idle_worker_whose_handler_is_already_installed() -> None:
+    # An idle worker installs the serving SIGTERM handler ahead of its
+    # request; until it has an agent, SIGTERM must still end it.
+    async def main() -> None:
+        server = raw("process")
+        async with server.session():
+            pass
+        forkserver = _channel._forkserver
+        idle = await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT)
+        assert idle is not None
+        deadline = asyncio.get_running_loop().time() + IDLE_WAIT
+        while not _catches(idle, signal.SIGTERM):  # its set-up is done (polled: no hook to wait on)
+            assert asyncio.get_running_loop().time() < deadline, "the idle worker never installed its handler"
+            await asyncio.sleep(0.01)
+        psutil.Process(idle).terminate()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(idle).wait(IDLE_WAIT)
+        assert not psutil.pid_exists(idle) or psutil.Process(idle).status() == psutil.STATUS_ZOMBIE
         async with server.session() as conn:
             assert conn.worker_pid not in (None, idle)
             assert str(await conn.call_tool("echo", {"text": "hi"})) == "hi"

@@ -148,6 +148,28 @@ def test_worker_killed_mid_call_fails_the_call_at_once_and_a_fresh_worker_serves
     run(main())
 
 
+def test_sigterm_to_a_serving_worker_stops_its_server_tree_and_the_worker_exits_cleanly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw")
+        async with server.session() as conn:
+            worker, old_server = conn.worker_pid, await pid_of(conn)
+            assert worker is not None
+            os.kill(worker, signal.SIGTERM)
+            left, took = await alive_after([worker, old_server], 5.0)
+            assert not left, left
+            assert str(await conn.call_tool("echo", {"text": "after"})) == "after"  # a fresh worker
+            assert conn.worker_pid not in (None, worker)
+            print(f"SIGTERM to a serving worker: worker and server gone in {took * 1000:.0f} ms")
+
+    with caplog.at_level("WARNING", logger="lovia_mcp"):
+        run(main())
+    # Its own shutdown (the tree first), not SIGTERM's default action.
+    exits = [r.getMessage() for r in caplog.records if "the worker process" in r.getMessage()]
+    assert exits and all("exited with code 0" in m for m in exits), exits
+
+
 @pytest.mark.timeout(20)
 @pytest.mark.timing
 def test_crash_loop_opens_the_circuit_fails_fast_and_recovers_after_the_window(tmp_path: object) -> None:

@@ -123,6 +123,28 @@ def test_allowlisted_variables_come_from_the_agent_environment_at_open_time(
     run(main())
 
 
+def test_the_worker_adopts_the_agents_environment_removals_changes_and_additions_included(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The worker applies only the difference (an open's path): what the
+    # agent no longer has goes, what changed or is new is set.
+    from lovia_mcp_worker.main import adopt_environment
+
+    monkeypatch.setenv("LOVIA_TEST_GONE", "1")
+    monkeypatch.setenv("LOVIA_TEST_CHANGED", "old")
+    monkeypatch.delenv("LOVIA_TEST_NEW", raising=False)
+    before = dict(os.environ)
+    wanted = {k: v for k, v in before.items() if k != "LOVIA_TEST_GONE"}
+    wanted["LOVIA_TEST_CHANGED"] = "new"
+    wanted["LOVIA_TEST_NEW"] = "added"
+    try:
+        adopt_environment(wanted)
+        assert dict(os.environ) == wanted
+    finally:
+        adopt_environment(before)
+    assert dict(os.environ) == before
+
+
 @ISOLATIONS
 def test_env_overrides_allowlisted_variables(isolation: str) -> None:
     async def main() -> None:

@@ -4,7 +4,8 @@ Lifecycle: the agent starts the worker (from the forkserver) with one end of a
 socket pair. The worker becomes a child subreaper, then serves until it
 receives ``Close``, the pipe reaches EOF (which is how it learns the agent
 died, even by SIGKILL) or it is sent SIGTERM; in every case it kills the
-server tree before exiting.
+server tree before exiting. (An idle worker, with no agent yet, ends at once
+on SIGTERM.)
 
 Frames: requests over ``MAX_REQUEST_BYTES`` are skipped, not fatal (see
 :mod:`.framing`); replies never pass the cap the agent reads with, which
@@ -91,8 +92,7 @@ class _Channel:
             self.cap = frame_cap(msg.spec.limits.max_result_bytes)
             if msg.environ is not None:
                 # The agent's environment at open time (see Open.environ).
-                os.environ.clear()
-                os.environ.update(msg.environ)
+                adopt_environment(msg.environ)
         self.host.handle(msg)
 
     def _skipped(self, size: int, why: str, head: bytes) -> None:
@@ -119,29 +119,52 @@ class _Channel:
             self.done.set_result(None)
 
 
+def adopt_environment(environ: dict[str, str]) -> None:
+    """Make ``os.environ`` equal to ``environ``, touching only what differs.
+
+    Usually nothing does (the forkserver's copy dates from the agent's
+    start): clearing and refilling ``os.environ`` costs a call to
+    ``unsetenv`` and ``putenv`` per variable, ~0.5 ms on an open's path.
+    """
+    current = os.environ
+    for name in [n for n in current if n not in environ]:
+        del current[name]
+    for name, value in environ.items():
+        if current.get(name) != value:
+            current[name] = value
+
+
 class _ForwardLogs(logging.Handler):
     """Library warnings in the worker (SDK, asyncio) go to the agent's logging.
 
     Without it they would reach the worker's stderr, which is the agent's, by
-    the last-resort handler: lovia-mcp never prints by itself.
+    the last-resort handler: lovia-mcp never prints by itself. Before the
+    worker has its agent (an idle worker), they still go there.
     """
 
-    def __init__(self, emit: Any) -> None:
+    def __init__(self, channel: _Channel) -> None:
         super().__init__(logging.WARNING)
-        self._send = emit
+        self._channel = channel
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self._channel.transport is None:
+            if logging.lastResort is not None:
+                logging.lastResort.handle(record)
+            return
         try:
-            self._send(Log(level=record.levelno, message=f"{record.name}: {record.getMessage()}"))
+            self._channel.emit(Log(level=record.levelno, message=f"{record.name}: {record.getMessage()}"))
         except Exception:  # noqa: BLE001 - logging must never take the worker down
             pass
 
 
 class _Served:
-    """What serving a connection needs before its socket: the channel and its host.
+    """What serving a connection needs before its socket: the channel, its host, the handlers.
 
     Made by an idle worker while it waits (:class:`Prepared`), so the open
-    finds them built; :func:`serve` makes them when there was no wait.
+    finds them built; :func:`serve` makes them when there was no wait. The
+    log handler and the SIGTERM handler are installed here too (asyncio's
+    ``add_signal_handler`` alone took ~0.5 ms of a cold worker's open):
+    both act as without them until the agent is connected.
     """
 
     def __init__(self) -> None:
@@ -157,6 +180,34 @@ class _Served:
             return Host(tracking_emit, subreaper=guard.become_subreaper())
 
         self.channel = _Channel(make_host)
+        self.forward = _ForwardLogs(self.channel)
+        logging.getLogger().addHandler(self.forward)
+        # Python warnings (a ResourceWarning under -X dev, a DeprecationWarning)
+        # go to logging, and so to the agent, instead of the worker's stderr.
+        logging.captureWarnings(True)
+        with contextlib.suppress(ValueError):  # not the main thread: SIGTERM keeps its default
+            signal.signal(signal.SIGTERM, self._terminated)
+
+    def _terminated(self, signum: int, frame: object) -> None:
+        """SIGTERM (someone stopping the worker) ends it as the agent's exit does.
+
+        The server tree is killed first, not left to its parent-death
+        signal. A worker without its agent yet (an idle one) ends as by
+        default.
+        """
+        if self.channel.transport is None:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is exiting anyway
+            self.loop.call_soon_threadsafe(self.closed_by_agent.set)
+
+    def undo(self) -> None:
+        """The handlers off again (the connection is over)."""
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        logging.captureWarnings(False)
+        logging.getLogger().removeHandler(self.forward)
 
 
 async def serve(sock: socket.socket, answered: socket.socket | None = None, served: _Served | None = None) -> None:
@@ -165,23 +216,11 @@ async def serve(sock: socket.socket, answered: socket.socket | None = None, serv
         served = _Served()
     channel = served.channel
     channel.answered = answered
-    await served.loop.create_connection(lambda: channel.reader, sock=sock)
-    # Only now, with the agent to send them to (an idle worker's would be lost):
-    forward = _ForwardLogs(channel.emit)
-    logging.getLogger().addHandler(forward)
-    # Python warnings (a ResourceWarning under -X dev, a DeprecationWarning)
-    # go to logging, and so to the agent, instead of the worker's stderr.
-    logging.captureWarnings(True)
-    # SIGTERM (someone stopping the worker) ends it as the agent's exit does:
-    # the server tree is killed first, not left to its parent-death signal.
-    # (An idle worker keeps the default: SIGTERM ends it.)
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        served.loop.add_signal_handler(signal.SIGTERM, served.closed_by_agent.set)
     try:
+        await served.loop.create_connection(lambda: channel.reader, sock=sock)
         await _serve(channel, served.closed_by_agent)
     finally:
-        logging.captureWarnings(False)
-        logging.getLogger().removeHandler(forward)
+        served.undo()
 
 
 async def _serve(channel: _Channel, closed_by_agent: asyncio.Event) -> None:
@@ -208,7 +247,7 @@ class Prepared:
     agent's terminal signals ignored (the worker ends when its pipe closes),
     the event loop made (with a pidfd child watcher), the cgroup layout
     detected and, ``ahead`` of a request, the open's path rehearsed
-    (:func:`_rehearse`) and the channel and host made (:class:`_Served`):
+    (:func:`_rehearse`) and the channel, host and handlers made (:class:`_Served`):
     a worker forked ahead of its request (:mod:`.process`) pays none of it
     on the open's path.
     """
@@ -299,4 +338,4 @@ def run(conn: Any) -> None:
     Prepared().run(conn)
 
 
-__all__ = ["EXIT_WAIT", "Prepared", "run", "serve"]
+__all__ = ["EXIT_WAIT", "Prepared", "adopt_environment", "run", "serve"]
