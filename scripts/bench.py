@@ -219,6 +219,9 @@ class Params:
     big: int
     n_conns: int
     sdk_open_repeat: int  # the SDK server takes ~0.5 s to start: fewer opens
+    # The raw server's warm open is ~30 ms and the machines here are noisy
+    # (two modes ~10 ms apart): more samples for a steadier median.
+    open_repeat: int = 0
     # Refills start REFILL_DELAY after a take even while the run goes on (as
     # before issue 19): to show what deferring them buys.
     refills_in_run: bool = False
@@ -390,19 +393,25 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
             landlocked = False
         else:
             landlocked = client == "process" and server == "raw" and landlock.ABI >= landlock.NETWORK_ABI
+        # The warm opens first, on their own: a sandboxed open's server is
+        # torn down after its close returns, and would share the CPU with
+        # the next open (lovia's plugin, which has no sandbox, would then
+        # be measured against a busier machine).
+        for _ in range(p.per_round(p.open_repeat) if server == "raw" else reps):
+            opened, closed = await _timed_open(client, script)
+            add("open", opened)
+            add("close", closed)
         if boxed:
             await _timed_open(client, script, sandbox=True)  # warm the sandbox path too
         if landlocked:
             await _timed_open(client, script, sandbox="landlock")
-        for _ in range(reps):
-            opened, closed = await _timed_open(client, script)
-            add("open", opened)
-            add("close", closed)
+        # Each sandboxed open paired with a plain open of its own: the pair shares the moment's load.
+        for _ in range(reps if boxed or landlocked else 0):
             if boxed:
+                plain, _ = await _timed_open(client, script)
                 opened_boxed, _ = await _timed_open(client, script, sandbox=True)
-                add("sandbox_cost", opened_boxed - opened)
+                add("sandbox_cost", opened_boxed - plain)
             if landlocked:
-                # Paired with its own plain open: the pair shares the moment's load.
                 plain, _ = await _timed_open(client, script)
                 opened_ll, _ = await _timed_open(client, script, sandbox="landlock")
                 add("sandbox_cost_landlock", opened_ll - plain)
@@ -1000,6 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
         big=args.big or (1_000_000 if quick else 10_000_000),
         n_conns=args.conns or (2 if quick else 5),
         sdk_open_repeat=1 if quick else max(3, repeat // 2),
+        open_repeat=1 if quick else 3 * repeat,
         refills_in_run=args.refills_in_run,
     )
     wanted = _wanted(args.only)
@@ -1048,8 +1058,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}; Python {m['python']}; "
               + ", ".join(f"{k} {v}" for k, v in m["versions"].items()))
         print(f"load average before/after: {load_before[0]:.2f} / {report['load_average']['after'][0]:.2f}; "
-              f"{report['seconds']} s; medians of {p.repeat} samples per figure ({p.small_calls} small calls) "
-              f"over {p.rounds} interleaved round(s)")
+              f"{report['seconds']} s; medians of {p.repeat} samples per figure ({p.small_calls} small calls, "
+              f"{p.open_repeat} warm opens of the raw server) over {p.rounds} interleaved round(s)")
         print("source: " + "; ".join(m["source"].values()))
         print()
         print(_table(rows))
