@@ -56,10 +56,12 @@ def test_a_warning_raised_in_the_worker_reaches_the_agent_as_a_log_message_not_s
         transport, _ = await loop.create_connection(lambda: reader, sock=agent_end)
         serving = asyncio.ensure_future(main.serve(worker_end))
         try:
-            # serve() routes warnings once connected: yield to it until its
-            # log handler is in place (loop turns, not time).
+            # serve() routes warnings to the agent once connected (before,
+            # to stderr): yield to it until its log handler says so (loop
+            # turns, not time).
             for _ in range(10_000):
-                if serving.done() or len(logging.getLogger().handlers) > len(before):
+                added = [h for h in logging.getLogger().handlers if h not in before]
+                if serving.done() or any(getattr(h, "connected", False) for h in added):
                     break
                 await asyncio.sleep(0)
             with warnings.catch_warnings():
@@ -80,6 +82,27 @@ def test_a_warning_raised_in_the_worker_reaches_the_agent_as_a_log_message_not_s
     assert "leaked on purpose" not in err, err
     assert logs and logs[0].level >= 30 and "ResourceWarning" in logs[0].message
     # The routing is the worker's own: once serve() returns, logging is as it was.
+    assert logging.getLogger().handlers == before
+
+
+def test_a_warning_in_a_worker_not_yet_connected_goes_to_stderr_as_without_the_handler(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # An idle worker installs its handlers ahead of its agent: until then a
+    # warning must still reach stderr (the last-resort handler), not vanish.
+    before = list(logging.getLogger().handlers)
+
+    async def scenario() -> None:
+        served = main._Served()  # noqa: SLF001 - what an idle worker makes ahead
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.warn("warned before the agent", ResourceWarning, stacklevel=1)
+        finally:
+            served.undo()
+
+    run(scenario())
+    assert "warned before the agent" in capfd.readouterr().err
     assert logging.getLogger().handlers == before
 
 

@@ -146,8 +146,13 @@ class _ForwardLogs(logging.Handler):
         super().__init__(logging.WARNING)
         self._channel = channel
 
+    @property
+    def connected(self) -> bool:
+        """Whether records go to the agent yet (else to stderr)."""
+        return self._channel.transport is not None
+
     def emit(self, record: logging.LogRecord) -> None:
-        if self._channel.transport is None:
+        if not self.connected:
             if logging.lastResort is not None:
                 logging.lastResort.handle(record)
             return
