@@ -56,23 +56,6 @@ def test_an_open_is_served_by_the_idle_worker_and_a_fresh_one_replaces_it() -> N
     run(main())
 
 
-@pytest.mark.timeout(60)
-def test_a_killed_idle_worker_is_replaced_and_the_next_open_still_works() -> None:
-    async def main() -> None:
-        server = raw("process")
-        async with server.session():
-            pass
-        forkserver = _channel._forkserver
-        idle = await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT)
-        assert idle is not None
-        psutil.Process(idle).kill()
-        async with server.session() as conn:
-            assert conn.worker_pid not in (None, idle)
-            assert str(await conn.call_tool("echo", {"text": "hi"})) == "hi"
-
-    run(main())
-
-
 def _catches(pid: int, signum: int) -> bool:
     """Whether ``pid`` has a handler for ``signum`` (its SigCgt mask in /proc)."""
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
@@ -81,9 +64,8 @@ def _catches(pid: int, signum: int) -> bool:
 
 
 @pytest.mark.timeout(60)
-def test_sigterm_ends_an_idle_worker_whose_handler_is_already_installed() -> None:
-    # An idle worker installs the serving SIGTERM handler ahead of its
-    # request; until it has an agent, SIGTERM must still end it.
+@pytest.mark.parametrize("ending", ["SIGKILL", "SIGTERM"])
+def test_an_idle_worker_that_is_killed_or_terminated_is_replaced_and_the_next_open_still_works(ending: str) -> None:
     async def main() -> None:
         server = raw("process")
         async with server.session():
@@ -91,14 +73,19 @@ def test_sigterm_ends_an_idle_worker_whose_handler_is_already_installed() -> Non
         forkserver = _channel._forkserver
         idle = await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT)
         assert idle is not None
-        deadline = asyncio.get_running_loop().time() + IDLE_WAIT
-        while not _catches(idle, signal.SIGTERM):  # its set-up is done (polled: no hook to wait on)
-            assert asyncio.get_running_loop().time() < deadline, "the idle worker never installed its handler"
-            await asyncio.sleep(0.01)
-        psutil.Process(idle).terminate()
-        with contextlib.suppress(psutil.NoSuchProcess):
-            psutil.Process(idle).wait(IDLE_WAIT)
-        assert not psutil.pid_exists(idle) or psutil.Process(idle).status() == psutil.STATUS_ZOMBIE
+        if ending == "SIGKILL":
+            psutil.Process(idle).kill()
+        else:
+            # An idle worker installs the serving SIGTERM handler ahead of its
+            # request; until it has an agent, SIGTERM must still end it.
+            deadline = asyncio.get_running_loop().time() + IDLE_WAIT
+            while not _catches(idle, signal.SIGTERM):  # its set-up is done (polled: no hook to wait on)
+                assert asyncio.get_running_loop().time() < deadline, "the idle worker never installed its handler"
+                await asyncio.sleep(0.01)
+            psutil.Process(idle).terminate()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(idle).wait(IDLE_WAIT)
+            assert not psutil.pid_exists(idle) or psutil.Process(idle).status() == psutil.STATUS_ZOMBIE
         async with server.session() as conn:
             assert conn.worker_pid not in (None, idle)
             assert str(await conn.call_tool("echo", {"text": "hi"})) == "hi"

@@ -191,6 +191,9 @@ class _Served:
         # go to logging, and so to the agent, instead of the worker's stderr.
         logging.captureWarnings(True)
         with contextlib.suppress(ValueError):  # not the main thread: SIGTERM keeps its default
+            # Interrupting system calls (signal.signal's default; asyncio's
+            # add_signal_handler restarts them): an idle worker blocked in
+            # its recvmsg must get back to Python for this handler to run.
             signal.signal(signal.SIGTERM, self._terminated)
 
     def _terminated(self, signum: int, frame: object) -> None:
@@ -200,7 +203,7 @@ class _Served:
         signal. A worker without its agent yet (an idle one) ends as by
         default.
         """
-        if self.channel.transport is None:
+        if not self.forward.connected:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.raise_signal(signal.SIGTERM)
             return
