@@ -190,11 +190,12 @@ class _Served:
         # Python warnings (a ResourceWarning under -X dev, a DeprecationWarning)
         # go to logging, and so to the agent, instead of the worker's stderr.
         logging.captureWarnings(True)
-        with contextlib.suppress(ValueError):  # not the main thread: SIGTERM keeps its default
+        self._sigterm: Any = None  # the handler before this one (restored by undo)
+        with contextlib.suppress(ValueError):  # not the main thread: SIGTERM keeps its handler
             # Interrupting system calls (signal.signal's default; asyncio's
             # add_signal_handler restarts them): an idle worker blocked in
             # its recvmsg must get back to Python for this handler to run.
-            signal.signal(signal.SIGTERM, self._terminated)
+            self._sigterm = signal.signal(signal.SIGTERM, self._terminated)
 
     def _terminated(self, signum: int, frame: object) -> None:
         """SIGTERM (someone stopping the worker) ends it as the agent's exit does.
@@ -212,8 +213,9 @@ class _Served:
 
     def undo(self) -> None:
         """The handlers off again (the connection is over)."""
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self._sigterm is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, self._sigterm)
         logging.captureWarnings(False)
         logging.getLogger().removeHandler(self.forward)
 
