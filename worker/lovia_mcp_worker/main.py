@@ -27,11 +27,14 @@ from typing import Any, Final
 from .containment import guard
 from .framing import MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
 from .session.host import Host
-from .protocol import AgentMessage, Closed, Failure, Log, Open, Opened, WorkerMessage, encoder, worker_decoder
+from .protocol import HEADER, AgentMessage, Closed, Failure, Log, Open, Opened, WorkerMessage, encoder, worker_decoder
 
 # How long the worker gives its own shutdown (server tree kill) before exiting
 # anyway; the kill escalation inside is bounded well below this.
 EXIT_WAIT: Final = 5.0
+# How long an open read ahead of the socket's transport may keep the agent's
+# further messages waiting for its server's launch (see serve).
+LAUNCH_WAIT: Final = 0.1
 
 logger = logging.getLogger("lovia_mcp_worker")
 
@@ -49,6 +52,8 @@ class _Channel:
         self.answered: socket.socket | None = None
         self._open_id: int | None = None
         self.cap = frame_cap(0)
+        # Frames emitted before the transport exists (see read_ahead); None: not reading ahead.
+        self._early: list[bytes] | None = None
         self.reader: FrameReader[AgentMessage] = FrameReader(
             worker_decoder(),
             self._received,
@@ -64,10 +69,45 @@ class _Channel:
     def transport(self) -> asyncio.Transport | None:
         return self.reader.transport
 
-    def emit(self, msg: WorkerMessage) -> None:
+    def read_ahead(self, sock: socket.socket) -> bool:
+        """Take what the agent sent before the hand-off (its ``Open``) from ``sock`` now; whether it was an ``Open``.
+
+        The agent writes its ``Open`` before the forkserver hands a worker
+        the socket, so it is waiting there: decoded at once, the open starts
+        before the loop has made the socket's transport. What is emitted
+        meanwhile is queued and goes first once the transport is there.
+        Whatever else (a partial frame, an error, EOF) is the transport's to
+        see next.
+        """
+        self._early = []
+        with contextlib.suppress(OSError):  # BlockingIOError: nothing there yet
+            n = sock.recv_into(self.reader.get_buffer(-1), 0, socket.MSG_DONTWAIT)
+            if n:
+                self.reader.buffer_updated(n)
+        return self._open_id is not None
+
+    @property
+    def attached(self) -> bool:
+        """Whether this channel has its agent (the socket is read, the transport may still be in the making)."""
+        return self._early is not None or self.reader.transport is not None
+
+    def flush(self) -> None:
+        """Send what was emitted before the transport was made (one write)."""
+        early, self._early = self._early, None
         transport = self.reader.transport
-        if transport is None or transport.is_closing():
+        if not early or transport is None or transport.is_closing():
             return
+        transport.writelines([part for body in early for part in (HEADER.pack(len(body)), body)])
+
+    def emit(self, msg: WorkerMessage) -> None:
+        transport, early = self.reader.transport, self._early
+        if transport is None:
+            if early is None:
+                return  # no agent yet
+        elif transport.is_closing():
+            return
+        elif early:
+            self.flush()
         body = self._enc.encode(msg)
         if len(body) > self.cap:
             rid = getattr(msg, "id", None)
@@ -81,7 +121,11 @@ class _Channel:
                     hint="Raise Limits(max_result_bytes=...) or ask the tool for less.",
                 )
             )
-        send_frame(transport, body)
+        if transport is None:
+            assert early is not None
+            early.append(body)
+        else:
+            send_frame(transport, body)
         if self.answered is not None and isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
             self.answered.close()
             self.answered = None
@@ -149,7 +193,7 @@ class _ForwardLogs(logging.Handler):
     @property
     def connected(self) -> bool:
         """Whether records go to the agent yet (else to stderr)."""
-        return self._channel.transport is not None
+        return self._channel.attached
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self.connected:
@@ -227,7 +271,15 @@ async def serve(sock: socket.socket, answered: socket.socket | None = None, serv
     channel = served.channel
     channel.answered = answered
     try:
+        if channel.read_ahead(sock):
+            # The server's launch goes first: the transport's making (three
+            # loop iterations, ~1 ms of a fresh worker) then overlaps the
+            # server's start. Bounded: the agent's next message (a Cancel,
+            # a Close) waits in the socket meanwhile.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(channel.host.launched.wait(), LAUNCH_WAIT)
         await served.loop.create_connection(lambda: channel.reader, sock=sock)
+        channel.flush()
         await _serve(channel, served.closed_by_agent)
     finally:
         served.undo()

@@ -84,6 +84,9 @@ class Host:
         self.garbage_lines = 0
         # The agent's trace context for the open's handshake (Open.trace).
         self._open_trace: dict[str, str] | None = None
+        # Set once the open's server is launched, or the open is over: the
+        # worker makes its agent's transport then (main.serve).
+        self.launched = asyncio.Event()
         # What the agent knows of the tools; re-listing after list_changed.
         self.listing = Listing(emit, self._log, lambda: self.current)
 
@@ -110,8 +113,11 @@ class Host:
     async def _serve(self, msg: AgentMessage) -> None:
         try:
             if isinstance(msg, Open):
-                self._open(msg)
-                gen = await self._live()
+                try:
+                    self._open(msg)
+                    gen = await self._live()
+                finally:
+                    self.launched.set()
                 self.listing.sent(gen.tools)
                 if msg.spec.sandbox is not None:
                     self._log(logging.INFO, f"sandbox: {self._sandbox()} (asked for backend={msg.spec.sandbox.backend!r})")
@@ -338,6 +344,7 @@ class Host:
         entering: asyncio.Future[int] | None = None
         try:
             async with session.running():
+                self.launched.set()
                 # The move into a cgroup runs beside the handshake.
                 entering = self.containment.attach(gen)
                 watchers += self.containment.watch(gen, spec)
