@@ -71,7 +71,7 @@ from .cgroup_layout import (
 )
 from .cgroup_layout import read as _read
 from .cgroup_layout import write as _write
-from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach, TreeUsage, kill_tree
+from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach, TreeUsage, descendants, kill_tree
 from ..protocol import Limits
 
 # Bound on waiting for a cgroup's processes to exit after SIGKILL; only an
@@ -166,7 +166,7 @@ class GenerationCgroup:
         self._move(pid)
         self.entered = True
         moved = 1
-        for child in _descendants(pid):
+        for child in descendants(pid) or []:
             with contextlib.suppress(ProcessLookupError, OSError):
                 self._move(child)
                 moved += 1
@@ -284,34 +284,6 @@ class GenerationCgroup:
                 break
         self.removed = not self._dirs
         return self.removed
-
-
-def _descendants(pid: int) -> list[int]:
-    """``pid``'s descendants, by parentage.
-
-    Read from each task's ``children`` file (cgroups are Linux only): a few
-    reads for a server's small tree, where a walk of all of ``/proc`` (as
-    psutil's ``children``) costs milliseconds of the worker's GIL beside the
-    handshake it is hidden behind.
-    """
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue  # gone, or exited meanwhile: its children were reparented away
-        for tid in tids:
-            try:
-                text = _read(f"/proc/{parent}/task/{tid}/children")
-            except OSError:
-                continue
-            for word in text.split():
-                child = int(word)
-                found.append(child)
-                todo.append(child)
-    return found
 
 
 class CgroupTree:

@@ -97,11 +97,58 @@ class TreeUsage:
     processes: int
 
 
+def _task_children_readable() -> bool:
+    """Whether the kernel lists each task's children (``CONFIG_PROC_CHILDREN``, Linux 3.5+)."""
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+# Looked up once, at import (the forkserver preloads this module).
+_TASK_CHILDREN: Final = sys.platform.startswith("linux") and _task_children_readable()
+
+
+def descendants(pid: int) -> list[int] | None:
+    """``pid``'s descendants by parentage, from each task's ``children`` file; None where the kernel has none.
+
+    A few reads for a server's small tree. psutil's ``children(recursive=True)``
+    reads every process on the machine to build its parent map instead: 2.8 ms
+    of CPU per walk with 70 processes here, and it grows with the machine's
+    process count; a closing worker used to walk twice.
+    """
+    if not _TASK_CHILDREN:
+        return None
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue  # gone, or exited meanwhile: its children were reparented away
+        for tid in tids:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", encoding="ascii") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            for word in text.split():
+                child = int(word)
+                found.append(child)
+                todo.append(child)
+    return found
+
+
 def tree(root_pid: int, *, include_root: bool = False) -> list[psutil.Process]:
     """Live descendants of ``root_pid`` (zombies excluded)."""
     try:
         root = psutil.Process(root_pid)
-        procs = root.children(recursive=True)
+        below = descendants(root_pid)
+        if below is None:
+            procs = root.children(recursive=True)
+        else:
+            procs = []
+            for pid in below:
+                with contextlib.suppress(psutil.Error):  # exited since the read
+                    procs.append(psutil.Process(pid))
         if include_root:
             procs.insert(0, root)
     except psutil.Error:
@@ -144,16 +191,16 @@ def _child_pids() -> list[int]:
     on the machine (what ``psutil.Process().children()`` does).
     """
     pids: list[int] = []
+    if _TASK_CHILDREN:
+        with contextlib.suppress(OSError, ValueError):
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{tid}/children", encoding="ascii") as f:
+                    pids.extend(int(x) for x in f.read().split())
+            return pids
     try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/children") as f:
-                pids.extend(int(x) for x in f.read().split())
-        return pids
-    except (OSError, ValueError):
-        try:
-            return [p.pid for p in psutil.Process().children()]
-        except psutil.Error:
-            return []
+        return [p.pid for p in psutil.Process().children()]
+    except psutil.Error:
+        return []
 
 
 def reap_orphans(keep: set[int]) -> None:
@@ -350,10 +397,11 @@ class WatchTree:
             return procs
         trees = self._generations()
         servers = {t.server_pid for t in trees if t.server_pid is not None}
-        try:
-            orphans = [c for c in psutil.Process().children() if c.pid not in servers]
-        except psutil.Error:
-            return procs
+        orphans: list[psutil.Process] = []
+        for pid in _child_pids():
+            if pid not in servers:
+                with contextlib.suppress(psutil.Error):  # exited since the read
+                    orphans.append(psutil.Process(pid))
         for orphan in orphans:
             if self._owner(orphan, trees) is self:
                 procs.extend(p for p in tree(orphan.pid, include_root=True) if p.pid not in servers)
@@ -434,6 +482,7 @@ __all__ = [
     "TreeUsage",
     "WatchTree",
     "become_subreaper",
+    "descendants",
     "die_with_parent",
     "kill_tree",
     "kill_walk",
