@@ -460,11 +460,18 @@ async def watch_limits(
 
 
 async def reap_loop(keep: Callable[[], set[int]], stop: asyncio.Event, interval: float) -> None:
-    """Reap exited orphans (never a pid in ``keep()``, the live servers) every ``interval`` s until ``stop``."""
-    while not stop.is_set():
-        reap_orphans(keep=keep())
+    """Reap exited orphans (never a pid in ``keep()``, the live servers) every ``interval`` s until ``stop``.
+
+    The first reap is an interval in: a generation that just started has no
+    orphan yet (the last one's teardown reaped its own), and its start is
+    the open's path.
+    """
+    while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
+        if stop.is_set():
+            return
+        reap_orphans(keep=keep())
 
 
 def limits_watched(limits: Limits) -> bool:

@@ -78,6 +78,9 @@ class Host:
         # only weak ones); aclose waits for them.
         self._runners: set[asyncio.Future[None]] = set()
         self._closing = False
+        # The close under way or done (its result: whether it finished): the
+        # agent's Close and the worker's end both ask for it, and it runs once.
+        self._close: asyncio.Future[bool] | None = None
         self.calls = 0
         self.errors = 0
         self.timeouts = 0
@@ -423,7 +426,25 @@ class Host:
         self._emit(Log(level=level, message=message, stderr=stderr))
 
     async def aclose(self) -> None:
-        """Stop the server tree (bounded) and fail what is still in flight."""
+        """Stop the server tree (bounded) and fail what is still in flight; once, however often asked.
+
+        A second caller waits for the first; if the first was cancelled
+        before the end, the next caller closes again.
+        """
+        while (under_way := self._close) is not None:
+            if await asyncio.shield(under_way):
+                return
+        done = self._close = asyncio.get_running_loop().create_future()
+        finished = False
+        try:
+            await self._aclose()  # in the caller's task: it is spared the cancelling of the calls
+            finished = True
+        finally:
+            if not finished:
+                self._close = None
+            done.set_result(finished)
+
+    async def _aclose(self) -> None:
         self._closing = True
         self._calls.cancel_probes()
         for task in list(self._calls.tasks.values()):
