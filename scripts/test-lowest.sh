@@ -39,7 +39,7 @@ API_SUBSET=(
   tests/test_deferred.py tests/test_lovia_configs.py tests/test_config.py tests/test_names.py
   tests/test_annotations.py tests/test_list_changed.py tests/test_http.py
   tests/test_framing.py tests/test_jsonrpc_core.py tests/test_sup_protocol.py
-  tests/test_stats.py tests/test_sup_limits.py
+  tests/test_stats.py tests/test_sup_limits.py tests/test_tree_walk.py
   tests/test_tracing.py tests/test_gateway.py
 )
 if [ "${1:-}" = "--api-subset" ]; then
