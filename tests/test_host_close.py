@@ -14,47 +14,45 @@ from lovia_mcp_worker.session.host import Host
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
 
-def counted_host(gate: asyncio.Event | None = None) -> tuple[Host, list[int]]:
-    host = Host(lambda msg: None, subreaper=False)
-    sweeps: list[int] = []
+class TwoCloses:
+    """A host with no server whose sweep waits at ``gate`` and is counted, and two closes started on it."""
 
-    async def sweep() -> None:
-        if gate is not None:
-            await gate.wait()
-        sweeps.append(1)
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.sweeps: list[int] = []
+        self.host = Host(lambda msg: None, subreaper=False)
 
-    host.containment.sweep = sweep  # type: ignore[method-assign]
-    return host, sweeps
+        async def sweep() -> None:
+            await self.gate.wait()
+            self.sweeps.append(1)
+
+        self.host.containment.sweep = sweep  # type: ignore[method-assign]
+        self.first = asyncio.ensure_future(self.host.aclose())
+        self.second = asyncio.ensure_future(self.host.aclose())
 
 
 def test_a_second_close_waits_for_the_first_and_does_not_sweep_again() -> None:
     async def main() -> list[int]:
-        gate = asyncio.Event()
-        host, sweeps = counted_host(gate)
-        first = asyncio.ensure_future(host.aclose())
-        second = asyncio.ensure_future(host.aclose())
+        two = TwoCloses()
         await asyncio.sleep(0)
-        assert not second.done()  # it waits for the first, which waits at the gate
-        gate.set()
-        await asyncio.gather(first, second)
-        await host.aclose()
-        return sweeps
+        assert not two.second.done()  # it waits for the first, which waits at the gate
+        two.gate.set()
+        await asyncio.gather(two.first, two.second)
+        await two.host.aclose()
+        return two.sweeps
 
     assert asyncio.run(main()) == [1]
 
 
 def test_a_close_cancelled_before_its_end_is_done_again_by_the_next_caller() -> None:
     async def main() -> list[int]:
-        gate = asyncio.Event()
-        host, sweeps = counted_host(gate)
-        first = asyncio.ensure_future(host.aclose())
-        second = asyncio.ensure_future(host.aclose())
+        two = TwoCloses()
         await asyncio.sleep(0)
-        first.cancel()
+        two.first.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await first
-        gate.set()
-        await second
-        return sweeps
+            await two.first
+        two.gate.set()
+        await two.second
+        return two.sweeps
 
     assert asyncio.run(main()) == [1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -44,8 +45,11 @@ sys.stdin.read()
 """
 
 
+Family = tuple["subprocess.Popen[str]", set[int]]
+
+
 @pytest.fixture
-def family() -> object:
+def family() -> Iterator[Family]:
     root = subprocess.Popen([sys.executable, "-c", ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert root.stdout is not None
     pids = {int(x) for x in root.stdout.readline().split()}
@@ -57,7 +61,7 @@ def family() -> object:
 
 
 @pytest.mark.timeout(30)
-def test_the_walk_finds_what_psutils_parent_map_finds_children_of_other_threads_and_grandchildren(family) -> None:
+def test_the_walk_finds_what_psutils_parent_map_finds_children_of_other_threads_and_grandchildren(family: Family) -> None:
     root, pids = family
     assert len(pids) == 4
     expected = {p.pid for p in psutil.Process(root.pid).children(recursive=True)}
@@ -69,7 +73,7 @@ def test_the_walk_finds_what_psutils_parent_map_finds_children_of_other_threads_
 
 
 @pytest.mark.timeout(30)
-def test_without_the_kernels_lists_the_tree_comes_from_psutil(family, monkeypatch) -> None:
+def test_without_the_kernels_lists_the_tree_comes_from_psutil(family: Family, monkeypatch: pytest.MonkeyPatch) -> None:
     root, pids = family
     monkeypatch.setattr(guard, "_TASK_CHILDREN", False)
     assert guard.descendants(root.pid) is None
@@ -77,7 +81,7 @@ def test_without_the_kernels_lists_the_tree_comes_from_psutil(family, monkeypatc
 
 
 @pytest.mark.timeout(30)
-def test_a_tree_kill_reaches_a_threads_child_and_a_grandchild(family) -> None:
+def test_a_tree_kill_reaches_a_threads_child_and_a_grandchild(family: Family) -> None:
     root, pids = family
     guard.kill_tree(root.pid, None, include_root=True, term_grace=0.0)
     root.wait(timeout=10)

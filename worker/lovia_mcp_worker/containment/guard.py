@@ -106,6 +106,27 @@ def _task_children_readable() -> bool:
 _TASK_CHILDREN: Final = sys.platform.startswith("linux") and _task_children_readable()
 
 
+def _task_children(pid: int) -> list[int]:
+    """``pid``'s children, from each of its tasks' ``children`` file ([] once it is gone).
+
+    A thread that exits between the listing and its file's read is skipped:
+    its children are listed under another task by then.
+    """
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone, or exited meanwhile: its children were reparented away
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                text = f.read()
+        except OSError:
+            continue
+        found.extend(int(word) for word in text.split())
+    return found
+
+
 def descendants(pid: int) -> list[int] | None:
     """``pid``'s descendants by parentage, from each task's ``children`` file; None where the kernel has none.
 
@@ -119,21 +140,9 @@ def descendants(pid: int) -> list[int] | None:
     found: list[int] = []
     todo = [pid]
     while todo:
-        parent = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue  # gone, or exited meanwhile: its children were reparented away
-        for tid in tids:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children", encoding="ascii") as f:
-                    text = f.read()
-            except OSError:
-                continue
-            for word in text.split():
-                child = int(word)
-                found.append(child)
-                todo.append(child)
+        children = _task_children(todo.pop())
+        found.extend(children)
+        todo.extend(children)
     return found
 
 
@@ -190,13 +199,8 @@ def _child_pids() -> list[int]:
     ``/proc/self/task/*/children`` lists them without walking every process
     on the machine (what ``psutil.Process().children()`` does).
     """
-    pids: list[int] = []
     if _TASK_CHILDREN:
-        with contextlib.suppress(OSError, ValueError):
-            for tid in os.listdir("/proc/self/task"):
-                with open(f"/proc/self/task/{tid}/children", encoding="ascii") as f:
-                    pids.extend(int(x) for x in f.read().split())
-            return pids
+        return _task_children(os.getpid())
     try:
         return [p.pid for p in psutil.Process().children()]
     except psutil.Error:
