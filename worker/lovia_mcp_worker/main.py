@@ -35,9 +35,6 @@ EXIT_WAIT: Final = 5.0
 # How long an open read ahead of the socket's transport may keep the agent's
 # further messages waiting for its server's launch (see serve).
 LAUNCH_WAIT: Final = 0.1
-# How long an idle worker waits for the ``true`` its rehearsal spawned
-# (see _rehearse_spawn): it exits at once; past this it is killed.
-REHEARSAL_EXIT_WAIT: Final = 2.0
 
 logger = logging.getLogger("lovia_mcp_worker")
 
@@ -372,10 +369,9 @@ async def _rehearse() -> None:
     A forked worker copies each page of the forkserver's it writes to, and
     touching an object writes its reference count: ~800 page faults on an
     open's path (~6 ms of the worker's CPU, measured). Some are taken here,
-    by an idle worker while it waits: the messages' code, the thread that
-    moves the server into its cgroup (it stays, idle, in the loop's
-    executor), and the spawn's own code, by spawning ``true`` the way a
-    server is spawned (:func:`_rehearse_spawn`).
+    by an idle worker while it waits: the messages' code and the thread
+    that moves the server into its cgroup (it stays, idle, in the loop's
+    executor); ~300 fewer faults and ~1 ms less CPU per open.
     """
     from .protocol import ServerSpec
 
@@ -386,40 +382,6 @@ async def _rehearse() -> None:
     enc.encode(Opened(id=0, server_pid=0, tools=[], generation=1, protocol_version="-", listing_ttl=None))
     del msg, host
     await asyncio.to_thread(int)
-    await _rehearse_spawn()
-
-
-class _Exited(asyncio.SubprocessProtocol):
-    def __init__(self) -> None:
-        self.exited = asyncio.get_running_loop().create_future()
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
-async def _rehearse_spawn() -> None:
-    """Spawn ``true`` through the server's own spawn (its pipes, ``setpriv``, the child watcher), and reap it.
-
-    The spawn was the slowest step of an open's path in a forked worker
-    (1.4 ms, against 0.37 ms in a process that had spawned before): its
-    first run copies the pages of the subprocess and pipe-transport code
-    it touches. Measured (30 warm opens, medians, two runs each): the
-    worker's open took 4.5 to 4.9 ms of CPU and ~218 page faults, against
-    5.8 to 6.4 ms and ~406 without; its spawn 0.78 ms against 1.44 ms, and
-    the agent had its open ~0.9 ms sooner. The price, paid while the
-    worker waits: its set-up takes ~2 ms more of its CPU (most of it moved
-    from the open's path), ``true`` ~2 ms, and the idle worker ~0.8 MB more
-    of its own memory (the pages copied). Without ``true`` it is skipped.
-    """
-    from .containment import launch
-    from .protocol import ServerSpec
-
-    transport, child = await launch.spawn(ServerSpec(name="-", transport="stdio", command="true"), _Exited)
-    try:
-        await asyncio.wait_for(child.exited, REHEARSAL_EXIT_WAIT)
-    finally:
-        transport.close()  # kills it if it is still running
 
 
 async def _made_ahead() -> _Served:
