@@ -399,10 +399,17 @@ class WatchTree:
         procs = tree(self.server_pid, include_root=True)
         if not self._subreaper:
             return procs
+        # The worker's children first, then the generations: a generation is
+        # listed before its server is spawned (the loop thread), so every
+        # child read here has its generation in the list read next. The
+        # other way round, a kill walk in a thread could find a fresh
+        # generation's server spawned between the two reads and, its
+        # generation unknown, take it for this one's orphan.
+        children = _child_pids()
         trees = self._generations()
         servers = {t.server_pid for t in trees if t.server_pid is not None}
         orphans: list[psutil.Process] = []
-        for pid in _child_pids():
+        for pid in children:
             if pid not in servers:
                 with contextlib.suppress(psutil.Error):  # exited since the read
                     orphans.append(psutil.Process(pid))
