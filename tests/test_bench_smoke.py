@@ -42,7 +42,7 @@ PROCESS_ONLY = {"worker_uss"}
 NOT_LOVIA = {"sandbox_cost"}
 # Paired differences: noise can make a median slightly negative.
 SIGNED = {"sandbox_cost"}
-# Bound on the quick run (it takes ~15 s on an idle 2-core machine).
+# Bound on the quick run (it takes ~13 s on an idle 2-core machine).
 BENCH_TIMEOUT = 150
 
 
