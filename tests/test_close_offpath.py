@@ -22,7 +22,7 @@ from lovia.testing import call
 
 from lovia_mcp import MCP, MCPError, close_spares
 from lovia_mcp.client import closing
-from lovia_mcp_worker.containment.guard import TERM_GRACE
+from lovia_mcp_worker.containment.proctree import TERM_GRACE
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 

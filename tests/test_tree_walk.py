@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from lovia_mcp_worker.containment import guard
+from lovia_mcp_worker.containment import proctree
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc")
 
@@ -56,7 +56,7 @@ def family() -> Iterator[Family]:
     try:
         yield root, pids
     finally:
-        guard.kill_tree(root.pid, None, include_root=True, term_grace=0.0)
+        proctree.kill_tree(root.pid, None, include_root=True, term_grace=0.0)
         root.wait(timeout=10)
 
 
@@ -65,25 +65,25 @@ def test_the_walk_finds_what_psutils_parent_map_finds_children_of_other_threads_
     root, pids = family
     assert len(pids) == 4
     expected = {p.pid for p in psutil.Process(root.pid).children(recursive=True)}
-    found = guard.descendants(root.pid)
+    found = proctree.descendants(root.pid)
     assert found is not None, "this kernel lists each task's children (CONFIG_PROC_CHILDREN)"
     assert set(found) == expected >= pids
-    assert {p.pid for p in guard.tree(root.pid)} == expected
-    assert [p.pid for p in guard.tree(root.pid, include_root=True)][0] == root.pid
+    assert {p.pid for p in proctree.tree(root.pid)} == expected
+    assert [p.pid for p in proctree.tree(root.pid, include_root=True)][0] == root.pid
 
 
 @pytest.mark.timeout(30)
 def test_without_the_kernels_lists_the_tree_comes_from_psutil(family: Family, monkeypatch: pytest.MonkeyPatch) -> None:
     root, pids = family
-    monkeypatch.setattr(guard, "_TASK_CHILDREN", False)
-    assert guard.descendants(root.pid) is None
-    assert {p.pid for p in guard.tree(root.pid)} >= pids
+    monkeypatch.setattr(proctree, "_TASK_CHILDREN", False)
+    assert proctree.descendants(root.pid) is None
+    assert {p.pid for p in proctree.tree(root.pid)} >= pids
 
 
 @pytest.mark.timeout(30)
 def test_a_tree_kill_reaches_a_threads_child_and_a_grandchild(family: Family) -> None:
     root, pids = family
-    guard.kill_tree(root.pid, None, include_root=True, term_grace=0.0)
+    proctree.kill_tree(root.pid, None, include_root=True, term_grace=0.0)
     root.wait(timeout=10)
     # kill_tree returns once each is gone or a zombie (reparented, left for its reaper).
     alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]

@@ -85,7 +85,7 @@ def test_a_server_spawned_while_a_kill_walk_reads_is_never_taken_for_the_old_gen
             return listed
 
         old_gen._generations = generations
-        monkeypatch.setattr(guard, "_child_pids", children)
+        monkeypatch.setattr(guard, "child_pids", children)
         assert [p.pid for p in old_gen.procs()] == [old.pid]
     finally:
         for proc in (old, fresh):

@@ -1,6 +1,7 @@
 """A generation's processes: launched with limits, watched, killed as a whole.
 
 - ``launch``: a stdio server's environment, cwd, rlimits and own session;
+- ``proctree``: a process tree by parentage, found, signalled and reaped;
 - ``guard``: a generation's tree, watched and killed (the psutil watch);
 - ``cgroup``, ``cgroup_layout``: a cgroup per generation, kernel-enforced
   limits, and cleanup after dead workers;

@@ -71,7 +71,8 @@ from .cgroup_layout import (
 )
 from .cgroup_layout import read as _read
 from .cgroup_layout import write as _write
-from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach, TreeUsage, descendants, kill_tree
+from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach
+from .proctree import TreeUsage, descendants, kill_tree
 from ..protocol import Limits
 
 # Bound on waiting for a cgroup's processes to exit after SIGKILL; only an

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Final
 
 from .. import failures
-from . import cgroup, guard
+from . import cgroup, guard, proctree
 from ..failures import HostError
 from ..session.generation import Generation, Session
 from ..protocol import ServerSpec
@@ -34,7 +34,7 @@ GUARD_INTERVAL: Final = 0.1
 # one reap costs a few /proc reads.
 REAP_INTERVAL: Final = 1.0
 # Bound on a whole shutdown of one generation: kill escalation plus slack.
-SHUTDOWN_WAIT: Final = guard.TERM_GRACE + guard.KILL_WAIT + 1.0
+SHUTDOWN_WAIT: Final = proctree.TERM_GRACE + proctree.KILL_WAIT + 1.0
 # Reasons after which the tree gets no SIGTERM grace: it already ignored a
 # cancel, passed a limit, or broke the stream.
 _NO_GRACE: Final = frozenset({"limit", "protocol", "timeout"})
@@ -160,7 +160,7 @@ class Containment:
             if not session.has_exited():
                 reason = gen.reason
                 no_grace = gen.drained or (reason is not None and reason.kind in _NO_GRACE)
-                await asyncio.to_thread(tree.kill, 0.0 if no_grace else guard.TERM_GRACE)
+                await asyncio.to_thread(tree.kill, 0.0 if no_grace else proctree.TERM_GRACE)
             elif await asyncio.to_thread(tree.pids):
                 # The server is gone; its orphans are still in the tree.
                 await asyncio.to_thread(tree.kill, 0.0)
@@ -169,7 +169,7 @@ class Containment:
                     os.killpg(pid, signal.SIGKILL)
             await session.wait_exited(SHUTDOWN_WAIT)
             if self.subreaper:
-                guard.reap_orphans(keep=self.server_pids())
+                proctree.reap_orphans(keep=self.server_pids())
             session.close_transport()
         for task in watchers:
             task.cancel()
@@ -191,7 +191,7 @@ class Containment:
             # Anything still below the worker now belongs to no generation
             # (an escapee of a cgroup's first milliseconds, say): it goes too.
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(guard.kill_tree, os.getpid(), None, include_root=False, term_grace=0.0)
+                await asyncio.to_thread(proctree.kill_tree, os.getpid(), None, include_root=False, term_grace=0.0)
         if self.enforcement == "cgroup":
             # Cgroups a teardown could not remove yet (members still
             # exiting) go now that all are down.

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 
 from .. import failures
-from ..containment import guard
+from ..containment import proctree
 from ..containment.contain import SHUTDOWN_WAIT, Containment, session_tail
 from ..failures import HostError
 from .generation import Generation, Session, State
@@ -408,7 +408,7 @@ class Host:
         gen = self.current
         serving = gen is not None and gen.serving
         pid = gen.server_pid if gen is not None and serving else None
-        use = guard.TreeUsage(0, 0.0, 0)
+        use = proctree.TreeUsage(0, 0.0, 0)
         if gen is not None and pid is not None and gen.tree is not None:
             use = gen.tree.usage()
         contained = self.spec is None or transport(self.spec).contained
