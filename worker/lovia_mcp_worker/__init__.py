@@ -15,8 +15,10 @@ Layout (each subpackage's ``__init__`` says more):
   or Landlock + seccomp) and the network allowlist proxy;
 - ``main``, ``process``: the worker's loop over its pipe, and the forkserver's
   serving side, which also kills what a dead worker left (``_preload_begin``,
-  ``_warm``, ``_warm_http``: what it loads before forking). The agent's
-  handle on the forkserver is the agent's own (``lovia_mcp.client.forkserver``).
+  ``_warm``, ``_warm_http``: what it loads before forking; ``pages``: the
+  forkserver's pages an open writes, learned once and copied by each idle
+  worker while it waits). The agent's handle on the forkserver is the
+  agent's own (``lovia_mcp.client.forkserver``).
 
 The agent imports only ``protocol``, ``framing``, ``session.host.Host``
 (for ``isolation="none"``) and ``sandbox.netrequest`` (host-name patterns, to

@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .containment import guard
 from .framing import MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
@@ -39,6 +39,13 @@ LAUNCH_WAIT: Final = 0.1
 logger = logging.getLogger("lovia_mcp_worker")
 
 
+class Answered(Protocol):
+    """Told once the open has answered (the forkserver's pool socket, see :meth:`Prepared.run`)."""
+
+    def done(self, opened: bool) -> None:
+        """The open has answered: with its server's tools (``opened``), or a failure."""
+
+
 class _Channel:
     """Length-framed msgpack in both directions over the worker's socket.
 
@@ -48,8 +55,8 @@ class _Channel:
 
     def __init__(self, host_factory: Any) -> None:
         self._enc = encoder()
-        # Closed once the open has answered (see Prepared.run; set by serve); the Open's id.
-        self.answered: socket.socket | None = None
+        # Told once the open has answered (see Prepared.run; set by serve); the Open's id.
+        self.answered: Answered | None = None
         self._open_id: int | None = None
         self.cap = frame_cap(0)
         # Frames emitted before the transport exists (see read_ahead); None: not reading ahead.
@@ -127,7 +134,7 @@ class _Channel:
         else:
             send_frame(transport, body)
         if self.answered is not None and isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
-            self.answered.close()
+            self.answered.done(isinstance(msg, Opened))
             self.answered = None
 
     def _received(self, msg: AgentMessage) -> None:
@@ -264,7 +271,7 @@ class _Served:
         logging.getLogger().removeHandler(self.forward)
 
 
-async def serve(sock: socket.socket, answered: socket.socket | None = None, served: _Served | None = None) -> None:
+async def serve(sock: socket.socket, answered: Answered | None = None, served: _Served | None = None) -> None:
     """Serve the agent on ``sock`` until the end; ``served``: made ahead, else made here."""
     if served is None:
         served = _Served()
@@ -341,10 +348,10 @@ class Prepared:
             with contextlib.suppress(Exception):  # made on the open's path instead
                 self.served = self.runner.run(_made_ahead())
 
-    def run(self, conn: Any, answered: socket.socket | None = None) -> None:
+    def run(self, conn: Any, answered: Answered | None = None) -> None:
         """Serve ``conn`` (the worker's end of its socket pair) until the end; never returns.
 
-        ``answered`` (a worker from the forkserver's pool): closed once the
+        ``answered`` (a worker from the forkserver's pool): told once the
         open has answered, which tells the forkserver this open is off the
         CPU and its replacement may be forked.
         """
@@ -400,4 +407,4 @@ def run(conn: Any) -> None:
     Prepared().run(conn)
 
 
-__all__ = ["EXIT_WAIT", "Prepared", "adopt_environment", "run", "serve"]
+__all__ = ["EXIT_WAIT", "Answered", "Prepared", "adopt_environment", "run", "serve"]

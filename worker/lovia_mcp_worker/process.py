@@ -31,6 +31,11 @@ the control socket reaches EOF (the agent exited or died) the forkserver
 exits; the workers do not need it any more. Workers are forked ahead of
 their requests (a pool of *idle* workers, :class:`_Pool`), each announced to
 the agent on the control socket as it joins (its pid) and leaves (``-pid``).
+An idle worker handed a request keeps its socket to the forkserver until its
+open has answered, then closes it; the first ones, forked before the
+forkserver has learned which of its pages an open writes, send that first
+(:mod:`.pages`), and the idle workers forked after copy those pages while
+they wait.
 
 A dead worker's leftovers are the forkserver's to clean up (the worker side
 owns the pids; the agent never kills a server): the forkserver is a child
@@ -54,6 +59,7 @@ import time
 import traceback
 from typing import Any, Final, NoReturn, Protocol
 
+from . import pages
 from .protocol import FORKSERVER_STATUS
 
 # How long the forkserver waits for an idle worker to say it took a
@@ -124,7 +130,7 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                 continue
             for key, _ in events:
                 if isinstance(key.data, _Idle):  # a worker the pool served answered its open (or exited)
-                    pool.answered(key.data, sel)
+                    pool.heard(key.data, sel)
                     continue
                 if key.fd == wake_r:
                     with contextlib.suppress(BlockingIOError):
@@ -189,6 +195,8 @@ class _Pool:
         self._filled = False
         # A run is on in the agent (its last request said R, and no E since).
         self.in_run = False
+        # The pages an open writes, once a worker has reported them (see .pages).
+        self.learned: bytes | None = None
 
     def refill_in(self) -> float | None:
         """The select timeout: when the next idle worker is due (``None``: the pool is full)."""
@@ -208,7 +216,7 @@ class _Pool:
         return [i.sock for i in (*self.idle, *self.opening)]
 
     def fork(self, objects: list[_Closable], fds: list[int]) -> None:
-        idle = _prefork(objects, fds)
+        idle = _prefork(objects, fds, self.learned)
         if idle is None:
             self._failed = True
             return
@@ -220,7 +228,7 @@ class _Pool:
         """Give a request (``what``: its byte) to the oldest idle worker; its pid, or ``None`` (the caller forks).
 
         The refills wait for its open: the worker keeps its socket until its
-        open has answered (``sel`` then reports it: :meth:`answered`). Not
+        open has answered (``sel`` then reports it: :meth:`heard`). Not
         for ``B``: that open is nobody's wait (a warm spare's), and it says
         nothing of runs either; ``R`` and ``W`` say whether a run is on.
         """
@@ -243,11 +251,24 @@ class _Pool:
                 return idle.pid
         return None
 
-    def answered(self, idle: _Idle, sel: selectors.BaseSelector) -> None:
-        """A worker the pool served has answered its open, or exited: its socket is done."""
+    def heard(self, idle: _Idle, sel: selectors.BaseSelector) -> None:
+        """A worker the pool served sent its report of the pages its open wrote, or closed its socket.
+
+        It closes its socket once its open has answered (or it exited): that
+        socket is done then, and its report (see :mod:`.pages`), if it sent
+        one and none came before, is what the next idle workers copy ahead.
+        """
+        with contextlib.suppress(OSError):
+            data = idle.sock.recv(pages.MAX_REPORT + 1)
+            if data:
+                if len(idle.report) <= pages.MAX_REPORT:
+                    idle.report += data
+                return  # its end comes next
         sel.unregister(idle.sock)
         idle.sock.close()
         self.opening.remove(idle)
+        if self.learned is None and idle.report:
+            self.learned = pages.checked(bytes(idle.report))
 
     def died(self, pid: int) -> bool:
         """Forget an idle worker that exited; whether ``pid`` was one."""
@@ -269,6 +290,7 @@ class _Idle:
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid = pid
         self.sock = sock
+        self.report = bytearray()  # what it sent once its open answered (see _Pool.heard)
 
     def hand(self, chan: int, rest: list[int]) -> bool:
         """Give it the worker's fds; whether it took them (if not, it is gone: the caller forks instead).
@@ -290,8 +312,8 @@ class _Idle:
         return False
 
 
-def _prefork(objects: list[_Closable], fds: list[int]) -> _Idle | None:
-    """Fork an idle worker; ``None`` if the system is out of processes."""
+def _prefork(objects: list[_Closable], fds: list[int], learned: bytes | None) -> _Idle | None:
+    """Fork an idle worker (``learned``: the pages it copies ahead); ``None`` if the system is out of processes."""
     ours, theirs = socket.socketpair()
     try:
         pid = os.fork()
@@ -300,7 +322,7 @@ def _prefork(objects: list[_Closable], fds: list[int]) -> _Idle | None:
         theirs.close()
         return None  # out of processes: the next request forks as it arrives
     if pid == 0:
-        _wait_for_request(theirs, [*objects, ours], fds)
+        _wait_for_request(theirs, [*objects, ours], fds, learned)
     theirs.close()
     return _Idle(pid, ours)
 
@@ -312,13 +334,23 @@ def _announce(ctrl: socket.socket, pid: int) -> None:
         ctrl.send(FORKSERVER_STATUS.pack(pid), socket.MSG_DONTWAIT)
 
 
-def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[int]) -> NoReturn:
-    """An idle worker: drop the forkserver's state now, then wait for a worker's fds (or EOF: exit)."""
+def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[int], learned: bytes | None) -> NoReturn:
+    """An idle worker: drop the forkserver's state now, then wait for a worker's fds (or EOF: exit).
+
+    While it waits it copies the pages its open would (``learned``), or,
+    the forkserver having learned none yet, notes which are its own already,
+    so as to report what its open wrote (see :mod:`.pages`).
+    """
     try:
         _reset(objects, fds)
         from .main import Prepared
 
         prepared = Prepared(ahead=True)
+        before = None
+        if learned is not None:
+            pages.populate(learned)
+        else:
+            before = pages.snapshot()
         msg, got, _, _ = socket.recv_fds(sock, 1, 2)
         if msg and got:
             sock.sendall(b"A")  # taken: the forkserver hands this request to no one else
@@ -328,7 +360,31 @@ def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[i
         os._exit(0)  # the forkserver is gone: no request will come
     # Closed once the open has answered: the forkserver refills its pool
     # then, not while this open is on the CPU.
-    _serve_worker(got[0], got[1] if len(got) > 1 else None, prepared, sock)
+    _serve_worker(got[0], got[1] if len(got) > 1 else None, prepared, _PoolSocket(sock, before))
+
+
+class _PoolSocket:
+    """An idle worker's socket to the forkserver, once it serves: closed when its open has answered.
+
+    A worker that noted its own pages before (``before``) and whose open
+    succeeded first sends the report of those its open wrote
+    (:func:`.pages.written_since`): a failed open's path is no model.
+    """
+
+    def __init__(self, sock: socket.socket, before: pages.Snapshot | None) -> None:
+        self._sock = sock
+        self._before = before
+
+    def done(self, opened: bool) -> None:
+        before, self._before = self._before, None
+        if opened and before is not None:
+            report = pages.written_since(before)
+            if report:
+                with contextlib.suppress(OSError):
+                    # Never blocks: a report is at most 64 KiB (pages.MAX_REPORT), and
+                    # the forkserver refuses one cut short in a pair (pages.checked).
+                    self._sock.send(report, socket.MSG_DONTWAIT)
+        self._sock.close()
 
 
 def _reset(objects: list[_Closable], fds: list[int]) -> None:
@@ -353,10 +409,10 @@ def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int])
     _serve_worker(chan, cwd)
 
 
-def _serve_worker(chan: int, cwd: int | None, prepared: Any = None, answered: socket.socket | None = None) -> NoReturn:
+def _serve_worker(chan: int, cwd: int | None, prepared: Any = None, answered: Any = None) -> NoReturn:
     """Be the worker of ``chan``, in the agent's working directory ``cwd`` (set up now unless ``prepared``).
 
-    ``answered``: closed once the open has answered (:meth:`.main.Prepared.run`).
+    ``answered``: told once the open has answered (:meth:`.main.Prepared.run`).
     """
     code = 1
     try:

@@ -1,0 +1,209 @@
+"""An idle worker copies ahead the forkserver's pages an open writes (``lovia_mcp_worker.pages``).
+
+Real forks: a process shares its pages with its parent until it writes to
+them, one page fault each. What a child wrote is learned from its pagemap;
+a later child that copies those pages ahead writes them without faults.
+The forkserver's side (keep the first usable report) and the worker's side
+(report only a successful open) are checked on real socket pairs.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import mmap
+import platform
+import selectors
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lovia_mcp_worker import pages
+from lovia_mcp_worker.process import _Idle, _Pool, _PoolSocket
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc/self/pagemap")
+
+PAGE = mmap.PAGESIZE
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = platform.release().split(".")
+    try:
+        return (int(release[0]), int(release[1].split("-")[0])) >= (major, minor)
+    except (IndexError, ValueError):
+        return False
+
+
+# pagemap's "exclusively mapped" flag came with Linux 4.2, MADV_POPULATE_WRITE with 5.14:
+# on kernels that have them, the tests must not skip.
+FLAGS = _kernel_at_least(4, 2)
+POPULATE = _kernel_at_least(5, 14)
+
+
+def _private(n: int) -> mmap.mmap:
+    """``n`` fresh pages of a private anonymous mapping (what a heap is; mmap's default is shared)."""
+    return mmap.mmap(-1, n * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+WORKER = str(Path(__file__).parents[1] / "worker")
+
+# The parent fills 300 pages; child A writes them after noting its own pages
+# (its report); child B copies the report's pages ahead, then writes them;
+# child C writes them without. Each child reports its faults while writing.
+FORKS = r"""
+import array, json, os, resource, sys
+sys.path.insert(0, %r)
+from lovia_mcp_worker import pages
+N = 300
+buf = bytearray(os.urandom(N * 4096))
+
+def in_child(body):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        out = body()
+        os.write(w, out)
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return data
+
+def write_all():
+    for i in range(0, N * 4096, 4096):
+        buf[i] ^= 0xFF
+
+def learn():
+    before = pages.snapshot()
+    if before is None:
+        return b""
+    write_all()
+    return pages.written_since(before)
+
+def faults_writing(copy_ahead, report):
+    def body():
+        copied = pages.populate(report) if copy_ahead else 0
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        write_all()
+        f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        return json.dumps([copied, f1 - f0]).encode()
+    return json.loads(in_child(body))
+
+report = in_child(learn)
+pairs = array.array("Q", report)
+print(json.dumps({
+    "reported": sum(pairs[1::2]),
+    "usable": pages.checked(report) is not None,
+    "with": faults_writing(True, report),
+    "without": faults_writing(False, report),
+}))
+""" % WORKER
+
+
+@pytest.mark.timeout(60)
+def test_pages_a_child_wrote_are_learned_and_a_later_child_that_copies_them_ahead_writes_them_without_faults() -> None:
+    out = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout)
+    print(seen)
+    if seen["reported"] == 0 and not FLAGS:
+        pytest.skip("this kernel's pagemap does not say which pages a process has its own copy of")
+    assert seen["usable"]
+    assert seen["reported"] >= 300  # every page written (and whatever else the child wrote)
+    copied, faults_with = seen["with"]
+    _, faults_without = seen["without"]
+    if copied == 0 and not POPULATE:
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14+)")
+    assert copied >= 300
+    assert faults_without >= 300  # one copy per page written
+    assert faults_with < 30  # copied ahead: the writes find their own pages
+
+
+def _report(*pairs: tuple[int, int]) -> bytes:
+    return array.array("Q", [x for pair in pairs for x in pair]).tobytes()
+
+
+def test_a_report_is_used_only_if_it_is_whole_page_aligned_pairs_within_the_cap() -> None:
+    good = _report((16 * PAGE, 3), (64 * PAGE, 1))
+    assert pages.checked(good) == good
+    assert pages.checked(b"") is None
+    assert pages.checked(good[:-1]) is None  # cut inside a number
+    assert pages.checked(good[:24]) is None  # cut inside a pair
+    assert pages.checked(_report((16 * PAGE + 8, 3))) is None  # not a page's address
+    assert pages.checked(_report((16 * PAGE, 0))) is None  # an empty run
+    assert pages.checked(_report((16 * PAGE, pages.MAX_PAGES + 1))) is None  # over the cap
+    assert pages.checked(_report(*(((i + 1) * 8 * PAGE, 1) for i in range(pages.MAX_PAGES + 1)))) is None
+
+
+def test_copying_ahead_copies_only_what_lies_in_private_writable_mappings_now() -> None:
+    """A range no longer mapped, or mapped shared (a write there would reach others), is skipped; the rest is copied."""
+    here = _private(4)
+    shared = mmap.mmap(-1, 4 * PAGE)  # MAP_SHARED
+    gone = _private(4)
+    gone_at = _address(gone)
+    gone.close()  # unmapped: madvise would fail with ENOMEM there
+    try:
+        copied = pages.populate(_report((gone_at, 4), (_address(shared), 4), (_address(here), 4)))
+        if copied == 0 and not POPULATE:
+            pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14+)")
+        assert copied == 4
+    finally:
+        here.close()
+        shared.close()
+
+
+def _address(m: mmap.mmap) -> int:
+    import ctypes
+
+    return ctypes.addressof(ctypes.c_char.from_buffer(m))
+
+
+def test_the_forkserver_keeps_the_first_usable_report_of_a_successful_open() -> None:
+    """A worker reports only an open that succeeded; the forkserver keeps the first report it can use."""
+    ctrl, ctrl_peer = socket.socketpair()
+    pool = _Pool(ctrl)
+    sel = selectors.DefaultSelector()
+    maps: list[mmap.mmap] = []
+    try:
+
+        def serve_one(opened: bool) -> int:
+            """A worker of the pool writes 8 fresh pages in its open; where they are."""
+            fresh = _private(8)  # pages this process has not written yet
+            maps.append(fresh)
+            ours, theirs = socket.socketpair()
+            ours.setblocking(False)
+            idle = _Idle(0, ours)
+            pool.opening.append(idle)
+            sel.register(ours, selectors.EVENT_READ, idle)
+            before = pages.snapshot()
+            if before is None and not FLAGS:
+                pytest.skip("this kernel's pagemap does not say which pages a process has its own copy of")
+            for i in range(0, 8 * PAGE, PAGE):
+                fresh[i] = 1
+            _PoolSocket(theirs, before).done(opened)
+            assert theirs.fileno() == -1  # closed in every case: the forkserver's "answered"
+            while idle in pool.opening:  # what the forkserver's loop does: the report, then the end
+                for key, _ in sel.select(5.0):
+                    pool.heard(key.data, sel)
+            return _address(fresh)
+
+        serve_one(opened=False)  # a failed open: no model
+        assert pool.learned is None
+        at = serve_one(opened=True)
+        assert pool.learned is not None
+        learned = array.array("Q", pool.learned)
+        assert any(a <= at and at + 8 * PAGE <= a + n * PAGE for a, n in zip(learned[::2], learned[1::2]))
+        first = pool.learned
+        serve_one(opened=True)  # a later report changes nothing
+        assert pool.learned is first
+    finally:
+        sel.close()
+        for m in maps:
+            m.close()
+        ctrl.close()
+        ctrl_peer.close()
