@@ -22,12 +22,16 @@ import os
 import signal
 import socket
 import sys
+import threading
 from typing import Any, Final, Protocol
 
 from .containment import guard
 from .framing import MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
 from .session.host import Host
-from .protocol import HEADER, AgentMessage, Closed, Failure, Log, Open, Opened, WorkerMessage, encoder, worker_decoder
+from .protocol import (
+    HEADER, AgentMessage, Closed, Ended, Failure, Log, Open, Opened, Progress, Started, ToolsChanged, WorkerMessage,
+    encoder, worker_decoder,
+)
 
 # How long the worker gives its own shutdown (server tree kill) before exiting
 # anyway; the kill escalation inside is bounded well below this.
@@ -37,6 +41,15 @@ EXIT_WAIT: Final = 5.0
 LAUNCH_WAIT: Final = 0.1
 
 logger = logging.getLogger("lovia_mcp_worker")
+
+# What the worker tells unasked: it waits for the next answer, or the end of
+# the loop's iteration, to go in the same write (an open's "started" log and
+# Started ride with its Opened: one wake-up of the agent, not three).
+_ASIDES: Final = (Log, Started, Ended, ToolsChanged, Progress)
+# During an open its asides wait for its answer, which comes some loop
+# iterations after them, but no longer than this: a slow server's start-up
+# messages still reach the agent's logs as it starts.
+OPEN_ASIDES_WAIT: Final = 0.05
 
 
 class Answered(Protocol):
@@ -51,6 +64,9 @@ class _Channel:
 
     Outgoing frames never pass the cap the agent reads with: until ``Open``
     says otherwise, the smallest one an agent can have (``frame_cap(0)``).
+    Asides (:data:`_ASIDES`) go out with the next answer, or at the end of
+    the loop iteration they were emitted in (an open's: its answer, or
+    :data:`OPEN_ASIDES_WAIT`), in the order emitted.
     """
 
     def __init__(self, host_factory: Any) -> None:
@@ -61,6 +77,12 @@ class _Channel:
         self.cap = frame_cap(0)
         # Frames emitted before the transport exists (see read_ahead); None: not reading ahead.
         self._early: list[bytes] | None = None
+        # Asides emitted since the last write (see _ASIDES), sent with the next frame or by send_held.
+        self._held: list[bytes] = []
+        self._opening = False  # the Open is in, its answer not yet out
+        self._early_answer = False  # an answer is among the early frames
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
         self.reader: FrameReader[AgentMessage] = FrameReader(
             worker_decoder(),
             self._received,
@@ -69,7 +91,7 @@ class _Channel:
             peer="the agent",
             on_skip=self._skipped,
         )
-        self.done = asyncio.get_running_loop().create_future()
+        self.done = self._loop.create_future()
         self.host: Host = host_factory(self.emit)
 
     @property
@@ -99,12 +121,16 @@ class _Channel:
         return self._early is not None or self.reader.transport is not None
 
     def flush(self) -> None:
-        """Send what was emitted before the transport was made (one write)."""
+        """Send what was emitted before the transport was made (one write), or hold it if only asides of an open."""
         early, self._early = self._early, None
         transport = self.reader.transport
         if not early or transport is None or transport.is_closing():
             return
-        transport.writelines([part for body in early for part in (HEADER.pack(len(body)), body)])
+        if self._opening and not self._early_answer:
+            self._held = early + self._held  # they go with the open's answer
+            self._loop.call_later(OPEN_ASIDES_WAIT, self.send_held)
+            return
+        _write(transport, early)
 
     def emit(self, msg: WorkerMessage) -> None:
         transport, early = self.reader.transport, self._early
@@ -131,15 +157,43 @@ class _Channel:
         if transport is None:
             assert early is not None
             early.append(body)
+            self._early_answer = self._early_answer or not isinstance(msg, _ASIDES)
+        elif isinstance(msg, _ASIDES):
+            if not self._held:
+                if self._opening:
+                    self._loop.call_later(OPEN_ASIDES_WAIT, self.send_held)
+                else:
+                    self._loop.call_soon(self.send_held)
+            self._held.append(body)
+        elif self._held:
+            held, self._held = self._held, []
+            _write(transport, [*held, body])
         else:
             send_frame(transport, body)
-        if self.answered is not None and isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
-            self.answered.done(isinstance(msg, Opened))
-            self.answered = None
+        if isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
+            self._opening = False
+            if self.answered is not None:
+                self.answered.done(isinstance(msg, Opened))
+                self.answered = None
+
+    def emit_from_any_thread(self, msg: WorkerMessage) -> None:
+        """:meth:`emit`, from a thread of the worker's too (a library logging in the loop's executor)."""
+        if threading.get_ident() == self._thread:
+            self.emit(msg)
+        else:
+            self._loop.call_soon_threadsafe(self.emit, msg)
+
+    def send_held(self) -> None:
+        """Send the asides still held (the end of the loop iteration they were emitted in, or the end)."""
+        held, self._held = self._held, []
+        transport = self.reader.transport
+        if held and transport is not None and not transport.is_closing():
+            _write(transport, held)
 
     def _received(self, msg: AgentMessage) -> None:
         if isinstance(msg, Open):
             self._open_id = msg.id
+            self._opening = True
             self.cap = frame_cap(msg.spec.limits.max_result_bytes)
             if msg.environ is not None:
                 # The agent's environment at open time (see Open.environ).
@@ -168,6 +222,11 @@ class _Channel:
     def _lost(self, why: str | None) -> None:
         if not self.done.done():
             self.done.set_result(None)
+
+
+def _write(transport: asyncio.Transport, bodies: list[bytes]) -> None:
+    """Frames in one write."""
+    transport.writelines([part for body in bodies for part in (HEADER.pack(len(body)), body)])
 
 
 def adopt_environment(environ: dict[str, str]) -> None:
@@ -208,7 +267,7 @@ class _ForwardLogs(logging.Handler):
                 logging.lastResort.handle(record)
             return
         try:
-            self._channel.emit(Log(level=record.levelno, message=f"{record.name}: {record.getMessage()}"))
+            self._channel.emit_from_any_thread(Log(level=record.levelno, message=f"{record.name}: {record.getMessage()}"))
         except Exception:  # noqa: BLE001 - logging must never take the worker down
             pass
 
@@ -306,6 +365,7 @@ async def _serve(channel: _Channel, closed_by_agent: asyncio.Event) -> None:
     if landlock is not None:  # remove the Landlock servers' private temporary directories
         landlock.cleanup()
     if channel.transport is not None:
+        channel.send_held()
         channel.transport.close()
 
 
@@ -407,4 +467,4 @@ def run(conn: Any) -> None:
     Prepared().run(conn)
 
 
-__all__ = ["EXIT_WAIT", "Answered", "Prepared", "adopt_environment", "run", "serve"]
+__all__ = ["EXIT_WAIT", "OPEN_ASIDES_WAIT", "Answered", "Prepared", "adopt_environment", "run", "serve"]
