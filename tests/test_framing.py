@@ -313,7 +313,7 @@ class _Transport(asyncio.Transport):
 
 @pytest.mark.unit
 def test_the_worker_never_sends_a_frame_over_the_cap_that_came_with_open() -> None:
-    from lovia_mcp_worker.main import _Channel
+    from lovia_mcp_worker.channel import Channel
 
     async def main() -> None:
         handled: list[AgentMessage] = []
@@ -322,7 +322,7 @@ def test_the_worker_never_sends_a_frame_over_the_cap_that_came_with_open() -> No
             def handle(self, msg: AgentMessage) -> None:
                 handled.append(msg)
 
-        channel = _Channel(lambda emit: Host())
+        channel = Channel(lambda emit: Host())
         transport = _Transport()
         channel.reader.connection_made(transport)
         dec = agent_decoder()

@@ -13,7 +13,8 @@ Layout (each subpackage's ``__init__`` says more):
   limiting and killing each generation's tree (cgroups or the psutil watch);
 - ``sandbox/``: the box around a stdio server (namespaces through bubblewrap,
   or Landlock + seccomp) and the network allowlist proxy;
-- ``main``, ``process``: the worker's loop over its pipe, and the forkserver's
+- ``main``, ``channel``, ``process``: the worker's loop, its end of the
+  agent's socket (frames both ways), and the forkserver's
   serving side, which also kills what a dead worker left (``_preload_begin``,
   ``_warm``, ``_warm_http``: what it loads before forking; ``pages``: the
   forkserver's pages an open writes, learned once and copied by each idle
