@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from lovia_mcp_worker import pages
-from lovia_mcp_worker.process import _Idle, _Pool, _PoolSocket
+from lovia_mcp_worker.process import _Idle, _Pool
+from lovia_mcp_worker.start import PoolSocket
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc/self/pagemap")
 
@@ -185,7 +186,7 @@ def test_the_forkserver_keeps_the_first_usable_report_of_a_successful_open() -> 
                 pytest.skip("this kernel's pagemap does not say which pages a process has its own copy of")
             for i in range(0, 8 * PAGE, PAGE):
                 fresh[i] = 1
-            _PoolSocket(theirs, before).done(opened)
+            PoolSocket(theirs, before).done(opened)
             assert theirs.fileno() == -1  # closed in every case: the forkserver's "answered"
             while idle in pool.opening:  # what the forkserver's loop does: the report, then the end
                 for key, _ in sel.select(5.0):

@@ -13,9 +13,10 @@ Layout (each subpackage's ``__init__`` says more):
   limiting and killing each generation's tree (cgroups or the psutil watch);
 - ``sandbox/``: the box around a stdio server (namespaces through bubblewrap,
   or Landlock + seccomp) and the network allowlist proxy;
-- ``main``, ``channel``, ``process``: the worker's loop, its end of the
-  agent's socket (frames both ways), and the forkserver's
-  serving side, which also kills what a dead worker left (``_preload_begin``,
+- ``main``, ``channel``, ``process``, ``start``: the worker's loop, its end of
+  the agent's socket (frames both ways), the forkserver's serving side, which
+  also kills what a dead worker left, and a forked child becoming a worker
+  (idle ahead of its request, or forked on it) (``_preload_begin``,
   ``_warm``, ``_warm_http``: what it loads before forking; ``pages``: the
   forkserver's pages an open writes, learned once and copied by each idle
   worker while it waits). The agent's handle on the forkserver is the

@@ -54,13 +54,12 @@ import os
 import selectors
 import signal
 import socket
-import sys
 import time
-import traceback
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final
 
 from . import pages
 from .protocol import FORKSERVER_STATUS
+from .start import Closable, child, wait_for_request
 
 # How long the forkserver waits for an idle worker to say it took a
 # request's descriptors. It answers at once when alive; one that died (or is
@@ -86,10 +85,6 @@ REFILL_QUIET: Final = 0.1
 # this long after the last request at the latest (a long run then mostly
 # waits for its model).
 OPEN_WAIT: Final = 2.0
-
-
-class _Closable(Protocol):
-    def close(self) -> None: ...
 
 
 # --------------------------------------------------------------------------- #
@@ -155,7 +150,7 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                 if pid is None:
                     pid = os.fork()
                     if pid == 0:
-                        _child(chan, rest[0] if rest else None, [sel, ctrl, *status.values(), *pool.socks()],
+                        child(chan, rest[0] if rest else None, [sel, ctrl, *status.values(), *pool.socks()],
                                [wake_r, wake_w, st])
                 status[pid] = sock = socket.socket(fileno=st)
                 os.close(chan)
@@ -215,7 +210,7 @@ class _Pool:
     def socks(self) -> list[socket.socket]:
         return [i.sock for i in (*self.idle, *self.opening)]
 
-    def fork(self, objects: list[_Closable], fds: list[int]) -> None:
+    def fork(self, objects: list[Closable], fds: list[int]) -> None:
         idle = _prefork(objects, fds, self.learned)
         if idle is None:
             self._failed = True
@@ -312,7 +307,7 @@ class _Idle:
         return False
 
 
-def _prefork(objects: list[_Closable], fds: list[int], learned: bytes | None) -> _Idle | None:
+def _prefork(objects: list[Closable], fds: list[int], learned: bytes | None) -> _Idle | None:
     """Fork an idle worker (``learned``: the pages it copies ahead); ``None`` if the system is out of processes."""
     ours, theirs = socket.socketpair()
     try:
@@ -322,7 +317,7 @@ def _prefork(objects: list[_Closable], fds: list[int], learned: bytes | None) ->
         theirs.close()
         return None  # out of processes: the next request forks as it arrives
     if pid == 0:
-        _wait_for_request(theirs, [*objects, ours], fds, learned)
+        wait_for_request(theirs, [*objects, ours], fds, learned)
     theirs.close()
     return _Idle(pid, ours)
 
@@ -332,103 +327,6 @@ def _announce(ctrl: socket.socket, pid: int) -> None:
     with contextlib.suppress(OSError):
         # Never blocks: an agent that does not read these any more only loses them.
         ctrl.send(FORKSERVER_STATUS.pack(pid), socket.MSG_DONTWAIT)
-
-
-def _wait_for_request(sock: socket.socket, objects: list[_Closable], fds: list[int], learned: bytes | None) -> NoReturn:
-    """An idle worker: drop the forkserver's state now, then wait for a worker's fds (or EOF: exit).
-
-    While it waits it copies the pages its open would (``learned``), or,
-    the forkserver having learned none yet, notes which are its own already,
-    so as to report what its open wrote (see :mod:`.pages`).
-    """
-    try:
-        _reset(objects, fds)
-        from .main import Prepared
-
-        prepared = Prepared(ahead=True)
-        before = None
-        if learned is not None:
-            pages.populate(learned)
-        else:
-            before = pages.snapshot()
-        msg, got, _, _ = socket.recv_fds(sock, 1, 2)
-        if msg and got:
-            sock.sendall(b"A")  # taken: the forkserver hands this request to no one else
-    except BaseException:  # noqa: BLE001 - never back into the forkserver's loop
-        os._exit(1)
-    if not msg or not got:
-        os._exit(0)  # the forkserver is gone: no request will come
-    # Closed once the open has answered: the forkserver refills its pool
-    # then, not while this open is on the CPU.
-    _serve_worker(got[0], got[1] if len(got) > 1 else None, prepared, _PoolSocket(sock, before))
-
-
-class _PoolSocket:
-    """An idle worker's socket to the forkserver, once it serves: closed when its open has answered.
-
-    A worker that noted its own pages before (``before``) and whose open
-    succeeded first sends the report of those its open wrote
-    (:func:`.pages.written_since`): a failed open's path is no model.
-    """
-
-    def __init__(self, sock: socket.socket, before: pages.Snapshot | None) -> None:
-        self._sock = sock
-        self._before = before
-
-    def done(self, opened: bool) -> None:
-        before, self._before = self._before, None
-        if opened and before is not None:
-            report = pages.written_since(before)
-            if report:
-                with contextlib.suppress(OSError):
-                    # Never blocks: a report is at most 64 KiB (pages.MAX_REPORT), and
-                    # the forkserver refuses one cut short in a pair (pages.checked).
-                    self._sock.send(report, socket.MSG_DONTWAIT)
-        self._sock.close()
-
-
-def _reset(objects: list[_Closable], fds: list[int]) -> None:
-    """In a freshly forked child: the forkserver's signal set-up and descriptors are not a worker's."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for obj in objects:
-        obj.close()
-    for fd in fds:
-        os.close(fd)
-
-
-def _child(chan: int, cwd: int | None, objects: list[_Closable], fds: list[int]) -> NoReturn:
-    """A worker forked on request (no idle one was ready): drop the forkserver's state, then serve ``chan``."""
-    try:
-        _reset(objects, fds)
-    except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-    _serve_worker(chan, cwd)
-
-
-def _serve_worker(chan: int, cwd: int | None, prepared: Any = None, answered: Any = None) -> NoReturn:
-    """Be the worker of ``chan``, in the agent's working directory ``cwd`` (set up now unless ``prepared``).
-
-    ``answered``: told once the open has answered (:meth:`.main.Prepared.run`).
-    """
-    code = 1
-    try:
-        if cwd is not None:
-            with contextlib.suppress(OSError):
-                os.fchdir(cwd)
-            os.close(cwd)
-        from .main import Prepared
-
-        (prepared or Prepared()).run(socket.socket(fileno=chan), answered)
-        code = 0
-    except BaseException:  # noqa: BLE001 - report, then exit: never back into the forkserver's loop
-        traceback.print_exc()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
 
 
 def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, pool: _Pool) -> None:
