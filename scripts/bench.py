@@ -226,7 +226,8 @@ class Params:
     n_conns: int
     sdk_open_repeat: int  # the SDK server takes ~0.5 s to start: fewer opens
     # The raw server's warm open is ~30 ms and the machines here are noisy
-    # (two modes ~10 ms apart): more samples for a steadier median.
+    # (two modes ~10 ms apart): more samples for a steadier median (the
+    # five-server run without spares takes as many).
     open_repeat: int = 0
     # Refills start REFILL_DELAY after a take even while the run goes on (as
     # before issue 19): to show what deferring them buys.
@@ -614,7 +615,9 @@ async def _measure_runs(client: str, script: str, reps: int, add: Any, p: Params
     for n in (1, FIVE):
         plain = [_make_server(client, script, name=f"s{i}") for i in range(n)]
         await one_run(plain)  # warm: imports, the forkserver
-        for _ in range(reps):
+        # Five servers without spares: ~0.1 s a run, the two modes ~10 %
+        # apart on a noisy machine: the warm open's count of samples.
+        for _ in range(p.per_round(p.open_repeat) if n == FIVE else reps):
             # lovia has no spares: its plain run is the baseline of both.
             await one_run(plain, f"run{n}", *([f"run{n}_spares"] if client == "lovia" else []))
         if n == FIVE and client == "lovia":
@@ -1081,7 +1084,8 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{k} {v}" for k, v in m["versions"].items()))
         print(f"load average before/after: {load_before[0]:.2f} / {report['load_average']['after'][0]:.2f}; "
               f"{report['seconds']} s; medians of {p.repeat} samples per figure ({p.small_calls} small calls, "
-              f"{p.open_repeat} warm opens of the raw server) over {p.rounds} interleaved round(s)")
+              f"{p.open_repeat} warm opens of the raw server and five-server runs without spares) "
+              f"over {p.rounds} interleaved round(s)")
         print("source: " + "; ".join(m["source"].values()))
         print()
         print(_table(rows))
