@@ -52,7 +52,9 @@ Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
   turns and the tool call), and the plugin's close at the run's end;
   ``_drain``: after the run returned, the time until the closes it started
   in the background are done (every worker joined; lovia-mcp only; not in
-  the run's figure, and waited for before the next sample);
+  the run's figure, and waited for before the next sample); the runs
+  without spares are ``RUN_GAP`` (0.2 s) apart, as an agent's runs are
+  apart by its model's answers; ``run5_b2b``: five servers, back to back;
 - run5_spares_model: the same five-server run with spares, its scripted
   model answering after 100 ms a turn (minus those 200 ms): the refills a
   take starts would land inside it; ``--refills-in-run`` starts them there
@@ -128,6 +130,11 @@ FIVE = 5
 # model takes seconds; 100 ms already puts a take's refills (REFILL_DELAY,
 # 50 ms, after it) inside the run, where they would compete with it.
 MODEL_LATENCY = 0.1
+# Between whole-run samples (every client): an agent's runs are apart by at
+# least its model's answers. Back to back, a lovia-mcp run shares the CPU
+# with the previous run's pool refills (an idle worker forked ahead for each
+# server, ~6 ms of CPU each); run5_b2b shows that case (not a goal).
+RUN_GAP = 0.2
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,8 @@ for _key, (_goal, _kind) in RUN_GOALS.items():
                           ("drain", "after it: its closes finish in the background")):
         FIGURES += (Figure(f"{_key}_{_phase}", f"  {_text} ({_n} server(s), {_what}; not a goal)", "ms", ("raw",),
                            "run", None, None, 1e3),)
+FIGURES += (Figure("run5_b2b", "whole Runner.run, 5 server(s), one call, no spares, runs back to back (not a goal)",
+                   "ms", ("raw",), "run", None, None, 1e3),)
 FIGURES += (Figure("run5_spares_model", "whole Runner.run, 5 servers, spares ready, model 100 ms a turn, "
                    "minus the model's 200 ms (not a goal)", "ms", ("raw",), "run", None, None, 1e3),)
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
@@ -235,6 +244,7 @@ class Params:
     # A waiting spare's CPU is sampled over spare_idle s, spare_settle s after it is ready.
     spare_idle: float = SPARE_IDLE_SECONDS
     spare_settle: float = SPARE_SETTLE_SECONDS
+    run_gap: float = RUN_GAP
 
     def per_round(self, total: int) -> int:
         return max(1, math.ceil(total / self.rounds))
@@ -618,8 +628,12 @@ async def _measure_runs(client: str, script: str, reps: int, add: Any, p: Params
         # Five servers without spares: ~0.1 s a run, the two modes ~10 %
         # apart on a noisy machine: the warm open's count of samples.
         for _ in range(p.per_round(p.open_repeat) if n == FIVE else reps):
+            await asyncio.sleep(p.run_gap)
             # lovia has no spares: its plain run is the baseline of both.
             await one_run(plain, f"run{n}", *([f"run{n}_spares"] if client == "lovia" else []))
+        if n == FIVE and p.run_gap:
+            for _ in range(reps):
+                await one_run(plain, "run5_b2b")
         if n == FIVE and client == "lovia":
             for _ in range(reps):
                 await one_run(plain, "run5_spares_model", slow=True)
@@ -1026,6 +1040,7 @@ def main(argv: list[str] | None = None) -> int:
         refills_in_run=args.refills_in_run,
         spare_idle=SPARE_IDLE_SECONDS_QUICK if quick else SPARE_IDLE_SECONDS,
         spare_settle=SPARE_SETTLE_SECONDS_QUICK if quick else SPARE_SETTLE_SECONDS,
+        run_gap=0.0 if quick else RUN_GAP,
     )
     wanted = _wanted(args.only)
     groups = {FIGURE_BY_KEY[k].group for k in wanted}
