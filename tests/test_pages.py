@@ -13,8 +13,6 @@ import array
 import json
 import mmap
 import platform
-import selectors
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +20,6 @@ from pathlib import Path
 import pytest
 
 from lovia_mcp_worker import pages
-from lovia_mcp_worker.process import _Idle, _Pool
-from lovia_mcp_worker.start import PoolSocket
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc/self/pagemap")
 
@@ -164,47 +160,68 @@ def _address(m: mmap.mmap) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(m))
 
 
+# The forkserver's side (_Pool.heard) in this process; each "worker" a fork
+# that shares 8 written pages of a buffer with it, notes them, writes them
+# in its "open" and tells the pool socket how the open went.
+POOL = r"""
+import array, json, mmap, os, selectors, socket, sys
+sys.path.insert(0, %r)
+from lovia_mcp_worker import pages
+from lovia_mcp_worker.process import _Idle, _Pool
+from lovia_mcp_worker.start import PoolSocket
+PAGE = mmap.PAGESIZE
+ctrl, ctrl_peer = socket.socketpair()
+pool = _Pool(ctrl)
+sel = selectors.DefaultSelector()
+
+def serve_one(opened):
+    buf = bytearray(os.urandom(8 * PAGE))  # there, and shared with the fork below
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        before = pages.snapshot()
+        for i in range(0, 8 * PAGE, PAGE):
+            buf[i] ^= 0xFF
+        PoolSocket(theirs, before).done(opened)
+        os._exit(0 if theirs.fileno() == -1 else 3)  # closed in every case: the forkserver's "answered"
+    theirs.close()
+    ours.setblocking(False)
+    idle = _Idle(pid, ours)
+    pool.opening.append(idle)
+    sel.register(ours, selectors.EVENT_READ, idle)
+    while idle in pool.opening:  # what the forkserver's loop does: the report, then the end
+        for key, _ in sel.select(5.0):
+            pool.heard(key.data, sel)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    import ctypes
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf)), buf  # the buffer kept: its address stays its
+
+def covers(at):
+    learned = array.array("Q", pool.learned)
+    first, last = at // PAGE * PAGE + PAGE, (at + 8 * PAGE) // PAGE * PAGE  # the pages wholly inside
+    return any(a <= first and last <= a + n * PAGE for a, n in zip(learned[::2], learned[1::2]))
+
+seen = {}
+serve_one(False)  # a failed open: no model
+seen["after_a_failed_open"] = pool.learned is not None
+at, kept = serve_one(True)
+seen["learned"] = pool.learned is not None and covers(at)
+first = pool.learned
+serve_one(True)  # a later report changes nothing
+seen["kept_the_first"] = pool.learned is first
+print(json.dumps(seen))
+""" % WORKER
+
+
+@pytest.mark.timeout(60)
 def test_the_forkserver_keeps_the_first_usable_report_of_a_successful_open() -> None:
     """A worker reports only an open that succeeded; the forkserver keeps the first report it can use."""
-    ctrl, ctrl_peer = socket.socketpair()
-    pool = _Pool(ctrl)
-    sel = selectors.DefaultSelector()
-    maps: list[mmap.mmap] = []
-    try:
-
-        def serve_one(opened: bool) -> int:
-            """A worker of the pool writes 8 fresh pages in its open; where they are."""
-            fresh = _private(8)  # pages this process has not written yet
-            maps.append(fresh)
-            ours, theirs = socket.socketpair()
-            ours.setblocking(False)
-            idle = _Idle(0, ours)
-            pool.opening.append(idle)
-            sel.register(ours, selectors.EVENT_READ, idle)
-            before = pages.snapshot()
-            if before is None and not FLAGS:
-                pytest.skip("this kernel's pagemap does not say which pages a process has its own copy of")
-            for i in range(0, 8 * PAGE, PAGE):
-                fresh[i] = 1
-            PoolSocket(theirs, before).done(opened)
-            assert theirs.fileno() == -1  # closed in every case: the forkserver's "answered"
-            while idle in pool.opening:  # what the forkserver's loop does: the report, then the end
-                for key, _ in sel.select(5.0):
-                    pool.heard(key.data, sel)
-            return _address(fresh)
-
-        serve_one(opened=False)  # a failed open: no model
-        assert pool.learned is None
-        at = serve_one(opened=True)
-        assert pool.learned is not None
-        learned = array.array("Q", pool.learned)
-        assert any(a <= at and at + 8 * PAGE <= a + n * PAGE for a, n in zip(learned[::2], learned[1::2]))
-        first = pool.learned
-        serve_one(opened=True)  # a later report changes nothing
-        assert pool.learned is first
-    finally:
-        sel.close()
-        for m in maps:
-            m.close()
-        ctrl.close()
-        ctrl_peer.close()
+    out = subprocess.run([sys.executable, "-c", POOL], capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout)
+    print(seen)
+    if not seen["learned"] and not FLAGS:
+        pytest.skip("this kernel's pagemap does not say which pages a process has its own copy of")
+    assert seen == {"after_a_failed_open": False, "learned": True, "kept_the_first": True}
