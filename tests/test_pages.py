@@ -13,6 +13,8 @@ import array
 import json
 import mmap
 import platform
+import selectors
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from lovia_mcp_worker import pages
+from lovia_mcp_worker.process import _Idle, _Pool
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc/self/pagemap")
 
@@ -52,6 +55,7 @@ FORKS = r"""
 import array, json, os, resource, sys
 sys.path.insert(0, %r)
 from lovia_mcp_worker import pages
+from lovia_mcp_worker.process import _Idle, _Pool
 N = 300
 buf = bytearray(os.urandom(N * 4096))
 
@@ -168,6 +172,7 @@ import array, json, mmap, os, selectors, socket, sys
 sys.path.insert(0, %r)
 from lovia_mcp_worker import pages
 from lovia_mcp_worker.process import _Idle, _Pool
+from lovia_mcp_worker.process import _Idle, _Pool
 from lovia_mcp_worker.start import PoolSocket
 PAGE = mmap.PAGESIZE
 ctrl, ctrl_peer = socket.socketpair()
@@ -225,3 +230,28 @@ def test_the_forkserver_keeps_the_first_usable_report_of_a_successful_open() -> 
     if not seen["learned"] and not FLAGS:
         pytest.skip("this kernel's pagemap does not say which pages a process has its own copy of")
     assert seen == {"after_a_failed_open": False, "learned": True, "kept_the_first": True}
+
+
+def test_a_report_the_forkserver_cannot_use_ends_its_learning() -> None:
+    """Not whole pairs: nothing to copy, and no later worker notes its pages again (``learned`` is ``b""``)."""
+    ctrl, ctrl_peer = socket.socketpair()
+    ours, theirs = socket.socketpair()
+    sel = selectors.DefaultSelector()
+    try:
+        pool = _Pool(ctrl)
+        ours.setblocking(False)
+        idle = _Idle(0, ours)
+        pool.opening.append(idle)
+        sel.register(ours, selectors.EVENT_READ, idle)
+        theirs.sendall(_report((16 * PAGE, 3))[:-1])  # cut inside a number
+        theirs.close()
+        while idle in pool.opening:
+            for key, _ in sel.select(5.0):
+                pool.heard(key.data, sel)
+        assert pool.learned == b""
+        assert pages.populate(pool.learned) == 0
+    finally:
+        sel.close()
+        ctrl.close()
+        ctrl_peer.close()
+        theirs.close()

@@ -164,6 +164,8 @@ def populate(report: bytes) -> int:
     (a range mapped otherwise here, or not at all, is skipped); a kernel
     without ``MADV_POPULATE_WRITE`` (before 5.14) ends it at the first.
     """
+    if not report:
+        return 0
     madvise = _madvise()
     maps = _private_writable()
     if madvise is None or not maps:

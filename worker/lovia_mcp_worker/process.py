@@ -190,7 +190,8 @@ class _Pool:
         self._filled = False
         # A run is on in the agent (its last request said R, and no E since).
         self.in_run = False
-        # The pages an open writes, once a worker has reported them (see .pages).
+        # The pages an open writes, once a worker has reported them (see .pages;
+        # b"": its report could not be used); None: not learned yet.
         self.learned: bytes | None = None
 
     def refill_in(self) -> float | None:
@@ -263,7 +264,9 @@ class _Pool:
         idle.sock.close()
         self.opening.remove(idle)
         if self.learned is None and idle.report:
-            self.learned = pages.checked(bytes(idle.report))
+            # A report that cannot be used ends the learning too (b"": nothing
+            # to copy), rather than every later worker noting its pages again.
+            self.learned = pages.checked(bytes(idle.report)) or b""
 
     def died(self, pid: int) -> bool:
         """Forget an idle worker that exited; whether ``pid`` was one."""

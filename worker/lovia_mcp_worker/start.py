@@ -29,9 +29,9 @@ class Closable(Protocol):
 def wait_for_request(sock: socket.socket, objects: list[Closable], fds: list[int], learned: bytes | None) -> NoReturn:
     """An idle worker: drop the forkserver's state now, then wait for a worker's fds (or EOF: exit).
 
-    While it waits it copies the pages its open would (``learned``), or,
-    the forkserver having learned none yet, notes which are its own already,
-    so as to report what its open wrote (see :mod:`.pages`).
+    While it waits it copies the pages its open would write (``learned``),
+    or, the forkserver having learned none yet, notes the pages it still
+    shares, so as to report those its open copies (see :mod:`.pages`).
     """
     try:
         reset(objects, fds)
@@ -39,10 +39,11 @@ def wait_for_request(sock: socket.socket, objects: list[Closable], fds: list[int
 
         prepared = Prepared(ahead=True)
         before = None
-        if learned is not None:
-            pages.populate(learned)
-        else:
-            before = pages.snapshot()
+        with contextlib.suppress(Exception):  # only a head start: the open copies what it writes anyway
+            if learned is not None:
+                pages.populate(learned)
+            else:
+                before = pages.snapshot()
         msg, got, _, _ = socket.recv_fds(sock, 1, 2)
         if msg and got:
             sock.sendall(b"A")  # taken: the forkserver hands this request to no one else
@@ -58,8 +59,8 @@ def wait_for_request(sock: socket.socket, objects: list[Closable], fds: list[int
 class PoolSocket:
     """An idle worker's socket to the forkserver, once it serves: closed when its open has answered.
 
-    A worker that noted its own pages before (``before``) and whose open
-    succeeded first sends the report of those its open wrote
+    A worker that noted the pages it still shared (``before``) and whose
+    open succeeded first sends the report of those it has copied since
     (:func:`.pages.written_since`): a failed open's path is no model.
     """
 
@@ -70,11 +71,12 @@ class PoolSocket:
     def done(self, opened: bool) -> None:
         before, self._before = self._before, None
         if opened and before is not None:
-            report = pages.written_since(before)
-            if report:
-                with contextlib.suppress(OSError):
-                    # Never blocks: a report is at most 64 KiB (pages.MAX_REPORT), and
-                    # the forkserver refuses one cut short in a pair (pages.checked).
+            # Never raises (this runs as the Opened is sent), never blocks: a
+            # report is at most 64 KiB (pages.MAX_REPORT), and the forkserver
+            # refuses one cut short in a pair (pages.checked).
+            with contextlib.suppress(Exception):
+                report = pages.written_since(before)
+                if report:
                     self._sock.send(report, socket.MSG_DONTWAIT)
         self._sock.close()
 
