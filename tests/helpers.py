@@ -43,6 +43,7 @@ from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPError, MCPServer, MCPServerStdio, Sandbox
 from lovia_mcp_worker.containment import cgroup
+from lovia_mcp_worker.protocol import HEADER, encoder
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"
@@ -86,6 +87,21 @@ _shared_pids: set[int] = set()
 def run(coro: Awaitable[T]) -> T:
     """Run a coroutine on a fresh event loop (tests are plain functions)."""
     return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def script_json(code: str, timeout: float = 50) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter (it must exit 0); what it printed, as JSON (printed for the log too)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen: dict[str, Any] = json.loads(out.stdout)
+    print(seen)
+    return seen
+
+
+def frame(msg: Any) -> bytes:
+    """``msg`` as a frame on the wire (its length, then its msgpack), as either side writes it."""
+    body = encoder().encode(msg)
+    return HEADER.pack(len(body)) + body
 
 
 def raw_args(*flags: str) -> list[str]:
@@ -407,7 +423,7 @@ def leftover_cgroups() -> list[str]:
 __all__ = [
     "CLI_TIMEOUT", "ESCAPE_SERVER", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
     "SERVER_READY_WAIT", "SUP_SERVER", "EscapePlace", "Model",
-    "alive_after", "alive_after_sync", "copy_raw_server", "describe", "drive", "end_process", "error_of", "exempt_pids", "is_alive",
+    "alive_after", "alive_after_sync", "copy_raw_server", "describe", "drive", "end_process", "error_of", "exempt_pids", "frame", "is_alive",
     "leftover_cgroups", "limit_hit", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
-    "register_shared", "results", "run", "serving", "sup", "wait_gone",
+    "register_shared", "results", "run", "script_json", "serving", "sup", "wait_gone",
 ]

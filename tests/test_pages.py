@@ -10,16 +10,15 @@ The forkserver's side (keep the first usable report) and the worker's side
 from __future__ import annotations
 
 import array
-import json
 import mmap
 import platform
 import selectors
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import script_json
 
 from lovia_mcp_worker import pages
 from lovia_mcp_worker.process import _Idle, _Pool
@@ -108,10 +107,7 @@ print(json.dumps({
 
 @pytest.mark.timeout(60)
 def test_pages_a_child_wrote_are_learned_and_a_later_child_that_copies_them_ahead_writes_them_without_faults() -> None:
-    out = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=50)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout)
-    print(seen)
+    seen = script_json(FORKS)
     if seen["reported"] == 0 and not FLAGS:
         pytest.skip("this kernel's pagemap does not say which pages a process has its own copy of")
     assert seen["usable"]
@@ -223,10 +219,7 @@ print(json.dumps(seen))
 @pytest.mark.timeout(60)
 def test_the_forkserver_keeps_the_first_usable_report_of_a_successful_open() -> None:
     """A worker reports only an open that succeeded; the forkserver keeps the first report it can use."""
-    out = subprocess.run([sys.executable, "-c", POOL], capture_output=True, text=True, timeout=50)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout)
-    print(seen)
+    seen = script_json(POOL)
     if not seen["learned"] and not FLAGS:
         pytest.skip("this kernel's pagemap does not say which pages a process has its own copy of")
     assert seen == {"after_a_failed_open": False, "learned": True, "kept_the_first": True}

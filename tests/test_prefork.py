@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import raw, run
+from helpers import raw, run, script_json
 
 from lovia_mcp.client import channel as _channel
 from lovia_mcp_worker.process import MAX_IDLE, MIN_IDLE, OPEN_WAIT
@@ -182,11 +182,7 @@ def _with_a_full_pool(tmp_path: Path, body: str) -> dict[str, object]:
         "        os.mkfifo(gate)\n"
     ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE, str(tmp_path))
     code += body + "asyncio.run(main())\n"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen: dict[str, object] = json.loads(out.stdout)
-    print(seen)
-    return seen
+    return script_json(code)
 
 
 @pytest.mark.timeout(60)

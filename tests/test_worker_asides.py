@@ -15,9 +15,10 @@ import socket
 import threading
 from typing import Any
 
-from helpers import PY, RAW_SERVER, run
+import pytest
+from helpers import PY, RAW_SERVER, frame, run
 
-from lovia_mcp_worker import main
+from lovia_mcp_worker import channel, main
 from lovia_mcp_worker.framing import FrameReader
 from lovia_mcp_worker.protocol import (
     HEADER,
@@ -29,16 +30,10 @@ from lovia_mcp_worker.protocol import (
     Started,
     WorkerMessage,
     agent_decoder,
-    encoder,
 )
 
 # Bound on each answer (a raw server's start on a loaded machine).
 ANSWER_WAIT = 30.0
-
-
-def _frame(msg: Any) -> bytes:
-    body = encoder().encode(msg)
-    return HEADER.pack(len(body)) + body
 
 
 def _messages(data: bytes) -> list[WorkerMessage]:
@@ -56,7 +51,7 @@ async def _serve(after_open: Any = None) -> tuple[list[list[WorkerMessage]], lis
     agent_end, worker_end = socket.socketpair()
     agent_end.setblocking(False)
     worker_end.setblocking(False)
-    agent_end.sendall(_frame(Open(id=1, spec=ServerSpec(name="raw", transport="stdio", command=PY, args=[RAW_SERVER]))))
+    agent_end.sendall(frame(Open(id=1, spec=ServerSpec(name="raw", transport="stdio", command=PY, args=[RAW_SERVER]))))
     writes: list[list[WorkerMessage]] = []
     threads: list[int] = []
     got: list[WorkerMessage] = []
@@ -83,7 +78,7 @@ async def _serve(after_open: Any = None) -> tuple[list[list[WorkerMessage]], lis
             threads.append(threading.get_ident())
             real(parts)
 
-        transport.writelines = writelines
+        transport.writelines = writelines  # type: ignore[method-assign,assignment]
         return transport, protocol
 
     loop.create_connection = recording  # type: ignore[method-assign]
@@ -103,14 +98,17 @@ async def _serve(after_open: Any = None) -> tuple[list[list[WorkerMessage]], lis
         if after_open is not None:
             await after_open(until, got)
     finally:
-        transport.write(_frame(Close(id=2)))
+        transport.write(frame(Close(id=2)))
         await asyncio.wait_for(serving, ANSWER_WAIT)
         transport.close()
         worker_end.close()
     return writes, threads, got
 
 
-def test_an_opens_logs_and_started_go_in_one_write_with_its_opened() -> None:
+def test_an_opens_logs_and_started_go_in_one_write_with_its_opened(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Held for the open's answer however long the server takes to start here
+    # (on a loaded machine a raw server's start can pass the 50 ms bound).
+    monkeypatch.setattr(channel, "OPEN_ASIDES_WAIT", ANSWER_WAIT)
     writes, _, got = run(_serve())
     kinds = [[type(m).__name__ for m in w] for w in writes]
     print(f"the worker's writes: {kinds}")
@@ -119,6 +117,17 @@ def test_an_opens_logs_and_started_go_in_one_write_with_its_opened() -> None:
     assert any(isinstance(m, Log) and "started" in m.message for m in with_opened), kinds
     assert isinstance(with_opened[-1], Opened), kinds  # the asides first, in the order emitted
     assert [type(m) for m in got].count(Opened) == 1
+
+
+def test_an_opens_asides_wait_for_its_answer_no_longer_than_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With no wait at all they go at the end of the loop iteration they
+    # were emitted in: before the server has even started.
+    monkeypatch.setattr(channel, "OPEN_ASIDES_WAIT", 0.0)
+    writes, _, _ = run(_serve())
+    kinds = [[type(m).__name__ for m in w] for w in writes]
+    print(f"the worker's writes: {kinds}")
+    assert kinds[0] and "Opened" not in kinds[0], kinds
+    assert all(k in ("Log", "Started") for k in kinds[0]), kinds
 
 
 def test_a_log_from_another_thread_reaches_the_agent_written_by_the_loops_thread() -> None:

@@ -14,12 +14,11 @@ import asyncio
 import socket
 from typing import Any
 
-from helpers import PY, RAW_SERVER, run
+from helpers import PY, RAW_SERVER, frame, run
 
 from lovia_mcp_worker import main
 from lovia_mcp_worker.framing import FrameReader
 from lovia_mcp_worker.protocol import (
-    HEADER,
     Close,
     Failure,
     Open,
@@ -27,16 +26,10 @@ from lovia_mcp_worker.protocol import (
     ServerSpec,
     WorkerMessage,
     agent_decoder,
-    encoder,
 )
 
 # Bound on the answers (a raw server's start on a loaded machine).
 ANSWER_WAIT = 30.0
-
-
-def _frame(msg: Any) -> bytes:
-    body = encoder().encode(msg)
-    return HEADER.pack(len(body)) + body
 
 
 async def _serve_with_written(
@@ -46,7 +39,7 @@ async def _serve_with_written(
     agent_end, worker_end = socket.socketpair()
     agent_end.setblocking(False)
     worker_end.setblocking(False)
-    agent_end.sendall(_frame(Open(id=1, spec=spec)) + (_frame(Close(id=2)) if then_close else b""))
+    agent_end.sendall(frame(Open(id=1, spec=spec)) + (frame(Close(id=2)) if then_close else b""))
     got: list[WorkerMessage] = []
     done = asyncio.Event()
     last = 2 if then_close else 1
@@ -77,7 +70,7 @@ async def _serve_with_written(
         await asyncio.wait_for(done.wait(), ANSWER_WAIT)
     finally:
         if not then_close and reader.transport is not None:
-            reader.transport.write(_frame(Close(id=3)))  # the worker's end
+            reader.transport.write(frame(Close(id=3)))  # the worker's end
         await asyncio.wait_for(serving, ANSWER_WAIT)
         transport.close()
         worker_end.close()
