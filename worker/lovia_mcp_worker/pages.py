@@ -21,7 +21,7 @@ Caveats: addresses differ between forkservers (address-space layout
 randomization), so nothing is kept across them. An idle worker holds the
 copies (~1.9 MB for the raw bench server's open) that its open would have
 made anyway, and makes them at a higher cost a page than the open's faults
-(~3.3 ms of CPU against ~1.7 ms saved on the open's path: idle time, not
+(~3.3 ms of CPU against ~1.5 ms saved on the open's path: idle time, not
 the open's). Where the kernel has neither (no pagemap flags, no
 ``MADV_POPULATE_WRITE``), nothing is learned or copied and opens copy the
 pages as before.
