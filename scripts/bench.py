@@ -133,7 +133,7 @@ MODEL_LATENCY = 0.1
 # Between whole-run samples (every client): an agent's runs are apart by at
 # least its model's answers. Back to back, a lovia-mcp run shares the CPU
 # with the previous run's pool refills (an idle worker forked ahead for each
-# server, ~8 ms of CPU each); run5_b2b shows that case (not a goal).
+# server, ~7 ms of CPU each); run5_b2b shows that case (not a goal).
 RUN_GAP = 0.2
 
 
