@@ -67,7 +67,7 @@ from .start import Closable, child, wait_for_request
 # fresh fork instead of a dead worker. Generous for a loaded machine: past
 # it the idle worker is killed first, so never two serve one channel.
 IDLE_ACK_WAIT: Final = 2.0
-# Idle workers kept ready (each about 5.7 MB of unique memory): two, so one is
+# Idle workers kept ready (each about 5.5 MB of unique memory): two, so one is
 # there while the other's replacement waits for a quiet moment; up to
 # MAX_IDLE after bursts of opens found the pool empty (an agent that opens
 # five servers per run gets five ready).
