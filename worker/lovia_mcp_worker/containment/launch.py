@@ -30,6 +30,7 @@ from typing import Final, TypeVar
 from ..sandbox import backend
 from ..sandbox import bwrap as sandbox
 from ..sandbox import landlock
+from . import launcher
 from .guard import die_with_parent
 from ..protocol import Limits, Sandbox, ServerSpec
 
@@ -77,40 +78,48 @@ def _preexec(limits: Limits, box: landlock.Plan | None = None) -> Callable[[], N
     return apply
 
 
-# util-linux's setpriv gives the server its parent-death signal without a
-# Python pre-exec hook. A pre-exec hook forces subprocess to fork() the whole
-# worker (~3 ms for its ~60 MB) where it can otherwise vfork (~0.5 ms); the
-# extra exec of setpriv costs less than the difference. Looked up once, in
-# the forkserver.
+# The server's parent-death signal without a Python pre-exec hook, which
+# forces subprocess to fork() the whole worker (~4 ms for its ~65 MB) where
+# it can otherwise vfork (~0.15 ms): lovia-mcp's own launcher (~0.05 ms,
+# see .launcher), else util-linux's setpriv (~1 ms, an exec that loads two
+# libraries). Looked up once, in the forkserver.
 _SETPRIV: Final = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
 def _launch_plan(
     limits: Limits, argv: list[str], box: landlock.Plan | None = None
-) -> tuple[list[str], Callable[[], None] | None]:
-    """The argv to execute and the pre-exec hook, if one is needed.
+) -> tuple[list[str], Callable[[], None] | None, tuple[int, ...]]:
+    """The argv to execute, the pre-exec hook if one is needed, and a descriptor to pass.
 
     rlimits (cpu_seconds, max_open_files) and a Landlock sandbox need the
-    hook, which also sets the parent-death signal; without them, setpriv sets
-    it where it exists.
+    hook, which also sets the parent-death signal; without them, the
+    launcher (whose descriptor the child gets) or setpriv sets it.
     """
     if box is not None:
-        return argv, _preexec(limits, box)
-    if limits.cpu_seconds is None and limits.max_open_files is None and _SETPRIV is not None:
-        return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv], None
-    return argv, _preexec(limits)
+        return argv, _preexec(limits, box), ()
+    if limits.cpu_seconds is None and limits.max_open_files is None:
+        found = launcher.current() if os.path.isabs(argv[0]) else None  # it execs a path, not a name
+        if found is not None:
+            path, fd = found
+            return [path, *argv], None, (fd,)
+        if _SETPRIV is not None:
+            return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv], None, ()
+    return argv, _preexec(limits), ()
 
 
 def wrapper_exec_error(returncode: int, stderr_tail: list[str]) -> str | None:
-    """The exec error setpriv reported for the server, if that is why it exited.
+    """The exec error the launcher or setpriv reported for the server, if that is why it exited.
 
-    Without the wrapper, a failed exec (a missing interpreter on the ``#!``
-    line, say) raises in the worker; with it, setpriv exits 126 or 127 and
-    says why on stderr. This reads that back so the error is the same.
+    Without a wrapper, a failed exec (a missing interpreter on the ``#!``
+    line, say) raises in the worker; with one, the wrapper exits and says
+    why on stderr. This reads that back so the error is the same.
     """
     sandboxed = sandbox.setup_error(returncode, stderr_tail)
     if sandboxed is not None:
         return sandboxed
+    launched = launcher.exec_error(returncode, stderr_tail)
+    if launched is not None:
+        return launched
     if _SETPRIV is None or returncode not in (126, 127) or not stderr_tail:
         return None
     last = stderr_tail[-1]
@@ -196,7 +205,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
     box: landlock.Plan | None = None
     if spec.sandbox is not None:
         argv, pass_fds, box = await _sandboxed(spec, spec.sandbox, argv, env)
-    argv, preexec = _launch_plan(spec.limits, argv, box)
+    argv, preexec, own = _launch_plan(spec.limits, argv, box)
     loop = asyncio.get_running_loop()
     try:
         return await loop.subprocess_exec(
@@ -209,7 +218,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=preexec,
-            pass_fds=pass_fds,
+            pass_fds=(*pass_fds, *own),
         )
     except subprocess.SubprocessError as exc:  # the pre-exec failed: no server ran
         raise LaunchError(
