@@ -177,9 +177,8 @@ def test_the_memfd_is_sealed_against_writes() -> None:
 
 def test_a_descriptor_closed_and_reused_for_another_file_is_never_run(tmp_path: Path) -> None:
     path, fd = _ours()
-    os.close(fd)
     opened = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT, 0o755)
-    other = os.dup2(opened, fd)  # another file at the launcher's old number
+    other = os.dup2(opened, fd)  # the launcher's descriptor closed, another file at its number
     os.close(opened)
     try:
         path2, fd2 = _ours()
