@@ -407,14 +407,16 @@ def leftover_cgroups() -> list[str]:
     where = cgroup.layout()
     if where is None:
         return []
-    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
+    # An idle worker makes its first generation's cgroup while it waits: the pool's, not a leak.
+    idle = set(_shared_helper_pids())
+    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)} - idle
     found = []
     for parent in where.parents:
         for name in os.listdir(parent):
             if not name.startswith(cgroup.PREFIX):
                 continue
             pid = name[len(cgroup.PREFIX):].split(".", 1)[0]
-            if pid.isdigit() and int(pid) not in ours and psutil.pid_exists(int(pid)):
+            if pid.isdigit() and (int(pid) in idle or int(pid) not in ours and psutil.pid_exists(int(pid))):
                 continue
             found.append(os.path.join(parent, name))
     return found

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -21,6 +23,7 @@ import pytest
 from helpers import raw, run, script_json
 
 from lovia_mcp.client import channel as _channel
+from lovia_mcp_worker.containment import cgroup
 from lovia_mcp_worker.process import MAX_IDLE, MIN_IDLE, OPEN_WAIT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
@@ -308,3 +311,51 @@ def test_a_pool_emptied_by_a_runs_opens_is_refilled_once_the_run_has_ended(tmp_p
         pytest.skip(f"the run took {ended:.2f} s: too close to the fallback ({OPEN_WAIT} s) to tell them apart")
     # The fallback comes OPEN_WAIT after the opens' requests (all after `asked`).
     assert refilled < OPEN_WAIT
+
+
+def _premade(pid: int) -> list[str]:
+    """The generation cgroups named for worker ``pid``, every hierarchy."""
+    where = cgroup.layout()
+    assert where is not None
+    mark = f"{cgroup.PREFIX}{pid}."
+    return sorted(os.path.join(p, n) for p in where.parents for n in os.listdir(p) if n.startswith(mark))
+
+
+async def _until(what: Callable[[], bool], why: str) -> None:
+    """Poll ``what`` (a state another process changes, with no event to wait on) until true, bounded."""
+    deadline = asyncio.get_running_loop().time() + IDLE_WAIT
+    while not what():
+        assert asyncio.get_running_loop().time() < deadline, why
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.timeout(60)
+def test_an_idle_worker_makes_its_first_generations_cgroup_the_open_uses_it_and_a_killed_ones_is_removed() -> None:
+    """The cgroup's mkdirs are off the open's path; none outlives the worker that made it."""
+    if cgroup.layout() is None:
+        pytest.skip("no cgroup this process may make (an ordinary user, or a read-only mount)")
+
+    async def main() -> None:
+        server = raw("process")
+        async with server.session():
+            pass
+        forkserver = _channel._forkserver
+        assert await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT, count=MIN_IDLE) is not None
+        first, second = forkserver.idle_pids()[:2]
+        for pid in (first, second):
+            await _until(lambda pid=pid: bool(_premade(pid)), f"idle worker {pid} made no cgroup")  # type: ignore[misc]
+        made = _premade(first)
+        assert all(path.endswith(".1") for path in made), made  # generation 1's
+        async with server.session() as conn:
+            assert conn.worker_pid == first  # taken straight from the pool
+            server_pid = (await conn.stats()).server_pid
+            assert server_pid is not None
+            with open(f"/proc/{server_pid}/cgroup", encoding="ascii") as f:
+                where = f.read()
+            assert all(os.path.basename(path) in where for path in made), (made, where)
+            assert (await conn.stats()).enforcement == "cgroup"
+        psutil.Process(second).kill()
+        await _until(lambda: not _premade(second), "the killed idle worker's cgroup was left")
+        print(f"idle worker {first}: {len(made)} cgroup directories made ahead, taken by its open")
+
+    run(main())

@@ -34,7 +34,7 @@ import msgspec
 from lovia.exceptions import UserError
 
 from lovia_mcp_worker.framing import FrameReader, send_frame
-from lovia_mcp_worker.protocol import AgentMessage, Open, WorkerMessage, agent_decoder, encoder
+from lovia_mcp_worker.protocol import HEADER, AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
 from .forkserver import SUPPORTED, ForkServer, WorkerProcess, WorkerStartError, read_pid
 
@@ -49,6 +49,10 @@ PRELOAD: Final = [
 # Put before ``_warm`` (which freezes what is loaded) when HTTP servers are
 # used: every HTTP worker then starts with the SDK loaded.
 PRELOAD_HTTP: Final = [*PRELOAD[:-1], "lovia_mcp_worker._warm_http", PRELOAD[-1]]
+# The largest Open written to a worker's socket before the agent's transport
+# is made (it is empty then, so the write never blocks); a larger one goes
+# through the transport.
+EARLY_FRAME_MAX: Final = 64 * 1024
 # How long a worker gets to exit after its pipe closed or Close was answered.
 WORKER_EXIT_WAIT: Final = 5.0
 # True in a task whose opens nobody waits for (a warm spare's): the
@@ -126,20 +130,41 @@ class ProcessChannel:
         self._pid_task: asyncio.Task[None] | None = None
         self._fd = -1
 
-    async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
+    async def start(self, on_message: OnMessage, on_lost: OnLost, first: AgentMessage | None = None) -> None:
+        """Get a worker and connect to it; ``first`` (the ``Open``) is sent before anything else."""
         if not SUPPORTED:
             raise UserError(
                 "Process isolation needs a POSIX system (fork and descriptor passing).",
                 hint="Use isolation='none' on this platform.",
             )
-        # Asking is one sendmsg once the forkserver runs: done here, without
-        # a thread hop on the open's path. Starting it (or waiting for the
+        frame: bytes | None = None
+        if first is not None:
+            body = self._enc.encode(self._for_worker(first))
+            if len(body) <= EARLY_FRAME_MAX:
+                frame = HEADER.pack(len(body)) + body
+        # An idle worker the forkserver announced is taken straight away: the
+        # request and the Open go to it in one sendmsg. Else the forkserver is
+        # asked, which is one sendmsg once it runs: done here, without a
+        # thread hop on the open's path. Starting it (or waiting for the
         # thread that does) blocks, so that runs on a thread.
         background = IN_BACKGROUND.get()
-        pair = (_forkserver.request_worker(wait=False, background=background)
-                or await asyncio.to_thread(functools.partial(_forkserver.request_worker, background=background)))
-        assert pair is not None
-        sock, status = pair
+        taken = _forkserver.take_idle(frame or b"", background=background)
+        status: socket.socket | None = None
+        if taken is not None:
+            pid, sock, status = taken
+            self._proc = WorkerProcess(pid, status)
+            self.pid = pid
+            status = None
+        else:
+            pair = (_forkserver.request_worker(wait=False, background=background)
+                    or await asyncio.to_thread(functools.partial(_forkserver.request_worker, background=background)))
+            assert pair is not None
+            sock, status = pair
+            if frame is not None:
+                try:  # an empty socket: never blocks for a frame this size
+                    sock.sendall(frame)
+                except OSError:
+                    frame = None  # the worker is gone: its loss is the reader's to report
         sock.setblocking(False)
         self._fd = sock.fileno()
         loop = asyncio.get_running_loop()
@@ -170,11 +195,15 @@ class ProcessChannel:
             self._transport, _ = await loop.create_connection(lambda: reader, sock=sock)
         except BaseException:
             sock.close()
-            status.close()
+            if status is not None:
+                status.close()
             raise
-        # The worker's pid comes from the forkserver while Open is already on
-        # its way (the socket buffers it): the hand-off is off the open's path.
-        self._pid_task = loop.create_task(self._read_pid(status, lost))
+        if status is not None:
+            # The worker's pid comes from the forkserver while Open is already on
+            # its way (the socket buffers it): the hand-off is off the open's path.
+            self._pid_task = loop.create_task(self._read_pid(status, lost))
+        if first is not None and frame is None:
+            self.send(first)
 
     async def _read_pid(self, status: socket.socket, lost: Callable[[str | None], None]) -> None:
         try:
@@ -254,11 +283,15 @@ class ProcessChannel:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        send_frame(transport, self._enc.encode(self._for_worker(msg)))
+
+    @staticmethod
+    def _for_worker(msg: AgentMessage) -> AgentMessage:
         if isinstance(msg, Open):
             # The agent's environment now, not the forkserver's copy from
             # when it started.
-            msg = msgspec.structs.replace(msg, environ=dict(os.environ))
-        send_frame(transport, self._enc.encode(msg))
+            return msgspec.structs.replace(msg, environ=dict(os.environ))
+        return msg
 
     def abort(self) -> None:
         """Give the worker up at once (it stopped answering): SIGKILL; :meth:`aclose` still reaps it."""
@@ -298,10 +331,12 @@ class LocalChannel:
         self.alive = True
         self._gone = asyncio.Event()
 
-    async def start(self, on_message: OnMessage, on_lost: OnLost) -> None:
+    async def start(self, on_message: OnMessage, on_lost: OnLost, first: AgentMessage | None = None) -> None:
         from lovia_mcp_worker.session.host import Host
 
         self._host = Host(on_message, subreaper=False)
+        if first is not None:
+            self.send(first)
 
     async def started(self) -> None:
         """Nothing to wait for: the host runs in this process."""

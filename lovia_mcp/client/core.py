@@ -272,15 +272,15 @@ class ClientCore:
         def lost(why: str) -> None:
             self._lost(channel, why)
 
-        await channel.start(self._dispatch, lost)
-        self._channel = channel
         rid = next(self._ids)
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         if op is not None:
             op.set("jsonrpc.request.id", rid)
-        channel.send(Open(id=rid, spec=self.spec, trace=None if op is None else op.trace))
         try:
+            # The Open goes with the start: an idle worker finds it as it wakes.
+            await channel.start(self._dispatch, lost, Open(id=rid, spec=self.spec, trace=None if op is None else op.trace))
+            self._channel = channel
             reply = await fut
         finally:
             self._pending.pop(rid, None)

@@ -11,16 +11,21 @@ Lifecycle: :meth:`ForkServer.ensure_running` starts ``python -c`` with the
 agent's ``sys.path`` and interpreter flags, stdin on ``/dev/null``; it
 imports the preload list, then waits on a *control* socket pair. Whenever
 it has nothing else to do it forks the next worker ahead of its request (an
-*idle* worker, about 2 MB of unique memory; two, up to five after bursts of
-opens), so a worker's start is off the open's path; it announces each one
-joining and leaving that pool on the control socket
-(:meth:`ForkServer.helper_pids`). To start a
-worker, the agent sends one byte with the worker's end of the worker's
-socket pair, the forkserver's end of a *status* socket pair, and the agent's
-working directory (a directory fd). The forkserver writes the child's pid to
-the status socket and, once it has reaped the child, its exit code
-(negative: the signal): the worker is the forkserver's child, not the
-agent's, so that is how the agent joins it (:class:`WorkerProcess`).
+*idle* worker, about 5.5 MB of unique memory; two, up to five after bursts
+of opens), so a worker's start is off the open's path; it announces each one
+joining that pool on the control socket, with the agent's ends of the
+worker's socket pair and of its status socket, and each one leaving it
+(:meth:`ForkServer.helper_pids`). An open takes an idle worker
+(:meth:`ForkServer.take_idle`): it writes the request's byte, the agent's
+working directory (a directory fd) and its ``Open`` to the worker itself,
+so the open does not wait for the forkserver. With none to take, the agent
+sends the byte on the control socket with the worker's end of a fresh
+socket pair, the forkserver's end of a *status* socket pair and its
+working directory; the forkserver forks a worker for it and writes the
+child's pid to the status socket. Either way, once the forkserver has
+reaped the worker it writes its exit code (negative: the signal) to the
+status socket: the worker is the forkserver's child, not the agent's, so
+that is how the agent joins it (:class:`WorkerProcess`).
 
 Caveats: POSIX only (``fork``, descriptor passing); the agent refuses process
 isolation elsewhere. A copy of the agent made by ``os.fork`` closes its copy
@@ -30,6 +35,7 @@ starts a forkserver of its own if it needs workers.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import atexit
 import contextlib
@@ -132,8 +138,9 @@ class ForkServer:
         self._ctrl: socket.socket | None = None
         self._atexit = False
         # The idle workers the forkserver forked ahead of requests, oldest
-        # first, as it told (on the control socket), and a partial record.
-        self._idle: dict[int, None] = {}
+        # first, as it told (on the control socket), each with the agent's
+        # ends of its socket pair and of its status socket; and a partial record.
+        self._idle: dict[int, tuple[socket.socket, socket.socket] | None] = {}
         self._idle_got = b""
         # Runs of MCP plugins in progress in this process (every loop): the
         # forkserver's refills wait for the last to end.
@@ -178,26 +185,88 @@ class ForkServer:
             select.select([ctrl], [], [], left)
 
     def _drain_idle(self) -> None:
-        """Read what the forkserver announced: a pid joined the idle pool, ``-pid`` left it."""
+        """Read what the forkserver announced: a pid joined the idle pool (with its sockets), ``-pid`` left it."""
         ctrl = self._ctrl
         if ctrl is None:
             return
+        size = FORKSERVER_STATUS.size
         while True:
             try:
-                data = ctrl.recv(4096, socket.MSG_DONTWAIT)
+                # One record at a time: a joining worker's sockets come with its record.
+                data, fds = _recv_fds_now(ctrl, size - len(self._idle_got), 2)
             except OSError:  # nothing more (BlockingIOError), or the forkserver is gone
                 break
             if not data:
+                for fd in fds:
+                    os.close(fd)
                 break
             self._idle_got += data
-        size = FORKSERVER_STATUS.size
-        whole = len(self._idle_got) // size * size
-        for (pid,) in FORKSERVER_STATUS.iter_unpack(self._idle_got[:whole]):
+            if len(self._idle_got) < size:
+                for fd in fds:  # a record cut short never carries sockets (they come with its first byte)
+                    os.close(fd)
+                continue
+            (pid,) = FORKSERVER_STATUS.unpack(self._idle_got)
+            self._idle_got = b""
             if pid > 0:
-                self._idle[pid] = None
+                socks = [socket.socket(fileno=fd) for fd in fds]
+                if len(socks) == 2:
+                    socks[0].setblocking(True)
+                    self._idle[pid] = (socks[0], socks[1])
+                else:
+                    for sock in socks:
+                        sock.close()
+                    self._idle[pid] = None  # a helper all the same, but not one to take
             else:
-                self._idle.pop(-pid, None)
-        self._idle_got = self._idle_got[whole:]
+                self._close_idle(self._idle.pop(-pid, None))
+
+    @staticmethod
+    def _close_idle(pair: tuple[socket.socket, socket.socket] | None) -> None:
+        if pair is not None:
+            for sock in pair:
+                sock.close()
+
+    def take_idle(self, first: bytes, *, background: bool = False) -> tuple[int, socket.socket, socket.socket] | None:
+        """Take an idle worker: its pid and the agent's ends of its socket pair and status socket, or ``None``.
+
+        Never blocks (``None`` when another thread holds the handle, or no
+        idle worker is known): the request's byte (see :meth:`request_worker`)
+        and the agent's working directory go to the worker itself, in one
+        ``sendmsg`` with ``first`` (the ``Open``'s frame), so it finds its
+        open waiting when it wakes. The forkserver hears of it from the
+        worker. A worker that died meanwhile is skipped.
+        """
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._proc is None or self._proc.poll() is not None:
+                return None
+            self._drain_idle()
+            what = b"B" if background else b"R" if self._runs else b"W"
+            while self._idle:
+                pid = next(iter(self._idle))
+                pair = self._idle.pop(pid)
+                if pair is None:
+                    continue
+                chan, status = pair
+                if _dying(pid):  # killed since the forkserver announced it: its end may be open still
+                    chan.close()
+                    status.close()
+                    continue
+                cwd = _open_cwd()
+                try:
+                    sent = socket.send_fds(chan, [what + first], [] if cwd is None else [cwd], _NOSIGNAL)
+                except OSError:  # it died: its end is closed
+                    sent = 0
+                finally:
+                    if cwd is not None:
+                        os.close(cwd)
+                if sent == 1 + len(first):
+                    return pid, chan, status
+                chan.close()  # a partial write: a broken worker, never used
+                status.close()
+            return None
+        finally:
+            self._lock.release()
 
     def _forget(self) -> None:
         """In a forked copy of the agent: that forkserver is the parent's.
@@ -210,6 +279,8 @@ class ForkServer:
             with contextlib.suppress(OSError):
                 self._ctrl.close()
         self._ctrl = self._proc = None
+        for pair in self._idle.values():  # the parent's to take, not this copy's
+            self._close_idle(pair)
         self._idle, self._idle_got = {}, b""
         self._runs, self._runs_lock = 0, threading.Lock()
 
@@ -357,6 +428,8 @@ class ForkServer:
     def _stop(self) -> None:
         ctrl, proc = self._ctrl, self._proc
         self._ctrl = self._proc = None
+        for pair in self._idle.values():  # EOF: the idle workers exit
+            self._close_idle(pair)
         self._idle, self._idle_got = {}, b""
         if ctrl is not None:
             ctrl.close()  # EOF: the forkserver exits
@@ -367,6 +440,47 @@ class ForkServer:
                 proc.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(FORKSERVER_EXIT_WAIT)
+
+
+# The signals that end an idle worker (SIGKILL; SIGTERM, which it re-raises
+# by default until it serves), as bits of /proc/<pid>/stat's pending set.
+_FATAL: Final = (1 << (signal.SIGKILL - 1)) | (1 << (signal.SIGTERM - 1))
+
+
+_PF_EXITING: Final = 0x4  # set as the kernel begins its exit, before its memory and descriptors go
+
+
+def _dying(pid: int) -> bool:
+    """Whether ``pid`` is exiting or reaped, or has a fatal signal pending (Linux; elsewhere: never known).
+
+    ``kill`` returns before its target has closed its descriptors (it
+    unmaps its memory first), so a write to a just-killed worker's socket
+    can still succeed, and the open would then fail as the worker dies. The
+    kernel marks the signal pending at once, then the task exiting: ~20 µs
+    to read.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return os.path.isdir("/proc/self")  # reaped (where /proc exists at all)
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:  # the state, the task's flags (PF_EXITING: it is tearing down), its pending signals
+        return fields[0] in (b"Z", b"X", b"x") or bool(int(fields[6]) & _PF_EXITING) or bool(int(fields[28]) & _FATAL)
+    except (IndexError, ValueError):
+        return False
+
+
+def _recv_fds_now(sock: socket.socket, size: int, maxfds: int) -> tuple[bytes, list[int]]:
+    """``socket.recv_fds`` without blocking (Python 3.11's drops its ``flags``); raises BlockingIOError."""
+    fds = array.array("i")
+    data, ancdata, _, _ = sock.recvmsg(size, socket.CMSG_LEN(maxfds * fds.itemsize), socket.MSG_DONTWAIT)
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
 
 
 def _open_cwd() -> int | None:

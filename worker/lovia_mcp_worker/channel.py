@@ -37,7 +37,10 @@ OPEN_ASIDES_WAIT: Final = 0.05
 
 
 class Answered(Protocol):
-    """Told once the open has answered (the forkserver's pool socket, see :meth:`.main.Prepared.run`)."""
+    """Told once the worker is taken, then once the open has answered (the forkserver's pool socket, see :mod:`.start`)."""
+
+    def taken(self) -> None:
+        """The server's launch is under way (or the open is being read): the forkserver may count this worker taken."""
 
     def done(self, opened: bool) -> None:
         """The open has answered: with its server's tools (``opened``), or a failure."""

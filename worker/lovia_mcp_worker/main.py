@@ -134,6 +134,8 @@ async def serve(sock: socket.socket, answered: Answered | None = None, served: _
             # a Close) waits in the socket meanwhile.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(channel.host.launched.wait(), LAUNCH_WAIT)
+        if answered is not None:
+            answered.taken()  # off the server's launch: the forkserver's work waits for it
         await served.loop.create_connection(lambda: channel.reader, sock=sock)
         channel.flush()
         await _serve(channel, served.closed_by_agent)
@@ -165,7 +167,8 @@ class Prepared:
     Collection back on (off in the forkserver during the preload), the
     agent's terminal signals ignored (the worker ends when its pipe closes),
     the event loop made (with a pidfd child watcher), the cgroup layout
-    detected and, ``ahead`` of a request, the open's path rehearsed
+    detected and, ``ahead`` of a request, the first generation's cgroup made
+    (:func:`.containment.cgroup.premake`), the open's path rehearsed
     (:func:`_rehearse`) and the channel, host and handlers made (:class:`_Served`):
     a worker forked ahead of its request (:mod:`.process`) pays none of it
     on the open's path.
@@ -193,6 +196,8 @@ class Prepared:
             cgroup.layout()
         self.served: _Served | None = None
         if ahead:  # an idle worker, waiting: never on a request's path
+            with contextlib.suppress(Exception):  # only a head start: the open makes its cgroup anyway
+                cgroup.premake()
             with contextlib.suppress(Exception):  # only a head start: the open does it all anyway
                 self.runner.run(_rehearse())
             with contextlib.suppress(Exception):  # made on the open's path instead
@@ -214,6 +219,9 @@ class Prepared:
                 self.runner.run(serve(sock, answered, self.served))
         finally:
             sock.close()
+            from .containment import cgroup
+
+            cgroup.discard_premade()  # made ahead and never taken (no contained server ran)
         # Skip interpreter teardown: nothing is left to flush, and a forked
         # interpreter's atexit handlers belong to the forkserver.
         sys.stdout.flush()

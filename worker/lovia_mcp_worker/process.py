@@ -17,25 +17,30 @@ only what a worker needs, so neither problem exists: nothing of the agent is
 imported in a worker, and no exit handler knows the workers (each ends when
 its own socket closes, agent alive or not).
 
-Protocol: on the *control* socket, one byte (``W``; ``R`` while a run of
+Protocol: workers are forked ahead of their requests (a pool of *idle*
+workers, :class:`_Pool`). Each is announced to the agent on the *control*
+socket as it joins (its pid, with the agent's ends of the worker's socket
+pair and of its *status* socket pair) and as it leaves (``-pid``). The agent
+takes one by writing straight to it: one byte (``W``; ``R`` while a run of
 an ``MCP`` plugin is on in the agent; ``B`` for an open nobody waits for, a
-warm spare's) with the worker's end of its socket pair, the forkserver's
-end of a *status* socket pair, and the agent's working directory (a
-directory fd); or ``E`` alone, when the agent's last run has ended. The
-forkserver forks; the child closes everything of the forkserver's, changes
-to that directory and runs :func:`lovia_mcp_worker.main.run`. The
-forkserver writes the child's pid to
-the status socket and, once it has reaped the child, its exit code
-(negative: the signal), each as :data:`~.protocol.FORKSERVER_STATUS`. When
-the control socket reaches EOF (the agent exited or died) the forkserver
-exits; the workers do not need it any more. Workers are forked ahead of
-their requests (a pool of *idle* workers, :class:`_Pool`), each announced to
-the agent on the control socket as it joins (its pid) and leaves (``-pid``).
-An idle worker handed a request keeps its socket to the forkserver until its
-open has answered, then closes it; the first ones, forked before the
-forkserver has learned which of its pages an open writes, send that first
-(:mod:`.pages`), and the idle workers forked after copy those pages while
-they wait.
+warm spare's) with its working directory (a directory fd), then its
+``Open``; the forkserver is not on that path. The worker changes to that
+directory and serves (:mod:`.start`); once its server is launched it tells
+the forkserver, on its *pool* socket, that it was taken (``T`` and that
+byte), and it closes that socket once its open has answered; the first
+ones, forked before the forkserver has learned which of its pages an open
+writes, send that first (:mod:`.pages`), and the idle workers forked after
+copy those pages while they wait. With no idle worker to take, the agent
+sends the byte on the control socket instead, with the worker's end of its
+socket pair, the forkserver's end of a status socket pair and its working
+directory, and the forkserver forks a worker for it; or it sends ``E``
+alone, when its last run has ended. The forkserver writes a worker's exit
+code (negative: the signal) to its status socket once it has reaped it,
+preceded by its pid for a worker forked on request, each as
+:data:`~.protocol.FORKSERVER_STATUS`. When the control socket reaches EOF
+(the agent exited or died) the forkserver exits; the workers do not need it
+any more, and an idle worker exits when its pool socket or its socket to
+the agent reaches EOF.
 
 A dead worker's leftovers are the forkserver's to clean up (the worker side
 owns the pids; the agent never kills a server): the forkserver is a child
@@ -61,12 +66,6 @@ from . import pages
 from .protocol import FORKSERVER_STATUS
 from .start import Closable, child, wait_for_request
 
-# How long the forkserver waits for an idle worker to say it took a
-# request's descriptors. It answers at once when alive; one that died (or is
-# dying: a send to it can still succeed) gives EOF, and the request gets a
-# fresh fork instead of a dead worker. Generous for a loaded machine: past
-# it the idle worker is killed first, so never two serve one channel.
-IDLE_ACK_WAIT: Final = 2.0
 # Idle workers kept ready (each about 5.5 MB of unique memory): two, so one is
 # there while the other's replacement waits for a quiet moment; up to
 # MAX_IDLE after bursts of opens found the pool empty (an agent that opens
@@ -124,10 +123,10 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
             # Nothing to do: fork the next worker ahead of its request.
             events = sel.select(pool.refill_in())
             if not events:
-                pool.fork([sel, ctrl, *status.values(), *pool.socks()], [wake_r, wake_w])
+                pool.fork([sel, ctrl, *status.values(), *pool.socks()], [wake_r, wake_w], status, sel)
                 continue
             for key, _ in events:
-                if isinstance(key.data, _Idle):  # a worker the pool served answered its open (or exited)
+                if isinstance(key.data, _Idle):  # an idle worker was taken, or answered its open (or exited)
                     pool.heard(key.data, sel)
                     continue
                 if key.fd == wake_r:
@@ -149,12 +148,12 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                         pool.in_run = False
                     continue
                 chan, st, *rest = fds
-                pid = pool.hand(chan, rest, msg, sel)
-                if pid is None:
-                    pid = os.fork()
-                    if pid == 0:
-                        child(chan, rest[0] if rest else None, [sel, ctrl, *status.values(), *pool.socks()],
-                               [wake_r, wake_w, st])
+                # The agent had no idle worker to take (see _Pool): one is forked for it.
+                pool.requested(msg)
+                pid = os.fork()
+                if pid == 0:
+                    child(chan, rest[0] if rest else None, [sel, ctrl, *status.values(), *pool.socks()],
+                          [wake_r, wake_w, st])
                 status[pid] = sock = socket.socket(fileno=st)
                 os.close(chan)
                 for fd in rest:
@@ -166,24 +165,33 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
 class _Pool:
     """The idle workers forked ahead of their requests (the forkserver's view), oldest first.
 
+    Each is announced to the agent with the agent's ends of its socket pair
+    and of its status socket: the agent takes one by writing its request to
+    it (see :mod:`.start`), without the forkserver. The worker tells the
+    forkserver it was taken (``T`` and the request's byte) once its server
+    is launched, keeps its socket until its open has answered, then closes
+    it. A request on the control socket means the agent had none to take:
+    a worker is forked for it.
+
     It keeps :data:`MIN_IDLE` of them, and one more for each request that
     found none (a burst of opens: an agent starting several servers at
     once), up to :data:`MAX_IDLE`. The forks wait so as not to compete for
     the CPU with the opens they follow: while one idle worker is left, until
     :data:`REFILL_QUIET` passed without a request (opens one after another
-    never find the pool empty); an empty pool, until the workers it handed
-    requests to have answered their opens (each closes its pool socket
-    then), :data:`OPEN_WAIT` at the latest. While a run is on in the agent
-    (``in_run``: its requests said ``R``), no refill starts before it ends
-    (``E``), :data:`OPEN_WAIT` after the last request at the latest: the
-    forks and the idle workers' preparation would compete for the CPU with
-    the run (five servers per run: five of them right after its opens).
+    never find the pool empty); an empty pool, until the workers taken
+    have answered their opens, :data:`OPEN_WAIT` at the latest. While a run
+    is on in the agent (``in_run``: its requests said ``R``), no refill
+    starts before it ends (``E``), :data:`OPEN_WAIT` after the last request
+    at the latest: the forks and the idle workers' preparation would compete
+    for the CPU with the run (five servers per run: five of them right
+    after its opens).
     """
 
     def __init__(self, ctrl: socket.socket) -> None:
         self._ctrl = ctrl
+        self._sel: selectors.BaseSelector | None = None  # the forkserver's, which hears the idle workers
         self.idle: list[_Idle] = []
-        # Workers handed a request whose open has not answered yet.
+        # Workers taken whose open has not answered yet.
         self.opening: list[_Idle] = []
         self.target = MIN_IDLE
         self._failed = False  # the last fork failed (out of processes): requests fork as they arrive
@@ -214,69 +222,96 @@ class _Pool:
     def socks(self) -> list[socket.socket]:
         return [i.sock for i in (*self.idle, *self.opening)]
 
-    def fork(self, objects: list[Closable], fds: list[int]) -> None:
-        idle = _prefork(objects, fds, self.learned)
-        if idle is None:
+    def fork(self, objects: list[Closable], fds: list[int], status: dict[int, socket.socket],
+             sel: selectors.BaseSelector) -> None:
+        """Fork an idle worker, hear it from now on, and announce it with the agent's ends of its sockets."""
+        forked = _prefork(objects, fds, self.learned)
+        if forked is None:
             self._failed = True
             return
+        idle, chan, st = forked
+        assert idle.status is not None
+        status[idle.pid] = idle.status
+        idle.sock.setblocking(False)
+        self._sel = sel
+        sel.register(idle.sock, selectors.EVENT_READ, idle)
         self.idle.append(idle)
         self._filled = self._filled or len(self.idle) >= self.target
-        _announce(self._ctrl, idle.pid)
+        try:
+            _announce(self._ctrl, idle.pid, [chan, st])
+        finally:
+            # Ours closed: if the agent did not get them, the worker's socket
+            # reaches EOF and it exits (reaped as any worker).
+            chan.close()
+            st.close()
 
-    def hand(self, chan: int, rest: list[int], what: bytes, sel: selectors.BaseSelector) -> int | None:
-        """Give a request (``what``: its byte) to the oldest idle worker; its pid, or ``None`` (the caller forks).
+    def requested(self, what: bytes) -> None:
+        """A request (``what``: its byte) came on the control socket: the agent found no idle worker.
 
-        The refills wait for its open: the worker keeps its socket until its
-        open has answered (``sel`` then reports it: :meth:`heard`). Not
-        for ``B``: that open is nobody's wait (a warm spare's), and it says
-        nothing of runs either; ``R`` and ``W`` say whether a run is on.
+        Those it took may not have said so yet (they do once their server is
+        launched): the pool was empty all the same, so it grows.
         """
-        background = what == b"B"
-        if not background:
+        if self._filled:
+            self.target = min(MAX_IDLE, self.target + 1)
+        self._note(what)
+
+    def _note(self, what: bytes) -> None:
+        """A request's byte: ``R`` and ``W`` say whether a run is on, ``B`` (a warm spare's) nothing."""
+        if what != b"B":
             self.in_run = what == b"R"
         self._failed = False
         self._last_request = time.monotonic()
-        if not self.idle and self._filled:
-            self.target = min(MAX_IDLE, self.target + 1)
-        while self.idle:
-            idle = self.idle.pop(0)
-            _announce(self._ctrl, -idle.pid)  # a connection's now, or dead: no helper any more
-            if idle.hand(chan, rest):
-                if background:
-                    idle.sock.close()
-                else:
-                    self.opening.append(idle)
-                    sel.register(idle.sock, selectors.EVENT_READ, idle)
-                return idle.pid
-        return None
 
     def heard(self, idle: _Idle, sel: selectors.BaseSelector) -> None:
-        """A worker the pool served sent its report of the pages its open wrote, or closed its socket.
+        """An idle worker said it was taken, or a taken one sent its report (see :mod:`.pages`), or its socket closed.
 
-        It closes its socket once its open has answered (or it exited): that
-        socket is done then, and its report (see :mod:`.pages`), if it sent
-        one and none came before, is what the next idle workers copy ahead.
+        A taken worker closes its socket once its open has answered (or it
+        exited): that socket is done then, and its report, if it sent one
+        and none came before, is what the next idle workers copy ahead. An
+        idle worker's socket that closes untaken is a worker gone.
         """
+        data = b""
         with contextlib.suppress(OSError):
             data = idle.sock.recv(pages.MAX_REPORT + 1)
-            if data:
-                if len(idle.report) <= pages.MAX_REPORT:
-                    idle.report += data
-                return  # its end comes next
-        sel.unregister(idle.sock)
+        if idle in self.idle:
+            self.idle.remove(idle)
+            _announce(self._ctrl, -idle.pid)  # a connection's now, or gone: no helper any more
+            if not data:
+                self._drop(idle, sel)
+                return
+            what, data = data[1:2], data[2:]  # T, then the request's byte
+            self._note(what)
+            if what == b"B":  # nobody waits for that open: the refills need not wait for it
+                self._drop(idle, sel)
+                return
+            self.opening.append(idle)
+            if not data:
+                return
+        if data:
+            if len(idle.report) <= pages.MAX_REPORT:
+                idle.report += data
+            return  # its end comes next
+        self._drop(idle, sel)
+        if idle in self.opening:
+            self.opening.remove(idle)
+            if self.learned is None and idle.report:
+                # A report that cannot be used ends the learning too (b"": nothing
+                # to copy), rather than every later worker noting its pages again.
+                self.learned = pages.checked(bytes(idle.report)) or b""
+
+    @staticmethod
+    def _drop(idle: _Idle, sel: selectors.BaseSelector | None) -> None:
+        if sel is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                sel.unregister(idle.sock)
         idle.sock.close()
-        self.opening.remove(idle)
-        if self.learned is None and idle.report:
-            # A report that cannot be used ends the learning too (b"": nothing
-            # to copy), rather than every later worker noting its pages again.
-            self.learned = pages.checked(bytes(idle.report)) or b""
 
     def died(self, pid: int) -> bool:
-        """Forget an idle worker that exited; whether ``pid`` was one."""
+        """Forget an idle worker that exited before its socket's end was heard; whether ``pid`` was one."""
         for idle in self.idle:
             if idle.pid == pid:
                 self.idle.remove(idle)
-                idle.sock.close()
+                self._drop(idle, self._sel)
                 _announce(self._ctrl, -pid)
                 return True
         return False
@@ -286,53 +321,51 @@ class _Pool:
 
 
 class _Idle:
-    """A worker forked ahead of its request, waiting for its socket (the forkserver's view)."""
+    """A worker forked ahead of its request (the forkserver's view): its socket, and the status socket's end."""
 
-    def __init__(self, pid: int, sock: socket.socket) -> None:
+    def __init__(self, pid: int, sock: socket.socket, status: socket.socket | None = None) -> None:
         self.pid = pid
         self.sock = sock
+        self.status = status
         self.report = bytearray()  # what it sent once its open answered (see _Pool.heard)
 
-    def hand(self, chan: int, rest: list[int]) -> bool:
-        """Give it the worker's fds; whether it took them (if not, it is gone: the caller forks instead).
 
-        Its socket stays open when it took them: the worker closes it once
-        its open has answered.
-        """
-        try:
-            socket.send_fds(self.sock, [b"W"], [chan, *rest])
-            self.sock.settimeout(IDLE_ACK_WAIT)
-            if self.sock.recv(1) == b"A":
-                self.sock.setblocking(False)
-                return True
-        except OSError:  # gone, or silent past the wait (TimeoutError)
-            pass
-        self.sock.close()
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)  # a silent one must not serve the channel too
-        return False
+def _prefork(
+    objects: list[Closable], fds: list[int], learned: bytes | None
+) -> tuple[_Idle, socket.socket, socket.socket] | None:
+    """Fork an idle worker (``learned``: the pages it copies ahead); ``None`` if the system is out of processes.
 
-
-def _prefork(objects: list[Closable], fds: list[int], learned: bytes | None) -> _Idle | None:
-    """Fork an idle worker (``learned``: the pages it copies ahead); ``None`` if the system is out of processes."""
-    ours, theirs = socket.socketpair()
+    Also returns the agent's ends of the worker's socket pair and of its
+    status socket, to announce.
+    """
+    made: list[socket.socket] = []
     try:
+        ours, theirs = socket.socketpair()  # the pool socket
+        made += (ours, theirs)
+        chan, worker_chan = socket.socketpair()  # the connection's, once the agent takes it
+        made += (chan, worker_chan)
+        st, status = socket.socketpair()
+        made += (st, status)
         pid = os.fork()
     except OSError:
-        ours.close()
-        theirs.close()
-        return None  # out of processes: the next request forks as it arrives
+        for sock in made:
+            sock.close()
+        return None  # out of processes or descriptors: the next request forks as it arrives
     if pid == 0:
-        wait_for_request(theirs, [*objects, ours], fds, learned)
+        wait_for_request(theirs, worker_chan, [*objects, ours, chan, st, status], fds, learned)
     theirs.close()
-    return _Idle(pid, ours)
+    worker_chan.close()
+    return _Idle(pid, ours, status), chan, st
 
 
-def _announce(ctrl: socket.socket, pid: int) -> None:
-    """Tell the agent a worker joined the idle pool (``pid``) or left it (``-pid``): it counts them as helpers."""
+def _announce(ctrl: socket.socket, pid: int, fds: list[socket.socket] | None = None) -> None:
+    """Tell the agent a worker joined the idle pool (``pid``, with ``fds``) or left it (``-pid``)."""
     with contextlib.suppress(OSError):
         # Never blocks: an agent that does not read these any more only loses them.
-        ctrl.send(FORKSERVER_STATUS.pack(pid), socket.MSG_DONTWAIT)
+        if fds:
+            socket.send_fds(ctrl, [FORKSERVER_STATUS.pack(pid)], [s.fileno() for s in fds], socket.MSG_DONTWAIT)
+        else:
+            ctrl.send(FORKSERVER_STATUS.pack(pid), socket.MSG_DONTWAIT)
 
 
 def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, pool: _Pool) -> None:
@@ -344,10 +377,10 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, pool: _
             break
         if pid == 0:
             break
+        pool.died(pid)  # an idle worker (replaced when the loop is idle)
         sock = status.pop(pid, None)
         if sock is None:
-            pool.died(pid)  # an idle worker (replaced when the loop is idle), or an adopted orphan, killed below
-            continue
+            continue  # an adopted orphan, killed below
         code = os.waitstatus_to_exitcode(sts)
         with contextlib.suppress(OSError):
             sock.sendall(FORKSERVER_STATUS.pack(code))

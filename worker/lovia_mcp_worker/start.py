@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import sys
@@ -26,8 +27,16 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
-def wait_for_request(sock: socket.socket, objects: list[Closable], fds: list[int], learned: bytes | None) -> NoReturn:
-    """An idle worker: drop the forkserver's state now, then wait for a worker's fds (or EOF: exit).
+def wait_for_request(
+    sock: socket.socket, chan: socket.socket, objects: list[Closable], fds: list[int], learned: bytes | None
+) -> NoReturn:
+    """An idle worker: drop the forkserver's state now, then wait for the agent to take it (or EOF: exit).
+
+    The agent holds the other end of ``chan`` (the forkserver announced it)
+    and takes this worker by writing one byte (the request's: ``W``, ``R``
+    or ``B``) with its working directory's descriptor, then its ``Open``.
+    ``sock`` is the pool socket to the forkserver: this worker tells it
+    there that it was taken, and its end means the forkserver is gone.
 
     While it waits it copies the pages its open would write (``learned``),
     or, the forkserver having learned none yet, notes the pages it still
@@ -44,29 +53,49 @@ def wait_for_request(sock: socket.socket, objects: list[Closable], fds: list[int
                 pages.populate(learned)
             else:
                 before = pages.snapshot()
-        msg, got, _, _ = socket.recv_fds(sock, 1, 2)
-        if msg and got:
-            sock.sendall(b"A")  # taken: the forkserver hands this request to no one else
+        what: bytes = b""
+        got: list[int] = []
+        while True:
+            ready, _, _ = select.select([chan, sock], [], [])
+            if chan in ready:  # taken (or the agent is gone: EOF)
+                what, got, _, _ = socket.recv_fds(chan, 1, 1)
+                break
+            if not sock.recv(1):  # the forkserver is gone (it writes nothing here)
+                break
     except BaseException:  # noqa: BLE001 - never back into the forkserver's loop
         os._exit(1)
-    if not msg or not got:
-        os._exit(0)  # the forkserver is gone: no request will come
-    # Closed once the open has answered: the forkserver refills its pool
-    # then, not while this open is on the CPU.
-    serve_worker(got[0], got[1] if len(got) > 1 else None, prepared, PoolSocket(sock, before))
+    if not what:
+        with contextlib.suppress(Exception):
+            from .containment import cgroup
+
+            cgroup.discard_premade()
+        os._exit(0)  # no request will come
+    chan_fd = chan.detach()
+    # Told once the server is launched, then once the open has answered: the
+    # forkserver refills its pool then, not while this open is on the CPU.
+    serve_worker(chan_fd, got[0] if got else None, prepared, PoolSocket(sock, before, what))
 
 
 class PoolSocket:
-    """An idle worker's socket to the forkserver, once it serves: closed when its open has answered.
+    """An idle worker's socket to the forkserver, once it is taken: closed when its open has answered.
 
-    A worker that noted the pages it still shared (``before``) and whose
-    open succeeded first sends the report of those it has copied since
-    (:func:`.pages.written_since`): a failed open's path is no model.
+    :meth:`taken` tells the forkserver (``T`` and the request's byte), once
+    the server is launched. A worker that noted the pages it still shared
+    (``before``) and whose open succeeded first sends the report of those
+    it has copied since (:func:`.pages.written_since`): a failed open's
+    path is no model.
     """
 
-    def __init__(self, sock: socket.socket, before: pages.Snapshot | None) -> None:
+    def __init__(self, sock: socket.socket, before: pages.Snapshot | None, what: bytes = b"W") -> None:
         self._sock = sock
         self._before = before
+        self._what = what
+
+    def taken(self) -> None:
+        what, self._what = self._what, b""
+        if what:
+            with contextlib.suppress(OSError):  # never blocks: two bytes in an empty socket
+                self._sock.send(b"T" + what, socket.MSG_DONTWAIT)
 
     def done(self, opened: bool) -> None:
         before, self._before = self._before, None
