@@ -307,6 +307,7 @@ def test_a_pool_emptied_by_a_runs_opens_is_refilled_once_the_run_has_ended(tmp_p
     assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
     ended, refilled = seen["ended"], seen["refilled"]
     assert isinstance(ended, float) and isinstance(refilled, float)
+    print(f"the run took {ended:.2f} s, the refill came {refilled:.2f} s after the requests")
     if ended > OPEN_WAIT / 2:
         pytest.skip(f"the run took {ended:.2f} s: too close to the fallback ({OPEN_WAIT} s) to tell them apart")
     # The fallback comes OPEN_WAIT after the opens' requests (all after `asked`).
