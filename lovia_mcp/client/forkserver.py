@@ -248,10 +248,6 @@ class ForkServer:
                 if pair is None:
                     continue
                 chan, status = pair
-                if _dying(pid):  # killed since the forkserver announced it: its end may be open still
-                    chan.close()
-                    status.close()
-                    continue
                 cwd = _open_cwd()
                 try:
                     sent = socket.send_fds(chan, [what + first], [] if cwd is None else [cwd], _NOSIGNAL)
@@ -260,9 +256,11 @@ class ForkServer:
                 finally:
                     if cwd is not None:
                         os.close(cwd)
-                if sent == 1 + len(first):
+                # Checked once sent, while the worker wakes: one killed since the
+                # forkserver announced it may have its end open still.
+                if sent == 1 + len(first) and not _dying(pid):
                     return pid, chan, status
-                chan.close()  # a partial write: a broken worker, never used
+                chan.close()  # dying, or a partial write (a broken worker): never used
                 status.close()
             return None
         finally:
