@@ -10,8 +10,9 @@ the lovia-facing surface over it):
 - ``circuit``: the restart circuit (only the agent sees worker deaths);
 - ``channel``: a worker process reached over a socket pair, or the host in
   the agent's own loop (``isolation="none"``);
-- ``forkserver``: the agent's handle on its forkserver and the workers
-  (and the idle workers) it starts;
+- ``forkserver``: the agent's handle on its forkserver and the idle
+  workers it starts (taken by an open);
+- ``workers``: a worker as the agent sees it (pid, exit code, join, kill);
 - ``closing``: closes a run's end started, finished in the background and
   waited for by ``MCP.aclose()``, ``close_spares()`` and the loop's end.
 """

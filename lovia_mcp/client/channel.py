@@ -36,7 +36,8 @@ from lovia.exceptions import UserError
 from lovia_mcp_worker.framing import FrameReader, send_frame
 from lovia_mcp_worker.protocol import HEADER, AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
-from .forkserver import SUPPORTED, ForkServer, WorkerProcess, WorkerStartError, read_pid
+from .forkserver import SUPPORTED, ForkServer
+from .workers import WorkerProcess, WorkerStartError, read_pid
 
 # Modules the forkserver imports once so every worker starts with them loaded.
 # A missing module (no ``mcp``) is skipped by the forkserver; the worker then
