@@ -195,9 +195,11 @@ class ProcessChannel:
         try:
             self._transport, _ = await loop.create_connection(lambda: reader, sock=sock)
         except BaseException:
-            sock.close()
+            sock.close()  # the worker sees EOF and exits
             if status is not None:
                 status.close()
+            if self._proc is not None:
+                self._proc.close()
             raise
         if status is not None:
             # The worker's pid comes from the forkserver while Open is already on
