@@ -319,6 +319,25 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytes
     assert cgroup.layout() is None  # the watch, for the rest of this process's detection
 
 
+@pytest.mark.timeout(30)
+def test_two_connections_in_the_agents_process_each_get_their_own_cgroup() -> None:
+    """isolation="none": every connection's generation 1 is made in one process, under distinct names."""
+    from lovia_mcp_worker.containment import cgroup
+
+    if cgroup.layout() is None:
+        pytest.skip("no cgroup can be made here")
+
+    async def main() -> None:
+        async with raw(isolation="none", name="a").session() as a, raw(isolation="none", name="b").session() as b:
+            ours = [os.path.basename(p) for p in leftover_cgroups() if f".{os.getpid()}." in os.path.basename(p)]
+            print(sorted(set(ours)))
+            assert [(await a.stats()).enforcement, (await b.stats()).enforcement] == ["cgroup", "cgroup"]
+            assert len(set(ours)) == 2  # one name per connection, in every hierarchy
+        assert cgroup.layout() is not None  # nothing failed: cgroups stay on for this process
+
+    run(main())
+
+
 @pytest.mark.unit
 def test_a_removed_generation_cgroup_reads_as_empty_instead_of_raising() -> None:
     # stats() reads every generation's figures from the worker's reader; one

@@ -11,7 +11,8 @@ the cgroup tree. The same cgroup lets the kernel enforce ``memory_mb``
 being sampled), and reports exact CPU time and OOM kills.
 
 Where: a child of the worker's *own* cgroup in each hierarchy, named
-``lovia-mcp.<worker pid>.<token>.<generation>``. The worker itself is never
+``lovia-mcp.<worker pid>.<token>-<serial>.<generation>`` (the token is the
+process's, the serial keeps the connections of one process apart). The worker itself is never
 moved, and no cgroup this process did not create is written to. cgroup v2
 is used where the worker's cgroup delegates ``memory`` and ``pids`` to its
 children; otherwise cgroup v1's ``memory`` and ``pids`` hierarchies (with
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import signal
 import time
@@ -84,6 +86,7 @@ EXIT_POLL: Final = 0.005
 REMOVE_WAIT: Final = 1.0
 
 _MIB: Final = 1024 * 1024
+_serial = itertools.count(1)  # this process's cgroups, in the order made
 
 
 def _field(text: str, key: str) -> int:
@@ -121,7 +124,9 @@ class GenerationCgroup:
                 ahead[1].remove(wait=0.0)
                 raise
             return ahead[1]
-        name = f"{PREFIX}{os.getpid()}.{token()}.{generation}"
+        # The serial keeps two hosts of one process apart (isolation="none":
+        # every connection's generation 1 in the agent's process).
+        name = f"{PREFIX}{os.getpid()}.{token()}-{next(_serial)}.{generation}"
         roles = {"unified": where.unified} if where.version == 2 else {
             "memory": where.memory, "pids": where.pids, "cpuacct": where.cpuacct,
         }
