@@ -94,34 +94,35 @@ async def read_pid(status: socket.socket) -> int:
     try:
         async with asyncio.timeout(FORKSERVER_START_WAIT):
             while len(got) < FORKSERVER_STATUS.size:
-                chunk = await loop.sock_recv(status, FORKSERVER_STATUS.size - len(got))
-                if not chunk:
-                    raise WorkerStartError("the worker forkserver exited before starting the worker")
-                got += chunk
+                got += _chunk(await loop.sock_recv(status, FORKSERVER_STATUS.size - len(got)))
     except TimeoutError:
-        raise WorkerStartError(
-            f"the worker forkserver did not start a worker within {FORKSERVER_START_WAIT:.0f} s"
-        ) from None
+        raise _not_started() from None
     status.setblocking(True)  # WorkerProcess.join reads it on threads, with timeouts
     (pid,) = FORKSERVER_STATUS.unpack(got)
     return int(pid)
 
 
 def _read_pid(status: socket.socket) -> int:
+    """:func:`read_pid`, blocking (off any event loop)."""
     status.settimeout(FORKSERVER_START_WAIT)
     got = b""
     try:
         while len(got) < FORKSERVER_STATUS.size:
-            chunk = status.recv(FORKSERVER_STATUS.size - len(got))
-            if not chunk:
-                raise WorkerStartError("the worker forkserver exited before starting the worker")
-            got += chunk
+            got += _chunk(status.recv(FORKSERVER_STATUS.size - len(got)))
     except TimeoutError:
-        raise WorkerStartError(
-            f"the worker forkserver did not start a worker within {FORKSERVER_START_WAIT:.0f} s"
-        ) from None
+        raise _not_started() from None
     (pid,) = FORKSERVER_STATUS.unpack(got)
     return int(pid)
+
+
+def _chunk(data: bytes) -> bytes:
+    if not data:
+        raise WorkerStartError("the worker forkserver exited before starting the worker")
+    return data
+
+
+def _not_started() -> WorkerStartError:
+    return WorkerStartError(f"the worker forkserver did not start a worker within {FORKSERVER_START_WAIT:.0f} s")
 
 
 __all__ = ["FORKSERVER_START_WAIT", "WorkerProcess", "WorkerStartError", "read_pid"]
