@@ -34,7 +34,7 @@ repository). The agent imports from it only this public surface, all of it
   config's ``deniedDomains`` is checked against them before anything starts.
 
 It also names, without importing them, what the forkserver runs:
-``lovia_mcp_worker.process.serve`` and the preload list (``client.channel``).
+``lovia_mcp_worker.forkserver.server.serve`` and the preload list (``client.channel``).
 """
 
 import logging
@@ -49,7 +49,7 @@ from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
 from .spares import close_spares, warm_spares
-from lovia_mcp_worker.protocol import Limits, Sandbox, Stats
+from lovia_mcp_worker.wire.messages import Limits, Sandbox, Stats
 
 try:
     __version__ = _metadata.version("lovia-mcp")

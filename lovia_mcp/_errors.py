@@ -1,4 +1,4 @@
-"""The one place a worker :class:`~lovia_mcp_worker.protocol.Failure` becomes a lovia error.
+"""The one place a worker :class:`~lovia_mcp_worker.wire.messages.Failure` becomes a lovia error.
 
 Every kind becomes an ``MCPError`` carrying the kind, exit code, signal and
 stderr tail (the tail's last lines also in the hint), except ``missing_mcp``:
@@ -11,7 +11,7 @@ from typing import Final
 
 from lovia.exceptions import MCPError, UserError
 
-from lovia_mcp_worker.protocol import Failure
+from lovia_mcp_worker.wire.messages import Failure
 
 # Stderr lines quoted in an error's hint.
 HINT_STDERR_LINES: Final = 8

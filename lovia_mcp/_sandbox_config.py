@@ -1,4 +1,4 @@
-"""``sandbox=`` values into :class:`~lovia_mcp_worker.protocol.Sandbox`, checked on the agent side.
+"""``sandbox=`` values into :class:`~lovia_mcp_worker.wire.messages.Sandbox`, checked on the agent side.
 
 Accepted: ``None`` (no sandbox), ``True`` (``Sandbox()``), a ``Sandbox``, or
 a dict: either ``Sandbox``'s own fields (``network``, ``writable``,
@@ -28,7 +28,7 @@ from typing import Any
 
 from lovia.exceptions import UserError
 
-from lovia_mcp_worker.protocol import DEFAULT_HIDDEN, Sandbox
+from lovia_mcp_worker.wire.messages import DEFAULT_HIDDEN, Sandbox
 
 _OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny"}
 _VSCODE_KEYS = {"filesystem", "network", "enabled", "backend"}

@@ -39,8 +39,8 @@ from lovia.exceptions import MCPError
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
-from lovia_mcp_worker.framing import MAX_REQUEST_BYTES
-from lovia_mcp_worker.protocol import (
+from lovia_mcp_worker.wire.framing import MAX_REQUEST_BYTES
+from lovia_mcp_worker.wire.messages import (
     CANCEL_SLACK,
     CallTool,
     Failure,

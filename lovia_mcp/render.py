@@ -13,9 +13,9 @@ it receives the same: the wire blocks are converted at render time, which
 imports ``mcp`` in the agent on the first render (never otherwise). A block
 the SDK's models reject (the worker reads results leniently), one of a type
 the SDK does not model, or any block when ``mcp`` is not installed, is passed
-as the wire :class:`~lovia_mcp_worker.protocol.ContentBlock`, which has the
+as the wire :class:`~lovia_mcp_worker.wire.messages.ContentBlock`, which has the
 same attribute names. A wire block turns back into MCP JSON through the
-protocol's codec (:func:`~lovia_mcp_worker.protocol.to_json`), so no name is
+protocol's codec (:func:`~lovia_mcp_worker.wire.messages.to_json`), so no name is
 mapped here.
 
 The output cap: when an output cap applies to a call (the tool's
@@ -44,7 +44,7 @@ from lovia.plugins.mcp import normalize_schema as _lovia_normalize_schema
 from lovia.plugins.mcp import render_mcp_content
 from lovia.run_context import RunContext
 from lovia.types import JsonObject
-from lovia_mcp_worker.protocol import to_json
+from lovia_mcp_worker.wire.messages import to_json
 
 
 @dataclass

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram
     from opentelemetry.trace import Span, Tracer
 
-    from lovia_mcp_worker.protocol import Ended, Failure, Started
+    from lovia_mcp_worker.wire.messages import Ended, Failure, Started
 
 # The instrumentation scope of the spans and the metric.
 SCOPE: Final = "lovia_mcp"

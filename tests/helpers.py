@@ -43,7 +43,7 @@ from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPError, MCPServer, MCPServerStdio, Sandbox
 from lovia_mcp_worker.containment import cgroup
-from lovia_mcp_worker.protocol import HEADER, encoder
+from lovia_mcp_worker.wire.messages import HEADER, encoder
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"

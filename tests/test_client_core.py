@@ -8,7 +8,7 @@ import pytest
 
 from lovia_mcp.client.circuit import RestartCircuit
 from lovia_mcp.client.retry import retry
-from lovia_mcp_worker.protocol import Failure, ToolAnnotations
+from lovia_mcp_worker.wire.messages import Failure, ToolAnnotations
 
 
 def failure(kind: str) -> Failure:

@@ -113,7 +113,7 @@ def test_lovia_mcp_imports_cleanly_in_a_fresh_interpreter_without_warnings_or_mc
 def test_the_worker_package_imports_cleanly_and_never_imports_lovia() -> None:
     proc = _python("""
         import sys
-        import lovia_mcp_worker.protocol, lovia_mcp_worker.session.host, lovia_mcp_worker.main
+        import lovia_mcp_worker.wire.messages, lovia_mcp_worker.session.host, lovia_mcp_worker.forkserver.worker
         print(sorted(m for m in sys.modules if m.split(".")[0] == "lovia"))
     """)
 

@@ -1,4 +1,4 @@
-"""lovia-mcp's own forkserver (lovia_mcp_worker.process), through real agent processes.
+"""lovia-mcp's own forkserver (lovia_mcp_worker.forkserver.server), through real agent processes.
 
 A worker never re-imports the agent's ``__main__`` (an unguarded script's
 top level runs once, however many workers start), and the forkserver goes
@@ -88,8 +88,8 @@ def test_a_workers_exit_status_reaches_the_agent_through_the_forkserver() -> Non
     import asyncio
 
     from lovia_mcp.client.channel import ProcessChannel
-    from lovia_mcp_worker.framing import frame_cap
-    from lovia_mcp_worker.protocol import Close, Closed
+    from lovia_mcp_worker.wire.framing import frame_cap
+    from lovia_mcp_worker.wire.messages import Close, Closed
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

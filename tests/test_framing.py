@@ -22,8 +22,8 @@ import pytest
 from helpers import PY, RAW_SERVER, run
 
 from lovia_mcp import MCPServerStdio
-from lovia_mcp_worker import framing
-from lovia_mcp_worker.framing import (
+from lovia_mcp_worker.wire import framing
+from lovia_mcp_worker.wire.framing import (
     FRAME_OVERHEAD,
     HEAD_BYTES,
     LAZY_BUFFER,
@@ -33,7 +33,7 @@ from lovia_mcp_worker.framing import (
     frame_cap,
     peek_id,
 )
-from lovia_mcp_worker.protocol import (
+from lovia_mcp_worker.wire.messages import (
     HEADER,
     AgentMessage,
     CallTool,
@@ -313,7 +313,7 @@ class _Transport(asyncio.Transport):
 
 @pytest.mark.unit
 def test_the_worker_never_sends_a_frame_over_the_cap_that_came_with_open() -> None:
-    from lovia_mcp_worker.channel import Channel
+    from lovia_mcp_worker.forkserver.channel import Channel
 
     async def main() -> None:
         handled: list[AgentMessage] = []

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from lovia_mcp_worker.transport._jsonscan import MISSING, IdScanner, repair_surrogates, top_level_id
-from lovia_mcp_worker.failures import HostError, RemoteError
+from lovia_mcp_worker.wire.failures import HostError, RemoteError
 from lovia_mcp_worker.session.generation import Generation, State
 from lovia_mcp_worker.transport.jsonrpc import Client
 from lovia_mcp_worker.transport.lines import LineFramer
@@ -216,7 +216,7 @@ def test_a_generation_moves_only_along_its_drawn_transitions() -> None:
 
 def test_a_host_refuses_an_open_from_an_agent_speaking_another_wire_protocol() -> None:
     from lovia_mcp_worker.session.host import Host
-    from lovia_mcp_worker.protocol import PROTOCOL_VERSION, Failure, Open, ServerSpec, WorkerMessage
+    from lovia_mcp_worker.wire.messages import PROTOCOL_VERSION, Failure, Open, ServerSpec, WorkerMessage
 
     async def main() -> None:
         out: list[WorkerMessage] = []
@@ -239,7 +239,7 @@ def test_a_relisting_started_just_as_the_previous_one_ended_stays_tracked_and_is
     # the old task's callback must not forget (settled() would not wait for it).
     from lovia_mcp_worker.session.generation import Generation
     from lovia_mcp_worker.session.listing import Listing
-    from lovia_mcp_worker.protocol import ToolSpec, WorkerMessage
+    from lovia_mcp_worker.wire.messages import ToolSpec, WorkerMessage
 
     sent: list[WorkerMessage] = []
     gate = asyncio.Event()

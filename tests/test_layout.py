@@ -16,8 +16,8 @@ from conftest import ROOT
 PACKAGES = {"lovia_mcp": ROOT / "lovia_mcp", "lovia_mcp_worker": ROOT / "worker" / "lovia_mcp_worker"}
 # What the agent may import from the worker package (lovia_mcp/__init__ says why).
 AGENT_SURFACE = frozenset({
-    "lovia_mcp_worker.protocol",
-    "lovia_mcp_worker.framing",
+    "lovia_mcp_worker.wire.messages",
+    "lovia_mcp_worker.wire.framing",
     "lovia_mcp_worker.session.host",
     "lovia_mcp_worker.sandbox.netrequest",
 })

@@ -22,7 +22,7 @@ import mcp.types as sdk
 import pytest
 from lovia.plugins.mcp import render_mcp_content
 
-from lovia_mcp_worker.protocol import (
+from lovia_mcp_worker.wire.messages import (
     MAX_LIST_PAGES,
     ContentBlock,
     MCPJSONError,

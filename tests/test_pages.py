@@ -1,4 +1,4 @@
-"""An idle worker copies ahead the forkserver's pages an open writes (``lovia_mcp_worker.pages``).
+"""An idle worker copies ahead the forkserver's pages an open writes (``lovia_mcp_worker.forkserver.pages``).
 
 Real forks: a process shares its pages with its parent until it writes to
 them, one page fault each. What a child wrote is learned from its pagemap;
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from helpers import script_json
 
-from lovia_mcp_worker import pages
-from lovia_mcp_worker.process import _Idle, _Pool
+from lovia_mcp_worker.forkserver import pages
+from lovia_mcp_worker.forkserver.server import _Idle, _Pool
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc/self/pagemap")
 
@@ -53,8 +53,8 @@ WORKER = str(Path(__file__).parents[1] / "worker")
 FORKS = r"""
 import array, json, os, resource, sys
 sys.path.insert(0, %r)
-from lovia_mcp_worker import pages
-from lovia_mcp_worker.process import _Idle, _Pool
+from lovia_mcp_worker.forkserver import pages
+from lovia_mcp_worker.forkserver.server import _Idle, _Pool
 N = 300
 buf = bytearray(os.urandom(N * 4096))
 
@@ -175,10 +175,10 @@ def _address(m: mmap.mmap) -> int:
 POOL = r"""
 import array, json, mmap, os, selectors, socket, sys
 sys.path.insert(0, %r)
-from lovia_mcp_worker import pages
-from lovia_mcp_worker.process import _Idle, _Pool
-from lovia_mcp_worker.process import _Idle, _Pool
-from lovia_mcp_worker.start import PoolSocket
+from lovia_mcp_worker.forkserver import pages
+from lovia_mcp_worker.forkserver.server import _Idle, _Pool
+from lovia_mcp_worker.forkserver.server import _Idle, _Pool
+from lovia_mcp_worker.forkserver.start import PoolSocket
 PAGE = mmap.PAGESIZE
 ctrl, ctrl_peer = socket.socketpair()
 pool = _Pool(ctrl)

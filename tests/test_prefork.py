@@ -24,7 +24,7 @@ from helpers import raw, run, script_json
 
 from lovia_mcp.client import channel as _channel
 from lovia_mcp_worker.containment import cgroup
-from lovia_mcp_worker.process import MAX_IDLE, MIN_IDLE, OPEN_WAIT
+from lovia_mcp_worker.forkserver.server import MAX_IDLE, MIN_IDLE, OPEN_WAIT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
 

@@ -26,7 +26,7 @@ from helpers import ISOLATIONS, PY, SERVERS, run, serving
 
 from lovia_mcp import MCPServerStdio, MCPServerStreamableHTTP
 from lovia_mcp_worker.session.progress import PROGRESS_INTERVAL, ProgressForwarder
-from lovia_mcp_worker.protocol import Progress
+from lovia_mcp_worker.wire.messages import Progress
 
 RAW = str(SERVERS / "progress_server.py")
 SDK = str(SERVERS / "progress_sdk_server.py")

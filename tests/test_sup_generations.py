@@ -344,7 +344,7 @@ def test_a_removed_generation_cgroup_reads_as_empty_instead_of_raising() -> None
     # whose cgroup was just removed (a teardown in another thread) must not
     # raise there, or the worker's pipe dies with it.
     from lovia_mcp_worker.containment import cgroup
-    from lovia_mcp_worker.protocol import Limits
+    from lovia_mcp_worker.wire.messages import Limits
 
     where = cgroup.layout()
     if where is None:

@@ -128,7 +128,7 @@ def test_the_worker_adopts_the_agents_environment_removals_changes_and_additions
 ) -> None:
     # The worker applies only the difference (an open's path): what the
     # agent no longer has goes, what changed or is new is set.
-    from lovia_mcp_worker.channel import adopt_environment
+    from lovia_mcp_worker.forkserver.channel import adopt_environment
 
     monkeypatch.setenv("LOVIA_TEST_GONE", "1")
     monkeypatch.setenv("LOVIA_TEST_CHANGED", "old")

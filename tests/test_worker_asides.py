@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from helpers import PY, RAW_SERVER, frame, run
 
-from lovia_mcp_worker import channel, main
-from lovia_mcp_worker.framing import FrameReader
-from lovia_mcp_worker.protocol import (
+from lovia_mcp_worker.forkserver import channel, worker
+from lovia_mcp_worker.wire.framing import FrameReader
+from lovia_mcp_worker.wire.messages import (
     HEADER,
     Close,
     Log,
@@ -63,7 +63,7 @@ async def _serve(after_open: Any = None) -> tuple[list[list[WorkerMessage]], lis
         arrived.set()
 
     loop = asyncio.get_running_loop()
-    served = main._Served()  # noqa: SLF001 - what an idle worker makes ahead
+    served = worker._Served()  # noqa: SLF001 - what an idle worker makes ahead
     connect = loop.create_connection
 
     async def recording(*args: Any, **kwargs: Any) -> Any:
@@ -85,7 +85,7 @@ async def _serve(after_open: Any = None) -> tuple[list[list[WorkerMessage]], lis
     reader: FrameReader[WorkerMessage] = FrameReader(
         agent_decoder(), received, lambda why: ended.set(), cap=1 << 20, peer="the worker"
     )
-    serving = asyncio.ensure_future(main.serve(worker_end, served=served))
+    serving = asyncio.ensure_future(worker.serve(worker_end, served=served))
     transport, _ = await connect(lambda: reader, sock=agent_end)
 
     async def until(pred: Any) -> None:

@@ -16,9 +16,9 @@ from typing import Any
 
 from helpers import PY, RAW_SERVER, frame, run
 
-from lovia_mcp_worker import main
-from lovia_mcp_worker.framing import FrameReader
-from lovia_mcp_worker.protocol import (
+from lovia_mcp_worker.forkserver import worker
+from lovia_mcp_worker.wire.framing import FrameReader
+from lovia_mcp_worker.wire.messages import (
     Close,
     Failure,
     Open,
@@ -50,7 +50,7 @@ async def _serve_with_written(
             done.set()
 
     loop = asyncio.get_running_loop()
-    served = main._Served()  # noqa: SLF001 - what an idle worker makes ahead
+    served = worker._Served()  # noqa: SLF001 - what an idle worker makes ahead
     connect = loop.create_connection
     if watch is not None:
 
@@ -64,7 +64,7 @@ async def _serve_with_written(
     reader: FrameReader[WorkerMessage] = FrameReader(
         agent_decoder(), received, lambda why: done.set(), cap=1 << 20, peer="the worker"
     )
-    serving = asyncio.ensure_future(main.serve(worker_end, served=served))
+    serving = asyncio.ensure_future(worker.serve(worker_end, served=served))
     transport, _ = await connect(lambda: reader, sock=agent_end)
     try:
         await asyncio.wait_for(done.wait(), ANSWER_WAIT)

@@ -22,9 +22,9 @@ import warnings
 import pytest
 from helpers import PY, SERVERS, run
 
-from lovia_mcp_worker import main
-from lovia_mcp_worker.framing import FrameReader
-from lovia_mcp_worker.protocol import Log, WorkerMessage, agent_decoder
+from lovia_mcp_worker.forkserver import worker
+from lovia_mcp_worker.wire.framing import FrameReader
+from lovia_mcp_worker.wire.messages import Log, WorkerMessage, agent_decoder
 
 # Bound on a Log frame reaching the test's end of the socket.
 FRAME_WAIT = 10.0
@@ -54,7 +54,7 @@ def test_a_warning_raised_in_the_worker_reaches_the_agent_as_a_log_message_not_s
         )
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_connection(lambda: reader, sock=agent_end)
-        serving = asyncio.ensure_future(main.serve(worker_end))
+        serving = asyncio.ensure_future(worker.serve(worker_end))
         try:
             # serve() routes warnings to the agent once connected (before,
             # to stderr): yield to it until its log handler says so (loop
@@ -93,7 +93,7 @@ def test_a_warning_in_a_worker_not_yet_connected_goes_to_stderr_as_without_the_h
     before = list(logging.getLogger().handlers)
 
     async def scenario() -> None:
-        served = main._Served()  # noqa: SLF001 - what an idle worker makes ahead
+        served = worker._Served()  # noqa: SLF001 - what an idle worker makes ahead
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("always")

@@ -5,7 +5,7 @@
   preloaded (and the MCP SDK where HTTP servers are used, see
   :func:`warm_up`); frames over a socket pair, read without ever
   blocking the agent's event loop, decoded only as typed msgspec and never
-  past the frame cap agreed for the connection (:mod:`lovia_mcp_worker.framing`).
+  past the frame cap agreed for the connection (:mod:`lovia_mcp_worker.wire.framing`).
 - :class:`LocalChannel`: the same :class:`~lovia_mcp_worker.session.host.Host` in
   the agent's own loop (``isolation="none"``); messages are passed as objects.
 
@@ -33,8 +33,8 @@ from typing import Any, Final
 import msgspec
 from lovia.exceptions import UserError
 
-from lovia_mcp_worker.framing import FrameReader, send_frame
-from lovia_mcp_worker.protocol import HEADER, AgentMessage, Open, WorkerMessage, agent_decoder, encoder
+from lovia_mcp_worker.wire.framing import FrameReader, send_frame
+from lovia_mcp_worker.wire.messages import HEADER, AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
 from .forkserver import SUPPORTED, ForkServer
 from .workers import WorkerProcess, WorkerStartError, read_pid
@@ -43,13 +43,13 @@ from .workers import WorkerProcess, WorkerStartError, read_pid
 # A missing module (no ``mcp``) is skipped by the forkserver; the worker then
 # reports it at open time with the install hint.
 PRELOAD: Final = [
-    "lovia_mcp_worker._preload_begin",
-    "lovia_mcp_worker.main",
-    "lovia_mcp_worker._warm",
+    "lovia_mcp_worker.forkserver._preload_begin",
+    "lovia_mcp_worker.forkserver.worker",
+    "lovia_mcp_worker.forkserver._warm",
 ]
 # Put before ``_warm`` (which freezes what is loaded) when HTTP servers are
 # used: every HTTP worker then starts with the SDK loaded.
-PRELOAD_HTTP: Final = [*PRELOAD[:-1], "lovia_mcp_worker._warm_http", PRELOAD[-1]]
+PRELOAD_HTTP: Final = [*PRELOAD[:-1], "lovia_mcp_worker.forkserver._warm_http", PRELOAD[-1]]
 # The largest Open written to a worker's socket before the agent's transport
 # is made (it is empty then, so the write never blocks); a larger one goes
 # through the transport.

@@ -19,7 +19,7 @@ import collections
 import time
 from collections.abc import Callable
 
-from lovia_mcp_worker.protocol import Failure
+from lovia_mcp_worker.wire.messages import Failure
 
 
 class RestartCircuit:

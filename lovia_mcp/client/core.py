@@ -4,7 +4,7 @@ It owns request ids and their futures, the channel (a worker process, or
 the in-process host) and its replacement after a loss, the dispatch of what
 the worker sends, the clean-up after a lost worker, and the restart circuit
 (:mod:`.circuit`). A request ends in a value: the worker's answer, or a
-:class:`~lovia_mcp_worker.protocol.Failure` (the worker's, or one the core
+:class:`~lovia_mcp_worker.wire.messages.Failure` (the worker's, or one the core
 makes: ``worker_died``, ``circuit_open``, ``closed``). Nothing here raises to
 steer control; the caller turns a failure into an error in one place
 (:mod:`lovia_mcp._errors`) and decides a retry in one place (:mod:`.retry`).
@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal
 
-from lovia_mcp_worker.framing import frame_cap
-from lovia_mcp_worker.protocol import (
+from lovia_mcp_worker.wire.framing import frame_cap
+from lovia_mcp_worker.wire.messages import (
     MCP_MODERN_VERSIONS,
     AgentMessage,
     Cancel,
@@ -432,7 +432,7 @@ class ClientCore:
                 lost.cancel()
                 self._pending.pop(rid, None)
         # A worker that died meanwhile left its tree to the forkserver, which
-        # kills it (lovia_mcp_worker.process): nothing of it is the agent's.
+        # kills it (lovia_mcp_worker.forkserver.server): nothing of it is the agent's.
         await channel.aclose()
         if cancelled:
             raise asyncio.CancelledError

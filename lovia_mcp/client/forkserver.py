@@ -3,7 +3,7 @@
 A fresh interpreter per worker would cost the ~0.7 s of importing the worker
 package and ``mcp``; forking a process that already has them loaded costs
 milliseconds. The forkserver itself runs the worker package's
-:func:`lovia_mcp_worker.process.serve` (its serving side lives there, with
+:func:`lovia_mcp_worker.forkserver.server.serve` (its serving side lives there, with
 the reasons for not using ``multiprocess``); this module is only what the
 agent runs: starting it, asking it for a worker, joining a worker.
 
@@ -49,7 +49,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from lovia_mcp_worker.protocol import FORKSERVER_STATUS
+from lovia_mcp_worker.wire.messages import FORKSERVER_STATUS
 
 from .workers import FORKSERVER_START_WAIT, WorkerProcess, WorkerStartError, _read_pid, read_pid
 
@@ -334,7 +334,7 @@ class ForkServer:
         sys_path = [p or os.getcwd() for p in sys.path]
         code = (
             f"import sys; sys.path[:] = {sys_path!r}; "
-            f"from lovia_mcp_worker.process import serve; serve({theirs.fileno()}, {self._preload!r})"
+            f"from lovia_mcp_worker.forkserver.server import serve; serve({theirs.fileno()}, {self._preload!r})"
         )
         try:
             self._proc = subprocess.Popen(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from lovia_mcp_worker.protocol import Failure, ToolAnnotations
+from lovia_mcp_worker.wire.messages import Failure, ToolAnnotations
 
 from .. import annotations as hints
 from ..annotations import AutoReconnect

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Final
 
-from lovia_mcp_worker.protocol import FORKSERVER_STATUS
+from lovia_mcp_worker.wire.messages import FORKSERVER_STATUS
 
 # Bound on the first worker start: the forkserver imports the preload list
 # (``mcp`` takes ~0.7 s on an idle machine) before it forks; a loaded CI box

@@ -40,7 +40,7 @@ from ..connection import MCPConnection
 from ..render import MCPToolResult
 from ..spares import close_spares, warm_spares
 from .options import Served
-from lovia_mcp_worker.protocol import Stats
+from lovia_mcp_worker.wire.messages import Stats
 
 logger = logging.getLogger("lovia_mcp.gateway")
 

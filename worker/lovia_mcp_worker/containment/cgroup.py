@@ -47,7 +47,7 @@ milliseconds of a server's life stays outside the cgroup (the worker, a
 subreaper, still adopts it and kills it when it exits). A worker killed by
 SIGKILL cannot remove its cgroups; the forkserver, which outlives its
 workers, kills what is left in them (:func:`kill_leftovers`) and removes
-them once empty (:mod:`lovia_mcp_worker.process`).
+them once empty (:mod:`lovia_mcp_worker.forkserver.server`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from .cgroup_layout import read as _read
 from .cgroup_layout import write as _write
 from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach
 from .proctree import TreeUsage, descendants, kill_tree
-from ..protocol import Limits
+from ..wire.messages import Limits
 
 # Bound on waiting for a cgroup's processes to exit after SIGKILL; only an
 # uninterruptible (D-state) process takes this long.

@@ -20,11 +20,11 @@ import signal
 from collections.abc import Callable
 from typing import Final
 
-from .. import failures
+from ..wire import failures
 from . import cgroup, guard, proctree
-from ..failures import HostError
+from ..wire.failures import HostError
 from ..session.generation import Generation, Session
-from ..protocol import ServerSpec
+from ..wire.messages import ServerSpec
 
 # How often the guard samples the tree when a memory, CPU or process limit is
 # set. 0.1 s bounds overshoot while costing ~1 % of a core.

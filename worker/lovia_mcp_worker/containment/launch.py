@@ -32,7 +32,7 @@ from ..sandbox import bwrap as sandbox
 from ..sandbox import landlock
 from . import launcher
 from .guard import die_with_parent
-from ..protocol import Limits, Sandbox, ServerSpec
+from ..wire.messages import Limits, Sandbox, ServerSpec
 
 ENV_ALLOWLIST: Final = (
     "PATH",

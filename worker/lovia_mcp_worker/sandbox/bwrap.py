@@ -1,6 +1,6 @@
 """The namespace backend: a bubblewrap command line around a stdio server.
 
-``Sandbox(...)`` (:class:`~lovia_mcp_worker.protocol.Sandbox`) becomes a
+``Sandbox(...)`` (:class:`~lovia_mcp_worker.wire.messages.Sandbox`) becomes a
 ``bwrap`` invocation in front of the server's argv:
 
 - a user namespace of the server's own, whoever starts it (root included),
@@ -52,7 +52,7 @@ import shutil
 import sys
 from typing import Final
 
-from ..protocol import DEFAULT_HIDDEN, Sandbox
+from ..wire.messages import DEFAULT_HIDDEN, Sandbox
 from . import seccomp
 from .writedeny import protected_entries
 

@@ -26,9 +26,9 @@ import functools
 from collections.abc import Callable
 from typing import Final
 
-from .. import failures
-from ..failures import HostError
-from ..protocol import CANCEL_SLACK
+from ..wire import failures
+from ..wire.failures import HostError
+from ..wire.messages import CANCEL_SLACK
 from .generation import Generation
 
 # The least time a server gets to answer the ping after a cancel: a

@@ -27,7 +27,7 @@ from typing import Final
 
 import msgspec
 
-from ..protocol import ContentBlock
+from ..wire.messages import ContentBlock
 
 # Nothing is left out unless the text is longer than both ends by this much:
 # a few kilobytes more on the pipe cost less than a cut result's surprises

@@ -29,10 +29,10 @@ import enum
 from contextlib import AbstractAsyncContextManager
 from typing import Final, Protocol
 
-from ..failures import HostError
+from ..wire.failures import HostError
 from ..containment.guard import Tree
 from .progress import OnProgress
-from ..protocol import ContentBlock, ToolSpec
+from ..wire.messages import ContentBlock, ToolSpec
 
 
 class State(enum.Enum):

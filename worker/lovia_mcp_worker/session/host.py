@@ -1,6 +1,6 @@
 """The session host: one server connection, supervised; request dispatch and generations.
 
-The agent's requests (:data:`~lovia_mcp_worker.protocol.AgentMessage`) come
+The agent's requests (:data:`~lovia_mcp_worker.wire.messages.AgentMessage`) come
 in through :meth:`Host.handle` and are answered through ``emit``. The same
 code runs inside a worker process (``isolation="process"``) and inside the
 agent process (``isolation="none"``); only the channel differs.
@@ -36,10 +36,10 @@ import os
 import time
 from collections.abc import Callable
 
-from .. import failures
+from ..wire import failures
 from ..containment import proctree
 from ..containment.contain import SHUTDOWN_WAIT, Containment, session_tail
-from ..failures import HostError
+from ..wire.failures import HostError
 from .generation import Generation, Session, State
 from ..containment.launch import LaunchError
 from . import cut
@@ -47,7 +47,7 @@ from .calls import Calls
 from .listing import Listing
 from .transports import Hooks, transport
 from .progress import ProgressForwarder
-from ..protocol import (
+from ..wire.messages import (
     PROTOCOL_VERSION, AgentMessage, CallTool, Cancel, Close, Closed, Ended, Failure, GetStats, ListTools, Log, Open,
     Opened, Result, ServerSpec, Started, Stats, StatsReply, Tools, WorkerMessage,
 )

@@ -2,7 +2,7 @@
 
 A server that changes its tools sends ``notifications/tools/list_changed``;
 the host then re-lists (paginated, through the generation's session) and
-sends the agent :class:`~lovia_mcp_worker.protocol.ToolsChanged`. The agent
+sends the agent :class:`~lovia_mcp_worker.wire.messages.ToolsChanged`. The agent
 is told only of lists that differ from the last one it got (an ``Opened``,
 a ``Tools`` reply or a ``ToolsChanged``), so a restart that lists the same
 tools says nothing.
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Final
 
 from .generation import Generation, Session, State
-from ..protocol import ToolSpec, ToolsChanged, WorkerMessage
+from ..wire.messages import ToolSpec, ToolsChanged, WorkerMessage
 
 # A re-listing after list_changed, and how long a call's result waits for it.
 # tools/list answers in milliseconds; a server that notifies and then never

@@ -3,7 +3,7 @@
 Each ``tools/call`` carries a ``progressToken`` (stdio: :mod:`..transport.jsonrpc`;
 HTTP: the SDK's progress callback in :mod:`..transport.http`). Every notification for
 it reaches one :class:`ProgressForwarder`, which sends the agent a
-:class:`~lovia_mcp_worker.protocol.Progress` at once when none went out in
+:class:`~lovia_mcp_worker.wire.messages.Progress` at once when none went out in
 the last :data:`PROGRESS_INTERVAL`, and otherwise keeps only the latest value
 for the end of that interval. A server flooding progress thus costs the agent
 at most one frame per interval per call, and the value it shows is never
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from ..protocol import Progress
+from ..wire.messages import Progress
 
 # At most one progress update per call this often: ten a second is as fast
 # as a log or a terminal line is read, while a server sending thousands a

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import failures
-from ..failures import HostError
-from ..protocol import ServerSpec
+from ..wire import failures
+from ..wire.failures import HostError
+from ..wire.messages import ServerSpec
 from .generation import Session
 
 

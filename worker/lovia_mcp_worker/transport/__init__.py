@@ -8,7 +8,7 @@
   the worker imports ``mcp``).
 
 Both read results and listings with the protocol's MCP-JSON codec
-(:mod:`~lovia_mcp_worker.protocol`), pagination included.
+(:mod:`~lovia_mcp_worker.wire.messages`), pagination included.
 """
 
 __all__: list[str] = []

@@ -36,8 +36,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ..failures import HostError, RemoteError
-from ..protocol import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS
+from ..wire.failures import HostError, RemoteError
+from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS
 
 if TYPE_CHECKING:
     from .jsonrpc import Client

@@ -29,10 +29,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
-from .. import failures
-from ..failures import HostError
+from ..wire import failures
+from ..wire.failures import HostError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import (
+from ..wire.messages import (
     MCP_HANDSHAKE_VERSIONS,
     MCP_MODERN_VERSIONS,
     CallOutcome,

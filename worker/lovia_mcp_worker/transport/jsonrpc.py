@@ -10,7 +10,7 @@ a tool server and nothing more:
   era every request carries the ``_meta`` envelope, and tool-list changes
   come on a ``subscriptions/listen`` stream (:meth:`Client.listen`);
 - paginated ``tools/list`` (the protocol's one pagination loop,
-  :func:`~lovia_mcp_worker.protocol.list_tools`), ``tools/call``;
+  :func:`~lovia_mcp_worker.wire.messages.list_tools`), ``tools/call``;
 - ``notifications/cancelled`` when a caller abandons a request;
 - a ``progressToken`` on each ``tools/call`` whose caller wants progress,
   and ``notifications/progress`` for it handed to that caller;
@@ -42,11 +42,11 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from .. import failures
+from ..wire import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
-from ..failures import HostError, RemoteError
+from ..wire.failures import HostError, RemoteError
 from ..session.progress import OnProgress, parse_progress
-from ..protocol import (
+from ..wire.messages import (
     MCP_HANDSHAKE_VERSIONS,
     MCP_MODERN_VERSIONS,
     CallOutcome,

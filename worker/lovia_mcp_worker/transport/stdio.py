@@ -17,15 +17,15 @@ import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final
 
-from .. import failures
+from ..wire import failures
 from ._jsonscan import MISSING
 from .lines import LineFramer, StderrLines
-from ..failures import HostError, RemoteError
+from ..wire.failures import HostError, RemoteError
 from . import era
 from .jsonrpc import Client, Trace
 from ..containment.launch import spawn, wrapper_exec_error
 from ..session.progress import OnProgress
-from ..protocol import ContentBlock, ServerSpec, ToolSpec
+from ..wire.messages import ContentBlock, ServerSpec, ToolSpec
 
 # After stdout or stdin closes, how long to wait for the exit status before
 # saying the server closed the pipe and lives on (it is then stopped).

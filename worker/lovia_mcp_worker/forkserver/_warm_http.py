@@ -12,6 +12,6 @@ import httpx2  # noqa: F401 - preloaded for workers
 import mcp  # noqa: F401 - preloaded for workers
 import mcp.client.streamable_http  # noqa: F401 - preloaded for workers
 
-from .transport import http  # noqa: F401 - preloaded for workers
+from ..transport import http  # noqa: F401 - preloaded for workers
 
 __all__: list[str] = []

@@ -30,7 +30,7 @@ from typing import Final, Generic, TypeVar
 
 import msgspec
 
-from .protocol import HEADER
+from .messages import HEADER
 
 # The largest frame the agent sends a worker: tool arguments, or an Open with
 # the agent's environment. Far above any sane argument list, well below what

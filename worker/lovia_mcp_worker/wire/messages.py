@@ -27,8 +27,8 @@ from typing import Final, Literal, Union
 
 import msgspec
 
-from ._confinement import DEFAULT_HIDDEN, WRITE_DENY, Limits, Sandbox
-from ._mcpjson import (
+from .confinement import DEFAULT_HIDDEN, WRITE_DENY, Limits, Sandbox
+from .mcpjson import (
     KNOWN_BLOCKS,
     MAX_LIST_PAGES,
     CallOutcome,
@@ -61,7 +61,7 @@ PROTOCOL_VERSION: Final = 8
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
-# On a worker's status socket from the forkserver (lovia_mcp_worker.process):
+# On a worker's status socket from the forkserver (lovia_mcp_worker.forkserver.server):
 # its pid, then its exit code (negative: the signal); a pid_t fits.
 FORKSERVER_STATUS: Final = struct.Struct("q")
 

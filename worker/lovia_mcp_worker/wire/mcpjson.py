@@ -1,6 +1,6 @@
 """MCP's JSON, read in one place: the content, listing and annotation structs and their codec.
 
-Private to :mod:`~lovia_mcp_worker.protocol`, which re-exports every name
+Private to :mod:`~lovia_mcp_worker.wire.messages`, which re-exports every name
 here (the protocol module would pass ~450 lines with it); import them from
 there.
 

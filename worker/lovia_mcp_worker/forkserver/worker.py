@@ -23,9 +23,9 @@ import sys
 from typing import Any, Final
 
 from .channel import Answered, Channel
-from .containment import guard
-from .session.host import Host
-from .protocol import Closed, Log, Open, Opened, WorkerMessage, encoder, worker_decoder
+from ..containment import guard
+from ..session.host import Host
+from ..wire.messages import Closed, Log, Open, Opened, WorkerMessage, encoder, worker_decoder
 
 # How long the worker gives its own shutdown (server tree kill) before exiting
 # anyway; the kill escalation inside is bounded well below this.
@@ -190,7 +190,7 @@ class Prepared:
                 asyncio.set_child_watcher(watcher)
         # Which cgroups this worker may make is detected once per process
         # (two /proc reads and a sweep): here, not on the first open's path.
-        from .containment import cgroup
+        from ..containment import cgroup
 
         with contextlib.suppress(Exception):  # the open detects again, and reports what fails
             cgroup.layout()
@@ -219,7 +219,7 @@ class Prepared:
                 self.runner.run(serve(sock, answered, self.served))
         finally:
             sock.close()
-            from .containment import cgroup
+            from ..containment import cgroup
 
             cgroup.discard_premade()  # made ahead and never taken (no contained server ran)
         # Skip interpreter teardown: nothing is left to flush, and a forked
@@ -238,7 +238,7 @@ async def _rehearse() -> None:
     that moves the server into its cgroup (it stays, idle, in the loop's
     executor); ~300 fewer faults and ~1 ms less CPU per open.
     """
-    from .protocol import ServerSpec
+    from ..wire.messages import ServerSpec
 
     enc = encoder()
     msg = worker_decoder().decode(enc.encode(Open(id=0, spec=ServerSpec(name="-", transport="stdio", command="-"))))

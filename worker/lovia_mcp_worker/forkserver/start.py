@@ -44,7 +44,7 @@ def wait_for_request(
     """
     try:
         reset(objects, fds)
-        from .main import Prepared
+        from .worker import Prepared
 
         prepared = Prepared(ahead=True)
         before = None
@@ -66,7 +66,7 @@ def wait_for_request(
         os._exit(1)
     if not what:
         with contextlib.suppress(Exception):
-            from .containment import cgroup
+            from ..containment import cgroup
 
             cgroup.discard_premade()
         os._exit(0)  # no request will come
@@ -143,7 +143,7 @@ def serve_worker(chan: int, cwd: int | None, prepared: Any = None, answered: Any
             with contextlib.suppress(OSError):
                 os.fchdir(cwd)
             os.close(cwd)
-        from .main import Prepared
+        from .worker import Prepared
 
         (prepared or Prepared()).run(socket.socket(fileno=chan), answered)
         code = 0

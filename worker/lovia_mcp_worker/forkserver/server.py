@@ -63,7 +63,7 @@ import time
 from typing import Any, Final
 
 from . import pages
-from .protocol import FORKSERVER_STATUS
+from ..wire.messages import FORKSERVER_STATUS
 from .start import Closable, child, wait_for_request
 
 # Idle workers kept ready (each about 5.5 MB of unique memory): two, so one is
@@ -96,7 +96,7 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a worker that needs it reports the error itself
             pass
-    from .containment import cgroup, guard, launcher
+    from ..containment import cgroup, guard, launcher
 
     # Made once, here, so every worker has the server's launcher at the same
     # descriptor (workers keep it: it is close-on-exec, and sealed).

@@ -1,7 +1,7 @@
 """Every way a server can fail, as a :class:`HostError`: pure functions, no I/O.
 
 The host decides *when* something failed; this module says *what* the
-caller is told: the ``kind`` (one of :data:`~lovia_mcp_worker.protocol.FailureKind`,
+caller is told: the ``kind`` (one of :data:`~lovia_mcp_worker.wire.messages.FailureKind`,
 which the agent maps to ``MCPError.kind`` and its retry policy), the message,
 the hint, the exit code or signal and the stderr tail. Keeping them here
 makes the wording testable without starting a process, and keeps one
@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Sequence
 
-from .protocol import Failure, FailureKind, Limits
+from .messages import Failure, FailureKind, Limits
 
 # Hints, each said in one place.
 HINT_LOG = "Check the server's log (stderr tail below)."

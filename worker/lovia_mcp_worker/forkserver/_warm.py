@@ -20,13 +20,14 @@ import gc
 import concurrent.futures.thread  # noqa: F401 - preloaded for workers
 import queue  # noqa: F401 - preloaded for workers
 
-from . import main, protocol  # noqa: F401 - preloaded for workers
-from .session import host  # noqa: F401 - preloaded for workers
-from .transport import jsonrpc, stdio  # noqa: F401 - preloaded for workers
+from . import worker  # noqa: F401 - preloaded for workers
+from ..wire import messages
+from ..session import host  # noqa: F401 - preloaded for workers
+from ..transport import jsonrpc, stdio  # noqa: F401 - preloaded for workers
 
 # msgspec works out a message union's types on its first decoder (~1 ms):
 # once here, so no worker pays it on its open's path.
-protocol.worker_decoder()
+messages.worker_decoder()
 
 # No gc.collect() first: nothing imported is garbage worth the walk.
 gc.freeze()

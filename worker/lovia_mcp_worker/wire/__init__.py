@@ -1,0 +1,15 @@
+"""The wire: what crosses the agent-worker pipe, and the one place both sides import.
+
+- ``messages``: every message as a frozen, tagged msgspec ``Struct`` (a union
+  per direction, decoders built once);
+- ``mcpjson``: MCP's JSON (content blocks, tool listings, annotations) read
+  into wire structs, the codec of both sides;
+- ``confinement``: what a server is launched under (``Limits``, ``Sandbox``);
+- ``framing``: the length-framed socket, read the same way on both sides;
+- ``failures``: every way a server can fail, as the caller is told it.
+
+Standard library and msgspec only: the agent process imports this package
+and must never load ``mcp``.
+"""
+
+__all__: list[str] = []
