@@ -49,7 +49,8 @@ from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
 from .spares import close_spares, warm_spares
-from lovia_mcp_worker.wire.messages import Limits, Sandbox, Stats
+from lovia_mcp_worker.wire.confinement import Limits, Sandbox
+from lovia_mcp_worker.wire.messages import Stats
 
 try:
     __version__ = _metadata.version("lovia-mcp")

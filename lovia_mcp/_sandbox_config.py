@@ -28,7 +28,7 @@ from typing import Any
 
 from lovia.exceptions import UserError
 
-from lovia_mcp_worker.wire.messages import DEFAULT_HIDDEN, Sandbox
+from lovia_mcp_worker.wire.confinement import DEFAULT_HIDDEN, Sandbox
 
 _OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny"}
 _VSCODE_KEYS = {"filesystem", "network", "enabled", "backend"}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from lovia.tools import Tool
 
-from lovia_mcp_worker.wire.messages import ToolSpec
+from lovia_mcp_worker.wire.mcpjson import ToolSpec
 
 from . import annotations as policy
 from ._names import tool_names

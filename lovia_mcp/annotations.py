@@ -32,7 +32,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 from lovia.tools import ApprovalPredicate, Tool
-from lovia_mcp_worker.wire.messages import ToolAnnotations, to_json
+from lovia_mcp_worker.wire.mcpjson import ToolAnnotations, to_json
 
 AutoReconnect: TypeAlias = bool | Literal["safe"]
 Approval: TypeAlias = bool | ApprovalPredicate | Literal["destructive"]

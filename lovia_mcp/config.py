@@ -16,7 +16,8 @@ from typing import Any, Final, Literal
 
 from lovia.exceptions import UserError
 from lovia.tools.base import ToolResultRenderer
-from lovia_mcp_worker.wire.messages import MCP_PROTOCOL_MODES as PROTOCOL_MODES, Limits, Sandbox, ServerSpec
+from lovia_mcp_worker.wire.confinement import Limits, Sandbox
+from lovia_mcp_worker.wire.messages import MCP_PROTOCOL_MODES as PROTOCOL_MODES, ServerSpec
 
 from . import _sandbox_config, spares
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect

@@ -40,6 +40,7 @@ from lovia.run_context import RunContext
 from lovia.tools import Tool
 
 from lovia_mcp_worker.wire.framing import MAX_REQUEST_BYTES
+from lovia_mcp_worker.wire.mcpjson import ToolAnnotations, ToolSpec
 from lovia_mcp_worker.wire.messages import (
     CANCEL_SLACK,
     CallTool,
@@ -49,8 +50,6 @@ from lovia_mcp_worker.wire.messages import (
     Result,
     Stats,
     StatsReply,
-    ToolAnnotations,
-    ToolSpec,
     WorkerMessage,
 )
 

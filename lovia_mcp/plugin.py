@@ -26,7 +26,7 @@ from lovia.tools import Tool
 
 from .client.channel import run_began, run_ended, warm_up_soon
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
-from lovia_mcp_worker.wire.messages import Sandbox
+from lovia_mcp_worker.wire.confinement import Sandbox
 
 from . import _sandbox_config, spares
 from .client import closing

@@ -44,7 +44,7 @@ from lovia.plugins.mcp import normalize_schema as _lovia_normalize_schema
 from lovia.plugins.mcp import render_mcp_content
 from lovia.run_context import RunContext
 from lovia.types import JsonObject
-from lovia_mcp_worker.wire.messages import to_json
+from lovia_mcp_worker.wire.mcpjson import to_json
 
 
 @dataclass

@@ -50,7 +50,7 @@ from helpers import (
     run,
 )
 
-from lovia_mcp_worker.containment import cgroup
+from lovia_mcp_worker.containment import cgroup_layout
 from lovia_mcp_worker.containment.guard import become_subreaper
 from lovia_mcp.client.forkserver import ForkServer
 
@@ -137,10 +137,10 @@ def enforcement(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     with ``Open``); "cgroup" is skipped where this process may make none.
     """
     if request.param == "watch":
-        monkeypatch.setenv(cgroup.ENV_SWITCH, "0")
+        monkeypatch.setenv(cgroup_layout.ENV_SWITCH, "0")
     else:
-        monkeypatch.delenv(cgroup.ENV_SWITCH, raising=False)
-        if cgroup.layout() is None:
+        monkeypatch.delenv(cgroup_layout.ENV_SWITCH, raising=False)
+        if cgroup_layout.layout() is None:
             pytest.skip("no cgroup can be made here (not root, or no writable memory and pids hierarchy)")
     return str(request.param)
 

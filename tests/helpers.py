@@ -42,7 +42,7 @@ from lovia.testing import ScriptedProvider, text
 from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPError, MCPServer, MCPServerStdio, Sandbox
-from lovia_mcp_worker.containment import cgroup
+from lovia_mcp_worker.containment import cgroup_layout
 from lovia_mcp_worker.wire.messages import HEADER, encoder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -404,7 +404,7 @@ def leftover_cgroups() -> list[str]:
     make theirs there too. Those of a live process that is not one of ours
     are left out; those of a dead worker count (leaked, or ours gone).
     """
-    where = cgroup.layout()
+    where = cgroup_layout.layout()
     if where is None:
         return []
     # An idle worker makes its first generation's cgroup while it waits: the pool's, not a leak.
@@ -413,9 +413,9 @@ def leftover_cgroups() -> list[str]:
     found = []
     for parent in where.parents:
         for name in os.listdir(parent):
-            if not name.startswith(cgroup.PREFIX):
+            if not name.startswith(cgroup_layout.PREFIX):
                 continue
-            pid = name[len(cgroup.PREFIX):].split(".", 1)[0]
+            pid = name[len(cgroup_layout.PREFIX):].split(".", 1)[0]
             if pid.isdigit() and (int(pid) in idle or int(pid) not in ours and psutil.pid_exists(int(pid))):
                 continue
             found.append(os.path.join(parent, name))

@@ -218,7 +218,8 @@ def test_an_unknown_policy_value_is_refused_with_a_hint(option: str, value: obje
 
 @pytest.mark.unit
 def test_hints_that_are_not_booleans_count_as_not_given_and_a_tool_without_hints_costs_no_wire_bytes() -> None:
-    from lovia_mcp_worker.wire.messages import ToolSpec, encoder, tools_page
+    from lovia_mcp_worker.wire.mcpjson import ToolSpec, tools_page
+    from lovia_mcp_worker.wire.messages import encoder
 
     warnings: list[str] = []
     specs, _ = tools_page(json.dumps({"tools": [

@@ -8,7 +8,8 @@ import pytest
 
 from lovia_mcp.client.circuit import RestartCircuit
 from lovia_mcp.client.retry import retry
-from lovia_mcp_worker.wire.messages import Failure, ToolAnnotations
+from lovia_mcp_worker.wire.mcpjson import ToolAnnotations
+from lovia_mcp_worker.wire.messages import Failure
 
 
 def failure(kind: str) -> Failure:

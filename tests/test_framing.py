@@ -33,15 +33,15 @@ from lovia_mcp_worker.wire.framing import (
     frame_cap,
     peek_id,
 )
+from lovia_mcp_worker.wire.confinement import Limits
+from lovia_mcp_worker.wire.mcpjson import ContentBlock
 from lovia_mcp_worker.wire.messages import (
     HEADER,
     AgentMessage,
     CallTool,
     Close,
-    ContentBlock,
     Failure,
     GetStats,
-    Limits,
     Log,
     Open,
     Result,

@@ -182,7 +182,8 @@ class EndlessListing:
 
 
 def test_an_http_listing_whose_cursors_never_end_is_cut_at_the_same_page_cap_as_stdio() -> None:
-    from lovia_mcp_worker.wire.messages import MAX_LIST_PAGES, ServerSpec
+    from lovia_mcp_worker.wire.mcpjson import MAX_LIST_PAGES
+    from lovia_mcp_worker.wire.messages import ServerSpec
     from lovia_mcp_worker.transport.http import HttpSession
 
     warnings: list[str] = []

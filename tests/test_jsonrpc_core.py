@@ -239,7 +239,8 @@ def test_a_relisting_started_just_as_the_previous_one_ended_stays_tracked_and_is
     # the old task's callback must not forget (settled() would not wait for it).
     from lovia_mcp_worker.session.generation import Generation
     from lovia_mcp_worker.session.listing import Listing
-    from lovia_mcp_worker.wire.messages import ToolSpec, WorkerMessage
+    from lovia_mcp_worker.wire.mcpjson import ToolSpec
+    from lovia_mcp_worker.wire.messages import WorkerMessage
 
     sent: list[WorkerMessage] = []
     gate = asyncio.Event()

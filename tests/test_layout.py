@@ -16,7 +16,10 @@ from conftest import ROOT
 PACKAGES = {"lovia_mcp": ROOT / "lovia_mcp", "lovia_mcp_worker": ROOT / "worker" / "lovia_mcp_worker"}
 # What the agent may import from the worker package (lovia_mcp/__init__ says why).
 AGENT_SURFACE = frozenset({
+    "lovia_mcp_worker.wire",
     "lovia_mcp_worker.wire.messages",
+    "lovia_mcp_worker.wire.mcpjson",
+    "lovia_mcp_worker.wire.confinement",
     "lovia_mcp_worker.wire.framing",
     "lovia_mcp_worker.session.host",
     "lovia_mcp_worker.sandbox.netrequest",

@@ -22,20 +22,18 @@ import mcp.types as sdk
 import pytest
 from lovia.plugins.mcp import render_mcp_content
 
-from lovia_mcp_worker.wire.messages import (
+from lovia_mcp_worker.wire.mcpjson import (
     MAX_LIST_PAGES,
     ContentBlock,
     MCPJSONError,
-    Result,
     ToolAnnotations,
-    agent_decoder,
     block_json,
     call_result,
-    encoder,
     list_tools,
     to_json,
     tools_page,
 )
+from lovia_mcp_worker.wire.messages import Result, agent_decoder, encoder
 
 # One block of each MCP type, every field the wire struct models set.
 BLOCKS: dict[str, dict[str, Any]] = {

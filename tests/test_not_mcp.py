@@ -17,7 +17,7 @@ from helpers import ISOLATIONS, PY, run
 
 from lovia_mcp import MCPError, MCPServerStdio
 from lovia_mcp_worker.wire import failures
-from lovia_mcp_worker.wire.messages import Limits
+from lovia_mcp_worker.wire.confinement import Limits
 
 NOT_MCP = "does not look like an MCP stdio server"
 # Generous: a command that is not a server fails as soon as it answers or

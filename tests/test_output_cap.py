@@ -21,7 +21,7 @@ from lovia.plugins.mcp import render_mcp_content
 from lovia.run_context import RunContext
 from lovia.testing import call
 from lovia.tools.base import truncate_tool_output
-from lovia_mcp_worker.wire.messages import ContentBlock, Resource
+from lovia_mcp_worker.wire.mcpjson import ContentBlock, Resource
 from lovia_mcp_worker.session.cut import KEEP_SLACK, cut_middle, keeps_structured
 
 from lovia_mcp import MCP, MCPToolResult

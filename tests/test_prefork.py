@@ -23,7 +23,7 @@ import pytest
 from helpers import raw, run, script_json
 
 from lovia_mcp.client import channel as _channel
-from lovia_mcp_worker.containment import cgroup
+from lovia_mcp_worker.containment import cgroup_layout
 from lovia_mcp_worker.forkserver.server import MAX_IDLE, MIN_IDLE, OPEN_WAIT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
@@ -316,9 +316,9 @@ def test_a_pool_emptied_by_a_runs_opens_is_refilled_once_the_run_has_ended(tmp_p
 
 def _premade(pid: int) -> list[str]:
     """The generation cgroups named for worker ``pid``, every hierarchy."""
-    where = cgroup.layout()
+    where = cgroup_layout.layout()
     assert where is not None
-    mark = f"{cgroup.PREFIX}{pid}."
+    mark = f"{cgroup_layout.PREFIX}{pid}."
     return sorted(os.path.join(p, n) for p in where.parents for n in os.listdir(p) if n.startswith(mark))
 
 
@@ -333,7 +333,7 @@ async def _until(what: Callable[[], bool], why: str) -> None:
 @pytest.mark.timeout(60)
 def test_an_idle_worker_makes_its_first_generations_cgroup_the_open_uses_it_and_a_killed_ones_is_removed() -> None:
     """The cgroup's mkdirs are off the open's path; none outlives the worker that made it."""
-    if cgroup.layout() is None:
+    if cgroup_layout.layout() is None:
         pytest.skip("no cgroup this process may make (an ordinary user, or a read-only mount)")
 
     async def main() -> None:

@@ -295,10 +295,9 @@ def test_a_worker_killed_by_sigkill_leaves_no_escapee_when_its_generations_had_c
 
 @pytest.mark.timeout(30)
 def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lovia_mcp_worker.containment import cgroup
-    from lovia_mcp_worker.containment import cgroup_layout
+    from lovia_mcp_worker.containment import cgroup, cgroup_layout
 
-    if cgroup.layout() is None:
+    if cgroup_layout.layout() is None:
         pytest.skip("no cgroup can be made here: the watch is the only path anyway")
 
     def refuse(*_: object) -> object:
@@ -316,15 +315,15 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytes
             stats = await conn.stats()
             assert stats.enforcement == "watch" and stats.processes == 1
     run(main())
-    assert cgroup.layout() is None  # the watch, for the rest of this process's detection
+    assert cgroup_layout.layout() is None  # the watch, for the rest of this process's detection
 
 
 @pytest.mark.timeout(30)
 def test_two_connections_in_the_agents_process_each_get_their_own_cgroup() -> None:
     """isolation="none": every connection's generation 1 is made in one process, under distinct names."""
-    from lovia_mcp_worker.containment import cgroup
+    from lovia_mcp_worker.containment import cgroup_layout
 
-    if cgroup.layout() is None:
+    if cgroup_layout.layout() is None:
         pytest.skip("no cgroup can be made here")
 
     async def main() -> None:
@@ -333,7 +332,7 @@ def test_two_connections_in_the_agents_process_each_get_their_own_cgroup() -> No
             print(sorted(set(ours)))
             assert [(await a.stats()).enforcement, (await b.stats()).enforcement] == ["cgroup", "cgroup"]
             assert len(set(ours)) == 2  # one name per connection, in every hierarchy
-        assert cgroup.layout() is not None  # nothing failed: cgroups stay on for this process
+        assert cgroup_layout.layout() is not None  # nothing failed: cgroups stay on for this process
 
     run(main())
 
@@ -343,10 +342,10 @@ def test_a_removed_generation_cgroup_reads_as_empty_instead_of_raising() -> None
     # stats() reads every generation's figures from the worker's reader; one
     # whose cgroup was just removed (a teardown in another thread) must not
     # raise there, or the worker's pipe dies with it.
-    from lovia_mcp_worker.containment import cgroup
-    from lovia_mcp_worker.wire.messages import Limits
+    from lovia_mcp_worker.containment import cgroup, cgroup_layout
+    from lovia_mcp_worker.wire.confinement import Limits
 
-    where = cgroup.layout()
+    where = cgroup_layout.layout()
     if where is None:
         pytest.skip("no cgroup can be made here")
     made = cgroup.GenerationCgroup.create(where, 999, Limits(memory_mb=64))

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal
 
 from lovia_mcp_worker.wire.framing import frame_cap
+from lovia_mcp_worker.wire.mcpjson import ToolSpec
 from lovia_mcp_worker.wire.messages import (
     MCP_MODERN_VERSIONS,
     AgentMessage,
@@ -46,7 +47,6 @@ from lovia_mcp_worker.wire.messages import (
     Progress,
     ServerSpec,
     Started,
-    ToolSpec,
     Tools,
     ToolsChanged,
     WorkerMessage,

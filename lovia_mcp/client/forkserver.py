@@ -51,7 +51,7 @@ from typing import Final
 
 from lovia_mcp_worker.wire.messages import FORKSERVER_STATUS
 
-from .workers import FORKSERVER_START_WAIT, WorkerProcess, WorkerStartError, _read_pid, read_pid
+from .workers import WorkerProcess, _read_pid
 
 # Bound on waiting for an idle forkserver to exit once its control socket is
 # closed (it exits at once; this only keeps the agent's exit bounded).
@@ -443,4 +443,4 @@ def _interpreter_flags() -> list[str]:
     return out
 
 
-__all__ = ["FORKSERVER_START_WAIT", "SUPPORTED", "ForkServer", "WorkerProcess", "WorkerStartError", "read_pid"]
+__all__ = ["SUPPORTED", "ForkServer"]

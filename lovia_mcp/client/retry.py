@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from lovia_mcp_worker.wire.messages import Failure, ToolAnnotations
+from lovia_mcp_worker.wire.mcpjson import ToolAnnotations
+from lovia_mcp_worker.wire.messages import Failure
 
 from .. import annotations as hints
 from ..annotations import AutoReconnect

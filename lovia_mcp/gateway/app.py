@@ -63,7 +63,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
-from lovia_mcp_worker.wire.messages import block_json
+from lovia_mcp_worker.wire.mcpjson import block_json
 
 from ..annotations import as_json
 from ..render import MCPToolResult

@@ -61,21 +61,16 @@ import time
 from typing import Final
 
 from .cgroup_layout import (
-    ENV_SWITCH,
     PREFIX,
     Layout,
-    disable,
-    enabled,
-    kill_leftovers,
     layout,
-    remove_leftovers,
     token,
 )
 from .cgroup_layout import read as _read
 from .cgroup_layout import write as _write
 from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach
 from .proctree import TreeUsage, descendants, kill_tree
-from ..wire.messages import Limits
+from ..wire.confinement import Limits
 
 # Bound on waiting for a cgroup's processes to exit after SIGKILL; only an
 # uninterruptible (D-state) process takes this long.
@@ -410,20 +405,11 @@ def _psutil_cpu(pids: list[int]) -> float:
     return total
 
 
-# The layout API (:mod:`.cgroup_layout`) is re-exported: callers need one module.
 __all__ = [
-    "ENV_SWITCH",
     "KILL_WAIT",
-    "PREFIX",
     "REMOVE_WAIT",
     "CgroupTree",
     "GenerationCgroup",
-    "Layout",
-    "disable",
     "discard_premade",
-    "enabled",
-    "kill_leftovers",
-    "layout",
     "premake",
-    "remove_leftovers",
 ]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ..wire import failures
-from . import cgroup, guard, proctree
+from . import cgroup, cgroup_layout, guard, proctree
 from ..wire.failures import HostError
 from ..session.generation import Generation, Session
 from ..wire.messages import ServerSpec
@@ -59,13 +59,13 @@ class Containment:
 
     def tree(self, number: int, spec: ServerSpec) -> guard.Tree:
         """A generation's containment: its own cgroup where one can be made, else the watch."""
-        where = cgroup.layout()
+        where = cgroup_layout.layout()
         tree: guard.Tree
         if where is not None:
             try:
                 tree = cgroup.CgroupTree(cgroup.GenerationCgroup.create(where, number, spec.limits))
             except OSError as exc:
-                cgroup.disable()
+                cgroup_layout.disable()
                 self._log(logging.INFO, f"no cgroup for server generations ({exc}); limits are watched")
                 tree = guard.WatchTree(subreaper=self.subreaper, generations=self._watch_trees)
             else:
@@ -113,10 +113,10 @@ class Containment:
         try:
             await entering
         except OSError as exc:
-            cgroup.disable()
+            cgroup_layout.disable()
             raise HostError(
                 "open", f"could not move the server into its cgroup: {exc}",
-                hint=f"Set {cgroup.ENV_SWITCH}=0 to use the watch instead of cgroups.",
+                hint=f"Set {cgroup_layout.ENV_SWITCH}=0 to use the watch instead of cgroups.",
             ) from None
 
     def watch(self, gen: Generation, spec: ServerSpec) -> list[asyncio.Future[None]]:
@@ -196,7 +196,7 @@ class Containment:
             # Cgroups a teardown could not remove yet (members still
             # exiting) go now that all are down.
             with contextlib.suppress(OSError):
-                await asyncio.to_thread(cgroup.remove_leftovers, os.getpid())
+                await asyncio.to_thread(cgroup_layout.remove_leftovers, os.getpid())
 
 
 def session_tail(gen: Generation) -> list[str]:

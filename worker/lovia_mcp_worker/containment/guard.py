@@ -30,7 +30,7 @@ from typing import Any, Final, Protocol
 
 import psutil
 
-from ..wire.messages import Limits
+from ..wire.confinement import Limits
 from .proctree import TreeUsage, child_pids, kill_walk, reap_orphans, tree, usage
 
 # The resolution of psutil's create_time (the kernel counts start times in

@@ -32,7 +32,8 @@ from ..sandbox import bwrap as sandbox
 from ..sandbox import landlock
 from . import launcher
 from .guard import die_with_parent
-from ..wire.messages import Limits, Sandbox, ServerSpec
+from ..wire.confinement import Limits, Sandbox
+from ..wire.messages import ServerSpec
 
 ENV_ALLOWLIST: Final = (
     "PATH",

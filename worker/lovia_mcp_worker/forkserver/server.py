@@ -96,7 +96,7 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a worker that needs it reports the error itself
             pass
-    from ..containment import cgroup, guard, launcher
+    from ..containment import cgroup_layout, guard, launcher
 
     # Made once, here, so every worker has the server's launcher at the same
     # descriptor (workers keep it: it is close-on-exec, and sealed).
@@ -133,7 +133,7 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(wake_r, 4096):
                             pass
-                    _reap(status, dead, cgroup, pool)
+                    _reap(status, dead, cgroup_layout, pool)
                     continue
                 try:
                     msg, fds, _, _ = socket.recv_fds(ctrl, 1, 3)
@@ -368,7 +368,7 @@ def _announce(ctrl: socket.socket, pid: int, fds: list[socket.socket] | None = N
             ctrl.send(FORKSERVER_STATUS.pack(pid), socket.MSG_DONTWAIT)
 
 
-def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, pool: _Pool) -> None:
+def _reap(status: dict[int, socket.socket], dead: set[int], cgroup_layout: Any, pool: _Pool) -> None:
     """Reap exited children: tell the agent of its workers' exits, kill what dead workers left."""
     while True:
         try:
@@ -389,7 +389,7 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, pool: _
             # A worker that exited cleanly removed its own cgroups.
             dead.add(pid)
             with contextlib.suppress(Exception):
-                cgroup.kill_leftovers(pid)
+                cgroup_layout.kill_leftovers(pid)
     idle = pool.pids()
     adopted = [pid for pid in _children() if pid not in status and pid not in idle]
     for pid in adopted:
@@ -399,7 +399,7 @@ def _reap(status: dict[int, socket.socket], dead: set[int], cgroup: Any, pool: _
         # Every leftover is reaped: their cgroups are empty now.
         for pid in list(dead):
             with contextlib.suppress(Exception):
-                if not cgroup.remove_leftovers(pid):
+                if not cgroup_layout.remove_leftovers(pid):
                     dead.discard(pid)
 
 

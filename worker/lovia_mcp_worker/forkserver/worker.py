@@ -190,10 +190,10 @@ class Prepared:
                 asyncio.set_child_watcher(watcher)
         # Which cgroups this worker may make is detected once per process
         # (two /proc reads and a sweep): here, not on the first open's path.
-        from ..containment import cgroup
+        from ..containment import cgroup, cgroup_layout
 
         with contextlib.suppress(Exception):  # the open detects again, and reports what fails
-            cgroup.layout()
+            cgroup_layout.layout()
         self.served: _Served | None = None
         if ahead:  # an idle worker, waiting: never on a request's path
             with contextlib.suppress(Exception):  # only a head start: the open makes its cgroup anyway

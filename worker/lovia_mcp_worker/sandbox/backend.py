@@ -27,7 +27,7 @@ import os
 import sys
 from typing import Final
 
-from ..wire.messages import Sandbox
+from ..wire.confinement import Sandbox
 from . import landlock
 from .bwrap import BWRAP, USERNS_HINT, SandboxError
 

@@ -52,7 +52,7 @@ import shutil
 import sys
 from typing import Final
 
-from ..wire.messages import DEFAULT_HIDDEN, Sandbox
+from ..wire.confinement import DEFAULT_HIDDEN, Sandbox
 from . import seccomp
 from .writedeny import protected_entries
 

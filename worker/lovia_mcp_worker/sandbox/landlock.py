@@ -65,7 +65,7 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
-from ..wire.messages import Sandbox
+from ..wire.confinement import Sandbox
 from . import seccomp
 from ._runtime import runtime, script_tree
 from .privileges import drop_privileges

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from ..wire.messages import WRITE_DENY, Sandbox
+from ..wire.confinement import WRITE_DENY, Sandbox
 
 
 def protected_entries(box: Sandbox, roots: list[str]) -> list[str]:

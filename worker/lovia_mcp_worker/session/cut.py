@@ -27,7 +27,7 @@ from typing import Final
 
 import msgspec
 
-from ..wire.messages import ContentBlock
+from ..wire.mcpjson import ContentBlock
 
 # Nothing is left out unless the text is longer than both ends by this much:
 # a few kilobytes more on the pipe cost less than a cut result's surprises

@@ -32,7 +32,7 @@ from typing import Final, Protocol
 from ..wire.failures import HostError
 from ..containment.guard import Tree
 from .progress import OnProgress
-from ..wire.messages import ContentBlock, ToolSpec
+from ..wire.mcpjson import ContentBlock, ToolSpec
 
 
 class State(enum.Enum):

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from typing import Final
 
 from .generation import Generation, Session, State
-from ..wire.messages import ToolSpec, ToolsChanged, WorkerMessage
+from ..wire.mcpjson import ToolSpec
+from ..wire.messages import ToolsChanged, WorkerMessage
 
 # A re-listing after list_changed, and how long a call's result waits for it.
 # tools/list answers in milliseconds; a server that notifies and then never

@@ -32,17 +32,15 @@ from typing import Any, Final, TypeVar
 from ..wire import failures
 from ..wire.failures import HostError
 from ..session.progress import OnProgress, parse_progress
-from ..wire.messages import (
-    MCP_HANDSHAKE_VERSIONS,
-    MCP_MODERN_VERSIONS,
+from ..wire.mcpjson import (
     CallOutcome,
     ContentBlock,
     MCPJSONError,
-    ServerSpec,
     ToolSpec,
     call_result,
     list_tools,
 )
+from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS, ServerSpec
 from . import era
 from .era import CLIENT_INFO
 

@@ -46,9 +46,7 @@ from ..wire import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
 from ..wire.failures import HostError, RemoteError
 from ..session.progress import OnProgress, parse_progress
-from ..wire.messages import (
-    MCP_HANDSHAKE_VERSIONS,
-    MCP_MODERN_VERSIONS,
+from ..wire.mcpjson import (
     CallOutcome,
     ContentBlock,
     MCPJSONError,
@@ -57,6 +55,7 @@ from ..wire.messages import (
     json_object,
     list_tools,
 )
+from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS
 from . import era
 from .era import CLIENT_INFO
 

@@ -25,7 +25,8 @@ from . import era
 from .jsonrpc import Client, Trace
 from ..containment.launch import spawn, wrapper_exec_error
 from ..session.progress import OnProgress
-from ..wire.messages import ContentBlock, ServerSpec, ToolSpec
+from ..wire.mcpjson import ContentBlock, ToolSpec
+from ..wire.messages import ServerSpec
 
 # After stdout or stdin closes, how long to wait for the exit status before
 # saying the server closed the pipe and lives on (it is then stopped).

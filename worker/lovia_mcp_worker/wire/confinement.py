@@ -1,6 +1,5 @@
 """What a stdio server is launched under: its limits and its sandbox (values inside ``ServerSpec``).
 
-Private: :mod:`.protocol` re-exports everything here; import it from there.
 Like the protocol, this imports nothing but the standard library and msgspec.
 """
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import signal
 from collections.abc import Sequence
 
-from .messages import Failure, FailureKind, Limits
+from .confinement import Limits
+from .messages import Failure, FailureKind
 
 # Hints, each said in one place.
 HINT_LOG = "Check the server's log (stderr tail below)."

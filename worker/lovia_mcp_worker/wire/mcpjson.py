@@ -1,9 +1,5 @@
 """MCP's JSON, read in one place: the content, listing and annotation structs and their codec.
 
-Private to :mod:`~lovia_mcp_worker.wire.messages`, which re-exports every name
-here (the protocol module would pass ~450 lines with it); import them from
-there.
-
 The structs are the wire structs that cross the pipe, with the MCP SDK 2.x
 attribute names (``mime_type``, ``read_only_hint``, ``meta``...) a custom
 ``result_renderer`` reads. msgspec's ``rename="camel"`` (and ``_meta`` named

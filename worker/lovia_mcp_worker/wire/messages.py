@@ -11,10 +11,9 @@ Content blocks keep the MCP SDK 2.x attribute names (``type``, ``text``,
 ``mime_type``, ``data``, ``uri``, ``resource``) so a ``result_renderer``
 written against the SDK's models reads them unchanged. They, the tool
 listing and annotation structs, and the codec that reads a server's MCP JSON
-into them (with the one pagination loop) live in the private ``_mcpjson``
-module beside this one; what a server is launched under (``Limits``,
-``Sandbox``) in ``_confinement``. Both are re-exported here: import them
-from here.
+into them (with the one pagination loop) live in :mod:`.mcpjson` beside this
+one; what a server is launched under (``Limits``, ``Sandbox``) in
+:mod:`.confinement`.
 
 This module must import nothing but the standard library and msgspec: the
 agent process imports it and must never pull in ``mcp``.
@@ -27,23 +26,8 @@ from typing import Final, Literal, Union
 
 import msgspec
 
-from .confinement import DEFAULT_HIDDEN, WRITE_DENY, Limits, Sandbox
-from .mcpjson import (
-    KNOWN_BLOCKS,
-    MAX_LIST_PAGES,
-    CallOutcome,
-    ContentBlock,
-    MCPJSONError,
-    Resource,
-    ToolAnnotations,
-    ToolSpec,
-    block_json,
-    call_result,
-    json_object,
-    list_tools,
-    to_json,
-    tools_page,
-)
+from .confinement import Limits, Sandbox
+from .mcpjson import ContentBlock, ToolSpec
 
 # The wire protocol's version: the agent sends it with Open and a worker that
 # speaks another refuses the connection (an agent and a forkserver from two
@@ -363,51 +347,33 @@ __all__ = [
     "FORKSERVER_STATUS",
     "CANCEL_SLACK",
     "HEADER",
-    "KNOWN_BLOCKS",
-    "MAX_LIST_PAGES",
     "MCP_HANDSHAKE_VERSIONS",
     "MCP_MODERN_VERSIONS",
     "MCP_PROTOCOL_MODES",
     "PROTOCOL_VERSION",
     "AgentMessage",
-    "CallOutcome",
     "CallTool",
     "Cancel",
     "Close",
     "Closed",
-    "ContentBlock",
     "Ended",
     "Failure",
     "FailureKind",
     "GetStats",
-    "Limits",
     "ListTools",
     "Log",
-    "MCPJSONError",
     "Open",
     "Opened",
-    "DEFAULT_HIDDEN",
     "Progress",
-    "Resource",
     "Result",
-    "Sandbox",
     "ServerSpec",
     "Started",
     "Stats",
     "StatsReply",
-    "ToolAnnotations",
-    "ToolSpec",
     "Tools",
     "ToolsChanged",
-    "WRITE_DENY",
     "WorkerMessage",
     "agent_decoder",
-    "block_json",
-    "call_result",
     "encoder",
-    "json_object",
-    "list_tools",
-    "to_json",
-    "tools_page",
     "worker_decoder",
 ]
