@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 from ..wire import failures
 from ..containment import proctree
-from ..containment.contain import SHUTDOWN_WAIT, Containment, session_tail
+from .contain import SHUTDOWN_WAIT, Containment, session_tail
 from ..wire.failures import HostError
 from .generation import Generation, Session, State
 from ..containment.launch import LaunchError

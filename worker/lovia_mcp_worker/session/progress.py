@@ -25,31 +25,6 @@ from ..wire.messages import Progress
 # as a log or a terminal line is read, while a server sending thousands a
 # second costs the agent ten small frames.
 PROGRESS_INTERVAL: Final = 0.1
-# Longest progress message forwarded; a server's message is a status line.
-PROGRESS_MESSAGE_MAX: Final = 500
-
-OnProgress = Callable[[float, "float | None", "str | None"], None]
-
-
-def parse_progress(params: object) -> tuple[object, float, float | None, str | None] | None:
-    """``(token, progress, total, message)`` from notification params, or None if malformed."""
-    if not isinstance(params, dict):
-        return None
-    token = params.get("progressToken")
-    progress = _number(params.get("progress"))
-    if token is None or progress is None:
-        return None
-    total = _number(params.get("total"))
-    message = params.get("message")
-    text = message[:PROGRESS_MESSAGE_MAX] if isinstance(message, str) else None
-    return token, progress, total, text
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 class ProgressForwarder:
@@ -113,4 +88,4 @@ class ProgressForwarder:
         self._closed = True
 
 
-__all__ = ["PROGRESS_INTERVAL", "PROGRESS_MESSAGE_MAX", "OnProgress", "ProgressForwarder", "parse_progress"]
+__all__ = ["PROGRESS_INTERVAL", "ProgressForwarder"]

@@ -31,7 +31,8 @@ from typing import Any, Final, TypeVar
 
 from ..wire import failures
 from ..wire.failures import HostError
-from ..session.progress import OnProgress, parse_progress
+from ..wire.mcpjson import parse_progress
+from .base import OnProgress
 from ..wire.mcpjson import (
     CallOutcome,
     ContentBlock,

@@ -45,7 +45,8 @@ import msgspec
 from ..wire import failures
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
 from ..wire.failures import HostError, RemoteError
-from ..session.progress import OnProgress, parse_progress
+from ..wire.mcpjson import parse_progress
+from .base import OnProgress
 from ..wire.mcpjson import (
     CallOutcome,
     ContentBlock,

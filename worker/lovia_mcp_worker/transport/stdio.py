@@ -24,7 +24,7 @@ from ..wire.failures import HostError, RemoteError
 from . import era
 from .jsonrpc import Client, Trace
 from ..containment.launch import spawn, wrapper_exec_error
-from ..session.progress import OnProgress
+from .base import OnProgress
 from ..wire.mcpjson import ContentBlock, ToolSpec
 from ..wire.messages import ServerSpec
 

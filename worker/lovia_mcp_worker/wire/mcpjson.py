@@ -25,6 +25,7 @@ msgspec.
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
@@ -405,7 +406,34 @@ def block_json(block: ContentBlock) -> dict[str, Any]:
     return to_json(block)
 
 
+# Longest progress message forwarded; a server's message is a status line.
+PROGRESS_MESSAGE_MAX: Final = 500
+
+
+def parse_progress(params: object) -> tuple[object, float, float | None, str | None] | None:
+    """``(token, progress, total, message)`` from ``notifications/progress`` params, or None if malformed."""
+    if not isinstance(params, dict):
+        return None
+    token = params.get("progressToken")
+    progress = _number(params.get("progress"))
+    if token is None or progress is None:
+        return None
+    total = _number(params.get("total"))
+    message = params.get("message")
+    text = message[:PROGRESS_MESSAGE_MAX] if isinstance(message, str) else None
+    return token, progress, total, text
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
 __all__ = [
+    "PROGRESS_MESSAGE_MAX",
+    "parse_progress",
     "KNOWN_BLOCKS",
     "MAX_LIST_PAGES",
     "CallOutcome",

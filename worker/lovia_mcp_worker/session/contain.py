@@ -21,9 +21,9 @@ from collections.abc import Callable
 from typing import Final
 
 from ..wire import failures
-from . import cgroup, cgroup_layout, guard, proctree
+from ..containment import cgroup, cgroup_layout, guard, proctree
 from ..wire.failures import HostError
-from ..session.generation import Generation, Session
+from .generation import Generation, Session
 from ..wire.messages import ServerSpec
 
 # How often the guard samples the tree when a memory, CPU or process limit is
