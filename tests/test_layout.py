@@ -37,14 +37,17 @@ def _modules(package: str) -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """Every module ``name`` imports when its code runs (TYPE_CHECKING blocks left out)."""
+def _imports(name: str, path: Path, *, type_only: bool = False) -> set[str]:
+    """Every module ``name`` imports when its code runs (with ``type_only``, TYPE_CHECKING blocks too)."""
     is_package = path.name == "__init__.py"
     found: set[str] = set()
 
     class Visitor(ast.NodeVisitor):
         def visit_If(self, node: ast.If) -> None:
             test = node.test
+            if type_only:
+                self.generic_visit(node)
+                return
             if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
                 isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
             ):
@@ -120,6 +123,60 @@ def test_the_agent_imports_from_the_worker_package_only_its_named_public_surface
             if module.startswith("lovia_mcp_worker") and module in worker and module != "lovia_mcp_worker":
                 used.setdefault(module, set()).add(name)
     assert set(used) <= AGENT_SURFACE, {m: sorted(by) for m, by in used.items() if m not in AGENT_SURFACE}
+
+
+# The worker's subpackages, top to bottom: each imports only those below it.
+WORKER_LAYERS = ["forkserver", "session", "transport", "containment", "sandbox", "wire"]
+
+
+def _upward(package: str, layers: list[str]) -> list[str]:
+    """Imports from a lower layer to a higher one (runtime, lazy and type-only imports all count)."""
+    rank = {layer: i for i, layer in enumerate(layers)}
+    modules = _modules(package)
+    found = []
+    for name, path in modules.items():
+        parts = name.split(".")
+        if len(parts) < 3:  # the package's own __init__ and top-level modules are not layered
+            continue
+        here = rank[parts[1]]
+        for module in sorted(_imports(name, path, type_only=True)):
+            if module not in modules:
+                continue
+            target = module.split(".")
+            if len(target) > 1 and target[1] in rank and rank[target[1]] < here:
+                found.append(f"{name} -> {module}")
+    return found
+
+
+@pytest.mark.unit
+def test_the_worker_declares_every_subpackage_in_its_layer_order() -> None:
+    root = PACKAGES["lovia_mcp_worker"]
+    subpackages = sorted(p.parent.name for p in root.glob("*/__init__.py"))
+    assert subpackages == sorted(WORKER_LAYERS)
+
+
+@pytest.mark.unit
+def test_no_worker_subpackage_imports_one_above_it() -> None:
+    assert _upward("lovia_mcp_worker", WORKER_LAYERS) == []
+
+
+@pytest.mark.unit
+def test_the_layer_check_finds_an_upward_import_hidden_under_type_checking(tmp_path: Path) -> None:
+    # The check itself can fail: the transport's contract, where it was.
+    root = tmp_path / "pkg"
+    for layer in ("session", "transport"):
+        (root / layer).mkdir(parents=True)
+        (root / layer / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "session" / "progress.py").write_text("X = 1\n")
+    (root / "transport" / "stdio.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..session.progress import X\n"
+    )
+    PACKAGES["pkg"] = root
+    try:
+        assert _upward("pkg", ["session", "transport"]) == ["pkg.transport.stdio -> pkg.session.progress"]
+    finally:
+        del PACKAGES["pkg"]
 
 
 @pytest.mark.unit
