@@ -30,7 +30,6 @@ from typing import Final, TypeVar
 from ..sandbox import backend
 from ..sandbox import bwrap as sandbox
 from ..sandbox import landlock
-from . import launcher
 from .guard import die_with_parent
 from ..wire.confinement import Limits, Sandbox
 from ..wire.messages import ServerSpec
@@ -81,35 +80,31 @@ def _preexec(limits: Limits, box: landlock.Plan | None = None) -> Callable[[], N
 
 # The server's parent-death signal without a Python pre-exec hook, which
 # forces subprocess to fork() the whole worker (~4 ms for its ~65 MB) where
-# it can otherwise vfork (~0.15 ms): lovia-mcp's own launcher (~0.05 ms,
-# see .launcher), else util-linux's setpriv (~1 ms, an exec that loads two
-# libraries). Looked up once, in the forkserver.
+# it can otherwise vfork (~0.15 ms): util-linux's setpriv sets it and execs
+# the server (about 1 ms more of the server's start than a bare exec: it
+# loads libc and libcap-ng; scripts/bench.py measures it). Looked up once,
+# in the forkserver; without it the pre-exec hook sets the signal.
 _SETPRIV: Final = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
 def _launch_plan(
     limits: Limits, argv: list[str], box: landlock.Plan | None = None
-) -> tuple[list[str], Callable[[], None] | None, tuple[int, ...]]:
-    """The argv to execute, the pre-exec hook if one is needed, and a descriptor to pass.
+) -> tuple[list[str], Callable[[], None] | None]:
+    """The argv to execute, and the pre-exec hook if one is needed.
 
     rlimits (cpu_seconds, max_open_files) and a Landlock sandbox need the
-    hook, which also sets the parent-death signal; without them, the
-    launcher (whose descriptor the child gets) or setpriv sets it.
+    hook, which also sets the parent-death signal; without them setpriv
+    sets it, where there is one.
     """
     if box is not None:
-        return argv, _preexec(limits, box), ()
-    if limits.cpu_seconds is None and limits.max_open_files is None:
-        found = launcher.current() if os.path.isabs(argv[0]) else None  # it execs a path, not a name
-        if found is not None:
-            path, fd = found
-            return [path, *argv], None, (fd,)
-        if _SETPRIV is not None:
-            return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv], None, ()
-    return argv, _preexec(limits), ()
+        return argv, _preexec(limits, box)
+    if limits.cpu_seconds is None and limits.max_open_files is None and _SETPRIV is not None:
+        return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv], None
+    return argv, _preexec(limits)
 
 
 def wrapper_exec_error(returncode: int, stderr_tail: list[str]) -> str | None:
-    """The exec error the launcher or setpriv reported for the server, if that is why it exited.
+    """The exec error setpriv or bwrap reported for the server, if that is why it exited.
 
     Without a wrapper, a failed exec (a missing interpreter on the ``#!``
     line, say) raises in the worker; with one, the wrapper exits and says
@@ -118,9 +113,6 @@ def wrapper_exec_error(returncode: int, stderr_tail: list[str]) -> str | None:
     sandboxed = sandbox.setup_error(returncode, stderr_tail)
     if sandboxed is not None:
         return sandboxed
-    launched = launcher.exec_error(returncode, stderr_tail)
-    if launched is not None:
-        return launched
     if _SETPRIV is None or returncode not in (126, 127) or not stderr_tail:
         return None
     last = stderr_tail[-1]
@@ -206,7 +198,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
     box: landlock.Plan | None = None
     if spec.sandbox is not None:
         argv, pass_fds, box = await _sandboxed(spec, spec.sandbox, argv, env)
-    argv, preexec, own = _launch_plan(spec.limits, argv, box)
+    argv, preexec = _launch_plan(spec.limits, argv, box)
     loop = asyncio.get_running_loop()
     try:
         return await loop.subprocess_exec(
@@ -219,7 +211,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             cwd=spec.cwd,
             start_new_session=True,
             preexec_fn=preexec,
-            pass_fds=(*pass_fds, *own),
+            pass_fds=pass_fds,
         )
     except subprocess.SubprocessError as exc:  # the pre-exec failed: no server ran
         raise LaunchError(

@@ -96,11 +96,8 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a worker that needs it reports the error itself
             pass
-    from ..containment import cgroup_layout, guard, launcher
+    from ..containment import cgroup_layout, guard
 
-    # Made once, here, so every worker has the server's launcher at the same
-    # descriptor (workers keep it: it is close-on-exec, and sealed).
-    launcher.prepare()
     # A dead worker's orphaned descendants come here, not to the agent.
     guard.become_subreaper()
     ctrl = socket.socket(fileno=ctrl_fd)
