@@ -12,12 +12,19 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from lovia.exceptions import UserError
 from lovia.tools.base import ToolResultRenderer
 from lovia_mcp_worker.wire.confinement import Limits, Sandbox
-from lovia_mcp_worker.wire.messages import MCP_PROTOCOL_MODES as PROTOCOL_MODES, ServerSpec
+from lovia_mcp_worker.wire.messages import (
+    DEFAULT_KILL_GRACE,
+    DEFAULT_OPEN_TIMEOUT,
+    MCP_PROTOCOL_MODES as PROTOCOL_MODES,
+    ON_TIMEOUTS,
+    OnTimeout,
+    ServerSpec,
+)
 
 from . import _sandbox_config, spares
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
@@ -27,12 +34,6 @@ from .spares import MAX_SPARES
 
 ISOLATIONS: Final = ("process", "none")
 
-# Spawn + handshake + tool listing. Generous: a first `npx -y pkg` or `uvx pkg`
-# downloads the package inside this window.
-DEFAULT_OPEN_TIMEOUT: Final = 120.0
-# Between the cancel notification for a timed-out call and killing the
-# server's tree: time for a well-behaved server to stop on its own.
-DEFAULT_KILL_GRACE: Final = 1.0
 # Crash-loop circuit: this many restarts within the window open it.
 DEFAULT_RESTART_LIMIT: Final = 5
 DEFAULT_RESTART_WINDOW: Final = 60.0
@@ -72,7 +73,7 @@ class MCPServer:
     limits: Limits | None = None
     open_timeout: float = DEFAULT_OPEN_TIMEOUT
     inherit_env: list[str] | None = None
-    on_timeout: Literal["kill", "cancel"] = "kill"
+    on_timeout: OnTimeout = "kill"
     kill_grace: float = DEFAULT_KILL_GRACE
     restart_limit: int = DEFAULT_RESTART_LIMIT
     restart_window: float = DEFAULT_RESTART_WINDOW
@@ -110,7 +111,7 @@ class MCPServer:
         if not isinstance(self.trust_annotations, bool):
             raise UserError(f"trust_annotations must be True or False, got {self.trust_annotations!r}",
                             hint="trust_annotations=True only for a server you trust to describe its tools.")
-        if self.on_timeout not in ("kill", "cancel"):
+        if self.on_timeout not in ON_TIMEOUTS:
             raise UserError(
                 f"unknown on_timeout {self.on_timeout!r}",
                 hint="Use 'kill' (cancel, then kill the server tree) or 'cancel' (notification only).",
@@ -292,7 +293,6 @@ class MCPServerStreamableHTTP(MCPServer):
 
 
 __all__ = [
-    "DEFAULT_OPEN_TIMEOUT",
     "DEFAULT_SPARE_IDLE",
     "MAX_SPARES",
     "Isolation",

@@ -137,3 +137,17 @@ def test_a_command_that_does_not_exist_fails_at_open_time_with_a_hint(isolation:
 
     assert "PATH" in (info.value.hint or "")
     assert model.calls == []
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("cls", [MCPServerStdio, MCPServerStreamableHTTP])
+def test_a_configs_defaults_and_the_wires_defaults_agree_field_by_field(cls: type[MCPServer]) -> None:
+    import msgspec
+
+    from lovia_mcp_worker.wire.messages import ServerSpec
+
+    wire = {f.name: f.default for f in msgspec.structs.fields(ServerSpec) if f.default is not msgspec.NODEFAULT}
+    config = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    shared = sorted(set(wire) & set(config) - {"limits"})  # limits: None in the config means Limits()
+    assert {"open_timeout", "kill_grace", "on_timeout", "protocol"} <= set(shared)
+    assert {name: config[name] for name in shared} == {name: wire[name] for name in shared}

@@ -22,7 +22,7 @@ agent process imports it and must never pull in ``mcp``.
 from __future__ import annotations
 
 import struct
-from typing import Final, Literal, Union
+from typing import Final, Literal, Union, get_args
 
 import msgspec
 
@@ -67,6 +67,22 @@ MCP_MODERN_VERSIONS: Final = ("2026-07-28",)
 MCP_PROTOCOL_MODES: Final = ("auto", "legacy", *MCP_MODERN_VERSIONS, *MCP_HANDSHAKE_VERSIONS)
 
 
+# The launch defaults, one definition for both sides: the agent's configs
+# default to these, and a spec that omits a field means the same.
+# Spawn + handshake + tool listing. Generous: a first `npx -y pkg` or `uvx pkg`
+# downloads the package inside this window.
+DEFAULT_OPEN_TIMEOUT: Final = 120.0
+# Between the cancel notification for a timed-out call and killing the
+# server's tree: time for a well-behaved server to stop on its own.
+DEFAULT_KILL_GRACE: Final = 1.0
+
+# What a call past its timeout does to its server: "kill" retires the
+# server's tree after kill_grace (a fresh server serves at once); "cancel"
+# sends the cancel notification and keeps the server.
+OnTimeout = Literal["kill", "cancel"]
+ON_TIMEOUTS: Final[tuple[OnTimeout, ...]] = get_args(OnTimeout)
+
+
 # --------------------------------------------------------------------------- #
 # Values carried inside messages
 # --------------------------------------------------------------------------- #
@@ -82,9 +98,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     url: str | None = None
     headers: dict[str, str] = {}
     limits: Limits = Limits()
-    open_timeout: float = 60.0
-    kill_grace: float = 1.0
-    on_timeout: Literal["kill", "cancel"] = "kill"
+    open_timeout: float = DEFAULT_OPEN_TIMEOUT
+    kill_grace: float = DEFAULT_KILL_GRACE
+    on_timeout: OnTimeout = "kill"
     sandbox: Sandbox | None = None
     # Keep one more server READY beside the current one (a persistent
     # connection with spares): a crash or timeout restart promotes it.
@@ -344,6 +360,10 @@ def worker_decoder() -> msgspec.msgpack.Decoder[AgentMessage]:
 
 
 __all__ = [
+    "DEFAULT_KILL_GRACE",
+    "DEFAULT_OPEN_TIMEOUT",
+    "ON_TIMEOUTS",
+    "OnTimeout",
     "FORKSERVER_STATUS",
     "CANCEL_SLACK",
     "HEADER",
