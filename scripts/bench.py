@@ -19,7 +19,7 @@ all samples, because these machines are shared and noisy. "First open" is
 measured in yet another fresh process per sample, timed from just before the
 process is started to the moment its first tool list is in hand.
 
-Figures (goal ratios are isolated/in-process; see docs in DESIGN.md):
+Figures (goal ratios are isolated/in-process; the targets are in docs/performance.md):
 
 - open: ``async with server.session()`` enter, warm (imports done, forkserver
   up); close: its exit (reported, not a goal);

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(120)
 # The command exits before opening anything when the set-up is wrong.
 REFUSAL_WAIT = 30.0
 # A worker whose agent (here the gateway) is gone kills its server tree and
-# exits within about a second (DESIGN.md); generous for a loaded machine.
+# exits within about a second (docs/failures.md); generous for a loaded machine.
 KILLED_GONE_WAIT = 15.0
 
 

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 GONE_WAIT = 5.0
 # The agent process reports its spare's pids: seconds when the forkserver is cold.
 REPORT_WAIT = 15.0
-# DESIGN.md: after agent SIGKILL the worker kills the tree "within about a second".
+# docs/failures.md: after an agent SIGKILL the worker kills the tree within about a second.
 AGENT_DEATH_CLEANUP = 2.0
 
 

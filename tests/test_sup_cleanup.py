@@ -1,4 +1,4 @@
-"""Supervision: nothing outlives its connection (DESIGN.md, failure semantics).
+"""Supervision: nothing outlives its connection (docs/failures.md).
 
 Closing a connection ends every process of the server's tree, grandchildren
 and orphans included; an agent killed with SIGKILL takes its workers, their
@@ -29,7 +29,7 @@ SUP_SERVER = str(SERVERS / "sup_server.py")
 # The agent reports its pids after starting a worker, a server and three
 # sleepers: seconds when the forkserver is cold.
 REPORT_WAIT = 15.0
-# DESIGN.md: the worker sees its pipe close and kills the tree "within about a second".
+# docs/failures.md: the worker sees its pipe close and kills the tree within about a second.
 AGENT_DEATH_CLEANUP = 2.0
 
 

@@ -1,4 +1,4 @@
-"""Supervision: servers and workers that die (DESIGN.md, failure semantics).
+"""Supervision: servers and workers that die (docs/failures.md).
 
 A server or worker that dies mid-call fails the call with ``MCPError`` at
 once (exit code or signal, last stderr lines; never a timeout), the next call

@@ -1,4 +1,4 @@
-"""Supervision: resource limits on the server's tree (DESIGN.md, failure semantics).
+"""Supervision: resource limits on the server's tree (docs/failures.md).
 
 Memory (RSS of the whole tree), CPU seconds and process count: passing one
 kills the tree and fails the call with an ``MCPError`` naming the limit and

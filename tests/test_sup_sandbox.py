@@ -1,4 +1,4 @@
-"""Supervision: the server's launch environment (DESIGN.md, sandbox defaults).
+"""Supervision: the server's launch environment (docs/operating.md, the environment).
 
 The server runs in ``cwd=`` and sees a small allowlist of the agent's
 environment (PATH, HOME, LANG, LC_*, TERM, USER, LOGNAME, SHELL, TMPDIR) plus

@@ -1,4 +1,4 @@
-"""Supervision: a call that passes its timeout (DESIGN.md, failure semantics).
+"""Supervision: a call that passes its timeout (docs/failures.md).
 
 on_timeout="kill": the caller gets lovia's timeout error at the deadline, the
 server's whole tree (grandchildren included) is killed after the grace
