@@ -201,7 +201,7 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
 
 def _shared_helpers() -> dict[int, str]:
     """The forkserver and its idle workers: one forkserver per agent process, by design."""
-    from .client.channel import forkserver_pid, helper_pids
+    from .client.forkserver import forkserver_pid, helper_pids
 
     server = forkserver_pid()
     return {pid: "forkserver" if pid == server else "idle worker" for pid in helper_pids()}

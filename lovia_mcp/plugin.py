@@ -24,7 +24,7 @@ from lovia.plugins.base import PluginInstance
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
-from .client.channel import run_began, run_ended, warm_up_soon
+from .client.forkserver import run_began, run_ended, warm_up_soon
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from lovia_mcp_worker.wire.confinement import Sandbox
 

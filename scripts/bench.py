@@ -723,9 +723,9 @@ def _sandbox_available() -> bool:
 
 def _idle_worker() -> int | None:
     """The forkserver's idle worker (None before issue 19, or when it has none)."""
-    from lovia_mcp.client import channel as _channel
+    from lovia_mcp.client import forkserver as _forkserver_mod
 
-    forkserver = getattr(_channel, "_forkserver", None)
+    forkserver = getattr(_forkserver_mod, "process_forkserver", None)
     idle_pid = getattr(forkserver, "idle_pid", None)
     return None if idle_pid is None else idle_pid(10.0)
 

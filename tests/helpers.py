@@ -211,7 +211,7 @@ def register_shared(pid: int) -> None:
 
 def _shared_helper_pids() -> set[int]:
     """lovia-mcp's forkserver: one per agent process, shared by design."""
-    from lovia_mcp.client.channel import helper_pids
+    from lovia_mcp.client.forkserver import helper_pids
 
     return helper_pids()
 

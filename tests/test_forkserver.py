@@ -29,7 +29,7 @@ def _agent_script(tmp_path: Path, body: str) -> str:
     script.write_text(
         "import asyncio, json, sys\n"
         "from lovia_mcp import MCPServerStdio\n"
-        "from lovia_mcp.client.channel import helper_pids\n"
+        "from lovia_mcp.client.forkserver import helper_pids\n"
         f"open({str(tmp_path / 'imports.log')!r}, 'a').write('imported\\n')  # unguarded\n"
         "async def main():\n"
         f"    server = MCPServerStdio(command={PY!r}, args=[{RAW_SERVER!r}], name='raw')\n"

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from helpers import raw, run, script_json
 
-from lovia_mcp.client import channel as _channel
+from lovia_mcp.client import forkserver as _forkserver_mod
 from lovia_mcp_worker.containment import cgroup_layout
 from lovia_mcp_worker.forkserver.server import MAX_IDLE, MIN_IDLE, OPEN_WAIT
 
@@ -39,7 +39,7 @@ def test_an_open_is_served_by_the_idle_worker_and_a_fresh_one_replaces_it() -> N
         server = raw("process")
         async with server.session():
             pass  # the forkserver is up
-        forkserver = _channel._forkserver
+        forkserver = _forkserver_mod.process_forkserver
         served = []
         idle = await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT)
         for _ in range(3):
@@ -54,7 +54,7 @@ def test_an_open_is_served_by_the_idle_worker_and_a_fresh_one_replaces_it() -> N
         pool = forkserver.idle_pids()
         assert idle in pool and 1 <= len(pool) <= MAX_IDLE
         assert all(psutil.Process(pid).ppid() == forkserver.pid for pid in pool)
-        assert _channel.helper_pids() == {forkserver.pid, *pool}
+        assert _forkserver_mod.helper_pids() == {forkserver.pid, *pool}
 
     run(main())
 
@@ -73,7 +73,7 @@ def test_an_idle_worker_that_is_killed_or_terminated_is_replaced_and_the_next_op
         server = raw("process")
         async with server.session():
             pass
-        forkserver = _channel._forkserver
+        forkserver = _forkserver_mod.process_forkserver
         idle = await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT)
         assert idle is not None
         if ending == "SIGKILL":
@@ -103,7 +103,7 @@ def test_a_burst_of_opens_grows_the_idle_pool_to_serve_the_next_burst_and_every_
         server = raw("process")
         async with server.session():
             pass
-        forkserver = _channel._forkserver
+        forkserver = _forkserver_mod.process_forkserver
         for _ in range(2):  # each request that finds the pool empty grows it by one
             assert await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT, count=MIN_IDLE) is not None
             async with contextlib.AsyncExitStack() as stack:
@@ -128,15 +128,15 @@ def test_every_idle_worker_exits_with_the_agent_process() -> None:
         "import asyncio, json, sys\n"
         "sys.path.insert(0, %r)\n"
         "from helpers import raw\n"
-        "from lovia_mcp.client import channel\n"
+        "from lovia_mcp.client import forkserver as channel\n"
         "async def main():\n"
         "    server = raw('process')\n"
         "    async with server.session():\n"
         "        pass\n"
-        "    assert await asyncio.to_thread(channel._forkserver.idle_pid, %r, count=%d) is not None\n"
+        "    assert await asyncio.to_thread(channel.process_forkserver.idle_pid, %r, count=%d) is not None\n"
         "    async with contextlib.AsyncExitStack() as stack:\n"
         "        await asyncio.gather(*(stack.enter_async_context(server.session()) for _ in range(3)))\n"
-        "    assert await asyncio.to_thread(channel._forkserver.idle_pid, %r, count=%d) is not None\n"
+        "    assert await asyncio.to_thread(channel.process_forkserver.idle_pid, %r, count=%d) is not None\n"
         "    print(json.dumps(sorted(channel.helper_pids())), flush=True)\n"
         "import contextlib\n"
         "asyncio.run(main())\n"
@@ -165,7 +165,7 @@ def _with_a_full_pool(tmp_path: Path, body: str) -> dict[str, object]:
         "sys.path.insert(0, %r)\n"
         "from helpers import PY, SERVERS, raw\n"
         "from lovia_mcp import MCPServerStdio, close_spares, warm_spares\n"
-        "from lovia_mcp.client import channel\n"
+        "from lovia_mcp.client import forkserver as channel\n"
         "WAIT = %r\n"
         "async def held_at(gates):\n"
         "    # Each open returns once its server holds the gate's other end.\n"
@@ -177,7 +177,7 @@ def _with_a_full_pool(tmp_path: Path, body: str) -> dict[str, object]:
         "async def main():\n"
         "    async with raw('process').session():\n"
         "        pass\n"
-        "    fs = channel._forkserver\n"
+        "    fs = channel.process_forkserver\n"
         "    assert await asyncio.to_thread(fs.idle_pid, WAIT, count=%d) is not None\n"
         "    pool = fs.idle_pids()\n"
         "    gates = [os.path.join(%r, f'gate{i}') for i in range(len(pool))]\n"
@@ -340,7 +340,7 @@ def test_an_idle_worker_makes_its_first_generations_cgroup_the_open_uses_it_and_
         server = raw("process")
         async with server.session():
             pass
-        forkserver = _channel._forkserver
+        forkserver = _forkserver_mod.process_forkserver
         assert await asyncio.to_thread(forkserver.idle_pid, IDLE_WAIT, count=MIN_IDLE) is not None
         first, second = forkserver.idle_pids()[:2]
         for pid in (first, second):

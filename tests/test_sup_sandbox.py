@@ -16,7 +16,7 @@ import pytest
 from helpers import ISOLATIONS, PY, raw_args, run
 
 from lovia_mcp import MCPError, MCPServerStdio
-from lovia_mcp.client import channel as _channel
+from lovia_mcp.client import forkserver as _forkserver_mod
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -97,7 +97,7 @@ def test_allowlisted_variables_come_from_the_agent_environment_at_open_time(
 ) -> None:
     # Set after the forkserver has started: the worker must not hand the
     # server the forkserver's stale copy of the environment.
-    _channel.warm_up()
+    _forkserver_mod.warm_up()
     allowed = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": "/tmp/lovia-home",

@@ -3,7 +3,7 @@
 - :class:`ProcessChannel`: a worker process forked from lovia-mcp's own
   forkserver (:mod:`.forkserver`), which has the worker package
   preloaded (and the MCP SDK where HTTP servers are used, see
-  :func:`warm_up`); frames over a socket pair, read without ever
+  :func:`.forkserver.warm_up`); frames over a socket pair, read without ever
   blocking the agent's event loop, decoded only as typed msgspec and never
   past the frame cap agreed for the connection (:mod:`lovia_mcp_worker.wire.framing`).
 - :class:`LocalChannel`: the same :class:`~lovia_mcp_worker.session.host.Host` in
@@ -12,8 +12,8 @@
 Both can be awaited for their loss (:meth:`wait_lost`), so that a close
 never waits for a reply from a worker that is already gone.
 
-Caveats: the forkserver is process-global (one per agent process, started
-on first use). Process isolation needs POSIX (fork, descriptor passing).
+Caveats: the forkserver is process-global (:data:`.forkserver.process_forkserver`,
+started on first use). Process isolation needs POSIX (fork, descriptor passing).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import os
 import select
 import signal
 import socket
-import threading
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Final
@@ -36,20 +35,9 @@ from lovia.exceptions import UserError
 from lovia_mcp_worker.wire.framing import FrameReader, send_frame
 from lovia_mcp_worker.wire.messages import HEADER, AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
-from .forkserver import SUPPORTED, ForkServer
+from .forkserver import SUPPORTED, process_forkserver
 from .workers import WorkerProcess, WorkerStartError, read_pid
 
-# Modules the forkserver imports once so every worker starts with them loaded.
-# A missing module (no ``mcp``) is skipped by the forkserver; the worker then
-# reports it at open time with the install hint.
-PRELOAD: Final = [
-    "lovia_mcp_worker.forkserver._preload_begin",
-    "lovia_mcp_worker.forkserver.worker",
-    "lovia_mcp_worker.forkserver._warm",
-]
-# Put before ``_warm`` (which freezes what is loaded) when HTTP servers are
-# used: every HTTP worker then starts with the SDK loaded.
-PRELOAD_HTTP: Final = [*PRELOAD[:-1], "lovia_mcp_worker.forkserver._warm_http", PRELOAD[-1]]
 # The largest Open written to a worker's socket before the agent's transport
 # is made (it is empty then, so the write never blocks); a larger one goes
 # through the transport.
@@ -63,54 +51,6 @@ IN_BACKGROUND: ContextVar[bool] = ContextVar("lovia_mcp_in_background", default=
 
 OnMessage = Callable[[WorkerMessage], None]
 OnLost = Callable[[str], None]
-
-_forkserver = ForkServer(PRELOAD)
-
-
-def warm_up(*, http: bool = False) -> None:
-    """Start the forkserver now (it preloads in the background).
-
-    With ``http``, it preloads the MCP SDK too, if it is not running yet.
-    """
-    if SUPPORTED:
-        _forkserver.ensure_running(PRELOAD_HTTP if http else None)
-
-
-def warm_up_soon(*, http: bool = False) -> None:
-    """:func:`warm_up` on a daemon thread, so building a plugin never blocks.
-
-    Nothing to do (no thread) when the forkserver runs and ``http`` would
-    change nothing: a plugin built per run does not start a thread per run.
-    """
-    if not http and _forkserver.running():
-        return
-    threading.Thread(target=_quiet_warm_up, args=(http,), name="lovia-mcp-warm-up", daemon=True).start()
-
-
-def _quiet_warm_up(http: bool) -> None:
-    with contextlib.suppress(Exception):
-        warm_up(http=http)
-
-
-def run_began() -> None:
-    """A run of an ``MCP`` plugin begins: the forkserver's refills wait for the runs to end (see process.py)."""
-    _forkserver.run_began()
-
-
-def run_ended() -> None:
-    """A run of an ``MCP`` plugin ended (its closes handed off): with none left, the forkserver refills."""
-    _forkserver.run_ended()
-
-
-def forkserver_pid() -> int | None:
-    """The forkserver's pid, while it runs."""
-    return _forkserver.pid
-
-
-def helper_pids() -> set[int]:
-    """Pids of this process's long-lived helpers (the forkserver and its idle worker), shared by every connection."""
-    return _forkserver.helper_pids()
-
 
 class ProcessChannel:
     """A worker process reached over a socket pair.
@@ -149,7 +89,7 @@ class ProcessChannel:
         # thread hop on the open's path. Starting it (or waiting for the
         # thread that does) blocks, so that runs on a thread.
         background = IN_BACKGROUND.get()
-        taken = _forkserver.take_idle(frame or b"", background=background)
+        taken = process_forkserver.take_idle(frame or b"", background=background)
         status: socket.socket | None = None
         if taken is not None:
             pid, sock, status = taken
@@ -157,8 +97,8 @@ class ProcessChannel:
             self.pid = pid
             status = None
         else:
-            pair = (_forkserver.request_worker(wait=False, background=background)
-                    or await asyncio.to_thread(functools.partial(_forkserver.request_worker, background=background)))
+            pair = (process_forkserver.request_worker(wait=False, background=background)
+                    or await asyncio.to_thread(functools.partial(process_forkserver.request_worker, background=background)))
             assert pair is not None
             sock, status = pair
             if frame is not None:
@@ -373,6 +313,5 @@ class LocalChannel:
 
 
 __all__ = [
-    "IN_BACKGROUND", "PRELOAD", "PRELOAD_HTTP", "LocalChannel", "ProcessChannel", "forkserver_pid", "helper_pids",
-    "run_began", "run_ended", "warm_up", "warm_up_soon",
+    "IN_BACKGROUND", "LocalChannel", "ProcessChannel",
 ]

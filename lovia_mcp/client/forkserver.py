@@ -443,4 +443,78 @@ def _interpreter_flags() -> list[str]:
     return out
 
 
-__all__ = ["SUPPORTED", "ForkServer"]
+# Modules the forkserver imports once so every worker starts with them loaded.
+# A missing module (no ``mcp``) is skipped by the forkserver; the worker then
+# reports it at open time with the install hint.
+PRELOAD: Final = [
+    "lovia_mcp_worker.forkserver._preload_begin",
+    "lovia_mcp_worker.forkserver.worker",
+    "lovia_mcp_worker.forkserver._warm",
+]
+# Put before ``_warm`` (which freezes what is loaded) when HTTP servers are
+# used: every HTTP worker then starts with the SDK loaded.
+PRELOAD_HTTP: Final = [*PRELOAD[:-1], "lovia_mcp_worker.forkserver._warm_http", PRELOAD[-1]]
+# The agent process's forkserver: one per process, started on first use
+# (every connection's workers fork from it).
+process_forkserver = ForkServer(PRELOAD)
+
+
+def warm_up(*, http: bool = False) -> None:
+    """Start the forkserver now (it preloads in the background).
+
+    With ``http``, it preloads the MCP SDK too, if it is not running yet.
+    """
+    if SUPPORTED:
+        process_forkserver.ensure_running(PRELOAD_HTTP if http else None)
+
+
+def warm_up_soon(*, http: bool = False) -> None:
+    """:func:`warm_up` on a daemon thread, so building a plugin never blocks.
+
+    Nothing to do (no thread) when the forkserver runs and ``http`` would
+    change nothing: a plugin built per run does not start a thread per run.
+    """
+    if not http and process_forkserver.running():
+        return
+    threading.Thread(target=_quiet_warm_up, args=(http,), name="lovia-mcp-warm-up", daemon=True).start()
+
+
+def _quiet_warm_up(http: bool) -> None:
+    with contextlib.suppress(Exception):
+        warm_up(http=http)
+
+
+def run_began() -> None:
+    """A run of an ``MCP`` plugin begins: the forkserver's refills wait for the runs to end (see process.py)."""
+    process_forkserver.run_began()
+
+
+def run_ended() -> None:
+    """A run of an ``MCP`` plugin ended (its closes handed off): with none left, the forkserver refills."""
+    process_forkserver.run_ended()
+
+
+def forkserver_pid() -> int | None:
+    """The forkserver's pid, while it runs."""
+    return process_forkserver.pid
+
+
+def helper_pids() -> set[int]:
+    """Pids of this process's long-lived helpers (the forkserver and its idle worker), shared by every connection."""
+    return process_forkserver.helper_pids()
+
+
+
+__all__ = [
+    "PRELOAD",
+    "PRELOAD_HTTP",
+    "SUPPORTED",
+    "ForkServer",
+    "forkserver_pid",
+    "helper_pids",
+    "process_forkserver",
+    "run_began",
+    "run_ended",
+    "warm_up",
+    "warm_up_soon",
+]
