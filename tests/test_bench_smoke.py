@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -47,9 +48,12 @@ BENCH_TIMEOUT = 150
 
 
 @pytest.mark.timeout(BENCH_TIMEOUT + 30)
-def test_quick_benchmark_exits_cleanly_and_reports_every_figure_for_every_client() -> None:
+def test_quick_benchmark_exits_cleanly_and_reports_every_figure_for_every_client(tmp_path: Path) -> None:
+    # The performance page's table is the script's: a copy of the page is rewritten too.
+    page = tmp_path / "performance.md"
+    page.write_text((ROOT / "docs" / "performance.md").read_text())
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json"],
+        [sys.executable, str(BENCH), "--quick", "--json", "--markdown", str(page)],
         capture_output=True,
         text=True,
         timeout=BENCH_TIMEOUT,
@@ -73,3 +77,9 @@ def test_quick_benchmark_exits_cleanly_and_reports_every_figure_for_every_client
             if row["goal"] is not None:
                 assert isinstance(row["met"], bool), row
     assert report["machine"]["nproc"] >= 1
+    written = page.read_text()
+    table = written.split("generated table, begin -->")[1].split("<!-- bench.py")[0]
+    assert "| open (spawn, handshake, list), warm [raw] | ms |" in table
+    assert table.count("\n| ") == len(report["figures"]) + 1  # the header and a row a figure
+    outside = (ROOT / "docs" / "performance.md").read_text().split("<!-- bench.py")
+    assert written.split("<!-- bench.py")[0] == outside[0]  # the prose before the table is untouched
