@@ -24,11 +24,11 @@ from lovia.plugins.base import PluginInstance
 from lovia.run_context import RunContext
 from lovia.tools import Tool
 
-from .client.forkserver import run_began, run_ended, warm_up_soon
+from .client.forkserver import warm_up_soon
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from lovia_mcp_worker.wire.confinement import Sandbox
 
-from . import _sandbox_config, spares
+from . import _sandbox_config, ahead, spares
 from .client import closing
 from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .config_file.loader import ConfigSource, load_servers
@@ -181,8 +181,7 @@ class MCP:
             nonlocal ended
             if not ended:
                 ended = True
-                spares.run_ended()
-                run_ended()
+                ahead.run_ended()
 
         async def aclose() -> None:
             # The run's end: each close is started, not waited for (the
@@ -199,8 +198,7 @@ class MCP:
             finally:
                 end()
 
-        spares.run_started()
-        run_began()
+        ahead.run_began()
 
         try:
             conns = await self._open_all(closers)

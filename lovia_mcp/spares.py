@@ -309,7 +309,7 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
         pool.wake()
 
 
-def run_started() -> None:
+def run_began() -> None:
     """A plugin's run began on this loop: refills wait for it to end (up to :data:`REFILL_MAX_DEFER`)."""
     _pool().runs += 1
 
@@ -377,5 +377,5 @@ async def close_spares(*servers: MCPServer) -> None:
 
 __all__ = [
     "CHECK_WAIT", "MAX_SPARES", "REFILL_DELAY", "REFILL_MAX_DEFER", "close_spares", "refill", "run_ended",
-    "run_started", "spare_key", "take", "warm_spares",
+    "run_began", "spare_key", "take", "warm_spares",
 ]

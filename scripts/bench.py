@@ -580,7 +580,7 @@ async def _measure_runs(client: str, script: str, reps: int, add: Any, p: Params
         if p.refills_in_run:
             from lovia_mcp import spares
 
-            spares.run_started = lambda: None  # the pool never learns of a run in progress
+            spares.run_began = lambda: None  # the pool never learns of a run in progress
 
     def plugin_of(configs: list[Any]) -> Any:
         if client == "lovia":
