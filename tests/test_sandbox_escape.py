@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import os
 import shutil
 import socket
@@ -102,6 +103,19 @@ PROBES: list[Probe] = [
     Probe("bpf", "create a BPF map"),
     Probe("perf_event_open", "open a perf counter"),
     Probe("open_by_handle", "open a file by handle (the 'shocker' escape)"),
+    # Issue 34: what outlives the box, and what the filter hid.
+    Probe("setuid_file", "leave a setuid/setgid file in its cwd (chmod 6755 on a copy of /bin/sh, "
+          "open(O_CREAT, 04755), mkdir 02777, mknod 04755): a root shell for any host user later"),
+    Probe("fifo_device", "leave a FIFO, a device node or a socket file in its cwd (mkfifo, mknod, a whiteout)"),
+    Probe("sock_diag", "list the host's TCP sockets (its services and their peers) through NETLINK_SOCK_DIAG"),
+    Probe("list/sock_diag", "the same, in the allowlist's box", shape="list"),
+    # Read directly, not through a refused call: with --unshare-user dropped
+    # from bwrap's arguments, every other probe still fails (the filter hides
+    # it) while the server is the host's root with a full bounding set.
+    # Landlock never makes namespaces: the agent's user namespace is its design.
+    Probe("host_userns", "run in the agent's user namespace (/proc/self/ns/user, the uid map)",
+          expect={"bwrap": True}),
+    Probe("bounding_set", "hold a capability in the bounding, permitted, inheritable or ambient set"),
 ]
 BACKENDS = ["bwrap"] + (["landlock"] if landlock.ABI >= landlock.NETWORK_ABI else [])
 
@@ -219,6 +233,8 @@ class World(EscapePlace):
             "abstract_unix_connect": {"path": "@" + self.abstract_name},
             "folder_write": {"folder": self.folder},
             "open_by_handle": {"path": str(self.outside / "handle.txt")},
+            "sock_diag": {"port": self.tcp.getsockname()[1]},
+            "host_userns": {"host": os.readlink("/proc/self/ns/user")},
         }.get(_base(probe), {})
 
     def server(self, box: Sandbox | None, env: dict[str, str] | None = None, **kw: Any) -> MCPServerStdio:
@@ -336,6 +352,56 @@ def test_each_escape_fails_in_the_sandbox(servers: Servers, probe: Probe, backen
     assert out.startswith("denied"), out
 
 
+def _reached(port: int, marker: str) -> str:
+    """What a client on the host gets from ``port`` (the box's marker when its listener is reachable)."""
+    seen = []
+    for host in ("127.0.0.1", "::1"):
+        try:
+            with socket.create_connection((host, port), timeout=CALL_WAIT) as client:
+                client.settimeout(CALL_WAIT)
+                got = client.recv(100).decode(errors="replace")
+        except OSError as exc:
+            seen.append(f"{host}: {exc.strerror or exc}")
+            continue
+        if got == marker:
+            return got
+        seen.append(f"{host}: {got!r}")
+    return "; ".join(seen)
+
+
+def _listen(servers: Servers, shape: str, backend: str) -> tuple[str, str, str]:
+    """The box's listen() with no bind(): its answer, the marker, and what a host client got."""
+    marker = f"boxed-{shape}-{backend}-{os.getpid()}"
+    out = servers.call(servers.conn(shape, backend), "probe", {"name": "listen_no_bind", "args": {"marker": marker}})
+    got = _reached(int(out.split()[-1]), marker) if out.startswith("ok listening on port") else ""
+    # A listener nobody reached (bwrap's) would hold a descriptor the next tests count.
+    servers.call(servers.conn(shape, backend), "probe", {"name": "listen_close", "args": {}})
+    print(shape, backend, "|", out, "|", got)
+    return out, marker, got
+
+
+def test_a_listen_without_bind_is_reachable_from_the_host_without_the_sandbox(servers: Servers) -> None:
+    out, marker, got = _listen(servers, "bare", "none")
+    assert out.startswith("ok listening on port"), out
+    assert got == marker
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", ["off", "list"])
+def test_a_listen_without_bind_is_not_reachable_from_the_host_with_the_network_closed(
+    servers: Servers, shape: str, backend: str
+) -> None:
+    """Issue 34: the kernel binds a listening socket that was never bound to a port on every interface.
+
+    Landlock's bind rule does not see that implicit bind, so the filter refuses
+    ``listen``; bwrap's box listens in a network namespace of its own.
+    """
+    out, marker, got = _listen(servers, shape, backend)
+    assert got != marker
+    if backend == "landlock":
+        assert out.startswith("denied") and "not permitted" in out, out
+
+
 def test_the_sandboxed_server_keeps_no_descriptor_but_its_stdio(servers: Servers) -> None:
     # The seccomp program's memfd goes to bwrap (which reads it) or the bridge (which closes it).
     for shape in ("off", "list"):
@@ -346,9 +412,12 @@ def test_the_sandboxed_server_keeps_no_descriptor_but_its_stdio(servers: Servers
         assert len([fd for fd in fds if fd > 2]) <= 1, out
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_sandboxed_open_works_for_an_ordinary_user(tmp_path: Path, backend: str) -> None:
-    """The worker, bwrap and the server as nobody, with an interpreter nobody can read (not /root's)."""
+def _as_nobody(agent: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``agent`` (Python code) as nobody, with an interpreter nobody can read (not /root's).
+
+    argv[1] is a folder of nobody's own (its cwd and HOME), removed afterwards;
+    ``args`` follow. Skips where the machine cannot do this.
+    """
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root (to become nobody) and setpriv")
     python = shutil.which("python3.11", path="/usr/bin:/bin") or ""
@@ -358,19 +427,10 @@ def test_a_sandboxed_open_works_for_an_ordinary_user(tmp_path: Path, backend: st
     for path in (ROOT, site):
         if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents]):
             pytest.skip(f"{path} is not readable by an ordinary user")
-    home = ROOT / ".cache" / f"nobody17-{os.getpid()}"
+    # Resolved: a checkout's .cache may be a link, which bwrap would not bind as the cwd.
+    home = Path(os.path.realpath(ROOT / ".cache")) / f"nobody-{os.getpid()}"
     home.mkdir(parents=True)
     os.chown(home, NOBODY, NOBODY)
-    agent = (
-        "import asyncio, sys\n"
-        "from lovia_mcp import MCPServerStdio, Sandbox\n"
-        "async def main():\n"
-        "    s = MCPServerStdio(command=sys.executable, args=[sys.argv[1]], cwd=sys.argv[2],\n"
-        "                       sandbox=Sandbox(backend=sys.argv[3]))\n"
-        "    async with s.session() as c:\n"
-        "        print(await c.call_tool('echo', {'text': 'hello as nobody'}), (await c.stats()).sandbox)\n"
-        "asyncio.run(main())\n"
-    )
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(home),
@@ -379,14 +439,74 @@ def test_a_sandboxed_open_works_for_an_ordinary_user(tmp_path: Path, backend: st
     try:
         proc = subprocess.run(
             ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-             python, "-c", agent, RAW_SERVER, str(home), backend],
+             python, "-c", agent, str(home), *args],
             capture_output=True, text=True, timeout=NOBODY_WAIT, env=env, cwd=home,
         )
     finally:
         shutil.rmtree(home, ignore_errors=True)
     print(proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_sandboxed_open_works_for_an_ordinary_user(backend: str) -> None:
+    """The worker, bwrap and the server as nobody."""
+    agent = (
+        "import asyncio, sys\n"
+        "from lovia_mcp import MCPServerStdio, Sandbox\n"
+        "async def main():\n"
+        "    s = MCPServerStdio(command=sys.executable, args=[sys.argv[2]], cwd=sys.argv[1],\n"
+        "                       sandbox=Sandbox(backend=sys.argv[3]))\n"
+        "    async with s.session() as c:\n"
+        "        print(await c.call_tool('echo', {'text': 'hello as nobody'}), (await c.stats()).sandbox)\n"
+        "asyncio.run(main())\n"
+    )
+    proc = _as_nobody(agent, RAW_SERVER, backend)
     assert proc.stdout.strip() == f"hello as nobody {backend}"
+
+
+# Issue 34's attacks as an ordinary user: the escape server bare, then boxed,
+# each probe's answer as JSON; the agent is the host client of the listener.
+NOBODY_PROBES = r'''
+import asyncio, json, socket, sys
+from lovia_mcp import MCPServerStdio, Sandbox
+cwd, escape, backend, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def reached(port, marker):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+            c.settimeout(10)
+            return c.recv(100).decode(errors="replace")
+    except OSError as exc:
+        return str(exc)
+async def probes(box):
+    out = {}
+    async with MCPServerStdio(command=sys.executable, args=[escape], cwd=cwd, sandbox=box).session() as c:
+        for name, args in (("setuid_file", {}), ("fifo_device", {}), ("sock_diag", {"port": port}),
+                           ("listen_no_bind", {"marker": "boxed"})):
+            text = str(await c.call_tool("probe", {"name": name, "args": args}))
+            if name == "listen_no_bind" and text.startswith("ok"):
+                text += " | the host got " + reached(int(text.split()[-1]), "boxed")
+            out[name] = text
+    return out
+print(json.dumps({"bare": asyncio.run(probes(None)), "box": asyncio.run(probes(Sandbox(backend=backend)))}))
+'''
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_ordinary_users_server_leaves_no_setuid_file_or_fifo_and_cannot_list_or_listen(backend: str) -> None:
+    """Issue 34 as nobody: each attack works on the bare server and fails in the box."""
+    with socket.create_server(("127.0.0.1", 0)) as host:
+        proc = _as_nobody(NOBODY_PROBES, ESCAPE_SERVER, backend, str(host.getsockname()[1]))
+    seen = json.loads(proc.stdout)
+    for name, out in seen["bare"].items():
+        assert out.startswith("ok"), (name, out)
+    assert seen["bare"]["listen_no_bind"].endswith("the host got boxed")
+    for name, out in seen["box"].items():
+        if name == "listen_no_bind" and backend == "bwrap":  # a network namespace of its own
+            assert not out.endswith("the host got boxed"), out
+        else:
+            assert out.startswith("denied"), (name, out)
 
 
 REFUSING_AGENT = r'''

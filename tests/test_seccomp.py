@@ -33,7 +33,8 @@ pytestmark = pytest.mark.skipif(
 # Bound on one child run: ~60 forked calls and an interpreter start, on a loaded 2-core CI.
 CHILD_TIMEOUT = 30.0
 
-# The child: argv[1] is "none", "network", "offline" or "offline_unix" (which filter to install).
+# The child: argv[1] is "none", "network", "offline", "offline_unix" or "offline_nolisten" (which
+# filter to install; the last is the Landlock backend's with the network closed).
 CHILD = r'''
 import ctypes, errno, json, mmap, os, platform, socket, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -42,7 +43,8 @@ mode = sys.argv[1]
 calls = json.loads(sys.argv[2])
 if mode != "none":
     from lovia_mcp_worker.sandbox import seccomp
-    seccomp.install(seccomp.program(network=mode == "network", allow_unix=mode == "offline_unix"))
+    seccomp.install(seccomp.program(network=mode == "network", allow_unix=mode == "offline_unix",
+                                    allow_listen=mode != "offline_nolisten"))
 
 def int80_getpid():
     # i386 getpid (20) through int 0x80, from machine code: the foreign-ABI path.
@@ -81,6 +83,12 @@ HIGH = 1 << 32  # high bits the kernel drops from an int argument
 ONE = 1  # an address that is never mapped: EFAULT where it is read
 # A flag combination clone() rejects with EINVAL before doing anything (CLONE_FS with a new user namespace).
 CLONE_FS = 0x200
+AT_FDCWD = -100
+SETUID, SETGID = 0o4000, 0o2000
+O_TMPFILE = os.O_TMPFILE if hasattr(os, "O_TMPFILE") else 0o20200000
+S_IFREG, S_IFIFO, S_IFCHR, S_IFSOCK = 0o100000, 0o010000, 0o020000, 0o140000
+RENAME_NOREPLACE = 1
+NETLINK_SOCK_DIAG, NETLINK_AUDIT, NETLINK_KOBJECT_UEVENT = 4, 9, 15
 
 # name -> (system call, arguments, errno under the filter). Arguments are
 # harmless unfiltered: invalid pointers or descriptors, or a no-op.
@@ -130,7 +138,29 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     "socketpair_raw": ("socketpair", [socket.AF_UNIX, socket.SOCK_RAW, 0, ONE], errno.EPERM),
     # A connected seqpacket socket still sendto()s any datagram socket.
     "socketpair_seqpacket": ("socketpair", [socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, ONE], errno.EPERM),
+    # Files that outlive the box with more rights than it had (the path is never mapped: EFAULT unfiltered).
+    "fchmod_setuid": ("fchmod", [-1, 0o4755], errno.EPERM),
+    "fchmodat_setgid": ("fchmodat", [AT_FDCWD, ONE, SETGID | 0o755], errno.EPERM),
+    "fchmodat2_setuid": ("fchmodat2", [AT_FDCWD, ONE, 0o6755, 0], errno.EPERM),
+    "openat_creat_setuid": ("openat", [AT_FDCWD, ONE, os.O_CREAT | os.O_WRONLY, 0o4755], errno.EPERM),
+    "openat_tmpfile_setgid": ("openat", [AT_FDCWD, ONE, O_TMPFILE | os.O_RDWR, 0o2600], errno.EPERM),
+    "mkdirat_setgid": ("mkdirat", [AT_FDCWD, ONE, 0o2777], errno.EPERM),
+    "mknodat_setuid_regular": ("mknodat", [AT_FDCWD, ONE, S_IFREG | 0o4755, 0], errno.EPERM),
+    "mknodat_fifo": ("mknodat", [AT_FDCWD, ONE, S_IFIFO | 0o644, 0], errno.EPERM),
+    "mknodat_char_device": ("mknodat", [AT_FDCWD, ONE, S_IFCHR | 0o644, 0], errno.EPERM),  # a whiteout at 0:0
+    "mknodat_socket": ("mknodat", [AT_FDCWD, ONE, S_IFSOCK | 0o644, 0], errno.EPERM),
+    "renameat2_whiteout": ("renameat2", [AT_FDCWD, ONE, AT_FDCWD, ONE, seccomp.RENAME_WHITEOUT], errno.EPERM),
+    "openat2": ("openat2", [AT_FDCWD, ONE, ONE, 24], errno.ENOSYS),  # its mode is in memory
 }
+if MACHINE == "x86_64":  # aarch64 has only the *at calls
+    CALLS.update({
+        "chmod_setuid": ("chmod", [ONE, 0o4755], errno.EPERM),
+        "open_creat_setgid": ("open", [ONE, os.O_CREAT | os.O_WRONLY, 0o2644], errno.EPERM),
+        "creat_setuid": ("creat", [ONE, 0o4755], errno.EPERM),
+        "mkdir_setuid": ("mkdir", [ONE, 0o4777], errno.EPERM),
+        "mknod_fifo": ("mknod", [ONE, S_IFIFO | 0o644, 0], errno.EPERM),
+        "mknod_setgid_regular": ("mknod", [ONE, 0o2755, 0], errno.EPERM),
+    })
 # Refused only with the network off.
 OFFLINE_CALLS: dict[str, tuple[str, list[int], int]] = {
     "socket_udp": ("socket", [socket.AF_INET, socket.SOCK_DGRAM, 0], errno.EPERM),
@@ -139,6 +169,16 @@ OFFLINE_CALLS: dict[str, tuple[str, list[int], int]] = {
     "socket_sctp": ("socket", [socket.AF_INET, socket.SOCK_STREAM, 132], errno.EPERM),
     "socket_packet": ("socket", [17, socket.SOCK_RAW, 0], errno.EPERM),  # AF_PACKET
     "socket_vsock": ("socket", [40, socket.SOCK_STREAM, 0], errno.EPERM),  # AF_VSOCK
+    # Netlink is for listing interfaces (NETLINK_ROUTE): sock_diag lists every TCP socket of the namespace.
+    "socket_netlink_sock_diag": ("socket", [socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG], errno.EPERM),
+    "socket_netlink_audit": ("socket", [socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_AUDIT],
+                             errno.EPERM),
+    "socket_netlink_uevent": ("socket", [socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT], errno.EPERM),
+}
+# Refused only by the Landlock backend's filter with the network closed: a listen() on a socket never
+# bound binds it to every interface, which Landlock's bind rule does not see.
+NOLISTEN_CALLS: dict[str, tuple[str, list[int], int]] = {
+    "listen": ("listen", [-1, 0], errno.EPERM),
 }
 # Allowed in every mode: ordinary calls (these must not fail with EPERM).
 ALLOWED: dict[str, tuple[str, list[int]]] = {
@@ -148,6 +188,16 @@ ALLOWED: dict[str, tuple[str, list[int]]] = {
     "ioctl_fionread": ("ioctl", [-1, 0x541B, 0]),  # EBADF, not EPERM
     "getpid": ("getpid", []),
     "socketpair_stream": ("socketpair", [socket.AF_UNIX, socket.SOCK_STREAM, 0, ONE]),  # EFAULT, not EPERM
+    # The mode counts only when open creates; plain modes and the sticky bit pass; a regular mknod passes.
+    "openat_read_setuid_mode": ("openat", [AT_FDCWD, ONE, os.O_RDONLY, 0o4755]),
+    "openat_creat_plain": ("openat", [AT_FDCWD, ONE, os.O_CREAT | os.O_WRONLY, 0o644]),
+    "fchmodat_sticky": ("fchmodat", [AT_FDCWD, ONE, 0o1777]),
+    "fchmod_plain": ("fchmod", [-1, 0o755]),
+    "mkdirat_plain": ("mkdirat", [AT_FDCWD, ONE, 0o777]),
+    "mknodat_regular": ("mknodat", [AT_FDCWD, ONE, S_IFREG | 0o644, 0]),
+    "mknodat_no_type": ("mknodat", [AT_FDCWD, ONE, 0o644, 0]),
+    "renameat2_noreplace": ("renameat2", [AT_FDCWD, ONE, AT_FDCWD, ONE, RENAME_NOREPLACE]),
+    "listen": ("listen", [-1, 0]),  # EBADF; refused only by the no-listen filter
 }
 
 
@@ -178,10 +228,13 @@ def _denied_calls(network: bool) -> dict[str, tuple[str, list[int]]]:
     return {name: (sc, args) for name, (sc, args, _) in table.items()}
 
 
+MODES = ("none", "network", "offline", "offline_unix", "offline_nolisten")
+
+
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, int]]:
     every = {**_denied_calls(False), **{n: v for n, v in ALLOWED.items()}}
-    return {mode: _run(mode, every) for mode in ("none", "network", "offline", "offline_unix")}
+    return {mode: _run(mode, every) for mode in MODES}
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -190,6 +243,15 @@ def test_filter_refuses_the_call_in_every_network_mode(results: dict[str, dict[s
     print(name, {mode: errno.errorcode.get(r[name], r[name]) for mode, r in results.items()})
     assert results["network"][name] == expected
     assert results["offline"][name] == expected
+    assert results["offline_nolisten"][name] == expected
+
+
+@pytest.mark.parametrize("name", sorted(OFFLINE_CALLS) + sorted(NOLISTEN_CALLS))
+def test_the_landlock_filter_without_network_also_refuses_listen(results: dict[str, dict[str, int]], name: str) -> None:
+    expected = {**OFFLINE_CALLS, **NOLISTEN_CALLS}[name][2]
+    print(name, {mode: errno.errorcode.get(r[name], r[name]) for mode, r in results.items()})
+    assert results["offline_nolisten"][name] == expected
+    assert results["none"][name] != expected, f"{name}: unfiltered, the machine already says {expected}"
 
 
 @pytest.mark.parametrize("name", sorted(CALLS) + sorted(OFFLINE_CALLS))
@@ -220,14 +282,15 @@ def test_network_off_refuses_udp_raw_and_other_families_but_network_on_allows_th
 
 @pytest.mark.parametrize("name", sorted(ALLOWED))
 def test_ordinary_calls_pass_the_filter_unchanged(results: dict[str, dict[str, int]], name: str) -> None:
-    for mode in ("network", "offline"):
+    print(name, {mode: errno.errorcode.get(r[name], r[name]) for mode, r in results.items()})
+    for mode in ("network", "offline", "offline_unix") + (() if name == "listen" else ("offline_nolisten",)):
         assert results[mode][name] == results["none"][name]
 
 
 @pytest.mark.skipif(MACHINE != "x86_64", reason="foreign ABIs: x86_64's i386 and x32")
 def test_foreign_abi_system_calls_get_enosys(results: dict[str, dict[str, int]]) -> None:
     print({mode: (r["int80_getpid"], r["x32_getpid"]) for mode, r in results.items()})
-    for mode in ("network", "offline"):
+    for mode in ("network", "offline", "offline_nolisten"):
         assert results[mode]["int80_getpid"] == errno.ENOSYS
         assert results[mode]["x32_getpid"] == errno.ENOSYS
 
@@ -249,6 +312,14 @@ with socket.create_connection(("127.0.0.1", port)) as c:
     assert c.recv(10) == b"TCP"
 t.join()
 r, w = os.pipe(); os.write(w, b"pipe"); assert os.read(r, 4) == b"pipe"
+import tempfile
+with tempfile.TemporaryDirectory() as d:  # files made the ordinary way: open, chmod, mkdir, O_TMPFILE
+    path = os.path.join(d, "f")
+    with open(path, "w") as f:
+        f.write("x")
+    os.chmod(path, 0o755)
+    os.mkdir(path + ".d", 0o700)
+    os.close(os.open(d, os.O_TMPFILE | os.O_RDWR, 0o600))
 a, b = socket.socketpair(); a.sendall(b"pair"); assert b.recv(4) == b"pair"
 assert subprocess.run([sys.executable, "-c", "print(6*7)"], capture_output=True, text=True).stdout == "42\n"
 async def main():
@@ -325,6 +396,8 @@ def test_program_refuses_an_unsupported_architecture() -> None:
 def test_aarch64_program_assembles_with_its_own_numbers() -> None:
     prog = seccomp.program(network=False, machine="aarch64")
     assert len(prog) % 8 == 0 and prog != seccomp.program(network=False, machine="x86_64")
+    landlock_prog = seccomp.program(network=False, allow_listen=False, machine="aarch64")
+    assert len(landlock_prog) == len(prog) + 16  # one comparison and one return for listen
 
 
 HEADERS = {

@@ -12,16 +12,22 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import shutil
 import socket
+import stat
+import struct
+import threading
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 MACHINE = os.uname().machine
 NR = {
     "x86_64": {"ptrace": 101, "setns": 308, "process_vm_readv": 310, "bpf": 321, "perf_event_open": 298,
-               "keyctl": 250, "io_uring_setup": 425, "name_to_handle_at": 303, "open_by_handle_at": 304},
+               "keyctl": 250, "io_uring_setup": 425, "name_to_handle_at": 303, "open_by_handle_at": 304,
+               "renameat2": 316},
     "aarch64": {"ptrace": 117, "setns": 268, "process_vm_readv": 270, "bpf": 280, "perf_event_open": 241,
-                "keyctl": 219, "io_uring_setup": 425, "name_to_handle_at": 264, "open_by_handle_at": 265},
+                "keyctl": 219, "io_uring_setup": 425, "name_to_handle_at": 264, "open_by_handle_at": 265,
+                "renameat2": 276},
 }[MACHINE]
 MNT_DETACH = 2
 MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
@@ -29,6 +35,9 @@ CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 TIOCSTI = 0x5412
 # Bound on a connection to a listener the test opened: it answers at once, when it is reachable.
 CONNECT_WAIT = 5
+# How long a probe's own listener waits for the test to connect: the test connects right after the
+# call returns, or finds it unreachable; the bound only ends the listener's thread when nobody came.
+LISTEN_WAIT = 10
 
 
 def sys_call(name: str, *args: object) -> int:
@@ -389,6 +398,204 @@ def p_other_mem(a: dict) -> str:
                 continue
             return f"{path} open for writing"
     raise PermissionError(13, "no other process's memory could be opened")
+
+
+def made(path: str, what: str, create) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    """Run ``create``; what the file system then holds at ``path`` (its mode, 0 if nothing), removed again."""
+    try:
+        create()
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        return f"{what}: refused ({exc.strerror or exc})", 0
+    finally:
+        try:
+            os.rmdir(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+        except OSError:
+            pass
+    return f"{what}: made {stat.filemode(mode)}", mode
+
+
+def left_behind(results: list[tuple[str, int]], wanted) -> str:  # type: ignore[no-untyped-def]
+    """``ok`` if any way left such a file (it would outlive the box, on the host), else the refusals."""
+    text = "; ".join(r for r, _ in results)
+    if any(mode and wanted(mode) for _, mode in results):
+        return text
+    raise PermissionError(1, text)
+
+
+def p_setuid_file(a: dict) -> str:
+    """Leave a setuid/setgid file in the cwd, four ways; a host user who reaches the folder later runs it.
+
+    As root, the copy of /bin/sh made 6755 is a root shell for anyone; as an
+    ordinary user, one that runs as that user.
+    """
+    base = os.path.join(os.getcwd(), f"suid-{os.getpid()}")
+
+    def chmod_copy() -> None:
+        shutil.copyfile("/bin/sh", base + "-sh")
+        os.chmod(base + "-sh", 0o6755)
+
+    results = [
+        made(base + "-sh", "chmod 6755", chmod_copy),
+        made(base + "-open", "open(O_CREAT, 04755)",
+             lambda: os.close(os.open(base + "-open", os.O_CREAT | os.O_WRONLY, 0o4755))),
+        made(base + "-dir", "mkdir 02777", lambda: os.mkdir(base + "-dir", 0o2777)),
+        made(base + "-node", "mknod 04755", lambda: os.mknod(base + "-node", stat.S_IFREG | 0o4755)),
+    ]
+    try:  # the copy stays if only its chmod was refused
+        os.unlink(base + "-sh")
+    except OSError:
+        pass
+    return left_behind(results, lambda mode: mode & (stat.S_ISUID | stat.S_ISGID))
+
+
+AT_FDCWD, RENAME_WHITEOUT = -100, 4
+
+
+def p_fifo_device(a: dict) -> str:
+    """Leave a FIFO, a device node or a socket file in the cwd: a host program that opens the path
+    later blocks, or reaches a device. A whiteout (character device 0:0) needs no capability."""
+    base = os.path.join(os.getcwd(), f"node-{os.getpid()}")
+
+    def whiteout() -> None:
+        with open(base + "-moved", "w"):
+            pass
+        try:
+            sys_call("renameat2", AT_FDCWD, (base + "-moved").encode(), AT_FDCWD, (base + "-to").encode(),
+                     RENAME_WHITEOUT)
+        finally:
+            for path in (base + "-moved", base + "-to"):
+                if os.path.isfile(path):
+                    os.unlink(path)
+
+    results = [
+        made(base + "-moved", "renameat2(RENAME_WHITEOUT)", whiteout),
+        made(base + "-fifo", "mkfifo", lambda: os.mkfifo(base + "-fifo", 0o666)),
+        made(base + "-chr", "mknod c 0 0", lambda: os.mknod(base + "-chr", stat.S_IFCHR | 0o666, os.makedev(0, 0))),
+        made(base + "-null", "mknod c 1 3", lambda: os.mknod(base + "-null", stat.S_IFCHR | 0o666, os.makedev(1, 3))),
+        made(base + "-sock", "mknod socket", lambda: os.mknod(base + "-sock", stat.S_IFSOCK | 0o666)),
+    ]
+    return left_behind(results, lambda mode: not stat.S_ISREG(mode) and not stat.S_ISDIR(mode))
+
+
+# The listeners p_listen_no_bind left, with their threads: p_listen_close ends them.
+LISTENERS: list[tuple[socket.socket, threading.Thread]] = []
+
+
+def p_listen_no_bind(a: dict) -> str:
+    """listen() on a TCP socket never bound: the kernel binds it to an ephemeral port on every interface.
+
+    One connection is served ``marker`` from a thread; the test connects from
+    the host, then ends the listener with p_listen_close if nobody reached it.
+    """
+    family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.listen()
+    except OSError:
+        s.close()
+        raise
+    port = s.getsockname()[1]
+    marker = a["marker"].encode()
+
+    def serve() -> None:
+        s.settimeout(LISTEN_WAIT)
+        try:
+            conn, _ = s.accept()
+            with conn:
+                conn.sendall(marker)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    LISTENERS.append((s, thread))
+    return f"listening on port {port}"
+
+
+def p_listen_close(a: dict) -> str:
+    """End the listeners of p_listen_no_bind (shutdown wakes the accept; its thread closes the socket)."""
+    ended = 0
+    while LISTENERS:
+        s, thread = LISTENERS.pop()
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # closed already: it served its connection
+        thread.join(LISTEN_WAIT)
+        ended += 1
+    return f"{ended} ended"
+
+
+# linux/netlink.h, linux/sock_diag.h, linux/inet_diag.h.
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY = 4, 20
+NLM_F_REQUEST, NLM_F_DUMP, NLMSG_ERROR, NLMSG_DONE = 1, 0x300, 2, 3
+IPPROTO_TCP, TCP_ALL_STATES = 6, 0xFFFFFFFF
+
+
+def tcp_ports_by_sock_diag() -> set[int]:
+    """Every local TCP port the kernel lists through NETLINK_SOCK_DIAG (what ``ss -t`` reads)."""
+    ports: set[int] = set()
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
+        s.settimeout(CONNECT_WAIT)
+        for family in (socket.AF_INET, socket.AF_INET6):
+            # struct inet_diag_req_v2: family, protocol, ext, pad, states, then a zeroed inet_diag_sockid (48).
+            req = struct.pack("=BBBxI48x", family, IPPROTO_TCP, 0, TCP_ALL_STATES)
+            s.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + req)
+            done = False
+            while not done:
+                data = s.recv(65536)
+                off = 0
+                while off + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, off)
+                    if kind == NLMSG_DONE:
+                        done = True
+                        break
+                    if kind == NLMSG_ERROR:
+                        err = -struct.unpack_from("=i", data, off + 16)[0]
+                        raise OSError(err, f"sock_diag: {os.strerror(err)}")
+                    # struct inet_diag_msg: family, state, timer, retrans, then the sockid (sport first, big-endian).
+                    ports.add(struct.unpack_from(">H", data, off + 16 + 4)[0])
+                    off += (length + 3) & ~3
+    return ports
+
+
+def p_sock_diag(a: dict) -> str:
+    """List the host's TCP sockets (its listening services and their peers) through netlink."""
+    ports = tcp_ports_by_sock_diag()
+    if int(a["port"]) not in ports:
+        raise PermissionError(13, f"the host's listener is not listed ({len(ports)} TCP sockets seen)")
+    return f"the host's listener on port {a['port']} is listed among {len(ports)} TCP sockets"
+
+
+def status_fields(*names: str) -> dict[str, int]:
+    out = {}
+    for line in read_all("/proc/self/status").splitlines():
+        key, _, value = line.partition(":")
+        if key in names:
+            out[key] = int(value.strip(), 16)
+    return out
+
+
+def p_host_userns(a: dict) -> str:
+    """Run in the agent's user namespace (uid 0 there is the host's root): read the namespace
+    itself and the uid map, which no system call filter can hide."""
+    ns = os.readlink("/proc/self/ns/user")
+    uid_map = " ".join(read_all("/proc/self/uid_map").split())
+    if ns == a["host"] or uid_map == "0 0 4294967295":
+        return f"{ns}, uid map {uid_map!r}"
+    raise PermissionError(1, f"a user namespace of its own ({ns}, the agent's is {a['host']}; uid map {uid_map!r})")
+
+
+def p_bounding_set(a: dict) -> str:
+    """Hold any capability in the bounding, permitted, inheritable or ambient set (regained at an exec)."""
+    caps = status_fields("CapBnd", "CapPrm", "CapInh", "CapAmb", "CapEff")
+    held = {k: f"{v:x}" for k, v in caps.items() if v}
+    if held:
+        return f"capabilities held: {held}"
+    raise PermissionError(1, f"every capability set is empty ({sorted(caps)})")
 
 
 PROBES = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("p_")}

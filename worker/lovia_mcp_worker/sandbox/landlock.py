@@ -282,7 +282,7 @@ def _program(network: bool) -> bytes:
     """The seccomp program, built once per worker for each network setting."""
     prog = _programs.get(network)
     if prog is None:
-        prog = _programs[network] = seccomp.program(network=network)
+        prog = _programs[network] = seccomp.program(network=network, allow_listen=network)
     return prog
 
 

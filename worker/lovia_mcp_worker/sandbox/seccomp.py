@@ -29,12 +29,29 @@ anthropic's sandbox-runtime were the reading), refused with ``EPERM``:
   ``userfaultfd``, ``ioctl(TIOCSTI)`` and ``ioctl(TIOCLINUX)`` (terminal
   injection), modules, ``kexec``, ``open_by_handle_at`` (the "shocker"
   escape; ``name_to_handle_at`` stays, as in Docker: a handle opens nothing
-  without it), the clock, swap, reboot, quota, acct, syslog.
+  without it), the clock, swap, reboot, quota, acct, syslog;
+- files that outlive the box with more rights than it had: a mode with
+  ``S_ISUID`` or ``S_ISGID`` in ``chmod``, ``fchmod``, ``fchmodat``,
+  ``fchmodat2``, ``creat``, ``mkdir``, ``mkdirat``, ``mknod``, ``mknodat``,
+  and in ``open``/``openat`` when they create (``O_CREAT``, ``O_TMPFILE``):
+  a setuid root shell left in a writable folder is root for any host user
+  who reaches it later, ``nosuid`` in the box notwithstanding. ``mknod`` of
+  anything but a regular file (FIFOs, devices, sockets; a whiteout, the
+  character device 0:0, needs no capability) and ``renameat2`` with
+  ``RENAME_WHITEOUT`` too: a host program that opens such a path blocks or
+  reaches a device. ``openat2`` gets ``ENOSYS``: its mode sits in memory,
+  and libc falls back to ``openat``.
 
-With ``network=False`` the only sockets left are TCP (``AF_INET``/``AF_INET6``,
-``SOCK_STREAM``, protocol 0 or TCP) and ``AF_NETLINK`` (interface listing):
-UDP, raw, SCTP, MPTCP, vsock and every other family are refused, since the
-Landlock backend's network rules cover TCP only.
+With ``network=False`` (the backends pass it for every setting but ``True``)
+the only sockets left are TCP (``AF_INET``/``AF_INET6``, ``SOCK_STREAM``,
+protocol 0 or TCP) and ``NETLINK_ROUTE`` (interface listing): UDP, raw,
+SCTP, MPTCP, vsock, every other family, and the other netlink families
+(``NETLINK_SOCK_DIAG`` lists every TCP socket of the network namespace,
+which on Landlock is the host's) are refused, since the Landlock backend's
+network rules cover TCP only. ``allow_listen=False`` also refuses
+``listen``, for the Landlock backend with the network closed: ``listen()``
+on a socket never bound binds it to an ephemeral port on every interface,
+and Landlock's bind rule does not see that implicit bind.
 
 Architectures: x86_64 and aarch64. A system call from another ABI (i386
 through ``int 0x80``, x32 on x86_64) gets ``ENOSYS`` as a whole, as its
@@ -100,7 +117,9 @@ SYSCALLS: Final[dict[str, dict[str, int]]] = {
         "clock_adjtime": 305, "setns": 308, "process_vm_readv": 310,
         "process_vm_writev": 311, "kcmp": 312, "finit_module": 313,
         "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "adjtimex": 159,
-        "pivot_root": 155,
+        "pivot_root": 155, "open": 2, "listen": 50, "mkdir": 83, "creat": 85, "chmod": 90,
+        "fchmod": 91, "mknod": 133, "openat": 257, "mkdirat": 258, "mknodat": 259,
+        "fchmodat": 268, "renameat2": 316,
     },
     "aarch64": {
         "lookup_dcookie": 18, "ioctl": 29, "umount2": 39, "mount": 40, "pivot_root": 41,
@@ -112,14 +131,16 @@ SYSCALLS: Final[dict[str, dict[str, int]]] = {
         "name_to_handle_at": 264, "open_by_handle_at": 265, "clock_adjtime": 266,
         "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
         "finit_module": 273, "bpf": 280, "userfaultfd": 282, "kexec_file_load": 294,
+        "mknodat": 33, "mkdirat": 34, "fchmod": 52, "fchmodat": 53, "openat": 56, "listen": 201,
+        "renameat2": 276,
     },
 }
 # Numbered alike on every architecture since the 5.x unification (from 424 on).
 _COMMON: Final = {
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
-    "fsmount": 432, "fspick": 433, "clone3": 435, "pidfd_getfd": 438,
-    "mount_setattr": 442, "quotactl_fd": 443,
+    "fsmount": 432, "fspick": 433, "clone3": 435, "openat2": 437, "pidfd_getfd": 438,
+    "mount_setattr": 442, "quotactl_fd": 443, "fchmodat2": 452,
 }
 for _table in SYSCALLS.values():
     _table.update(_COMMON)
@@ -151,6 +172,24 @@ TIOCLINUX: Final = 0x541C
 # CLONE_NEWTIME (0x80): in clone() those bits are the exit signal.
 CLONE_NAMESPACES: Final = 0x7E020000
 CLONE_NEWUSER: Final = 0x10000000
+NETLINK_ROUTE: Final = 0
+S_ISUID: Final = 0o4000
+S_ISGID: Final = 0o2000
+_S_IFMT: Final = 0o170000
+_S_IFREG: Final = 0o100000
+# The open flags that make it create a file: O_CREAT, and __O_TMPFILE (part of
+# O_TMPFILE, which the kernel refuses without it). The same on both architectures.
+O_CREATES: Final = 0o100 | 0o20000000
+RENAME_WHITEOUT: Final = 4
+# The calls that take a file mode: the argument holding it, and for open the
+# argument holding the flags without which the mode is ignored. openat first:
+# the most frequent call the filter now reads arguments of, so the shortest path.
+MODE_ARGS: Final = {
+    "openat": (3, 2), "open": (2, 1), "creat": (1, None), "mkdir": (1, None), "mkdirat": (2, None),
+    "chmod": (1, None), "fchmod": (1, None), "fchmodat": (2, None), "fchmodat2": (2, None),
+}
+# mknod's mode also holds the file type: only regular files may be made.
+MKNOD_ARGS: Final = {"mknod": 1, "mknodat": 2}
 
 
 class _Asm:
@@ -218,21 +257,67 @@ def _deny_clone_flags(asm: _Asm, nr: dict[str, int], mask: int, block: str) -> N
     asm.label(f"{block}.end")
 
 
-def program(*, network: bool, allow_unix: bool = False, machine: str | None = None) -> bytes:
+def _deny_setid_modes(asm: _Asm, nr: dict[str, int]) -> None:
+    """A mode with S_ISUID or S_ISGID fails with EPERM (open's only when it creates); mknod of
+    anything but a regular file too; renameat2's whiteout too; openat2 gets ENOSYS."""
+    eperm = errno_ret(errno.EPERM)
+    for name, (mode_arg, flags_arg) in MODE_ARGS.items():
+        if name not in nr:  # aarch64 has only the *at calls
+            continue
+        asm.op(_JMP_JEQ_K, nr[name], 0, f"{name}.end")
+        if flags_arg is not None:
+            asm.op(_LD_W_ABS, _arg_low(flags_arg))
+            asm.op(_JMP_JSET_K, O_CREATES, 0, f"{name}.allow")
+        asm.op(_LD_W_ABS, _arg_low(mode_arg))
+        asm.op(_JMP_JSET_K, S_ISUID | S_ISGID, 0, f"{name}.allow")
+        asm.ret(eperm)
+        asm.label(f"{name}.allow")
+        asm.ret(RET_ALLOW)
+        asm.label(f"{name}.end")
+    for name, mode_arg in MKNOD_ARGS.items():
+        if name not in nr:
+            continue
+        asm.op(_JMP_JEQ_K, nr[name], 0, f"{name}.end")
+        asm.op(_LD_W_ABS, _arg_low(mode_arg))
+        asm.op(_JMP_JSET_K, S_ISUID | S_ISGID, f"{name}.deny", 0)
+        asm.op(_ALU_AND_K, _S_IFMT)
+        asm.op(_JMP_JEQ_K, 0, f"{name}.allow", 0)  # type 0 is a regular file
+        asm.op(_JMP_JEQ_K, _S_IFREG, f"{name}.allow", f"{name}.deny")
+        asm.label(f"{name}.deny")
+        asm.ret(eperm)
+        asm.label(f"{name}.allow")
+        asm.ret(RET_ALLOW)
+        asm.label(f"{name}.end")
+    asm.op(_JMP_JEQ_K, nr["renameat2"], 0, "renameat2.end")
+    asm.op(_LD_W_ABS, _arg_low(4))
+    asm.op(_JMP_JSET_K, RENAME_WHITEOUT, 0, 1)
+    asm.ret(eperm)
+    asm.ret(RET_ALLOW)
+    asm.label("renameat2.end")
+    asm.op(_JMP_JEQ_K, nr["openat2"], 0, 1)
+    asm.ret(errno_ret(errno.ENOSYS))
+
+
+def program(*, network: bool, allow_unix: bool = False, allow_listen: bool = True,
+            machine: str | None = None) -> bytes:
     """The server's filter as an array of struct sock_filter (8 bytes each), for bwrap's
     --seccomp FD or install(). network=False also refuses AF_INET/AF_INET6 sockets that are not
-    SOCK_STREAM (UDP, raw) -- TCP is left to the namespace or Landlock -- and every other
-    family but AF_NETLINK. ``machine`` defaults to this one; raises OSError on another.
+    SOCK_STREAM (UDP, raw) -- TCP is left to the namespace or Landlock -- every other
+    family but AF_NETLINK, and every netlink protocol but NETLINK_ROUTE. ``machine`` defaults
+    to this one; raises OSError on another.
 
     ``allow_unix=True`` leaves ``socket(AF_UNIX)`` alone: for the network
     bridge and bwrap's init, which must reach the proxy's socket; the server
-    gets the full filter stacked on top (filters stack: the strictest wins)."""
+    gets the full filter stacked on top (filters stack: the strictest wins).
+    ``allow_listen=False`` refuses ``listen`` (the Landlock backend without the
+    host's network: an implicit bind escapes its rules)."""
     arch = _machine(machine)
     nr = SYSCALLS[arch]
     eperm = errno_ret(errno.EPERM)
     asm = _Asm()
     _prologue(asm, arch)
-    for name in DENIED:
+    _deny_setid_modes(asm, nr)
+    for name in DENIED + (() if allow_listen else ("listen",)):
         if name in nr:
             asm.op(_JMP_JEQ_K, nr[name], 0, 1)
             asm.ret(eperm)
@@ -254,9 +339,12 @@ def program(*, network: bool, allow_unix: bool = False, machine: str | None = No
     asm.op(_LD_W_ABS, _arg_low(0))
     asm.op(_JMP_JEQ_K, AF_UNIX, "allow" if allow_unix else "deny", 0)
     if not network:
-        asm.op(_JMP_JEQ_K, AF_NETLINK, "allow", 0)
+        asm.op(_JMP_JEQ_K, AF_NETLINK, "netlink", 0)
         asm.op(_JMP_JEQ_K, AF_INET, "inet", 0)
         asm.op(_JMP_JEQ_K, AF_INET6, "inet", "deny")
+        asm.label("netlink")
+        asm.op(_LD_W_ABS, _arg_low(2))
+        asm.op(_JMP_JEQ_K, NETLINK_ROUTE, "allow", "deny")
         asm.label("inet")
         asm.op(_LD_W_ABS, _arg_low(1))
         asm.op(_ALU_AND_K, _SOCK_TYPE_MASK)
@@ -345,8 +433,15 @@ __all__ = [
     "CLONE_NAMESPACES",
     "CLONE_NEWUSER",
     "DENIED",
+    "MKNOD_ARGS",
+    "MODE_ARGS",
+    "NETLINK_ROUTE",
+    "O_CREATES",
+    "RENAME_WHITEOUT",
     "RET_ALLOW",
     "SYSCALLS",
+    "S_ISGID",
+    "S_ISUID",
     "TIOCLINUX",
     "TIOCSTI",
     "deny_new_user_namespaces",
