@@ -16,6 +16,7 @@ import platform
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -398,6 +399,73 @@ def test_aarch64_program_assembles_with_its_own_numbers() -> None:
     assert len(prog) % 8 == 0 and prog != seccomp.program(network=False, machine="x86_64")
     landlock_prog = seccomp.program(network=False, allow_listen=False, machine="aarch64")
     assert len(landlock_prog) == len(prog) + 16  # one comparison and one return for listen
+
+
+# linux/audit.h: AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64.
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+
+
+def _bpf(prog: bytes, arch: str, nr: int, args: list[int]) -> int:
+    """Run a filter on one call as the kernel would (the opcodes seccomp.py emits): errno, 0 if allowed."""
+    data = struct.pack("<iI8x", nr, AUDIT_ARCH[arch]) + b"".join(
+        struct.pack("<Q", a & 0xFFFFFFFFFFFFFFFF) for a in (args + [0] * 6)[:6])
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = struct.unpack_from("<HBBI", prog, 8 * pc)
+        pc += 1
+        if code == 0x20:  # LD W ABS
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x54:  # ALU AND K
+            acc &= k
+        elif code in (0x15, 0x35, 0x45):  # JEQ, JGE, JSET
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        elif code == 0x06:  # RET K
+            return 0 if k == seccomp.RET_ALLOW else k & 0xFFFF
+        else:
+            raise AssertionError(f"opcode {code:#x} at {pc - 1}")
+
+
+EMULATED_MODES: dict[str, dict[str, bool]] = {"network": {"network": True}, "offline": {"network": False},
+                  "offline_unix": {"network": False, "allow_unix": True},
+                  "offline_nolisten": {"network": False, "allow_listen": False}}
+
+
+def test_the_filter_as_emulated_answers_as_the_kernel_did(results: dict[str, dict[str, int]]) -> None:
+    """The emulator below checks aarch64's program; here it is held against this machine's kernel."""
+    calls = {**_denied_calls(False), **ALLOWED}
+    compared = 0
+    for mode, kw in EMULATED_MODES.items():
+        prog = seccomp.program(**kw)
+        for name, (sc, args) in calls.items():
+            got = _bpf(prog, MACHINE, _nr(sc), args)
+            kernel = results[mode][name]
+            # The emulator says allowed (0) where the kernel ran the call and it failed for its own reason.
+            assert got == kernel or (got == 0 and kernel == results["none"][name]), (mode, name, got, kernel)
+            compared += 1
+    print("compared", compared)
+
+
+@pytest.mark.parametrize("mode", sorted(EMULATED_MODES))
+def test_the_aarch64_filter_refuses_and_allows_the_same_calls_by_its_own_numbers(mode: str) -> None:
+    prog = seccomp.program(**EMULATED_MODES[mode], machine="aarch64")
+    nr = seccomp.SYSCALLS["aarch64"]
+    expected = {**CALLS, **(OFFLINE_CALLS if mode != "network" else {}),
+                **(NOLISTEN_CALLS if mode == "offline_nolisten" else {})}
+    if mode == "offline_unix":
+        expected = {n: v for n, v in expected.items() if not n.startswith("socket_unix")}
+    checked = 0
+    for name, (sc, args, err) in expected.items():
+        if sc in nr:  # aarch64 has no open, creat, chmod, mkdir, mknod
+            assert _bpf(prog, "aarch64", nr[sc], args) == err, (name, sc)
+            checked += 1
+    for name, (sc, args) in ALLOWED.items():
+        if sc in nr and not (name in NOLISTEN_CALLS and mode == "offline_nolisten"):
+            assert _bpf(prog, "aarch64", nr[sc], args) == 0, (name, sc)
+            checked += 1
+    assert _bpf(prog, "x86_64", nr["openat"], []) == errno.ENOSYS  # another ABI's call
+    print(mode, "checked", checked)
+    assert checked > 40
 
 
 HEADERS = {
