@@ -73,6 +73,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[S
         "raw": raw(),
         "ann": server("annotated_server.py"),
         "ps": raw(session="per-session", max_sessions=2, idle=60),
+        "store": server("store_server.py", session="per-session", max_sessions=4),
         "slow": raw(timeout=0.5, kill_grace=0.1),
         "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
         "brief": raw(session="per-session", idle=0.5),
@@ -226,6 +227,80 @@ def test_a_session_answers_only_to_the_token_that_opened_it(gateway: Serve) -> N
     # (Without the binding, the other token's list got a 200: checked by hand.)
     assert httpx.delete(gateway.url, headers={"authorization": mine, "mcp-session-id": session},
                         timeout=30).status_code == 200
+
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def _modern_call(g: Serve, name: str, arguments: dict[str, Any], authorization: str,
+                 **headers: str) -> httpx.Response:
+    """A 2026-07-28 tools/call, self-contained (no session), with any extra headers."""
+    body = {"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments, "_meta": MODERN_META}}
+    return _mcp_post(g, body, authorization=authorization, **{"mcp-protocol-version": "2026-07-28",
+                                                              "mcp-method": "tools/call", "mcp-name": name, **headers})
+
+
+class _Session2025:
+    """A 2025 session opened by hand (initialize), as any HTTP client can: its id, its calls, its end."""
+
+    def __init__(self, g: Serve, authorization: str) -> None:
+        self.g, self.authorization = g, authorization
+        opened = _mcp_post(g, INITIALIZE, authorization=authorization)
+        assert opened.status_code == 200, opened.text
+        self.id = opened.headers["mcp-session-id"]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> str:
+        """The call's first text block (its SSE answer: one message event)."""
+        answered = _mcp_post(self.g, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                      "params": {"name": name, "arguments": arguments}},
+                             authorization=self.authorization,
+                             **{"mcp-session-id": self.id, "mcp-protocol-version": "2025-11-25"})
+        data = next(line for line in answered.text.splitlines() if line.startswith("data:"))
+        result = json.loads(data[5:])["result"]
+        assert result["isError"] is False, result
+        return str(result["content"][0]["text"])
+
+    def close(self) -> None:
+        ended = httpx.delete(self.g.url, headers={"authorization": self.authorization, "mcp-session-id": self.id},
+                             timeout=30)
+        assert ended.status_code == 200, ended.text
+
+
+def _samples(g: Serve) -> dict[str, float]:
+    body = httpx.get(g.base + "/metrics", headers=g.headers, timeout=30).text
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+            if line and not line.startswith("#")}
+
+
+def test_a_2026_request_carrying_another_tokens_session_id_neither_reads_nor_writes_that_sessions_server(
+        gateway: Serve) -> None:
+    # The attack: token A keeps a value in its session's own server; token B
+    # sends 2026-07-28 calls (which the SDK serves without looking at any
+    # session) carrying A's Mcp-Session-Id, and forged ids. Without the
+    # gateway's refusal B read A's value, overwrote it, and every forged id
+    # got a per-session server of its own (counted against max_sessions).
+    mine, theirs = gateway.headers["Authorization"], f"Bearer {OTHER_TOKEN}"
+    a = _Session2025(gateway, mine)
+    try:
+        assert a.call("store__put", {"value": "A's secret"}) == "kept"
+        held = json.loads(a.call("store__get", {}))
+        sessions = _samples(gateway)['lovia_mcp_sessions{server="store"}']
+        read = _modern_call(gateway, "store__get", {}, theirs, **{"mcp-session-id": a.id})
+        wrote = _modern_call(gateway, "store__put", {"value": "B was here"}, theirs, **{"mcp-session-id": a.id})
+        forged = [_modern_call(gateway, "store__get", {}, theirs, **{"mcp-session-id": f"forged-{i}"})
+                  for i in range(3)]
+        # Not even the token that opened the session may mix the eras.
+        own = _modern_call(gateway, "store__get", {}, mine, **{"mcp-session-id": a.id})
+        assert "A's secret" not in read.text and "A's secret" not in own.text
+        for refused in (read, wrote, *forged, own):
+            assert refused.status_code == 400, refused.text
+            error = refused.json()["error"]
+            assert "Mcp-Session-Id" in error["message"] and "hint" in error["data"], error
+        assert json.loads(a.call("store__get", {})) == held
+        assert _samples(gateway)['lovia_mcp_sessions{server="store"}'] == sessions
+    finally:
+        a.close()
 
 
 def test_the_sdk_client_with_a_wrong_token_fails_to_connect(gateway: Serve) -> None:
@@ -654,30 +729,35 @@ class _Ears:
 
 
 @pytest.mark.unit
-def test_the_notifier_tells_the_endpoints_listing_a_server_and_forgets_sessions_as_the_sdk_does(
+def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table_forgets_sessions_as_the_sdk_does(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from lovia_mcp.gateway import notify
+    from lovia_mcp.gateway import notify, sessions
 
     now = [1000.0]
-    monkeypatch.setattr(notify, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(sessions, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    table = sessions.Sessions(idle=60.0)
     n = notify.Notifier({"/mcp": None, "/servers/a/mcp": "a", "/servers/b/mcp": "b"}, max_streams=4,
-                        session_idle=60.0)
+                        sessions=table)
     published: dict[str, int] = {path: 0 for path in n.endpoints}
     for path, endpoint in n.endpoints.items():
         endpoint.bus.subscribe(lambda _event, path=path: published.__setitem__(path, published[path] + 1))
     ears = {sid: _Ears() for sid in ("all", "a", "b")}
 
-    # A request of an unknown (or never initialized) session leaves nothing behind.
-    n.began("stranger")
-    n.ended("stranger")
-    assert n.sessions() == 0 and "stranger" not in n._sessions  # noqa: SLF001 - the table itself is the point
+    # A request naming an id the SDK never issued leaves nothing behind.
+    table.began("stranger")
+    table.ended("stranger")
+    assert "stranger" not in table and len(table) == 0
     for sid, only in (("all", None), ("a", "a"), ("b", "b")):
-        n.began(sid)
-        n.heard(sid, ears[sid], only)  # type: ignore[arg-type]
-        n.ended(sid)
-    n.began("all")  # its GET stream: open from now on
+        table.opened(sid, "token-1")
+        table.began(sid)
+        table.heard(sid, ears[sid], only)  # type: ignore[arg-type]
+        table.ended(sid)
+    # A session is its opener's only: another token (or none) naming it finds nothing.
+    assert table.owned("all", "token-1") is not None
+    assert table.owned("all", "token-2") is None and table.owned("all", None) is None
+    table.began("all")  # its GET stream: open from now on
 
     async def change(server: str, session: str | None) -> None:
         n.changed(server, session)
@@ -695,10 +775,10 @@ def test_the_notifier_tells_the_endpoints_listing_a_server_and_forgets_sessions_
         now[0] += 61.0
         await change("a", None)
         assert {sid: e.sent for sid, e in ears.items()} == {"all": 2, "a": 1, "b": 1}
-        assert n.sessions() == 1
+        assert len(table) == 1 and table.owned("a", "token-1") is None
         # DELETE.
-        n.forget("all")
+        table.forget("all")
         await change("a", None)
-        assert ears["all"].sent == 2 and n.sessions() == 0
+        assert ears["all"].sent == 2 and len(table) == 0
 
     run(main())

@@ -234,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _serve_parser(sub: Any) -> None:
     from ..gateway.options import (
-        DEFAULT_DRAIN, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_HTTP_SESSIONS,
+        DEFAULT_DRAIN, DEFAULT_HEAD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
+        DEFAULT_MAX_HTTP_SESSIONS,
     )
 
     serve = sub.add_parser(
@@ -260,6 +261,12 @@ def _serve_parser(sub: Any) -> None:
                        help=f"largest request body (default {DEFAULT_MAX_BODY}); larger ones get HTTP 413")
     serve.add_argument("--max-http-sessions", metavar="N", type=_positive(int), default=DEFAULT_MAX_HTTP_SESSIONS,
                        help=f"open MCP sessions per endpoint (default {DEFAULT_MAX_HTTP_SESSIONS}); past it HTTP 503")
+    serve.add_argument("--max-connections", metavar="N", type=_positive(int), default=None,
+                       help=f"open HTTP connections at once (default {DEFAULT_MAX_CONNECTIONS}, less if the open-file "
+                            "limit asks it); past it a new one displaces one still sending its request head")
+    serve.add_argument("--head-timeout", metavar="SECONDS", type=_positive(float), default=DEFAULT_HEAD_TIMEOUT,
+                       help=f"a connection that has not sent a whole request head in this long is closed "
+                            f"(default {DEFAULT_HEAD_TIMEOUT:g})")
     serve.add_argument("--drain-seconds", metavar="SECONDS", type=_positive(float), default=DEFAULT_DRAIN,
                        help=f"on SIGTERM, how long calls in flight may take to finish (default {DEFAULT_DRAIN:g})")
     serve.add_argument("--log-format", choices=("json", "text"), default="json",

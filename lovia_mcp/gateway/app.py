@@ -26,11 +26,22 @@ JSON (validated once, by the SDK, on the way out).
 
 Security: every route but ``/healthz`` and ``/readyz`` needs ``Authorization:
 Bearer <token>`` when tokens are configured (compared in constant time,
-anything else a 401); a session answers only to the token that opened it
-(the SDK's own session binding; any other gets the 404 of an unknown
-session); request bodies over the cap get a 413 and sessions
-over the cap a 503 (the SDK's own limits); on loopback, the SDK's DNS
-rebinding protection checks ``Host`` and ``Origin``.
+anything else a 401); a session answers only to the token that opened it,
+in every era: a 2025 request for another token's session gets the 404 of
+an unknown session (the SDK's own binding), a 2026-07-28 request carrying
+``Mcp-Session-Id`` is refused (400: that era has no sessions, and the SDK
+would serve it without looking at the id), and a handler acts only on
+session ids :mod:`.sessions` saw the SDK issue to the request's token. A
+request with two ``Mcp-Session-Id`` or ``Mcp-Protocol-Version`` headers is
+refused (400): the gateway and the SDK must read the same one. Request
+bodies over the cap get a 413 and sessions over the cap a 503 (the SDK's
+own limits); on loopback, the SDK's DNS rebinding protection checks
+``Host`` and ``Origin``. What a client can hold before any of this is
+checked (connections, request heads) is bounded by :mod:`.connections`.
+
+Before ready: a request for an MCP endpoint waits until the servers that
+endpoint serves are open (:func:`.backends.wait_open`), then is served; only
+a server that failed to open (or the gateway stopping) makes it an error.
 
 Failure semantics: a call that fails on the server's side (a crash, a
 limit, a timeout, an open circuit) is that call's ``isError`` result,
@@ -59,18 +70,20 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
 from lovia_mcp_worker.wire.mcpjson import block_json
 
 from ..annotations import as_json
 from ..render import MCPToolResult
-from .backends import Backend, Refused
+from .backends import Backend, Refused, wait_open
+from .connections import Limits
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
-from .metrics import CONTENT_TYPE, Labels, Metrics
+from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import ListChangedServer, Notifier
+from .sessions import Sessions
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -79,6 +92,9 @@ SEPARATOR: Final = "__"
 SESSION_HEADER: Final = b"mcp-session-id"
 VERSION_HEADER: Final = b"mcp-protocol-version"
 METHOD_HEADER: Final = b"mcp-method"
+# Headers the gateway and the SDK both read: the SDK (through Starlette)
+# reads the first of each, so a request that sends one twice is refused.
+ONCE: Final = frozenset({SESSION_HEADER, VERSION_HEADER})
 LISTEN: Final = b"subscriptions/listen"
 # JSON-RPC error code for "try again elsewhere" (the server-defined range):
 # a draining gateway or a full session table.
@@ -86,13 +102,78 @@ UNAVAILABLE: Final = -32000
 ERROR_META: Final = "lovia-mcp/error"
 
 
-def _session_of(ctx: ServerRequestContext[Any, Any]) -> str | None:
-    request = ctx.request
-    headers = getattr(request, "headers", None)
-    if headers is None:
-        return None
-    value = headers.get("mcp-session-id")
-    return value if isinstance(value, str) and value else None
+def _owner(scope: Scope) -> str | None:
+    """Which token let the request in (its line in the token file), ``None`` without tokens."""
+    user = scope.get("user")
+    return user.username if isinstance(user, AuthenticatedUser) else None
+
+
+def _first(scope: Scope, name: bytes) -> bytes | None:
+    return next((value for key, value in scope.get("headers", ()) if key == name), None)
+
+
+def _lone(text: str) -> bool:
+    """True if ``text`` holds a lone surrogate (which UTF-8 cannot carry)."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _replaced(text: str) -> str:
+    # As a UTF-8 decoder replaces what it cannot read: each lone surrogate becomes U+FFFD.
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def scrub(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings (keys too) replaced by U+FFFD.
+
+    JSON can spell a lone surrogate (``"\\ud800"``, which models do emit:
+    half of an emoji cut off) and the SDK decodes it into the string, but
+    UTF-8 cannot carry one, so the call's way to its server would fail on
+    it. Containers are repaired in place (they are the request's own parsed
+    arguments) and walked without recursion (the SDK's JSON parsers allow
+    nesting near Python's recursion limit). Keys that differ only in their
+    lone surrogates become one key (the last one's value).
+    """
+    if isinstance(value, str):
+        return _replaced(value) if _lone(value) else value
+    # Looked for first, without changing anything: the common case has none.
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if _lone(node):
+                break
+        elif isinstance(node, dict):
+            stack.extend(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    else:
+        return value
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key in list(node):
+                item = node[key]
+                if isinstance(item, str) and _lone(item):
+                    node[key] = _replaced(item)
+                elif isinstance(item, (dict, list)):
+                    stack.append(item)
+                if _lone(key):
+                    node[_replaced(key)] = node.pop(key)
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                if isinstance(item, str) and _lone(item):
+                    node[i] = _replaced(item)
+                elif isinstance(item, (dict, list)):
+                    stack.append(item)
+    return value
 
 
 def result_json(result: MCPToolResult) -> dict[str, Any]:
@@ -128,6 +209,7 @@ class Gateway:
         max_body_bytes: int,
         max_sessions: int,
         session_idle: float,
+        limits: Limits | None = None,
     ) -> None:
         self.backends = {b.name: b for b in backends}
         self._tokens = [t.encode() for t in tokens]
@@ -135,9 +217,14 @@ class Gateway:
         self._users = [AuthenticatedUser(AccessToken(token=f"token-{i + 1}", client_id=f"token-{i + 1}", scopes=[]))
                        for i in range(len(tokens))]
         self.metrics = Metrics()
+        # The HTTP connections' bounds (serve's), for the metrics.
+        self.limits = limits
         self.ready = False
         self.draining = False
         self.in_flight = 0
+        # Requests waiting for their servers to open (before ready).
+        self.waiting = 0
+        self.sessions = Sessions(session_idle)
         self._idle_now = asyncio.Event()
         self._idle_now.set()
         security = None
@@ -158,7 +245,8 @@ class Gateway:
         paths: dict[str, str | None] = {"/mcp": None, **{f"/servers/{name}/mcp": name for name in self.backends}}
         # Listen streams are long-lived HTTP responses: as many per endpoint
         # as sessions.
-        self.notifier = Notifier(paths, max_streams=max_sessions, session_idle=session_idle)
+        self.paths = paths
+        self.notifier = Notifier(paths, max_streams=max_sessions, sessions=self.sessions)
         for backend in backends:
             backend.on_tools_changed = lambda b, session: self.notifier.changed(b.name, session)
         # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
@@ -188,19 +276,30 @@ class Gateway:
             return False
 
     # -- MCP ------------------------------------------------------------------ #
+    def _session_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The session ``ctx``'s request belongs to: an id the SDK opened for the token that sent it, else ``None``."""
+        if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return None  # 2026-07-28 has no sessions, whatever header came with the request
+        scope = getattr(ctx.request, "scope", None)
+        if not isinstance(scope, dict):
+            return None
+        raw = _first(scope, SESSION_HEADER)
+        session = None if raw is None else raw.decode("latin-1")
+        return session if self.sessions.owned(session, _owner(scope)) is not None else None
+
     def _mcp_server(self, path: str, only: str | None) -> Server[Any]:
         async def list_tools(ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=self._listing(only, _session_of(ctx)))
+            return types.ListToolsResult(tools=self._listing(only, self._session_of(ctx)))
 
         async def initialized(ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
-            session = _session_of(ctx)
+            session = self._session_of(ctx)
             if session is not None:
-                self.notifier.heard(session, ctx.session, only)
+                self.sessions.heard(session, ctx.session, only)
 
         async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> dict[str, Any]:
             backend, raw = self._resolve(only, params.name)
-            return await self._call(backend, raw, params.arguments or {}, _session_of(ctx))
+            return await self._call(backend, raw, params.arguments or {}, self._session_of(ctx))
 
         def input_schema(name: str) -> dict[str, Any] | None:
             # The SDK checks a 2026-07-28 call's Mcp-Param-* headers against the
@@ -255,12 +354,17 @@ class Gateway:
         self.in_flight += 1
         self._idle_now.clear()
         started = time.perf_counter()
-        outcome, kind = "ok", None
+        # Counted as an error unless it ends otherwise: an exception nobody
+        # foresaw is not an ok call.
+        outcome, kind = "error", None
+        raw, arguments = scrub(raw), scrub(arguments)
+        # Only a tool the server lists names a series: any other name (a
+        # client may send anything) is one series, whatever it is.
+        tool = raw if backend.knows(raw, session) else UNKNOWN_TOOL
         try:
             timeout = backend.server.timeout
             result = await asyncio.wait_for(backend.call(session, raw, arguments), timeout)
-            if result.is_error:
-                outcome = "tool_error"
+            outcome = "tool_error" if result.is_error else "ok"
             return result_json(result)
         except asyncio.CancelledError:
             # The client went away (or the gateway stops): not an ok call.
@@ -272,20 +376,20 @@ class Gateway:
         except asyncio.TimeoutError:
             outcome = kind = "timeout"
             action = "its server was killed" if backend.server.on_timeout == "kill" else "it was cancelled"
-            logger.warning("call timed out", extra={"server": backend.name, "tool": raw})
+            logger.warning("call timed out", extra={"server": backend.name, "tool": tool})
             return _error_result("timeout", f"the call to {raw!r} passed its {backend.server.timeout:g} s "
                                             f"timeout and {action}")
         except LoviaMCPError as exc:
             outcome = "error"
             kind = getattr(exc, "kind", None) or "error"
-            logger.warning("call failed", extra={"server": backend.name, "tool": raw, "kind": kind,
+            logger.warning("call failed", extra={"server": backend.name, "tool": tool, "kind": kind,
                                                  "error": str(exc.args[0] if exc.args else exc)})
             # The message, not the hint: a hint may quote the server's stderr,
             # which is the operator's to read (in the logs), not the client's.
             return _error_result(kind, str(exc.args[0] if exc.args else exc))
         finally:
             elapsed = time.perf_counter() - started
-            self.metrics.call(backend.name, raw, outcome, elapsed, kind)
+            self.metrics.call(backend.name, tool, outcome, elapsed, kind)
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle_now.set()
@@ -345,30 +449,54 @@ class Gateway:
                                     "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
                                             + ", ".join(sorted(self.backends))})
             return
-        headers = dict(scope.get("headers", ()))
+        headers: dict[bytes, bytes] = {}
+        for key, value in scope.get("headers", ()):
+            if key in ONCE and key in headers:
+                await _rpc_error(send, 400, INVALID_REQUEST, f"the request has two {key.decode().title()} headers",
+                                 "Send each of Mcp-Session-Id and Mcp-Protocol-Version at most once.")
+                return
+            headers.setdefault(key, value)  # the first of each, as the SDK reads them
         session = headers[SESSION_HEADER].decode("latin-1") if SESSION_HEADER in headers else None
-        stateless = headers.get(VERSION_HEADER, b"").decode("latin-1") in MODERN_PROTOCOL_VERSIONS
+        version = headers[VERSION_HEADER].decode("latin-1") if VERSION_HEADER in headers else None
+        if session is not None and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            # The SDK serves such a request as self-contained (2026-07-28 has no
+            # sessions) without looking at the id: refused rather than served
+            # sessionless, so a client that believes it is in a session learns
+            # at once that it is not, and no id the SDK did not check goes further.
+            await _rpc_error(send, 400, INVALID_REQUEST,
+                             f"Mcp-Session-Id names a 2025 session, and a {version} request belongs to no session",
+                             "Drop the Mcp-Session-Id header (a 2026-07-28 request is self-contained), or send "
+                             "the session's own Mcp-Protocol-Version (the one its initialize agreed) to use it.")
+            return
+        if not self.ready:
+            refused = await self._opened(path)
+            if refused is not None:
+                await _rpc_error(send, 503, UNAVAILABLE, str(refused), refused.hint)
+                return
+        stateless = version in MODERN_PROTOCOL_VERSIONS
         # Draining refuses what would open a session (it would die with this
         # replica); a session's calls and stateless requests are still served
         # until HTTP stops, so a load balancer slow to notice /readyz loses nothing.
         # A listen stream opened now would be cut with this replica: refused
         # while draining like a new session.
-        if session is None and (not self.ready or (self.draining and (
-                not stateless or headers.get(METHOD_HEADER) == LISTEN))):
-            why = "the gateway is shutting down" if self.draining else "the gateway is still opening its servers"
+        if session is None and self.draining and (not stateless or headers.get(METHOD_HEADER) == LISTEN):
             await _json(send, 503, {"jsonrpc": "2.0", "id": None,
-                                    "error": {"code": UNAVAILABLE, "message": f"{why}; retry shortly"}},
+                                    "error": {"code": UNAVAILABLE,
+                                              "message": "the gateway is shutting down; retry shortly"}},
                         headers=[(b"retry-after", b"1")])
             return
         if stateless and headers.get(METHOD_HEADER) in FAST_METHODS and accepts_both(headers.get(b"accept", b"")):
             await serve_fast(self.fast[path].handle_request, scope, receive, send)
             return
         if session is None:
-            await manager.handle_request(scope, receive, send)
+            if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+                await self._opening(manager, scope, receive, send)
+            else:
+                await manager.handle_request(scope, receive, send)
             return
         # Every request of a session is seen (its GET stream for as long as it
-        # is open): the notifier forgets a session as the SDK expires it.
-        self.notifier.began(session)
+        # is open): the table forgets a session as the SDK expires it.
+        self.sessions.began(session)
         ended = False
         try:
             if scope["method"] == "DELETE":
@@ -378,16 +506,50 @@ class Gateway:
             else:
                 await manager.handle_request(scope, receive, send)
         finally:
-            self.notifier.ended(session)
-        if ended:
-            self.notifier.forget(session)
+            self.sessions.ended(session)
+        if ended and self.sessions.owned(session, _owner(scope)) is not None:
+            self.sessions.forget(session)
             for backend in self.backends.values():
                 await backend.end_session(session)
+
+    async def _opening(self, manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive,
+                       send: Send) -> None:
+        """A request that may open a 2025 session: the id the SDK answers is recorded for the token that sent it."""
+        owner = _owner(scope)
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                for key, value in message.get("headers", ()):
+                    if key.lower() == SESSION_HEADER:
+                        self.sessions.opened(value.decode("latin-1"), owner)
+            await send(message)
+
+        await manager.handle_request(scope, receive, watch)
+
+    async def _opened(self, path: str) -> Refused | None:
+        """Wait until the servers ``path`` serves are open; why not, if one failed (or the wait ran out)."""
+        only = self.paths[path]
+        self.waiting += 1
+        try:
+            await wait_open([b for name, b in self.backends.items() if only in (None, name)])
+            return None
+        except Refused as exc:
+            return exc
+        finally:
+            self.waiting -= 1
 
     async def _metrics_text(self) -> str:
         gauges: list[tuple[str, str, str, Labels, float]] = [
             ("lovia_mcp_calls_in_flight", "gauge", "Tool calls in flight.", (), float(self.in_flight)),
+            ("lovia_mcp_requests_waiting", "gauge", "Requests waiting for their servers to open.", (),
+             float(self.waiting)),
         ]
+        if self.limits is not None:
+            gauges.append(("lovia_mcp_http_connections", "gauge", "Open HTTP connections.", (),
+                           float(self.limits.connections)))
+            gauges += [("lovia_mcp_http_connections_closed_total", "counter",
+                        "HTTP connections closed by a bound, by reason.", (("reason", reason),), float(n))
+                       for reason, n in sorted(self.limits.closed.items())]
         stats = await asyncio.gather(*(b.stats() for b in self.backends.values()))
         for backend, got in zip(self.backends.values(), stats):
             labels: Labels = (("server", backend.name),)
@@ -427,6 +589,12 @@ async def _plain(send: Send, status: int, text: str, content_type: str = "text/p
     await send({"type": "http.response.body", "body": body})
 
 
+async def _rpc_error(send: Send, status: int, code: int, message: str, hint: str) -> None:
+    """A JSON-RPC error (no request id) with an HTTP status, its hint in ``data``."""
+    await _json(send, status, {"jsonrpc": "2.0", "id": None,
+                               "error": {"code": code, "message": message, "data": {"hint": hint}}})
+
+
 async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     body = json.dumps(value).encode()
     await send({"type": "http.response.start", "status": status,
@@ -435,4 +603,4 @@ async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["ERROR_META", "SEPARATOR", "UNAVAILABLE", "Gateway", "result_json"]
+__all__ = ["ERROR_META", "ONCE", "SEPARATOR", "UNAVAILABLE", "Gateway", "result_json", "scrub"]

@@ -14,7 +14,9 @@ gone when the connection closes.
   without a call, or when the gateway stops. At most ``max_sessions`` at once.
 
 Lifecycle: ``start`` opens (and lists) before the gateway says it is ready;
-``aclose`` closes every connection, bounded and shielded.
+a request that comes meanwhile waits in :func:`wait_open` until the servers
+it needs are open (or one of them failed); ``aclose`` closes every
+connection, bounded and shielded.
 
 Tool-list changes: a backend tells :attr:`Backend.on_tools_changed` when a
 connection's tools change (:attr:`MCPConnection.on_tools_changed`), with the
@@ -32,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from lovia.exceptions import MCPError
+from lovia.exceptions import LoviaError, MCPError
 
 from ..annotations import MCPTool
 from ..config import MCPServer
@@ -50,6 +52,11 @@ STATS_WAIT: Final = 2.0
 # How often idle per-session servers are looked for, at most: an idle expiry
 # is honoured to within this (expiries are minutes; a finer sweep buys nothing).
 IDLE_SWEEP: Final = 5.0
+# A request waiting for a server to open gives up this long after the
+# server's open_timeout: an open that passes its timeout is failed by the
+# connection only after it has killed what it started (its close is bounded
+# by a few seconds), and that failure is the answer the waiter should get.
+OPEN_WAIT_SLACK: Final = 10.0
 
 
 class Refused(Exception):
@@ -72,13 +79,45 @@ class Backend:
         # The gateway's listener: (this backend, the session whose server's
         # tools changed, None for a shared server). Called on the event loop.
         self.on_tools_changed: Callable[[Backend, str | None], None] | None = None
+        # Set once the backend can serve a call, or failed to open; the
+        # failure's message for a request that waited for it.
+        self.settled = asyncio.Event()
+        self.failure: str | None = None
+        # Its open was cancelled (the gateway stops), not failed on its own.
+        self.stopped = False
 
     async def start(self) -> None:
+        """Open the server (``_start``); whoever waits in :func:`wait_open` hears how it went."""
+        try:
+            await self._start()
+        except asyncio.CancelledError:
+            self.failure, self.stopped = "the gateway stopped before it opened", True
+            raise
+        except BaseException as exc:
+            # The message, not the hint: a hint may quote the server's stderr,
+            # which is the operator's to read (in the logs), not a client's.
+            self.failure = str(exc.args[0]) if isinstance(exc, LoviaError) and exc.args else str(exc) or repr(exc)
+            raise
+        finally:
+            self.settled.set()
+
+    def _servable(self) -> None:
+        """The backend can serve calls from now, before ``_start`` has finished (its spares still warming)."""
+        self.settled.set()
+
+    async def _start(self) -> None:
         raise NotImplementedError
 
     def tools(self, session: str | None = None) -> list[MCPTool]:
         """The tools ``session`` sees (a per-session server's own once the session holds one)."""
         raise NotImplementedError
+
+    def knows(self, raw_name: str, session: str | None = None) -> bool:
+        """True if ``raw_name`` is a tool ``session`` is listed: a name a metric may carry."""
+        try:
+            return any(t.raw_name == raw_name for t in self.tools(session))
+        except (Refused, MCPError):  # not open (any more): no listing to hold it against
+            return False
 
     def _changed(self, session: str | None) -> None:
         if self.on_tools_changed is not None:
@@ -128,7 +167,7 @@ class Shared(Backend):
         super().__init__(server, served)
         self._conn: MCPConnection | None = None
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         # Persistent: the connection's own restarts replace a crashed server
         # (and keep a standby one if the config asks for spares).
         self._conn = await dataclasses.replace(self.server, close_after_run=False).open()
@@ -177,11 +216,13 @@ class PerSession(Backend):
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         # One open learns the tool list; its server is kept as the first spare.
         first = await self.config.open()
         self._listing = _tools_of(first)
         self._spare = first
+        # A session's first call can take that server now; the spares warm meanwhile.
+        self._servable()
         await warm_spares(self.config)
         self._sweeper = asyncio.ensure_future(self._sweep())
 
@@ -291,8 +332,44 @@ class PerSession(Backend):
         await close_spares(self.config)
 
 
+async def wait_open(backends: list[Backend]) -> None:
+    """Return once every one of ``backends`` can serve; :class:`Refused` naming the first that failed to open.
+
+    Bounded by the longest ``open_timeout`` among those still opening (each
+    open is bounded by its own), plus :data:`OPEN_WAIT_SLACK`.
+    """
+    loop = asyncio.get_running_loop()
+    pending = [b for b in backends if not b.settled.is_set()]
+    deadline = loop.time() + max((b.server.open_timeout for b in pending), default=0.0) + OPEN_WAIT_SLACK
+    while True:
+        # A server that failed on its own first: the others were stopped because of it.
+        failed = min((b for b in backends if b.failure is not None), key=lambda b: b.stopped, default=None)
+        if failed is not None and failed.stopped:
+            raise Refused(f"the gateway is shutting down before server {failed.name!r} opened",
+                          hint="Retry shortly (on another replica behind a load balancer).")
+        if failed is not None:
+            raise Refused(f"server {failed.name!r} failed to open: {failed.failure}",
+                          hint="Read the gateway's log for the server's stderr; fix its command or config and "
+                               "restart the gateway.")
+        pending = [b for b in pending if not b.settled.is_set()]
+        left = deadline - loop.time()
+        if not pending:
+            return
+        if left <= 0:
+            raise Refused(f"server {pending[0].name!r} is still opening after its open_timeout "
+                          f"({pending[0].server.open_timeout:g} s)",
+                          hint="Retry once /readyz answers 200, or raise the server's open_timeout.")
+        waits = [asyncio.ensure_future(b.settled.wait()) for b in pending]
+        try:
+            await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
+
 def backend_for(server: MCPServer, served: Served) -> Backend:
     return PerSession(server, served) if served.session == "per-session" else Shared(server, served)
 
 
-__all__ = ["IDLE_SWEEP", "STATS_WAIT", "Backend", "PerSession", "Refused", "Shared", "backend_for"]
+__all__ = ["IDLE_SWEEP", "OPEN_WAIT_SLACK", "STATS_WAIT", "Backend", "PerSession", "Refused", "Shared", "backend_for",
+           "wait_open"]

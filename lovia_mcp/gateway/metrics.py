@@ -4,7 +4,10 @@ Owned code rather than ``prometheus_client``: a handful of counters, one
 histogram and a few gauges read at scrape time do not justify a dependency.
 Every name starts ``lovia_mcp_``:
 
-- ``lovia_mcp_calls_total{server,tool,outcome}``: outcome ``ok``,
+- ``lovia_mcp_calls_total{server,tool,outcome}``: ``tool`` is a tool the
+  server lists, or :data:`UNKNOWN_TOOL` for any other name a client sent
+  (so the series are bounded by the servers' listings, never by clients);
+  outcome ``ok``,
   ``tool_error`` (the server's ``isError``), ``error`` (the call failed:
   crash, limit, circuit...), ``timeout``, ``refused`` (no session slot, or
   the gateway is draining), ``cancelled`` (the client went away mid-call);
@@ -15,7 +18,8 @@ Every name starts ``lovia_mcp_``:
 - ``lovia_mcp_restarts_total{server}``, ``lovia_mcp_server_memory_bytes{server}``,
   ``lovia_mcp_server_processes{server}``, ``lovia_mcp_sessions{server}``,
   ``lovia_mcp_calls_in_flight`` and ``lovia_mcp_up{server}``: read from the
-  servers' stats at scrape time.
+  servers' stats at scrape time; ``lovia_mcp_requests_waiting``: requests
+  waiting for their servers to open (before ready).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from typing import Final
 # slow tool's half minute.
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+# The ``tool`` label of a call to a name its server does not list.
+UNKNOWN_TOOL: Final = "<unknown>"
 # Failure kinds that mean the server's tree was killed or went away mid-call.
 KILL_KINDS: Final = frozenset({"timeout", "limit", "server_exited", "worker_died", "protocol"})
 
@@ -107,4 +113,4 @@ class Metrics:
             out.append(f"{name}{_labels(labels)} {shown}")
 
 
-__all__ = ["BUCKETS", "CONTENT_TYPE", "KILL_KINDS", "Labels", "Metrics"]
+__all__ = ["BUCKETS", "CONTENT_TYPE", "KILL_KINDS", "UNKNOWN_TOOL", "Labels", "Metrics"]

@@ -23,17 +23,15 @@ again).
 
 Caveats: the SDK drops a notification for a session whose GET stream is not
 open at that moment (no replay without an event store), as it does for any
-server message. Sessions are forgotten on a ``DELETE`` the SDK accepted
-and, as the SDK expires them, once no request of theirs has been in flight
-for the session idle time (the gateway sees every one of their requests,
-the GET stream included, so it never forgets a live session first).
+server message. Which sessions exist (and when they are forgotten) is
+:mod:`.sessions`'s to say; a session is told only once its handshake
+finished there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Coroutine
 from typing import Any, Final
 
@@ -41,6 +39,8 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+
+from .sessions import Sessions
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -70,18 +70,6 @@ class ListChangedServer(Server[Any]):
             notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions)
 
 
-class _Session:
-    """A 2025 session: where it listens, its standalone channel once known, and its requests in flight."""
-
-    __slots__ = ("in_flight", "only", "seen", "session")
-
-    def __init__(self) -> None:
-        self.session: ServerSession | None = None
-        self.only: str | None = None
-        self.in_flight = 0
-        self.seen = time.monotonic()
-
-
 class Endpoint:
     """One MCP endpoint's listen streams: the bus a change is published on and the SDK's handler."""
 
@@ -93,67 +81,24 @@ class Endpoint:
 class Notifier:
     """Who hears of tool-list changes, and the sending."""
 
-    def __init__(self, paths: dict[str, str | None], *, max_streams: int, session_idle: float) -> None:
+    def __init__(self, paths: dict[str, str | None], *, max_streams: int, sessions: Sessions) -> None:
         # path -> the server it serves alone (None: /mcp, every server)
         self.endpoints = {path: Endpoint(max_streams) for path in paths}
         self._serves = dict(paths)
-        self._idle = session_idle
-        self._sessions: dict[str, _Session] = {}
+        self._sessions = sessions
         self._sending: set[asyncio.Task[None]] = set()
-
-    # -- sessions (the app's request path) ------------------------------------ #
-    def began(self, session_id: str) -> None:
-        """A request of ``session_id`` is in flight (the GET stream counts while it is open)."""
-        entry = self._sessions.get(session_id)
-        if entry is None:
-            entry = self._sessions[session_id] = _Session()
-        entry.in_flight += 1
-
-    def ended(self, session_id: str) -> None:
-        entry = self._sessions.get(session_id)
-        if entry is None:
-            return
-        entry.in_flight = max(0, entry.in_flight - 1)
-        entry.seen = time.monotonic()
-        if entry.session is None and entry.in_flight == 0:
-            del self._sessions[session_id]  # never initialized (or an unknown id): nothing to hear
-
-    def heard(self, session_id: str, session: ServerSession, only: str | None) -> None:
-        """``session_id`` finished its handshake on the endpoint serving ``only``: it hears of changes from now."""
-        self._prune()
-        entry = self._sessions.get(session_id)
-        if entry is None:
-            entry = self._sessions[session_id] = _Session()
-        entry.session, entry.only = session, only
-
-    def forget(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
-
-    def sessions(self) -> int:
-        """Sessions that would hear of a change now (for tests and metrics)."""
-        return sum(1 for e in self._sessions.values() if e.session is not None)
-
-    def _prune(self) -> None:
-        # The SDK ends a session after this long with nothing in flight; so
-        # does this table (never sooner: it sees every request the SDK does).
-        now = time.monotonic()
-        for sid, entry in list(self._sessions.items()):
-            if entry.in_flight == 0 and now - entry.seen > self._idle:
-                del self._sessions[sid]
 
     # -- changes -------------------------------------------------------------- #
     def changed(self, server: str, session_id: str | None) -> None:
         """``server``'s tools changed (for ``session_id`` alone if it is a per-session server's)."""
-        self._prune()
         if session_id is None:
-            targets = [e.session for e in self._sessions.values()
-                       if e.session is not None and e.only in (None, server)]
+            targets = self._sessions.listeners(server)
             for path, only in self._serves.items():
                 if only in (None, server):
                     self._spawn(self.endpoints[path].bus.publish(ToolsListChanged()))
         else:
-            entry = self._sessions.get(session_id)
-            targets = [entry.session] if entry is not None and entry.session is not None else []
+            listener = self._sessions.listener(session_id)
+            targets = [] if listener is None else [listener]
         for session in targets:
             self._spawn(self._send(session))
         logger.info("tools changed", extra={"server": server, "sessions": len(targets)})

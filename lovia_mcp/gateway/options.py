@@ -50,6 +50,14 @@ DEFAULT_DRAIN: Final = 20.0
 DEFAULT_MAX_BODY: Final = 4 * 1024 * 1024
 # Stateful MCP sessions per endpoint (the SDK answers 503 past it).
 DEFAULT_MAX_HTTP_SESSIONS: Final = 1000
+# A client sends its request head in one write; a slow link or proxy takes
+# well under a second. Ten seconds is generous to them and keeps what a
+# flood of unfinished heads holds short-lived (nginx waits 60 s, with no cap
+# of its own on what that holds).
+DEFAULT_HEAD_TIMEOUT: Final = 10.0
+# Open HTTP connections at once (lower if the open-file limit asks it):
+# enough for a thousand sessions each holding a GET stream and a call.
+DEFAULT_MAX_CONNECTIONS: Final = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,4 +105,6 @@ def _served(where: str, entry: Mapping[str, Any]) -> Served:
     return Served(session=session, max_sessions=max_sessions, idle=float(idle))
 
 
-__all__ = ["DEFAULT_DRAIN", "DEFAULT_IDLE", "DEFAULT_LISTEN", "DEFAULT_MAX_BODY", "DEFAULT_MAX_HTTP_SESSIONS", "DEFAULT_MAX_SESSIONS", "SESSION_MODES", "Served", "SessionMode", "served_options"]
+__all__ = ["DEFAULT_DRAIN", "DEFAULT_HEAD_TIMEOUT", "DEFAULT_IDLE", "DEFAULT_LISTEN", "DEFAULT_MAX_BODY",
+           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_HTTP_SESSIONS", "DEFAULT_MAX_SESSIONS", "SESSION_MODES", "Served",
+           "SessionMode", "served_options"]

@@ -6,9 +6,11 @@ Lifecycle:
    address checked (a non-loopback one needs tokens) and bound; the URL is
    the first line of stdout (``--listen 127.0.0.1:0`` picks a free port).
 2. HTTP is served at once (``/healthz`` answers, ``/readyz`` says 503) while
-   every server opens in parallel; then ``/readyz`` answers 200 and stdout
-   gets a second line, ``ready``. A server that cannot open stops the
-   gateway with its error (exit 3), as ``check`` would report it.
+   every server opens in parallel; a request that comes meanwhile waits for
+   the servers it needs. Then ``/readyz`` answers 200 and stdout gets a
+   second line, ``ready``. A server that cannot open stops the gateway with
+   its error (exit 3), as ``check`` would report it; the other opens are
+   stopped, and the requests waiting get that error.
 3. SIGTERM (or SIGINT) starts the drain, the Kubernetes termination contract:
    ``/readyz`` says 503, new sessions are refused (HTTP 503), calls in flight
    get up to ``--drain-seconds`` to finish (a session's calls and stateless
@@ -42,6 +44,7 @@ from lovia.exceptions import LoviaError, UserError
 from ..config_file.loader import load_servers
 from .app import Gateway
 from .backends import Backend, backend_for
+from .connections import KEEP_ALIVE_IDLE, Limits, bounded, connection_cap
 from .options import Served, served_options
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -161,6 +164,7 @@ async def run(ns: argparse.Namespace) -> int:
     served = served_options(ns.config)
     tokens = read_tokens(ns.token_file) if ns.token_file else []
     host, port = parse_listen(ns.listen)
+    limits = Limits(max_connections=connection_cap(ns.max_connections), head_timeout=ns.head_timeout)
     loopback = is_loopback(host)
     if not loopback and not tokens:
         raise UserError(f"refusing to listen on {host} (not loopback) without tokens",
@@ -168,16 +172,18 @@ async def run(ns: argparse.Namespace) -> int:
     backends: list[Backend] = [backend_for(s, served.get(s.name or "", Served())) for s in servers]
     idle = max([b.served.idle for b in backends if b.served.session == "per-session"] + [HTTP_SESSION_IDLE])
     gateway = Gateway(backends, tokens=tokens, loopback=loopback, max_body_bytes=ns.max_body_bytes,
-                      max_sessions=ns.max_http_sessions, session_idle=idle)
+                      max_sessions=ns.max_http_sessions, session_idle=idle, limits=limits)
     sock = _bind(host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # No proxy-headers middleware: nothing here reads the client's address,
-    # and it was a layer on every request.
+    # and it was a layer on every request. The backlog is the cap: asyncio
+    # accepts up to that many a turn before the protocol can close any.
     config = uvicorn.Config(gateway, lifespan="off", log_config=None, access_log=False, proxy_headers=False,
-                            timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE, ws="none")
+                            timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE, ws="none", http=bounded(limits),
+                            timeout_keep_alive=KEEP_ALIVE_IDLE, backlog=limits.max_connections)
     http = _Uvicorn(config)
     try:
         async with AsyncExitStack() as stack:
@@ -185,7 +191,8 @@ async def run(ns: argparse.Namespace) -> int:
             await gateway.enter(stack)
             serving = asyncio.ensure_future(http.serve(sockets=[sock]))
             print(_url(sock), flush=True)
-            logger.info("listening", extra={"url": _url(sock), "servers": [b.name for b in backends]})
+            logger.info("listening", extra={"url": _url(sock), "servers": [b.name for b in backends],
+                                            "max_connections": limits.max_connections})
             opened = await _open_all(backends, stop)
             if opened:
                 gateway.ready = True
@@ -210,12 +217,21 @@ async def run(ns: argparse.Namespace) -> int:
 
 
 async def _open_all(backends: list[Backend], stop: asyncio.Event) -> bool:
-    """Open every server in parallel; False (logged) if one failed or a signal came first."""
-    opening = asyncio.ensure_future(asyncio.gather(*(b.start() for b in backends)))
+    """Open every server in parallel; False (logged) if one failed or a signal came first.
+
+    Either way the opens still running are stopped (before the servers are
+    closed: nothing opens after that), and the requests waiting hear why.
+    """
+    starts = [asyncio.ensure_future(b.start()) for b in backends]
+    opening = asyncio.ensure_future(asyncio.gather(*starts))
     waiting = asyncio.ensure_future(stop.wait())
     either: set[asyncio.Future[Any]] = {opening, waiting}
     await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     waiting.cancel()
+    if not opening.done() or opening.exception() is not None:
+        for start in starts:
+            start.cancel()
+        await asyncio.gather(*starts, return_exceptions=True)
     if not opening.done():
         opening.cancel()
         with contextlib.suppress(BaseException):
