@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import selectors
 import signal
 import subprocess
@@ -38,11 +39,23 @@ def server(script: str, **options: Any) -> dict[str, Any]:
     return {"command": PY, "args": [str(SERVERS / script)], **options}
 
 
+def gated(gate: Path, *flags: str, **options: Any) -> dict[str, Any]:
+    """raw_server.py (with ``flags``) that starts only once a line is written to the FIFO ``gate``."""
+    return {"command": PY, "args": [str(SERVERS / "gated_server.py"), str(gate), *flags], **options}
+
+
+def samples(text: str) -> dict[str, float]:
+    """A /metrics body's samples: the series (name and labels) to its value."""
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
+
+
 class Serve:
     """One ``lovia-mcp serve`` process: its URL, its stderr file, and how to stop it."""
 
     def __init__(self, folder: Path, servers: dict[str, Any], *extra: str, token: bool = True,
-                 log_format: str = "text") -> None:
+                 log_format: str = "text", ready: bool = True, nofile: int | None = None) -> None:
+        """Start it; with ``ready`` wait for its ``ready`` line. ``nofile``: its open-file limit (soft)."""
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / "mcp.json"
         config.write_text(json.dumps({"mcpServers": servers}))
@@ -54,12 +67,18 @@ class Serve:
             args += ["--token-file", str(tokens)]
         self.stderr_path = folder / "stderr"
         self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, cwd=ROOT)
+        def limited() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, cwd=ROOT,
+                                     preexec_fn=limited if nofile is not None else None)
         self.lines: list[str] = []
+        self.headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
         self.url = self.line()
         self.base = self.url.removesuffix("/mcp")
-        assert self.line() == "ready", self.stderr()
-        self.headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
+        if ready:
+            assert self.line() == "ready", self.stderr()
 
     def line(self) -> str:
         """The next stdout line, waiting at most START_WAIT."""
@@ -157,5 +176,5 @@ async def sdk_client(url: str, headers: dict[str, str], mode: str = "auto", *, m
 
 
 
-__all__ = ["PY", "SERVERS", "START_WAIT", "STOP_WAIT", "TOKEN", "Serve", "raw", "sdk_client", "sdk_http_server",
-           "server"]
+__all__ = ["OTHER_TOKEN", "PY", "SERVERS", "START_WAIT", "STOP_WAIT", "TOKEN", "Serve", "gated", "raw", "samples",
+           "sdk_client", "sdk_http_server", "server"]

@@ -15,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from _gateway import PY, SERVERS, Serve, raw, sdk_client, server
+from _gateway import PY, START_WAIT, STOP_WAIT, Serve, gated, raw, samples, sdk_client, server
 from conftest import ROOT, run
 from lovia_mcp.gateway.serve import HTTP_SHUTDOWN_GRACE
 
@@ -159,34 +159,125 @@ def test_a_server_that_cannot_open_stops_the_gateway_with_its_error_and_no_proce
     assert "bad" in proc.stderr and "7" in proc.stderr
 
 
-def test_while_servers_open_healthz_answers_readyz_and_sessions_wait_and_sigterm_exits_0(tmp_path: Path) -> None:
+MODERN = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28",
+          "mcp-method": "tools/call"}
+
+
+def _echo(name: str, text: str) -> dict[str, Any]:
+    """A 2026-07-28 tools/call of an echo tool, self-contained."""
+    return {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": name, "arguments": {"text": text},
+                       "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                 "io.modelcontextprotocol/clientCapabilities": {}}}}
+
+
+async def _until_waiting(http: httpx.AsyncClient, n: int, *pending: asyncio.Future[Any]) -> None:
+    """Until the gateway reports ``n`` requests waiting for their servers (bounded by the test's timeout).
+
+    A request among ``pending`` that has already been answered fails the test with its answer: it did not wait.
+    """
+    while samples((await http.get("/metrics")).text).get("lovia_mcp_requests_waiting", 0) < n:
+        for request in pending:
+            if request.done():
+                answered = request.result()
+                raise AssertionError(f"answered before its server opened: {answered.status_code} {answered.text}")
+
+
+def test_a_request_sent_before_the_servers_are_open_waits_for_them_and_is_then_served(tmp_path: Path) -> None:
+    # A client that reads the URL line and sends its call at once (before
+    # ready) used to get "still opening, retry shortly" (503): it now waits
+    # for the server it needs, here one that opens only when the test says.
     gate = tmp_path / "gate"
     os.mkfifo(gate)
     # Held open for writing by the test, so the gated server's open never blocks.
     holder = os.open(gate, os.O_RDWR)
-    config = _config(tmp_path, {"slow": {"command": PY, "args": [str(SERVERS / "gated_server.py"), str(gate)]}})
-    proc = subprocess.Popen([PY, "-m", "lovia_mcp", "serve", "--config", config, "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    g = Serve(tmp_path / "g", {"slow": gated(gate), "quick": raw()}, ready=False)
     try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().decode().strip()
-        base = url.removesuffix("/mcp")
-        assert httpx.get(base + "/healthz").status_code == 200
-        ready = httpx.get(base + "/readyz")
-        assert (ready.status_code, ready.text) == (503, "opening servers\n")
-        early = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
-                           headers={"accept": "application/json, text/event-stream"})
-        assert early.status_code == 503 and early.headers["retry-after"] == "1"
-        assert "still opening" in early.json()["error"]["message"]
-        tree = psutil.Process(proc.pid).children(recursive=True)
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(30)
+        async def main() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            async with httpx.AsyncClient(base_url=g.base, headers=g.headers, timeout=START_WAIT) as http:
+                early = asyncio.ensure_future(http.post("/mcp", json=_echo("slow__echo", "early"),
+                                                        headers={**MODERN, "mcp-name": "slow__echo"}))
+                await _until_waiting(http, 1, early)
+                out["readyz"] = (await http.get("/readyz")).status_code
+                out["healthz"] = (await http.get("/healthz")).status_code
+                # One server's own endpoint waits for that server only.
+                out["quick"] = await http.post("/servers/quick/mcp", json=_echo("echo", "quick"),
+                                               headers={**MODERN, "mcp-name": "echo"})
+                assert not early.done()
+                os.write(holder, b"go\n")
+                out["early"] = await early
+            out["line"] = await asyncio.to_thread(g.line)
+            out["readyz after"] = httpx.get(g.base + "/readyz").status_code
+            return out
+
+        out = run(main())
     finally:
         os.close(holder)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert code == 0, proc.stderr.read().decode() if proc.stderr else ""
+        code, alive = g.stop()
+    assert (out["readyz"], out["healthz"]) == (503, 200)
+    assert out["quick"].status_code == 200 and out["quick"].json()["result"]["content"][0]["text"] == "quick"
+    assert out["early"].status_code == 200, out["early"].text
+    assert out["early"].json()["result"]["content"][0]["text"] == "early"
+    assert out["line"] == "ready" and out["readyz after"] == 200
+    assert code == 0 and alive == [], g.stderr()
+
+
+def test_a_request_waiting_for_a_server_that_fails_to_open_gets_that_servers_error(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    holder = os.open(gate, os.O_RDWR)
+    g = Serve(tmp_path / "g", {"good": raw(), "bad": gated(gate, "--exit-on-start", "7")}, ready=False)
+    try:
+        async def main() -> httpx.Response:
+            async with httpx.AsyncClient(base_url=g.base, headers=g.headers, timeout=START_WAIT) as http:
+                waiting = asyncio.ensure_future(http.post("/mcp", json=_echo("good__echo", "x"),
+                                                          headers={**MODERN, "mcp-name": "good__echo"}))
+                await _until_waiting(http, 1, waiting)
+                os.write(holder, b"go\n")  # the server starts, and exits 7 at once
+                return await waiting
+
+        answered = run(main())
+        code = g.proc.wait(STOP_WAIT)
+    finally:
+        os.close(holder)
+        g.kill()
+    assert answered.status_code == 503, answered.text
+    error = answered.json()["error"]
+    assert "server 'bad' failed to open" in error["message"] and "7" in error["message"], error
+    assert "hint" in error["data"]
+    assert code == 3, g.stderr()
+
+
+def test_sigterm_while_servers_open_answers_the_waiting_requests_and_exits_0_leaving_no_process(
+        tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    holder = os.open(gate, os.O_RDWR)
+    g = Serve(tmp_path / "g", {"slow": gated(gate)}, token=False, ready=False)
+    try:
+        tree = g.tree()
+
+        async def main() -> httpx.Response:
+            async with httpx.AsyncClient(base_url=g.base, timeout=START_WAIT) as http:
+                early = asyncio.ensure_future(http.post("/mcp", json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                               "clientInfo": {"name": "t", "version": "1"}}},
+                    headers={"accept": "application/json, text/event-stream"}))
+                await _until_waiting(http, 1, early)
+                ready = await http.get("/readyz")
+                assert (ready.status_code, ready.text) == (503, "opening servers\n")
+                g.proc.send_signal(signal.SIGTERM)
+                return await early
+
+        early = run(main())
+        code = g.proc.wait(STOP_WAIT)
+    finally:
+        os.close(holder)
+        g.kill()
+    assert early.status_code == 503 and "shutting down" in early.json()["error"]["message"], early.text
+    assert code == 0, g.stderr()
     _, alive = psutil.wait_procs(tree, timeout=5.0)
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
