@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import selectors
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 
 from _gateway import PY, START_WAIT, STOP_WAIT, Serve, gated, raw, samples, sdk_client, server
 from conftest import ROOT, run
+from lovia_mcp.gateway.connections import FD_RESERVE
 from lovia_mcp.gateway.serve import HTTP_SHUTDOWN_GRACE
 
 pytestmark = pytest.mark.timeout(120)
@@ -280,6 +283,90 @@ def test_sigterm_while_servers_open_answers_the_waiting_requests_and_exits_0_lea
     assert code == 0, g.stderr()
     _, alive = psutil.wait_procs(tree, timeout=5.0)
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+# The flood test's gateway: an open-file limit low enough that the flood
+# would exhaust it without the connection cap (the attack: /healthz stopped
+# answering), and a short head timeout so the test is short too.
+FLOOD_NOFILE = 256
+FLOOD = 320
+FLOOD_HEAD_TIMEOUT = 2.0
+# /healthz during the flood: milliseconds unloaded. Generous for a loaded machine.
+HEALTHZ_WAIT = 20.0
+# Every unfinished head closed: the head timeout, plus a loaded machine's delays.
+CLOSED_WAIT = 30.0
+
+
+def _until_closed(socks: list[socket.socket], wait: float) -> list[socket.socket]:
+    """Read each socket until the gateway closes it (bounded by ``wait``); those still open then."""
+    deadline = time.monotonic() + wait
+    with selectors.DefaultSelector() as sel:
+        for sock in socks:
+            sel.register(sock, selectors.EVENT_READ)
+        while sel.get_map() and time.monotonic() < deadline:
+            for key, _ in sel.select(deadline - time.monotonic()):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    sel.unregister(sock)
+        return [key.fileobj for key in sel.get_map().values()]  # type: ignore[misc]
+
+
+def _answer(sock: socket.socket) -> bytes:
+    got = b""
+    while b"ok\n" not in got:
+        chunk = sock.recv(65536)
+        assert chunk, got
+        got += chunk
+    return got
+
+
+def test_a_flood_of_unfinished_request_heads_leaves_healthz_answering_and_each_is_closed_after_the_head_timeout(
+        tmp_path: Path) -> None:
+    g = Serve(tmp_path / "g", {"raw": raw()}, "--head-timeout", str(FLOOD_HEAD_TIMEOUT), nofile=FLOOD_NOFILE)
+    cap = (FLOOD_NOFILE - FD_RESERVE) // 2
+    host, port = g.base.removeprefix("http://").rsplit(":", 1)
+    socks: list[socket.socket] = []
+    try:
+        started = time.monotonic()
+        for _ in range(FLOOD):
+            sock = socket.create_connection((host, int(port)), timeout=HEALTHZ_WAIT)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")  # no blank line: the head never ends
+            socks.append(sock)
+        # A keep-alive connection whose next head never ends, and a request whose body never comes.
+        keep = socket.create_connection((host, int(port)), timeout=HEALTHZ_WAIT)
+        keep.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert b" 200 " in _answer(keep)
+        keep.sendall(b"GET /heal")
+        body = socket.create_connection((host, int(port)), timeout=HEALTHZ_WAIT)
+        body.sendall(b"POST /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\nabc")
+        assert b" 200 " in _answer(body)
+        healthz = httpx.get(g.base + "/healthz", timeout=HEALTHZ_WAIT)
+        during = samples(httpx.get(g.base + "/metrics", headers=g.headers, timeout=HEALTHZ_WAIT).text)
+        fds = psutil.Process(g.proc.pid).num_fds()
+        left = _until_closed([*socks, keep, body], CLOSED_WAIT)
+        took = time.monotonic() - started
+        after = samples(httpx.get(g.base + "/metrics", headers=g.headers, timeout=HEALTHZ_WAIT).text)
+    finally:
+        for sock in socks:
+            sock.close()
+        code, alive = g.stop()
+    closed = {reason: after.get(f'lovia_mcp_http_connections_closed_total{{reason="{reason}"}}', 0)
+              for reason in ("displaced", "head_timeout", "body_unread", "refused")}
+    print(f"{FLOOD} unfinished heads against a cap of {cap} (open-file limit {FLOOD_NOFILE}): the gateway held "
+          f"{during['lovia_mcp_http_connections']:g} connections and {fds} descriptors; all closed "
+          f"{took:.2f} s after the flood began (head timeout {FLOOD_HEAD_TIMEOUT:g} s); closed by {closed}")
+    assert healthz.status_code == 200 and healthz.text == "ok\n"
+    assert during["lovia_mcp_http_connections"] <= cap and fds < FLOOD_NOFILE
+    assert left == [], f"{len(left)} connections still open after {CLOSED_WAIT} s"
+    # The oldest heads were displaced by newer connections; the rest waited out the head timeout.
+    assert closed["displaced"] >= FLOOD - cap and closed["head_timeout"] >= 1 and closed["body_unread"] == 1
+    assert took >= FLOOD_HEAD_TIMEOUT
+    assert code == 0 and alive == [], g.stderr()
 
 
 def test_a_gateway_killed_outright_leaves_no_worker_or_server_behind(tmp_path: Path) -> None:
