@@ -33,7 +33,7 @@ from lovia_mcp import MCPServerStreamableHTTP
 from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 from helpers import outputs
-from _gateway import OTHER_TOKEN, Serve, raw, sdk_client, sdk_http_server, server
+from _gateway import OTHER_TOKEN, Serve, raw, samples, sdk_client, sdk_http_server, server
 from conftest import register_shared, run
 
 pytestmark = pytest.mark.timeout(120)
@@ -268,9 +268,7 @@ class _Session2025:
 
 
 def _samples(g: Serve) -> dict[str, float]:
-    body = httpx.get(g.base + "/metrics", headers=g.headers, timeout=30).text
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
-            if line and not line.startswith("#")}
+    return samples(httpx.get(g.base + "/metrics", headers=g.headers, timeout=30).text)
 
 
 def test_a_2026_request_carrying_another_tokens_session_id_neither_reads_nor_writes_that_sessions_server(
@@ -591,6 +589,109 @@ def test_metrics_count_calls_by_outcome_latency_kills_and_memory_per_server(gate
     assert samples['lovia_mcp_server_memory_bytes{server="ann"}'] > 1_000_000
     assert samples['lovia_mcp_server_processes{server="ann"}'] == 1
     assert samples['lovia_mcp_up{server="raw"}'] == 1
+
+
+# Distinct unknown tool names, each long: the attack grew /metrics by 20 kB a
+# call (600 kB after 30); known-tool labels keep it to the one <unknown> series.
+UNKNOWN_CALLS = 30
+UNKNOWN_NAME_BYTES = 20_000
+# What those calls may add to /metrics once the <unknown> series exists: the
+# digits of counters and gauges changing meanwhile.
+METRICS_GROWTH = 1_000
+
+
+def test_calls_to_many_long_unknown_tool_names_are_one_unknown_series_and_metrics_stay_small(gateway: Serve) -> None:
+    mine = gateway.headers["Authorization"]
+    # One call first: the server's histogram and the <unknown> series exist from then on.
+    assert _modern_call(gateway, "raw__never-listed", {}, mine).status_code == 200
+    before = httpx.get(gateway.base + "/metrics", headers=gateway.headers).text
+    answers = [_modern_call(gateway, f"raw__{i}{'x' * UNKNOWN_NAME_BYTES}", {}, mine) for i in range(UNKNOWN_CALLS)]
+    after = httpx.get(gateway.base + "/metrics", headers=gateway.headers).text
+    print(f"/metrics: {len(before):,} bytes before {UNKNOWN_CALLS} calls to unknown "
+          f"{UNKNOWN_NAME_BYTES:,}-byte names, {len(after):,} after")
+    assert all(a.status_code == 200 and a.json()["result"]["isError"] is True for a in answers)
+    assert len(after) - len(before) < METRICS_GROWTH
+    assert max(len(line) for line in after.splitlines()) < 200
+    counted = samples(after)
+    assert counted['lovia_mcp_calls_total{server="raw",tool="<unknown>",outcome="error"}'] - samples(before).get(
+        'lovia_mcp_calls_total{server="raw",tool="<unknown>",outcome="error"}', 0) == UNKNOWN_CALLS
+    # A tool the server lists keeps its own series.
+    assert _modern_call(gateway, "raw__echo", {"text": "known"}, mine).status_code == 200
+    assert 'lovia_mcp_calls_total{server="raw",tool="echo",outcome="ok"}' in samples(
+        httpx.get(gateway.base + "/metrics", headers=gateway.headers).text)
+
+
+def test_lone_surrogates_in_arguments_reach_the_server_as_replacement_characters_and_the_call_counts_ok(
+        gateway: Serve) -> None:
+    # Models emit lone surrogates ("\\ud800": half an emoji); UTF-8 cannot
+    # carry one. Before the repair the call failed with a bare -32603 from
+    # the connection's encoder, and was counted ok.
+    mine = gateway.headers["Authorization"]
+    ok = 'lovia_mcp_calls_total{server="raw",tool="echo",outcome="ok"}'
+    errors = 'lovia_mcp_calls_total{server="raw",tool="echo",outcome="error"}'
+    before = _samples(gateway)
+    # json.dumps writes each lone surrogate as its \\u escape, as a model's client would send it.
+    arguments = {"text": "a\ud800b\udc00c \ud83d\ude00", "nested": [{"k\udfff": "\ud83d"}]}
+    answered = _modern_call(gateway, "raw__echo", arguments, mine)
+    after = _samples(gateway)
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["result"]["content"][0]["text"] == "a\ufffdb\ufffdc \U0001f600"
+    assert after[ok] - before.get(ok, 0) == 1 and after.get(errors, 0) == before.get(errors, 0)
+
+
+def test_a_2025_session_request_with_a_lone_surrogate_is_refused_by_the_sdks_parser_and_reaches_no_server(
+        gateway: Serve) -> None:
+    # The SDK parses a session's messages strictly (a lone surrogate escape is
+    # a JSON-RPC parse error); only 2026-07-28 requests reach the gateway's repair.
+    mine = gateway.headers["Authorization"]
+    session = _Session2025(gateway, mine)
+    try:
+        before = _samples(gateway)
+        refused = _mcp_post(gateway, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                      "params": {"name": "raw__echo", "arguments": {"text": "a\ud800"}}},
+                            authorization=mine, **{"mcp-session-id": session.id, "mcp-protocol-version": "2025-11-25"})
+        after = _samples(gateway)
+    finally:
+        session.close()
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == -32700, refused.text
+    echo = {k: v for k, v in after.items() if 'tool="echo"' in k and k.startswith("lovia_mcp_calls_total")}
+    assert echo == {k: before[k] for k in echo}
+
+
+@pytest.mark.unit
+def test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import ast
+    import hmac
+    import inspect
+    import textwrap
+
+    from lovia_mcp.gateway import app
+
+    # Behaviour: every known token goes through hmac.compare_digest, whether
+    # the given one matches the first, the last or none (no early exit).
+    tokens = ["first-token-0123456789", "second-token-0123456789", "third-token-0123456789"]
+    gateway = app.Gateway([], tokens=tokens, loopback=True, max_body_bytes=1024, max_sessions=1, session_idle=60.0)
+    compared: list[bytes] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append(b)
+        return real(a, b)
+
+    monkeypatch.setattr(app.hmac, "compare_digest", spy)
+    for given, allowed in ((tokens[0], True), (tokens[2], True), ("wrong-token-0123456789", False)):
+        compared.clear()
+        scope = {"type": "http", "headers": [(b"authorization", f"Bearer {given}".encode())]}
+        assert gateway._authorized(scope) is allowed  # noqa: SLF001 - the comparison itself is the point
+        assert compared == [t.encode() for t in tokens]
+    # Source: no == / != / in anywhere in the check (a weakening the
+    # behaviour above would also catch, kept as the issue asks).
+    tree = ast.parse(textwrap.dedent(inspect.getsource(app.Gateway._authorized)))  # noqa: SLF001
+    weak = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+            and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
+            and "token" in ast.unparse(node)]
+    assert weak == []
 
 
 # --------------------------------------------------------------------------- #
