@@ -659,6 +659,28 @@ def test_a_2025_session_request_with_a_lone_surrogate_is_refused_by_the_sdks_par
 
 
 @pytest.mark.unit
+def test_a_call_that_fails_in_a_way_nobody_foresaw_is_counted_as_an_error_not_ok() -> None:
+    import sys
+
+    from lovia_mcp import MCPServerStdio
+    from lovia_mcp.gateway import app, backends, options
+
+    class Broken(backends.Backend):
+        def tools(self, session: str | None = None) -> list[Any]:
+            return []
+
+        async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> Any:
+            raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+
+    broken = Broken(MCPServerStdio(name="b", command=sys.executable, args=["-c", ""]), options.Served())
+    gateway = app.Gateway([broken], tokens=[], loopback=True, max_body_bytes=1024, max_sessions=1,
+                          session_idle=60.0)
+    with pytest.raises(UnicodeEncodeError):
+        run(gateway._call(broken, "t", {}, None))  # noqa: SLF001 - the counting itself is the point
+    assert dict(gateway.metrics.calls) == {(("server", "b"), ("tool", "<unknown>"), ("outcome", "error")): 1}
+
+
+@pytest.mark.unit
 def test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import ast
