@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import selectors
 import signal
 import subprocess
@@ -67,12 +66,12 @@ class Serve:
             args += ["--token-file", str(tokens)]
         self.stderr_path = folder / "stderr"
         self._stderr = open(self.stderr_path, "wb")
-        def limited() -> None:
-            if nofile is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, cwd=ROOT,
-                                     preexec_fn=limited if nofile is not None else None)
+        if nofile is not None:
+            # Set in the process itself, then exec'd into serve (the same pid).
+            args = [PY, "-c", "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
+                    "(int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
+                    "os.execv(sys.executable, sys.argv[2:])", str(nofile), *args]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, cwd=ROOT)
         self.lines: list[str] = []
         self.headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
         self.url = self.line()

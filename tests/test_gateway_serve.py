@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -146,6 +147,15 @@ def test_a_bad_gateway_option_in_the_config_is_a_usage_error_with_a_hint(
     assert expected in proc.stderr and "hint" in proc.stderr
 
 
+def test_a_connection_cap_above_what_the_open_file_limit_allows_is_a_usage_error(tmp_path: Path) -> None:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        pytest.skip("no open-file limit here")
+    proc = _serve("--config", _config(tmp_path, {"raw": raw()}), "--max-connections", str(soft))
+    assert proc.returncode == 2, proc.stderr
+    assert "open-file limit" in proc.stderr and "ulimit -n" in proc.stderr and proc.stdout == ""
+
+
 def test_a_token_file_without_a_token_is_a_usage_error(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("# nothing yet\n\n")
@@ -188,8 +198,8 @@ async def _until_waiting(http: httpx.AsyncClient, n: int, *pending: asyncio.Futu
 
 def test_a_request_sent_before_the_servers_are_open_waits_for_them_and_is_then_served(tmp_path: Path) -> None:
     # A client that reads the URL line and sends its call at once (before
-    # ready) used to get "still opening, retry shortly" (503): it now waits
-    # for the server it needs, here one that opens only when the test says.
+    # ready) waits for the server it needs, here one that opens only when the
+    # test says (an answer before that, such as a 503, fails the test).
     gate = tmp_path / "gate"
     os.mkfifo(gate)
     # Held open for writing by the test, so the gated server's open never blocks.
@@ -211,7 +221,7 @@ def test_a_request_sent_before_the_servers_are_open_waits_for_them_and_is_then_s
                 os.write(holder, b"go\n")
                 out["early"] = await early
             out["line"] = await asyncio.to_thread(g.line)
-            out["readyz after"] = httpx.get(g.base + "/readyz").status_code
+            out["readyz after"] = (await asyncio.to_thread(httpx.get, g.base + "/readyz")).status_code
             return out
 
         out = run(main())
