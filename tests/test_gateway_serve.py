@@ -20,7 +20,7 @@ import pytest
 
 from _gateway import PY, START_WAIT, STOP_WAIT, Serve, gated, raw, samples, sdk_client, server
 from conftest import ROOT, run
-from lovia_mcp.gateway.connections import FD_RESERVE
+from lovia_mcp.gateway.connections import FD_RESERVE, MAX_HEAD_BYTES
 from lovia_mcp.gateway.serve import HTTP_SHUTDOWN_GRACE
 
 pytestmark = pytest.mark.timeout(120)
@@ -349,16 +349,22 @@ def test_a_flood_of_unfinished_request_heads_leaves_healthz_answering_and_each_i
             socks.append(sock)
         # A keep-alive connection whose next head never ends, and a request whose body never comes.
         keep = socket.create_connection((host, int(port)), timeout=HEALTHZ_WAIT)
+        socks.append(keep)
         keep.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
         assert b" 200 " in _answer(keep)
         keep.sendall(b"GET /heal")
         body = socket.create_connection((host, int(port)), timeout=HEALTHZ_WAIT)
+        socks.append(body)
         body.sendall(b"POST /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\nabc")
         assert b" 200 " in _answer(body)
+        # A head that grows past the head-size bound without ending.
+        big = socket.create_connection((host, int(port)), timeout=HEALTHZ_WAIT)
+        socks.append(big)
+        big.sendall(b"GET /healthz HTTP/1.1\r\nx-pad: " + b"a" * (MAX_HEAD_BYTES + 1024))
         healthz = httpx.get(g.base + "/healthz", timeout=HEALTHZ_WAIT)
         during = samples(httpx.get(g.base + "/metrics", headers=g.headers, timeout=HEALTHZ_WAIT).text)
         fds = psutil.Process(g.proc.pid).num_fds()
-        left = _until_closed([*socks, keep, body], CLOSED_WAIT)
+        left = _until_closed(socks, CLOSED_WAIT)
         took = time.monotonic() - started
         after = samples(httpx.get(g.base + "/metrics", headers=g.headers, timeout=HEALTHZ_WAIT).text)
     finally:
@@ -366,7 +372,7 @@ def test_a_flood_of_unfinished_request_heads_leaves_healthz_answering_and_each_i
             sock.close()
         code, alive = g.stop()
     closed = {reason: after.get(f'lovia_mcp_http_connections_closed_total{{reason="{reason}"}}', 0)
-              for reason in ("displaced", "head_timeout", "body_unread", "refused")}
+              for reason in ("displaced", "head_timeout", "body_unread", "head_too_large", "refused")}
     print(f"{FLOOD} unfinished heads against a cap of {cap} (open-file limit {FLOOD_NOFILE}): the gateway held "
           f"{during['lovia_mcp_http_connections']:g} connections and {fds} descriptors; all closed "
           f"{took:.2f} s after the flood began (head timeout {FLOOD_HEAD_TIMEOUT:g} s); closed by {closed}")
@@ -374,7 +380,8 @@ def test_a_flood_of_unfinished_request_heads_leaves_healthz_answering_and_each_i
     assert during["lovia_mcp_http_connections"] <= cap and fds < FLOOD_NOFILE
     assert left == [], f"{len(left)} connections still open after {CLOSED_WAIT} s"
     # The oldest heads were displaced by newer connections; the rest waited out the head timeout.
-    assert closed["displaced"] >= FLOOD - cap and closed["head_timeout"] >= 1 and closed["body_unread"] == 1
+    assert closed["displaced"] >= FLOOD - cap and closed["head_timeout"] >= 1
+    assert closed["body_unread"] == 1 and closed["head_too_large"] == 1
     assert took >= FLOOD_HEAD_TIMEOUT
     assert code == 0 and alive == [], g.stderr()
 

@@ -12,8 +12,12 @@ without loading the SDK):
   from warm spares), so every containment guarantee holds per server;
 - ``app``: the ASGI app: the SDK's low-level ``Server`` and streamable HTTP
   session manager per endpoint, bearer tokens, health, readiness, metrics;
+- ``sessions``: the 2025 sessions the SDK opened and the token each belongs
+  to, the only session ids the gateway acts on;
 - ``notify``: tool-list changes told to the clients (a 2025 session's
   notification, a 2026-07-28 client's ``subscriptions/listen`` stream);
+- ``connections``: uvicorn's HTTP protocol with bounds on what a client
+  holds before its request is known (head timeout, connection cap);
 - ``metrics``: the Prometheus text format, every name ``lovia_mcp_...``;
 - ``serve``: the process: socket, uvicorn, the SIGTERM drain, exit status.
 
