@@ -18,6 +18,15 @@ dropped; a denied name that an allowed wildcard still matches is refused
 (the proxy has allow rules only), with a hint to list the allowed names
 instead. Paths are made absolute here, against the agent's cwd at open time,
 with ``~`` expanded.
+
+Then :func:`resolved` pins the server's cwd and its ``writable`` and
+``readable`` paths (``Sandbox.pins``): each resolved, and identified by
+device and inode, once per connection, here, because the agent builds a
+connection's spec once and the worker keeps it for every server it starts
+(a replaced worker included). A path is also resolved at most once per agent
+process: the first resolution is kept, so a symlink that one connection's
+server left in a path redirects no later connection (a per-run connection, a
+gateway session); a later open finds the path changed and refuses it.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from typing import Any
 
 from lovia.exceptions import UserError
 
-from lovia_mcp_worker.wire.confinement import DEFAULT_HIDDEN, Sandbox
+from lovia_mcp_worker.wire.confinement import DEFAULT_HIDDEN, PathPin, Sandbox
 
 _OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny"}
 _VSCODE_KEYS = {"filesystem", "network", "enabled", "backend"}
@@ -132,21 +141,39 @@ def coerce(value: object) -> Sandbox | None:
     )
 
 
+# Each absolute path as this agent process first resolved it (see the module's docstring).
+_first_resolution: dict[str, str] = {}
+
+
+def pin(path: str) -> PathPin:
+    """``path`` (absolute) resolved as when this process first resolved it, and what is there now."""
+    real = _first_resolution.setdefault(path, os.path.realpath(path))
+    try:
+        # Follows symlinks: if ``real`` has one now, the worker, which never
+        # follows one, refuses the start instead of granting the file found here.
+        st = os.stat(real)
+    except OSError:
+        return PathPin(real)
+    return PathPin(real, st.st_dev, st.st_ino)
+
+
 def resolved(box: Sandbox, cwd: str) -> Sandbox:
-    """Paths absolute against ``cwd`` (the agent's at open time), ``~`` expanded."""
+    """Paths absolute against ``cwd`` (the agent's at open time), ``~`` expanded; cwd, writable and readable pinned."""
 
     def fix(path: str) -> str:
         return os.path.abspath(os.path.join(cwd, os.path.expanduser(path)))
 
+    writable, readable = [fix(p) for p in box.writable], [fix(p) for p in box.readable]
     return Sandbox(
         network=box.network,
-        writable=[fix(p) for p in box.writable],
+        writable=writable,
         hidden=None if box.hidden is None else [p if p.startswith("~") else fix(p) for p in box.hidden],
         backend=box.backend,
         read_only=[fix(p) for p in box.read_only],
-        readable=[fix(p) for p in box.readable],
+        readable=readable,
         write_deny=box.write_deny,
+        pins={p: pin(p) for p in dict.fromkeys([cwd, *writable, *readable])},
     )
 
 
-__all__ = ["coerce", "resolved"]
+__all__ = ["coerce", "pin", "resolved"]

@@ -151,23 +151,31 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
 
 async def _sandboxed(
     spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]
-) -> tuple[list[str], tuple[int, ...], landlock.Plan | None]:
+) -> tuple[list[str], tuple[int, ...], tuple[int, ...], landlock.Plan | None]:
     """``argv`` inside the sandbox, or the Landlock plan for the pre-exec; sets ``env``.
 
     With a network allowlist the server is behind the worker's proxy: through
     a unix socket and a bridge for bwrap, on a loopback TCP port for Landlock.
-    Also returns bwrap's seccomp programs' descriptors: the spawn passes them
-    on, then closes them.
+    The sandbox's paths are opened as pinned first (a changed one refuses
+    the start). Also returned: the descriptors the spawn passes on (bwrap's
+    seccomp programs and those paths, which it binds), and those it only
+    keeps open through the spawn (for Landlock, the paths: its rules were
+    made on them and its pre-exec enters the cwd by one; the server never
+    gets them); the caller closes both after the spawn.
     """
     fds: list[int] = []
+    held: backend.Held | None = None
     try:
-        if backend.choose(box) == "landlock":
+        chosen = backend.choose(box)
+        held = backend.hold(box, spec.cwd)
+        if chosen == "landlock":
             port: int | None = None
             if isinstance(box.network, list):
                 from ..sandbox import netroute
 
                 port = await netroute.route_tcp(box.network, env)
-            return argv, (), landlock.prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port)
+            plan = landlock.prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port, held=held.paths)
+            return argv, (), held.fds(), plan
         proxy_socket: str | None = None
         if isinstance(box.network, list):
             from ..sandbox import netroute
@@ -175,11 +183,14 @@ async def _sandboxed(
             fds.append(sandbox.filter_fd(box))
             proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
         fds.append(sandbox.filter_fd(box, allow_unix=proxy_socket is not None))
-        argv = sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket)
-        return argv, tuple(fds), None
+        argv = sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket,
+                               held=held.paths)
+        return argv, (*fds, *held.fds()), (), None
     except BaseException as exc:
         for fd in fds:
             os.close(fd)
+        if held is not None:
+            held.close()
         if isinstance(exc, sandbox.SandboxError):
             raise LaunchError(str(exc), hint=exc.hint) from exc
         raise
@@ -195,9 +206,10 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     argv = [resolve_command(spec, env), *spec.args]
     pass_fds: tuple[int, ...] = ()
+    kept: tuple[int, ...] = ()
     box: landlock.Plan | None = None
     if spec.sandbox is not None:
-        argv, pass_fds, box = await _sandboxed(spec, spec.sandbox, argv, env)
+        argv, pass_fds, kept, box = await _sandboxed(spec, spec.sandbox, argv, env)
     argv, preexec = _launch_plan(spec.limits, argv, box)
     loop = asyncio.get_running_loop()
     try:
@@ -208,7 +220,8 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            cwd=spec.cwd,
+            # A Landlock server enters its cwd by the descriptor its rules were made on.
+            cwd=spec.cwd if box is None or box.cwd_fd < 0 else None,
             start_new_session=True,
             preexec_fn=preexec,
             pass_fds=pass_fds,
@@ -230,7 +243,7 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             hint="Check the command, its interpreter line and cwd.",
         ) from exc
     finally:
-        for fd in pass_fds:
+        for fd in (*pass_fds, *kept):
             os.close(fd)
         if box is not None:
             box.close()

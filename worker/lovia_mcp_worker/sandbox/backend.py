@@ -18,16 +18,26 @@ three files. Otherwise a real attempt decides (a forked child calls
 (Docker's default profile) refuses. That attempt (a fork, ~10 ms) runs once,
 at import in the forkserver, so that no worker pays it per server; the file
 reads run at the first sandboxed open.
+
+Paths are granted as they were configured (:func:`hold`): the agent pins the
+server's cwd and each ``writable`` and ``readable`` path when it opens the
+server (``Sandbox.pins``: resolved, with device and inode); every start opens
+each one again without following any symlink, checks that it is the same
+file, and hands the backends *that descriptor* (Landlock rules on it, bwrap's
+``--bind-fd``). A path swapped since, for a symlink or anything else, refuses
+the start with :data:`PATH_CHANGED`; it is never followed. A spec that comes
+without pins (one built by hand) is pinned by the first start in this worker.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import sys
 from typing import Final
 
-from ..wire.confinement import Sandbox
+from ..wire.confinement import PathPin, Sandbox
 from . import landlock
 from .bwrap import BWRAP, USERNS_HINT, SandboxError
 
@@ -143,9 +153,99 @@ def choose(box: Sandbox) -> str:
     )
 
 
+# The start refused because a pinned path is no longer the file it was.
+PATH_CHANGED: Final = "sandbox path changed since configuration"
+PATH_CHANGED_HINT: Final = (
+    "A sandboxed server's cwd, writable and readable paths are resolved once, when it is opened, and "
+    "a later start never follows one that was replaced: a server that swaps a path for a symlink would "
+    "otherwise get the link's target. Look at what replaced it (a server of this connection could have); "
+    "if you replaced it yourself, put it back or open the server again (from a new agent process if the "
+    "path now resolves elsewhere)."
+)
+
+# Pins this worker made itself, for a spec that came without them: the first start's.
+_first_sight: dict[str, PathPin] = {}
+
+
+class Held:
+    """The sandbox's pinned paths, each open (``O_PATH``): configured path -> (resolved path, descriptor).
+
+    The caller passes the descriptors to the spawn and closes them after it
+    (:meth:`close`).
+    """
+
+    def __init__(self) -> None:
+        self.paths: dict[str, tuple[str, int]] = {}
+
+    def fds(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(fd for _, fd in self.paths.values()))
+
+    def close(self) -> None:
+        for fd in self.fds():
+            os.close(fd)
+        self.paths.clear()
+
+
+def _pin_now(path: str) -> PathPin:
+    pin = _first_sight.get(path)
+    if pin is None:
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+            pin = PathPin(real, st.st_dev, st.st_ino)
+        except OSError:
+            pin = PathPin(real)
+        _first_sight[path] = pin
+    return pin
+
+
+def _changed(path: str, why: str) -> SandboxError:
+    return SandboxError(f"{PATH_CHANGED}: {path} ({why})", hint=PATH_CHANGED_HINT)
+
+
+def hold(box: Sandbox, cwd: str | None) -> Held:
+    """Open ``cwd`` and the ``writable`` and ``readable`` paths as pinned; raises SandboxError.
+
+    A writable path (or cwd) that did not exist when it was pinned is refused
+    as missing; a readable one is left out (it is not granted, even if it
+    exists now: nothing pinned it).
+    """
+    held = Held()
+    opened: dict[str, int] = {}  # resolved path -> descriptor: one each
+    try:
+        wanted = [(p, True) for p in ([cwd] if cwd else []) + list(box.writable)] + [(p, False) for p in box.readable]
+        for path, needed in wanted:
+            if path in held.paths:
+                continue
+            pin = box.pins.get(path) or _pin_now(path)
+            if pin.dev == 0 and pin.ino == 0:
+                if needed:
+                    raise SandboxError(f"a writable sandbox path does not exist: {path!r}",
+                                       hint="Create it first, then open the server again; or leave it out "
+                                            "of Sandbox(writable=[...]).")
+                continue
+            fd = opened.get(pin.real)
+            if fd is None:
+                try:
+                    fd = landlock.open_unfollowed(pin.real)
+                except OSError as exc:
+                    why = {errno.ELOOP: "a symlink is in it now", errno.ENOENT: "it is gone"}.get(
+                        exc.errno or 0, exc.strerror or str(exc))
+                    raise _changed(path, why) from None
+                opened[pin.real] = fd
+            held.paths[path] = (pin.real, fd)  # closed with the others if the check below fails
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (pin.dev, pin.ino):
+                raise _changed(path, "another file is there now")
+    except BaseException:
+        held.close()
+        raise
+    return held
+
+
 def in_use() -> str | None:
     """The backend this worker's last sandboxed spawn chose (for stats)."""
     return _chosen
 
 
-__all__ = ["choose", "in_use", "userns_refused"]
+__all__ = ["PATH_CHANGED", "PATH_CHANGED_HINT", "Held", "choose", "hold", "in_use", "userns_refused"]

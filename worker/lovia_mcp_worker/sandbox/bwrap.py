@@ -50,6 +50,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from typing import Final
 
 from ..wire.confinement import DEFAULT_HIDDEN, Sandbox
@@ -183,6 +184,10 @@ def filter_fd(sandbox: Sandbox, *, allow_unix: bool = False) -> int:
     return fd
 
 
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def command(
     sandbox: Sandbox,
     argv: list[str],
@@ -191,6 +196,7 @@ def command(
     env: dict[str, str],
     seccomp_fd: int,
     proxy_socket: str | None = None,
+    held: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[str]:
     """The bwrap argv that runs ``argv`` inside ``sandbox``. Raises SandboxError.
 
@@ -199,6 +205,16 @@ def command(
     ``proxy_socket``, ``argv`` is the bridge's, which stacks the full filter
     on the server (from a descriptor of its own); ``seccomp_fd`` is then the
     program with ``allow_unix``.
+
+    ``held`` maps the configured cwd and ``writable`` paths to their
+    resolved path and a descriptor the caller opened and checked
+    (:func:`~lovia_mcp_worker.sandbox.backend.hold`); each is bound with
+    ``--bind-fd`` at its resolved path, so bwrap mounts that directory and no
+    path is looked up again. Those descriptors must stay open in the spawned
+    process too. A writable path inside another (``writable=["out"]`` under
+    cwd) is not bound again: the outer bind shows it already, and a second
+    bind would be the one mount whose source path a server can reach. Without
+    ``held`` (a one-off command line) the paths are bound as they resolve now.
     """
     if BWRAP is None:
         raise SandboxError(
@@ -231,25 +247,32 @@ def command(
         args += ["--ro-bind", "/dev/null", path]
     if sandbox.network is not True:
         args.append("--unshare-net")
-    writable = ([cwd] if cwd else []) + list(sandbox.writable)
-    for top in tmp_roots([*argv, *writable]):
+    configured = ([cwd] if cwd else []) + list(sandbox.writable)
+    # (configured, resolved, descriptor or -1)
+    writable = [(p, *held[p]) if held is not None else (p, os.path.realpath(p), -1) for p in configured]
+    for top in tmp_roots([*argv, *(real for _, real, _ in writable)]):
         # The private /tmp would hide a server installed under /tmp (a
         # checkout, a virtual environment): its top folder stays, read-only.
         args += ["--ro-bind", top, top]
-    for path in writable:
-        if os.path.realpath(path) == "/":
+    bound: list[str] = []
+    for path, real, fd in writable:
+        if real == "/":
             raise SandboxError(
                 "the sandbox would make the whole file system writable (cwd or a writable path is '/')",
                 hint="Give the server a cwd= of its own (the agent's cwd is the default), "
                 "or leave '/' out of writable.",
             )
-        if not os.path.isdir(path) and not os.path.isfile(path):
-            raise SandboxError(
-                f"a writable sandbox path does not exist: {path!r}",
-                hint="Create it first, or leave it out of Sandbox(writable=[...]).",
-            )
-        args += ["--bind", path, path]
-    for path in protected_entries(sandbox, writable):
+        if fd < 0:
+            if not os.path.isdir(real) and not os.path.isfile(real):
+                raise SandboxError(
+                    f"a writable sandbox path does not exist: {path!r}",
+                    hint="Create it first, or leave it out of Sandbox(writable=[...]).",
+                )
+            args += ["--bind", path, path]
+        elif not any(_under(real, other) for _, other, _ in writable if other != real) and real not in bound:
+            args += ["--bind-fd", str(fd), real]
+            bound.append(real)
+    for path in protected_entries(sandbox, [real for _, real, _ in writable]):
         args += ["--ro-bind", path, path]  # after the writable binds, so it covers them
     if proxy_socket is not None:
         # Read-only: connect() to a socket needs no write access to its
@@ -265,7 +288,7 @@ def command(
         else:
             args += ["--ro-bind", "/dev/null", path]
     if cwd:
-        args += ["--chdir", cwd]
+        args += ["--chdir", held[cwd][0] if held is not None else cwd]
     return [*args, "--", *argv]
 
 

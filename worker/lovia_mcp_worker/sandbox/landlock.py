@@ -62,7 +62,7 @@ import platform
 import shutil
 import stat
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from ..wire.confinement import Sandbox
@@ -126,6 +126,62 @@ def _syscall(nr: int, *args: object) -> int:
     return ret
 
 
+# openat2(2) (Linux 5.6+): the same number on x86_64 and aarch64.
+_OPENAT2: Final = 437 if platform.machine() in ("x86_64", "aarch64") else None
+_RESOLVE_NO_SYMLINKS: Final = 0x04
+_AT_FDCWD: Final = -100
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+# False once openat2 turned out missing here (an old kernel, or a container
+# profile that refuses it): the component walk then serves every open.
+_has_openat2 = _OPENAT2 is not None
+
+
+def open_unfollowed(path: str) -> int:
+    """An ``O_PATH`` descriptor (close-on-exec) of absolute ``path``, following no symlink anywhere in it.
+
+    ``openat2(RESOLVE_NO_SYMLINKS)``; where that call is missing (ENOSYS, or
+    EPERM from a seccomp profile), a walk from ``/`` that opens each
+    component with ``O_NOFOLLOW``. A symlink on the way raises
+    ``OSError(ELOOP)``; a missing component, ENOENT.
+    """
+    global _has_openat2
+    if _has_openat2 and _OPENAT2 is not None:
+        how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
+        fd = int(_libc.syscall(ctypes.c_long(_OPENAT2), ctypes.c_int(_AT_FDCWD), os.fsencode(path),
+                               ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how))))
+        if fd >= 0:
+            return fd
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EPERM):
+            raise OSError(err, os.strerror(err), path)
+        _has_openat2 = False
+    return _walk_unfollowed(path)
+
+
+def _walk_unfollowed(path: str) -> int:
+    if not path.startswith("/"):
+        raise OSError(errno.EINVAL, "not an absolute path", path)
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in path.split("/"):
+            if not name:
+                continue
+            nxt = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _probe_abi() -> int:
     if _SYS is None or not platform.system() == "Linux":
         return 0
@@ -166,6 +222,8 @@ class Plan:
         self.network = network
         self.tmpdir = tmpdir
         self.rules = 0
+        # The server's cwd, held open by the caller: entered by descriptor, not by path.
+        self.cwd_fd = -1
         self.seccomp = b""
         self.install: Callable[[bytes], None] = seccomp.install
 
@@ -175,6 +233,8 @@ class Plan:
         Nothing is imported here (the child of a threaded worker must not take
         the import lock): ``install`` was looked up by :func:`prepare`.
         """
+        if self.cwd_fd >= 0:
+            os.fchdir(self.cwd_fd)
         drop_privileges()
         assert _SYS is not None
         _syscall(_SYS[2], ctypes.c_int(self.ruleset_fd), ctypes.c_uint32(0))
@@ -194,47 +254,90 @@ def _under(path: str, folder: str) -> bool:
 
 
 class _Grants:
-    """Rules to add: (path, rights), carved around hidden and write-protected paths."""
+    """Rules added to a ruleset, each on a descriptor, carved around hidden and write-protected paths.
 
-    def __init__(self, hidden: list[str], protected: list[str]) -> None:
+    Nothing here follows a symlink after the first resolution: a path is
+    resolved, then opened without following one (:func:`open_unfollowed`);
+    a pinned path comes in as a descriptor already; entries met while
+    carving are opened beside their folder's descriptor with ``O_NOFOLLOW``,
+    and a symlink among them is skipped. So a server of an earlier
+    generation, still in its kill grace, that swaps an entry for a symlink
+    while this runs makes a rule miss, never land elsewhere.
+    """
+
+    def __init__(self, ruleset: int, all_fs: int, hidden: list[str], protected: list[str]) -> None:
+        self.ruleset = ruleset
+        self.all_fs = all_fs
         self.hidden = hidden
         self.protected = protected
-        self.out: dict[str, int] = {}
+        self.rules = 0
 
-    def add(self, path: str, rights: int, *, follow: bool = True) -> None:
+    def add(self, path: str, rights: int) -> None:
+        """Grant ``rights`` on ``path`` as it resolves now (system and runtime paths)."""
+        real = os.path.realpath(path)
         try:
-            real = os.path.realpath(path) if follow else path
-            st = os.stat(real) if follow else os.lstat(real)
+            fd = open_unfollowed(real)
         except OSError:
-            return
+            return  # missing, or changed since it was resolved: nothing to grant
+        try:
+            self.add_fd(fd, real, rights)
+        finally:
+            os.close(fd)
+
+    def add_fd(self, fd: int, real: str, rights: int) -> None:
+        """Grant ``rights`` on the file ``fd`` holds, which is at ``real`` (no symlink in it)."""
+        st = os.fstat(fd)
         if stat.S_ISLNK(st.st_mode):
             return  # an entry met while carving: its target is granted only on its own
         if any(_under(real, h) for h in self.hidden):
             return
         writes = rights & ~READ
         if writes and any(_under(real, p) for p in self.protected):
-            self.add(real, rights & READ)
+            self.add_fd(fd, real, rights & READ)
             return
         if not stat.S_ISDIR(st.st_mode):
-            self._rule(real, rights & _FILE_RIGHTS)
+            self._rule(fd, real, rights & _FILE_RIGHTS)
             return
         holes = [h for h in self.hidden if _under(h, real)]
         locked = [p for p in self.protected if _under(p, real)] if writes else []
         if not holes and not locked:
-            self._rule(real, rights)
+            self._rule(fd, real, rights)
             return
         if not holes:
-            self._rule(real, rights & READ)  # the folder stays readable; its entries get the rest
+            self._rule(fd, real, rights & READ)  # the folder stays readable; its entries get the rest
         try:
-            names = os.listdir(real)
+            listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
         except OSError:
             return
+        try:
+            names = os.listdir(listing)
+        finally:
+            os.close(listing)
         for name in names:
-            self.add(os.path.join(real, name), rights, follow=False)
+            try:
+                entry = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                continue  # gone since it was listed
+            try:
+                self.add_fd(entry, os.path.join(real, name), rights)
+            finally:
+                os.close(entry)
 
-    def _rule(self, path: str, rights: int) -> None:
-        if rights:
-            self.out[path] = self.out.get(path, 0) | rights
+    def _rule(self, fd: int, real: str, rights: int) -> None:
+        rights &= self.all_fs
+        if not rights:
+            return
+        assert _SYS is not None
+        try:
+            rule = struct.pack("=Qi", rights, fd)
+            _syscall(_SYS[1], ctypes.c_int(self.ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.c_char_p(rule),
+                     ctypes.c_uint32(0))
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise SandboxError(f"a Landlock rule for {real!r} could not be added ({exc.strerror})",
+                                   hint="Report this with the path and the kernel version.") from exc
+            return
+        self.rules += 1
 
 
 def _private_dir(parent: str, prefix: str) -> str:
@@ -287,51 +390,38 @@ def _program(network: bool) -> bytes:
 
 
 def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, str],
-            proxy_port: int | None) -> Plan:
-    """Build the ruleset for ``argv`` under ``box``; set TMPDIR in ``env``. Raises SandboxError."""
+            proxy_port: int | None, held: Mapping[str, tuple[str, int]] | None = None) -> Plan:
+    """Build the ruleset for ``argv`` under ``box``; set TMPDIR in ``env``. Raises SandboxError.
+
+    ``held`` maps the configured cwd, ``writable`` and ``readable`` paths to
+    their resolved path and a descriptor the caller opened and checked
+    (:func:`~lovia_mcp_worker.sandbox.backend.hold`): their rules are made on
+    those descriptors, and the server's cwd is entered through its own, so
+    nothing is looked up by path again. Without it (a one-off ruleset), those
+    paths are resolved here, once. The caller closes the descriptors after
+    the spawn.
+    """
     why = unavailable(box)
     if why is not None:
         raise SandboxError(f"the Landlock sandbox cannot be used: {why}",
                            hint="Use Sandbox(backend='bwrap') where user namespaces are allowed, "
                                 "or run the agent on a newer kernel.")
-    writable = ([cwd] if cwd else []) + list(box.writable)
-    for path in writable:
-        if os.path.realpath(path) == "/":
+    configured = ([cwd] if cwd else []) + list(box.writable)
+    if held is not None:
+        writable = [held[p] for p in configured]
+        readable = [held[p] for p in box.readable if p in held]
+    else:
+        writable = [(os.path.realpath(p), -1) for p in configured]
+        readable = [(os.path.realpath(p), -1) for p in box.readable]
+    for path, (real, _) in zip(configured, writable):
+        if real == "/":
             raise SandboxError(
                 "the sandbox would make the whole file system writable (cwd or a writable path is '/')",
                 hint="Give the server a cwd= of its own, or leave '/' out of writable.")
-        if not os.path.exists(path):
+        if not os.path.exists(real):
             raise SandboxError(f"a writable sandbox path does not exist: {path!r}",
                                hint="Create it first, or leave it out of Sandbox(writable=[...]).")
-    private = _private_dir(_tmp_base(), "s")
-    tmpdir, home = f"{private}/tmp", f"{private}/home"
-    os.mkdir(tmpdir, 0o700)
-    os.mkdir(home, 0o700)
-    env["TMPDIR"] = tmpdir
     all_fs = fs_rights()
-    grants = _Grants([os.path.realpath(p) for p in hidden_paths(box, env)],
-                     protected_entries(box, [os.path.realpath(p) for p in writable]))
-    for path in SYSTEM_READ:
-        grants.add(path, READ)
-    if os.path.islink("/etc/resolv.conf"):  # often a link into /run (systemd-resolved)
-        grants.add(os.path.dirname(os.path.realpath("/etc/resolv.conf")), READ)
-    homes = [env.get("HOME", ""), os.path.expanduser("~")]
-    for path in runtime(argv[0], env.get("PATH"), homes):
-        grants.add(path, READ)
-    for arg in argv[1:]:
-        for path in script_tree(arg, homes):
-            grants.add(path, READ)
-    for path in box.readable:
-        grants.add(path, READ)
-    for dev in DEVICES:
-        grants.add(dev, FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
-    for path in [*writable, private]:
-        grants.add(path, all_fs)
-    if not _covered(env.get("HOME", ""), [*writable, *box.readable]):
-        # The agent's home is not readable here, and tools treat an unreadable
-        # ~/.gitconfig or cache as fatal: the server gets a fresh, empty home
-        # of its own instead (caches such as ~/.npm then work too).
-        env["HOME"] = home
     handled_net = 0 if box.network is True else NET_BIND_TCP | NET_CONNECT_TCP
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if ABI >= SCOPE_ABI else 0
     if not scoped:  # best effort: said once per worker, never silently weaker
@@ -345,11 +435,42 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
     except OSError as exc:
         raise SandboxError(f"the Landlock ruleset could not be made ({exc.strerror})",
                            hint="Use Sandbox(backend='bwrap'), or check that Landlock is enabled.") from exc
+    private = _private_dir(_tmp_base(), "s")
     plan = Plan(ruleset_fd=fd, network=box.network is True, tmpdir=private)
     try:
-        for path, rights in grants.out.items():
-            _add_path_rule(fd, path, rights & all_fs)
-            plan.rules += 1
+        tmpdir, home = f"{private}/tmp", f"{private}/home"
+        os.mkdir(tmpdir, 0o700)
+        os.mkdir(home, 0o700)
+        env["TMPDIR"] = tmpdir
+        grants = _Grants(fd, all_fs, [os.path.realpath(p) for p in hidden_paths(box, env)],
+                         protected_entries(box, [real for real, _ in writable]))
+        for path in SYSTEM_READ:
+            grants.add(path, READ)
+        if os.path.islink("/etc/resolv.conf"):  # often a link into /run (systemd-resolved)
+            grants.add(os.path.dirname(os.path.realpath("/etc/resolv.conf")), READ)
+        homes = [env.get("HOME", ""), os.path.expanduser("~")]
+        for path in runtime(argv[0], env.get("PATH"), homes):
+            grants.add(path, READ)
+        for arg in argv[1:]:
+            for path in script_tree(arg, homes):
+                grants.add(path, READ)
+        for dev in DEVICES:
+            grants.add(dev, FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
+        grants.add(private, all_fs)
+        for granted, rights in ((readable, READ), (writable, all_fs)):
+            for real, held_fd in granted:
+                if held_fd >= 0:
+                    grants.add_fd(held_fd, real, rights)
+                else:
+                    grants.add(real, rights)
+        plan.rules = grants.rules
+        if held is not None and cwd:
+            plan.cwd_fd = held[cwd][1]
+        if not _covered(env.get("HOME", ""), [real for real, _ in (*writable, *readable)]):
+            # The agent's home is not readable here, and tools treat an unreadable
+            # ~/.gitconfig or cache as fatal: the server gets a fresh, empty home
+            # of its own instead (caches such as ~/.npm then work too).
+            env["HOME"] = home
         if proxy_port is not None:
             rule = struct.pack("QQ", NET_CONNECT_TCP, proxy_port)
             _syscall(_SYS[1], ctypes.c_int(fd), ctypes.c_int(_RULE_NET_PORT), ctypes.c_char_p(rule),
@@ -362,7 +483,7 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
 
 
 def _covered(path: str, granted: list[str]) -> bool:
-    """Whether ``path`` lies in a folder the user granted (cwd, ``readable``, ``writable``).
+    """Whether ``path`` lies in a folder the user granted (cwd, ``readable``, ``writable``; resolved).
 
     Not the runtime's grants: an interpreter under the home folder must not
     keep a home whose ``.gitconfig`` the server cannot read.
@@ -370,7 +491,7 @@ def _covered(path: str, granted: list[str]) -> bool:
     if not path or not os.path.isabs(path):
         return False
     real = os.path.realpath(path)
-    return any(_under(real, os.path.realpath(g)) for g in granted)
+    return any(_under(real, g) for g in granted)
 
 
 def _warn_once(message: str) -> None:
@@ -380,24 +501,6 @@ def _warn_once(message: str) -> None:
 
 
 _warned: set[str] = set()
-
-
-def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
-    assert _SYS is not None
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return  # gone since it was looked at: nothing to grant
-    try:
-        rule = struct.pack("=Qi", rights, fd)
-        _syscall(_SYS[1], ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.c_char_p(rule),
-                 ctypes.c_uint32(0))
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise SandboxError(f"a Landlock rule for {path!r} could not be added ({exc.strerror})",
-                               hint="Report this with the path and the kernel version.") from exc
-    finally:
-        os.close(fd)
 
 
 def cleanup() -> None:
@@ -418,6 +521,7 @@ __all__ = [
     "Plan",
     "cleanup",
     "fs_rights",
+    "open_unfollowed",
     "prepare",
     "unavailable",
 ]

@@ -29,6 +29,20 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     max_result_bytes: int = 32 * 1024 * 1024
 
 
+class PathPin(msgspec.Struct, frozen=True, array_like=True):
+    """A sandbox path as it was when the server was opened: resolved, and which file it was.
+
+    ``real`` has no symlink left in it; ``dev`` and ``ino`` are the file's
+    ``st_dev`` and ``st_ino`` then, both 0 if nothing was there. Every start
+    opens ``real`` without following a symlink and grants that file only if
+    it is still the same one.
+    """
+
+    real: str
+    dev: int = 0
+    ino: int = 0
+
+
 class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """An OS sandbox around a stdio server (bubblewrap or Landlock + seccomp; Linux).
 
@@ -49,7 +63,13 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
       everything not hidden is readable already);
     - ``write_deny``: keep :data:`WRITE_DENY` (git hooks and config, shell
       rc files, editor and MCP configs) read-only inside cwd and the writable
-      paths; ``False`` opts out.
+      paths; ``False`` opts out;
+    - ``pins``: filled in when the server is opened, not by the user (a
+      value given here is replaced): the server's cwd and each ``writable``
+      and ``readable`` path, by the absolute path as configured, resolved and
+      identified once (:class:`PathPin`). A later start grants the same
+      files or refuses to start: a path a server swapped for a symlink is
+      never followed.
 
     The server also gets a private pid namespace with its own ``/proc``
     (bwrap), a new session, and dies with its worker.
@@ -62,6 +82,7 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     read_only: list[str] = []
     readable: list[str] = []
     write_deny: bool = True
+    pins: dict[str, PathPin] = {}
 
 
 # Entries of cwd and each writable path that stay read-only (sandbox-runtime's
@@ -80,4 +101,4 @@ DEFAULT_HIDDEN: Final = (
 )
 
 
-__all__ = ["DEFAULT_HIDDEN", "WRITE_DENY", "Limits", "Sandbox"]
+__all__ = ["DEFAULT_HIDDEN", "WRITE_DENY", "Limits", "PathPin", "Sandbox"]

@@ -41,7 +41,9 @@ from .mcpjson import ContentBlock, ToolSpec
 # listing's ttl and the sandbox backend; Failure.limit names the limit.
 # 8: CallTool.keep and Result.omitted: the middle of a text result the
 # agent's output cap would cut stays in the worker.
-PROTOCOL_VERSION: Final = 8
+# 9: Sandbox.pins: the sandbox's paths as resolved when the server was
+# opened (a worker that ignored them would follow a swapped symlink).
+PROTOCOL_VERSION: Final = 9
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
