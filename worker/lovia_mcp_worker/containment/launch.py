@@ -158,10 +158,10 @@ async def _sandboxed(
     a unix socket and a bridge for bwrap, on a loopback TCP port for Landlock.
     The sandbox's paths are opened as pinned first (a changed one refuses
     the start). Also returned: the descriptors the spawn passes on (bwrap's
-    seccomp programs and those paths, which it binds), and those it only
-    keeps open through the spawn (for Landlock, the paths: its rules were
-    made on them and its pre-exec enters the cwd by one; the server never
-    gets them); the caller closes both after the spawn.
+    seccomp programs and the paths it binds, which it closes), and those it
+    only keeps open through the spawn (the other paths; for Landlock, all of
+    them: its rules were made on them and its pre-exec enters the cwd by
+    one); the caller closes both after the spawn. The server gets none.
     """
     fds: list[int] = []
     held: backend.Held | None = None
@@ -185,7 +185,10 @@ async def _sandboxed(
         fds.append(sandbox.filter_fd(box, allow_unix=proxy_socket is not None))
         argv = sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket,
                                held=held.paths)
-        return argv, (*fds, *held.fds()), (), None
+        # Only the descriptors bwrap binds (and closes): any other would reach the server.
+        configured = ([spec.cwd] if spec.cwd else []) + list(box.writable)
+        bound = tuple(fd for _, fd in sandbox.outermost([held.paths[p] for p in configured]))
+        return argv, (*fds, *bound), tuple(fd for fd in held.fds() if fd not in bound), None
     except BaseException as exc:
         for fd in fds:
             os.close(fd)

@@ -188,6 +188,21 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def outermost(paths: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The (resolved path, descriptor) pairs that get a bind of their own: none inside another, once each.
+
+    A path inside another writable one is shown by the outer bind already.
+    Only these descriptors may be passed to bwrap: it closes those it binds,
+    and would hand any other on to the server, where a descriptor of a host
+    folder leads up to the host's root.
+    """
+    out: list[tuple[str, int]] = []
+    for real, fd in paths:
+        if not any(_under(real, other) for other, _ in paths if other != real) and real not in (r for r, _ in out):
+            out.append((real, fd))
+    return out
+
+
 def command(
     sandbox: Sandbox,
     argv: list[str],
@@ -211,9 +226,10 @@ def command(
     (:func:`~lovia_mcp_worker.sandbox.backend.hold`); each is bound with
     ``--bind-fd`` at its resolved path, so bwrap mounts that directory and no
     path is looked up again. Those descriptors must stay open in the spawned
-    process too. A writable path inside another (``writable=["out"]`` under
-    cwd) is not bound again: the outer bind shows it already, and a second
-    bind would be the one mount whose source path a server can reach. Without
+    process, and only those bound (:func:`outermost`). A writable path inside
+    another (``writable=["out"]`` under cwd) is not bound again: the outer
+    bind shows it already, and a second bind would be the one mount whose
+    source path a server can reach. Without
     ``held`` (a one-off command line) the paths are bound as they resolve now.
     """
     if BWRAP is None:
@@ -254,7 +270,6 @@ def command(
         # The private /tmp would hide a server installed under /tmp (a
         # checkout, a virtual environment): its top folder stays, read-only.
         args += ["--ro-bind", top, top]
-    bound: list[str] = []
     for path, real, fd in writable:
         if real == "/":
             raise SandboxError(
@@ -269,9 +284,9 @@ def command(
                     hint="Create it first, or leave it out of Sandbox(writable=[...]).",
                 )
             args += ["--bind", path, path]
-        elif not any(_under(real, other) for _, other, _ in writable if other != real) and real not in bound:
+    if held is not None:
+        for real, fd in outermost([(real, fd) for _, real, fd in writable]):
             args += ["--bind-fd", str(fd), real]
-            bound.append(real)
     for path in protected_entries(sandbox, [real for _, real, _ in writable]):
         args += ["--ro-bind", path, path]  # after the writable binds, so it covers them
     if proxy_socket is not None:
@@ -325,6 +340,7 @@ __all__ = [
     "command",
     "filter_fd",
     "hidden_paths",
+    "outermost",
     "setup_error",
     "tmp_roots",
 ]
