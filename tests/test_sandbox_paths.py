@@ -217,7 +217,7 @@ asyncio.run(main())
 def _agent(argv: list[str], work: Path, backend_name: str, link: str, refuse: str,
            env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, object]:
     proc = subprocess.run([*argv, "-c", AGENT, SWAP_SERVER, str(work), backend_name, link, refuse],
-                          capture_output=True, text=True, timeout=AGENT_WAIT, env=env, cwd=cwd)
+                          capture_output=True, text=True, timeout=AGENT_WAIT, env=env, cwd=cwd, check=False)
     print(proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -226,7 +226,7 @@ def _agent(argv: list[str], work: Path, backend_name: str, link: str, refuse: st
 
 def _expect_refused(seen: dict[str, object], backend_name: str, place: Place) -> None:
     assert seen["backend"] == backend_name and seen["swapped"] is True, seen
-    assert str(seen["outcome"]).startswith(f"refused: ") and backend.PATH_CHANGED in str(seen["outcome"]), seen
+    assert str(seen["outcome"]).startswith("refused: ") and backend.PATH_CHANGED in str(seen["outcome"]), seen
     assert place.untouched()
 
 

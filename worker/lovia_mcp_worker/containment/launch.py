@@ -12,7 +12,10 @@ The worker is the launch wrapper. The server gets:
   the server's own code runs;
 - with ``spec.sandbox``, the backend :func:`~lovia_mcp_worker.sandbox.backend.choose`
   picks: a bubblewrap argv in front of the server's, or a Landlock ruleset
-  and seccomp filter applied in the same pre-exec, after the rlimits.
+  and seccomp filter applied in the same pre-exec, after the rlimits; its
+  paths are opened as they were pinned at the open and granted by those
+  descriptors (:func:`~lovia_mcp_worker.sandbox.backend.hold`: a changed
+  one refuses the start).
 """
 
 from __future__ import annotations

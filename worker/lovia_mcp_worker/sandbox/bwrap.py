@@ -11,7 +11,9 @@
   private ``/tmp`` and ``/dev/shm`` (a folder under ``/tmp`` that holds the
   command, a path in its arguments, the cwd or a writable path stays,
   read-only), the server's ``cwd`` and the ``writable`` paths bound
-  read-write, and each ``hidden`` path covered by an empty read-only
+  read-write (by the descriptors the worker opened and checked against
+  their pins, ``--bind-fd``: a path swapped for a symlink since is never
+  followed), and each ``hidden`` path covered by an empty read-only
   directory (or ``/dev/null`` for a file);
 - a new pid namespace with its own ``/proc``: no process outside the
   sandbox can be seen or signalled, ``/proc/<agent>/environ`` included;

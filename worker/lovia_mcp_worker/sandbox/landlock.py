@@ -8,8 +8,12 @@ through the kernel's own interface (``landlock_create_ruleset``,
 
 Lifecycle: :func:`prepare` runs in the worker before the spawn. It makes the
 server's private temporary directory (``TMPDIR``) and builds the ruleset, a
-file descriptor holding every rule. :meth:`Plan.apply` runs in the child
-between fork and exec (the launch's pre-exec, after the rlimits): the
+file descriptor holding every rule, each made on a descriptor: the cwd,
+``writable`` and ``readable`` paths on those the worker opened and checked
+against their pins (:func:`~lovia_mcp_worker.sandbox.backend.hold`), the
+rest opened without following a symlink (:func:`open_unfollowed`).
+:meth:`Plan.apply` runs in the child between fork and exec (the launch's
+pre-exec, after the rlimits): the server enters its cwd by descriptor, the
 capability bounding set, ambient and inheritable sets are cleared and every
 capability dropped, ``no_new_privs`` set, the ruleset enforced, then the
 seccomp filter installed. The worker closes its copy of the ruleset after
