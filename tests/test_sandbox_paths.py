@@ -37,7 +37,7 @@ import pytest
 from helpers import PY, ROOT, SERVERS, run
 
 from lovia_mcp import MCPError, MCPServerStdio, Sandbox
-from lovia_mcp_worker.protocol import PathPin
+from lovia_mcp_worker.wire.confinement import PathPin
 from lovia_mcp_worker.sandbox import backend, bwrap, landlock
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
