@@ -222,8 +222,18 @@ class Rule:
         return self.port is None or port is None or self.port == port
 
 
-def _bad_entry(pattern: str, why: str) -> ValueError:
-    return ValueError(f"invalid network allowlist entry {pattern!r}: {why}. {_HINT}")
+class BadEntry(ValueError):
+    """An allowlist entry that cannot be parsed: ``why`` says what is wrong, ``hint`` what to write."""
+
+    def __init__(self, entry: object, why: str) -> None:
+        super().__init__(f"invalid network allowlist entry {entry!r}: {why}. {_HINT}")
+        self.entry = entry
+        self.why = why
+        self.hint = _HINT
+
+
+def _bad_entry(pattern: str, why: str) -> BadEntry:
+    return BadEntry(pattern, why)
 
 
 def _split_port(pattern: str) -> tuple[str, int | None]:
@@ -257,7 +267,7 @@ def parse_rule(pattern: str) -> Rule:
     here, since an operator rarely means what ``inet_aton`` reads them as.
     """
     if not isinstance(pattern, str):
-        raise ValueError(f"a network allowlist entry must be a string, not {type(pattern).__name__}. {_HINT}")
+        raise BadEntry(pattern, f"an entry is a string, not {type(pattern).__name__}")
     if "://" in pattern:
         raise _bad_entry(pattern, "a URL's scheme has no place here, only the host")
     host, port = _split_port(pattern)
@@ -266,10 +276,8 @@ def parse_rule(pattern: str) -> Rule:
     if "/" in host:
         if host.startswith("*"):
             raise _bad_entry(pattern, "a range takes no wildcard")
-        try:
-            ipaddress.ip_address(host.partition("/")[0])
-        except ValueError:
-            raise _bad_entry(pattern, "a path has no place here, only the host") from None
+        if not host.partition("/")[2].isdigit():
+            raise _bad_entry(pattern, "a path has no place here, only the host")
         try:
             return Rule(None, ipaddress.ip_network(host), port)
         except ValueError as exc:
@@ -548,6 +556,7 @@ __all__ = [
     "MAX_HEAD",
     "Address",
     "Allowlist",
+    "BadEntry",
     "Denial",
     "Network",
     "Refusal",
