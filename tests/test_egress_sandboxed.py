@@ -136,8 +136,10 @@ def test_a_name_under_an_allowed_wildcard_mapped_to_the_loopback_is_refused_unti
     )
     assert answers["wildcard"] == "ok 403 " + body[:200]  # the server's tool shows 200 characters
     assert logged == [
-        f"egress: lovia_mcp.netproxy: sandbox proxy refused inside.allowed-api.test:{service.port} "
-        "(resolves to 127.0.0.1, a loopback address)"
+        (
+            f"egress: lovia_mcp.netproxy: sandbox proxy refused inside.allowed-api.test:{service.port} "
+            "(resolves to 127.0.0.1, a loopback address)"
+        )
     ]
     assert answers["address"] == answers["range"] == "ok 200 hello from the host"
     # The refused fetch never reached the service: only the two listed ones did.
