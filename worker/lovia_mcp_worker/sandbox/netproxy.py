@@ -240,22 +240,22 @@ class Proxy:
                 self._decide(request, denial)
                 raise Refusal(403, denial.text, denial.reason)
             where = f"[{request.host}]:{request.port}" if ":" in request.host else f"{request.host}:{request.port}"
-            decided = False
+            # One bound on resolving and connecting together.
+            deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT
             try:
-                async with asyncio.timeout(CONNECT_TIMEOUT):
+                async with asyncio.timeout_at(deadline):
                     targets, denial = await self._targets(request)
-                    self._decide(request, denial)
-                    decided = True
-                    if denial is not None:
-                        raise Refusal(403, denial.text, denial.reason)
+            except OSError as e:  # TimeoutError included
+                self._decide(request, None)  # the name was allowed; resolving it failed
+                raise _unreachable(where, e) from None
+            self._decide(request, denial)
+            if denial is not None:
+                raise Refusal(403, denial.text, denial.reason)
+            try:
+                async with asyncio.timeout_at(deadline):
                     up_reader, upstream = await _connect(targets, request.port)
-            except TimeoutError:
-                raise Refusal(504, f"lovia-mcp sandbox proxy: connecting to {where} timed out.") from None
             except OSError as e:
-                raise Refusal(502, f"lovia-mcp sandbox proxy: cannot connect to {where}: {e.strerror or e}.") from None
-            finally:
-                if not decided:  # the name was allowed; resolving it failed or timed out
-                    self._decide(request, None)
+                raise _unreachable(where, e) from None
             if request.method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
@@ -297,6 +297,12 @@ class Proxy:
             elif destination(found) not in targets:
                 targets.append(destination(found))
         return targets, None if targets else first
+
+
+def _unreachable(where: str, error: OSError) -> Refusal:
+    if isinstance(error, TimeoutError):
+        return Refusal(504, f"lovia-mcp sandbox proxy: connecting to {where} timed out.")
+    return Refusal(502, f"lovia-mcp sandbox proxy: cannot connect to {where}: {error.strerror or error}.")
 
 
 async def _connect(targets: list[Address], port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -38,8 +38,7 @@ Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 # Where an allowed name may not lead unless the operator lists the address:
 # the host's own services and the networks behind it, never the internet.
 # Most specific first (the first match names the kind). Kept per family:
-# ipaddress compares integers, so a v4 address is never tested against a v6
-# range.
+# ``in`` compares integers, so a v4 address must never meet a v6 range.
 _INTERNAL_V4: Final = tuple(
     (ipaddress.IPv4Network(net), kind)
     for net, kind in (
@@ -116,7 +115,7 @@ def internal_reason(address: Address) -> str | None:
         return f"{address}, {_a(kind)} address" + (f": {note}" if note else "")
     kind6 = next((kind for net, kind in _INTERNAL_V6 if address in net), None)
     if kind6 is not None:
-        note = _NOTES.get(address.__class__(int(address)))  # without a scope id
+        note = _NOTES.get(ipaddress.IPv6Address(int(address)))  # without a scope id
         return f"{address}, {_a(kind6)} address" + (f": {note}" if note else "")
     embedded: ipaddress.IPv4Address | None = None
     public_ok = True
