@@ -101,6 +101,18 @@ def _allowed_minus_denied(allowed: list[str], denied: list[str]) -> list[str]:
     return kept
 
 
+def _network(entries: list[str]) -> list[str]:
+    """``entries`` if each is a valid allowlist entry: a bad one fails here, not at the server's open."""
+    from lovia_mcp_worker.sandbox.netrequest import BadEntry, parse_rule
+
+    for entry in entries:
+        try:
+            parse_rule(entry)
+        except BadEntry as exc:
+            raise UserError(f"sandbox network entry {entry!r} is invalid: {exc.why}", hint=exc.hint) from None
+    return entries
+
+
 def _backend(value: object) -> Any:
     if value not in _BACKENDS:
         raise UserError(f"sandbox backend must be one of {', '.join(_BACKENDS)}, got {value!r}",
@@ -126,7 +138,7 @@ def coerce(value: object) -> Sandbox | None:
                         hint=f"from lovia_mcp import Sandbox; sandbox={_EXAMPLE}")
     network = value.network
     if not isinstance(network, bool):
-        network = _strings(network, "network")
+        network = _network(_strings(network, "network"))
     if not isinstance(value.write_deny, bool):
         raise UserError(f"sandbox write_deny must be true or false, got {value.write_deny!r}",
                         hint="write_deny=False lets the server write .git/hooks, shell rc files and editor configs.")

@@ -92,7 +92,7 @@ def test_a_host_listener_is_reachable_without_the_sandbox_and_not_on_landlock(pl
 def test_a_network_allowlist_on_landlock_goes_through_the_proxy_port_only(
     place: EscapePlace, web: int, listener: int
 ) -> None:
-    box = Sandbox(backend="landlock", network=["localhost"])
+    box = Sandbox(backend="landlock", network=["localhost", "127.0.0.1"])
 
     async def main() -> tuple[str, str, str, str]:
         async with place.server(box).session() as conn:

@@ -2,8 +2,10 @@
 
 Real sockets, loopback only: the proxy is reached over its unix socket, the
 upstreams are small HTTP servers on 127.0.0.1 that the tests start, and the
-only allowed name that is ever resolved is ``localhost``. The bridge runs as
-a subprocess without bwrap, with a client program executed behind it.
+only allowed name that is ever resolved is ``localhost`` (with ``127.0.0.1``
+listed: an allowed name reaches a loopback address only then). The bridge
+runs as a subprocess without bwrap, with a client program executed behind
+it. The address check itself is tested in ``test_egress.py``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ TEST_TIMEOUT = 20.0
 
 T = TypeVar("T")
 Decision = tuple[str, int, bool]
+
+# An allowed name for the upstreams on 127.0.0.1, and that address listed.
+LOCAL = ["localhost", "127.0.0.1"]
 
 
 def bounded(coro: Awaitable[T]) -> T:
@@ -115,7 +120,7 @@ async def proxied(
     decisions: list[Decision] = []
     async with Upstream() as upstream:
         proxy = await netproxy.start(
-            allowed, sock_path, on_decision=lambda host, port, ok: decisions.append((host, port, ok))
+            allowed, sock_path, on_decision=lambda d: decisions.append((d.host, d.port, d.allowed))
         )
         try:
             yield proxy, upstream, decisions
@@ -199,14 +204,23 @@ def test_a_wildcard_matches_subdomains_at_any_depth_but_not_the_domain_itself(
         ("::1", ["localhost", "127.0.0.1"], False),
         # Names a resolver reads as addresses (inet_aton) are addresses too.
         ("127.1", ["localhost"], False),
-        ("127.1", ["127.1"], True),
+        ("127.1", ["127.0.0.1"], True),
+        ("0177.0.0.1", ["127.0.0.0/8"], True),
+        ("127.1", ["127.1"], False),  # an entry writes an address plainly, or is invalid
         ("2130706433", ["localhost"], False),
+        ("2130706433", ["127.0.0.1:80"], True),
+        ("[::ffff:127.0.0.1]", ["127.0.0.1"], True),
+        ("10.1.2.3", ["10.0.0.0/8"], True),
+        ("11.1.2.3", ["10.0.0.0/8"], False),
+        ("::1", ["::/127"], True),
         ("0x7f.1", ["*.1", "*.0x7f.1"], False),
         ("10.0.0.1", ["*.0.0.1"], False),
     ],
 )
 @pytest.mark.unit
-def test_ip_literals_match_only_when_listed_verbatim(host: str, patterns: list[str], allowed: bool) -> None:
+def test_an_address_matches_only_an_address_or_range_entry_holding_it(
+    host: str, patterns: list[str], allowed: bool
+) -> None:
     assert host_allowed(host, patterns) is allowed
 
 
@@ -216,7 +230,14 @@ def test_a_string_that_is_no_host_name_never_matches(host: str) -> None:
     assert host_allowed(host, ["*.example.test", "example.test", host]) is False
 
 
-@pytest.mark.parametrize("entry", ["*", "", "api.*.test", "https://api.example.test", "api.example.test:443", "*.127.0.0.1"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "*", "", "api.*.test", "https://api.example.test", "api.example.test/path", "*.127.0.0.1",
+        "api.example.test:0", "api.example.test:https", "10.0.0.1/8", "10.0.0.0/33", "*.10.0.0.0/8", "127.1",
+        "[api.example.test]:443", "fe80::1%eth0", "[::1]:8o",
+    ],
+)
 @pytest.mark.unit
 def test_start_refuses_a_malformed_allowlist_entry_with_a_hint_before_binding(sock_path: str, entry: str) -> None:
     with pytest.raises(ValueError, match="invalid network allowlist entry") as caught:
@@ -238,7 +259,7 @@ def test_a_non_ascii_allowlist_entry_matches_its_idna_form() -> None:
 @pytest.mark.unit
 def test_connect_to_an_allowed_name_tunnels_to_the_server_behind_it(sock_path: str) -> None:
     async def main() -> None:
-        async with proxied(sock_path, ["localhost"]) as (proxy, upstream, decisions):
+        async with proxied(sock_path, LOCAL) as (proxy, upstream, decisions):
             reader, writer = await asyncio.open_unix_connection(sock_path)
             writer.write(connect("localhost", upstream.port))
             established = await reader.readuntil(b"\r\n\r\n")
@@ -258,7 +279,7 @@ def test_connect_to_an_allowed_name_tunnels_to_the_server_behind_it(sock_path: s
 @pytest.mark.unit
 def test_a_plain_get_to_an_allowed_name_is_forwarded_in_origin_form_without_proxy_headers(sock_path: str) -> None:
     async def main() -> None:
-        async with proxied(sock_path, ["localhost"]) as (_, upstream, decisions):
+        async with proxied(sock_path, LOCAL) as (_, upstream, decisions):
             response = await exchange(
                 sock_path,
                 f"GET http://LocalHost:{upstream.port}/some/path?q=1#frag HTTP/1.1\r\n"
@@ -293,7 +314,7 @@ def test_a_name_outside_the_allowlist_gets_a_403_naming_it_and_nothing_is_contac
 
             for response in (tunnel, plain):
                 status, body = status_and_body(response)
-                assert response.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+                assert response.startswith(b"HTTP/1.1 403 Forbidden (not in the network allowlist)\r\n")
                 assert body == (
                     "lovia-mcp sandbox: denied.test is not in the sandbox's network allowlist. "
                     "To reach it, add it to Sandbox(network=[...]).\n"
@@ -357,7 +378,7 @@ def test_an_ip_literal_is_refused_unless_listed_and_then_reached(sock_path: str)
 @pytest.mark.unit
 def test_a_malformed_request_gets_a_400_with_its_reason(sock_path: str, request_bytes: bytes, reason: str) -> None:
     async def main() -> None:
-        async with proxied(sock_path, ["localhost"]) as (proxy, _, decisions):
+        async with proxied(sock_path, LOCAL) as (proxy, _, decisions):
             response = await exchange(sock_path, request_bytes)
 
             status, body = status_and_body(response)
@@ -380,7 +401,7 @@ def test_a_malformed_request_gets_a_400_with_its_reason(sock_path: str, request_
 @pytest.mark.unit
 def test_a_request_head_over_the_bound_gets_a_431(sock_path: str, headers: bytes) -> None:
     async def main() -> None:
-        async with proxied(sock_path, ["localhost"]) as (_, upstream, _decisions):
+        async with proxied(sock_path, LOCAL) as (_, upstream, _decisions):
             response = await exchange(sock_path, b"GET http://localhost/ HTTP/1.1\r\n" + headers + b"\r\n")
 
             assert response.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
@@ -394,7 +415,7 @@ def test_a_request_head_over_the_bound_gets_a_431(sock_path: str, headers: bytes
 def test_an_allowed_name_with_nothing_listening_gets_a_502(sock_path: str) -> None:
     async def main() -> None:
         port = free_port()
-        async with proxied(sock_path, ["localhost"]) as (proxy, _, decisions):
+        async with proxied(sock_path, LOCAL) as (proxy, _, decisions):
             status, body = status_and_body(await exchange(sock_path, connect("localhost", port)))
 
             assert status == 502
@@ -410,7 +431,7 @@ def test_aclose_closes_every_connection_and_leaves_no_task_or_socket_behind(sock
         tasks_before = asyncio.all_tasks()
         async with Upstream() as upstream:
             fds_before = psutil.Process().num_fds()
-            proxy = await netproxy.start(["localhost"], sock_path)
+            proxy = await netproxy.start(LOCAL, sock_path)
             # Accepted in this order: once the later ones reached the upstream, the first is being served.
             half_reader, half_writer = await asyncio.open_unix_connection(sock_path)
             half_writer.write(b"CONNECT localhost:")
@@ -460,7 +481,7 @@ def test_a_tunnel_carries_megabytes_both_ways_and_passes_the_end_of_stream_on(so
         server = await asyncio.start_server(echo, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         try:
-            async with proxied(sock_path, ["localhost"]) as _:
+            async with proxied(sock_path, LOCAL) as _:
                 reader, writer = await asyncio.open_unix_connection(sock_path)
                 writer.write(connect("localhost", port))
                 await reader.readuntil(b"\r\n\r\n")
@@ -489,7 +510,7 @@ def test_a_client_that_never_finishes_its_request_head_gets_a_408(
     monkeypatch.setattr(netproxy, "HEAD_TIMEOUT", 0.2)
 
     async def main() -> None:
-        async with proxied(sock_path, ["localhost"]) as (_, _upstream, decisions):
+        async with proxied(sock_path, LOCAL) as (_, _upstream, decisions):
             reader, writer = await asyncio.open_unix_connection(sock_path)
             writer.write(b"CONNECT localhost:")
             response = await reader.read()
@@ -505,14 +526,14 @@ def test_a_client_that_never_finishes_its_request_head_gets_a_408(
 
 @pytest.mark.unit
 def test_an_on_decision_hook_that_raises_is_reported_and_the_request_still_served(sock_path: str) -> None:
-    def hook(host: str, port: int, allowed: bool) -> None:
+    def hook(decision: netproxy.Decision) -> None:
         raise RuntimeError("logging is broken")
 
     async def main() -> None:
         reported: list[dict[str, Any]] = []
         asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
         async with Upstream() as upstream:
-            async with await netproxy.start(["localhost"], sock_path, on_decision=hook) as proxy:
+            async with await netproxy.start(LOCAL, sock_path, on_decision=hook) as proxy:
                 response = await exchange(sock_path, connect("localhost", upstream.port) + GET_THROUGH_TUNNEL)
                 denied = await exchange(sock_path, connect("denied.test", 443))
 
@@ -571,7 +592,7 @@ TUNNEL_CLIENT = textwrap.dedent("""
 def test_a_program_behind_the_bridge_tunnels_through_the_proxy_and_the_bridge_dies_with_it(sock_path: str) -> None:
     async def main() -> None:
         port = free_port()
-        async with proxied(sock_path, ["localhost"]) as (_, upstream, decisions):
+        async with proxied(sock_path, LOCAL) as (_, upstream, decisions):
             code, out, err = await run_bridge(
                 port, sock_path, [PY, "-c", TUNNEL_CLIENT, str(port), str(upstream.port)], bridge_env()
             )
@@ -604,7 +625,7 @@ def test_a_program_following_the_proxy_variables_reaches_allowed_names_only(sock
         env = bridge_env(**netproxy.proxy_env(port))
         # Inside the sandbox loopback names bypass the proxy; here localhost stands for an allowed host.
         del env["no_proxy"], env["NO_PROXY"]
-        async with proxied(sock_path, ["localhost"]) as (proxy, upstream, decisions):
+        async with proxied(sock_path, LOCAL) as (proxy, upstream, decisions):
             code, out, err = await run_bridge(
                 port,
                 sock_path,
@@ -651,7 +672,7 @@ HOLDING_CLIENT = textwrap.dedent("""
 def test_the_bridge_holds_only_stderr_its_listener_and_the_connections_it_serves(sock_path: str) -> None:
     async def main() -> None:
         port = free_port()
-        async with proxied(sock_path, ["localhost"]) as (_, upstream, _decisions):
+        async with proxied(sock_path, LOCAL) as (_, upstream, _decisions):
             proc = await asyncio.create_subprocess_exec(
                 *netproxy.bridge_argv(
                     [PY, "-c", HOLDING_CLIENT, str(port), str(upstream.port)], socket_path=sock_path, port=port

@@ -73,8 +73,8 @@ def test_a_host_listener_is_reachable_without_the_sandbox_and_not_inside_it(plac
 def test_a_network_allowlist_lets_allowed_names_through_the_proxy_and_nothing_else(
     place: EscapePlace, web: int, listener: int
 ) -> None:
-    # "localhost" is allowed: the proxy, outside the sandbox, reaches the host's loopback.
-    box = Sandbox(network=["localhost"])
+    # "localhost" is allowed, and its address listed: the proxy, outside the sandbox, reaches the host's loopback.
+    box = Sandbox(network=["localhost", "127.0.0.1"])
 
     async def main() -> tuple[str, str, str]:
         async with place.server(box).session() as conn:
@@ -90,13 +90,12 @@ def test_a_network_allowlist_lets_allowed_names_through_the_proxy_and_nothing_el
     assert raw.startswith("denied"), "a raw socket to a host port must not get out"
 
 
-def test_a_malformed_network_allowlist_fails_at_open_with_a_hint(place: EscapePlace) -> None:
-    async def main() -> None:
-        with pytest.raises(MCPError) as info:
-            await place.server(Sandbox(network=["https://api.github.com"])).open()
-        assert info.value.kind == "open" and "allowlist" in str(info.value)
-
-    run(main())
+def test_a_malformed_network_allowlist_is_refused_in_the_config_with_a_hint(place: EscapePlace) -> None:
+    for entry, why in (("https://api.github.com", "scheme"), ("10.0.0.1/8", "host bits set")):
+        with pytest.raises(UserError) as info:
+            place.server(Sandbox(network=["api.github.com", entry]))
+        assert f"sandbox network entry {entry!r} is invalid" in str(info.value) and why in str(info.value)
+        assert "'10.0.0.0/8'" in (info.value.hint or "")
 
 
 def test_processes_outside_the_tree_are_visible_and_signalable_without_the_sandbox_only(place: EscapePlace) -> None:

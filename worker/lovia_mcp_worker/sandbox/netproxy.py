@@ -11,15 +11,31 @@ worker outside the sandbox, answers:
   when ``host`` is allowed;
 - an absolute-form request (``GET http://host/path``): forwarded in origin
   form with ``Connection: close``, then bytes piped both ways;
-- anything else: ``403`` for a host that is not allowed (the body names it),
-  ``400`` for a malformed request, ``431``/``408`` for an oversized or
-  unfinished request head, ``502``/``504`` when the upstream cannot be
-  reached.
+- anything else: ``403`` for a destination that is not allowed (the status
+  line and the body say why), ``400`` for a malformed request,
+  ``431``/``408`` for an oversized or unfinished request head, ``502``/``504``
+  when the upstream cannot be resolved or reached.
 
-Matching (:func:`host_allowed`): exact names, case-insensitive, trailing dot
-ignored; ``*.example.com`` matches every subdomain of ``example.com`` but not
-``example.com`` itself; IP literals (and names that end in a numeric label,
-which resolvers read as addresses: ``0x7f.1``) only when listed verbatim.
+The rules (:class:`~.netrequest.Allowlist`), in two steps:
+
+- the request: a name passes if an entry names it (exact names,
+  case-insensitive, trailing dot ignored; ``*.example.com`` every subdomain
+  of ``example.com`` but not ``example.com`` itself) on that port (an entry
+  without a port: any, ``"db.internal:5432"`` that one). An address, as a
+  literal or in any spelling a resolver reads as one (``127.1``,
+  ``0x7f.1``, ``2130706433``, ``[::ffff:127.0.0.1]``), passes only if an
+  address or range entry lists it (``"127.0.0.1"``, ``"10.0.0.0/8"``,
+  ``"[::1]:8080"``);
+- the addresses an allowed name resolves to: each must be on the internet,
+  or be listed by an address or range entry. Loopback, private (RFC 1918,
+  CGNAT, unique local), link-local (cloud metadata services), unspecified,
+  multicast, broadcast and reserved addresses are refused by default, and so
+  are IPv6 forms that carry one of them (mapped, compatible, NAT64, 6to4):
+  an allowed wildcard whose subdomains someone else controls, or a rebound
+  name, would otherwise reach the host's own services. The proxy connects to
+  the checked address itself, never resolving again, trying each checked
+  address in the resolver's order; addresses that fail the check are
+  skipped, and a name with none left is refused, naming the first reason.
 
 Lifecycle: :func:`start` binds the unix socket (mode 0600) and serves;
 :meth:`Proxy.aclose` stops accepting, aborts every open connection, waits a
@@ -27,11 +43,10 @@ bounded time for their tasks and removes the socket file.
 
 Caveats:
 
-- Names, not addresses, are checked: an allowed name is resolved by the
-  worker's resolver, and whatever it resolves to is reached (an allowed name
-  that resolves to a private address reaches that address). Allowing
-  ``localhost`` reaches the worker's loopback, not the sandbox's.
-- Ports are not filtered: an allowed host is reachable on any port.
+- Names are resolved by the worker's resolver: a public address is reached
+  on any name allowed to resolve to it. Listing ``127.0.0.1`` reaches the
+  worker's loopback, not the sandbox's (on Landlock, the proxy's own port
+  too).
 - A tunnel is opaque: TLS is not inspected, so the SNI or ``Host`` inside it
   is not checked against the name of the ``CONNECT``.
 - Only the first request of a plain-HTTP connection is read; the proxy sends
@@ -46,22 +61,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
+import socket
 import stat
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from .netrequest import MAX_HEAD, Refusal, host_allowed, normalize_pattern, parse_head, read_head
+from .netrequest import (
+    MAX_HEAD,
+    Address,
+    Allowlist,
+    Denial,
+    Refusal,
+    Request,
+    as_address,
+    destination,
+    host_allowed,
+    normalize_pattern,
+    parse_head,
+    read_head,
+)
 
 # How long a client gets to send its request head after connecting. Clients
 # send it at once; the bound only frees connections that never will.
 HEAD_TIMEOUT: Final = 30.0
 
-# Bound on resolving and connecting to an upstream. Covers a slow resolver
-# and a lost SYN or two (Linux retransmits after 1 s, then 3 s), and is short
-# enough that the server gets a 504 well before a tool call times out.
+# Bound on resolving and connecting to an upstream (every checked address in
+# turn). Covers a slow resolver and a lost SYN or two (Linux retransmits after
+# 1 s, then 3 s), and is short enough that the server gets a 504 well before a
+# tool call times out.
 CONNECT_TIMEOUT: Final = 10.0
 
 # After a refusal (403, 400...), how long the proxy keeps reading what the
@@ -93,8 +125,20 @@ _REASONS: Final = {
     504: "Gateway Timeout",
 }
 
-OnDecision = Callable[[str, int, bool], None]
-"""``on_decision(host, port, allowed)``: called once per request, for logging."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the proxy decided on one request: ``reason`` says why a refused one was refused."""
+
+    host: str
+    port: int
+    allowed: bool
+    reason: str = ""
+
+
+OnDecision = Callable[[Decision], None]
+"""``on_decision(decision)``: called once per request that gets as far as a decision, for logging."""
 
 
 # --- the proxy -------------------------------------------------------------
@@ -103,11 +147,12 @@ OnDecision = Callable[[str, int, bool], None]
 class Proxy:
     """A running allowlist proxy; made by :func:`start`, closed by :meth:`aclose`."""
 
-    def __init__(self, socket_path: str, patterns: tuple[str, ...], on_decision: OnDecision | None) -> None:
+    def __init__(self, socket_path: str, allowlist: Allowlist, on_decision: OnDecision | None) -> None:
         self.socket_path = socket_path
-        self.patterns = patterns
+        self.allowlist = allowlist
+        self.patterns = allowlist.patterns
         self.denied = 0
-        """Requests refused because their host is not allowed."""
+        """Requests refused because their destination is not allowed."""
         self._on_decision = on_decision
         self._server: asyncio.AbstractServer | None = None
         self._socket_ino: int | None = None
@@ -165,13 +210,14 @@ class Proxy:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _decide(self, host: str, port: int, allowed: bool) -> None:
-        if not allowed:
+    def _decide(self, request: Request, denial: Denial | None) -> None:
+        if denial is not None:
             self.denied += 1
         if self._on_decision is None:
             return
+        reason = "" if denial is None else denial.reason
         try:
-            self._on_decision(host, port, allowed)
+            self._on_decision(Decision(request.host, request.port, denial is None, reason))
         except Exception as e:  # noqa: BLE001 - a logging hook must not break the proxy
             asyncio.get_running_loop().call_exception_handler(
                 {"message": "netproxy: the on_decision callback raised", "exception": e}
@@ -189,29 +235,34 @@ class Proxy:
                 request = parse_head(lines)
             except TimeoutError:
                 raise Refusal(408, "lovia-mcp sandbox proxy: the request head did not arrive in time.") from None
-            allowed = host_allowed(request.host, self.patterns)
-            self._decide(request.host, request.port, allowed)
-            if not allowed:
-                raise Refusal(
-                    403,
-                    f"lovia-mcp sandbox: {request.host} is not in the sandbox's network allowlist. "
-                    "To reach it, add it to Sandbox(network=[...]).",
-                )
+            denial = self.allowlist.refuses(request.host, request.port)
+            if denial is not None:
+                self._decide(request, denial)
+                raise Refusal(403, denial.text, denial.reason)
             where = f"[{request.host}]:{request.port}" if ":" in request.host else f"{request.host}:{request.port}"
+            # One bound on resolving and connecting together.
+            deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT
             try:
-                async with asyncio.timeout(CONNECT_TIMEOUT):
-                    up_reader, upstream = await asyncio.open_connection(request.host, request.port)
-            except TimeoutError:
-                raise Refusal(504, f"lovia-mcp sandbox proxy: connecting to {where} timed out.") from None
+                async with asyncio.timeout_at(deadline):
+                    targets, denial = await self._targets(request)
+            except OSError as e:  # TimeoutError included
+                self._decide(request, None)  # the name was allowed; resolving it failed
+                raise _unreachable(where, e) from None
+            self._decide(request, denial)
+            if denial is not None:
+                raise Refusal(403, denial.text, denial.reason)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    up_reader, upstream = await _connect(targets, request.port)
             except OSError as e:
-                raise Refusal(502, f"lovia-mcp sandbox proxy: cannot connect to {where}: {e.strerror or e}.") from None
+                raise _unreachable(where, e) from None
             if request.method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 upstream.write(request.forward_head())
             await _relay(reader, writer, up_reader, upstream)
         except Refusal as refusal:
-            await _refuse(reader, writer, refusal.status, refusal.text)
+            await _refuse(reader, writer, refusal.status, refusal.text, refusal.reason)
         except asyncio.CancelledError:
             aborted = True
             raise
@@ -224,6 +275,51 @@ class Proxy:
             )
         finally:
             await _close([writer] if upstream is None else [writer, upstream], abort=aborted or self._closing)
+
+
+    async def _targets(self, request: Request) -> tuple[list[Address], Denial | None]:
+        """The checked addresses to try for ``request``, in order, or why there are none.
+
+        A listed address is its own target. A name is resolved here, once;
+        what is connected to is exactly what was checked.
+        """
+        address = as_address(request.host)
+        if address is not None:
+            return [destination(address)], None
+        infos = await asyncio.get_running_loop().getaddrinfo(request.host, request.port, type=socket.SOCK_STREAM)
+        targets: list[Address] = []
+        first: Denial | None = None
+        for _family, _type, _proto, _name, sockaddr in infos:
+            found = ipaddress.ip_address(sockaddr[0])
+            denial = self.allowlist.screen(request.host, found, request.port)
+            if denial is not None:
+                first = first or denial
+            elif destination(found) not in targets:
+                targets.append(destination(found))
+        return targets, None if targets else first
+
+
+def _unreachable(where: str, error: OSError) -> Refusal:
+    if isinstance(error, TimeoutError):
+        return Refusal(504, f"lovia-mcp sandbox proxy: connecting to {where} timed out.")
+    return Refusal(502, f"lovia-mcp sandbox proxy: cannot connect to {where}: {error.strerror or error}.")
+
+
+async def _connect(targets: list[Address], port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the first of ``targets`` that answers; the last failure if none does.
+
+    ``AI_NUMERICHOST``: an address is never looked up again, so no second
+    answer from a resolver can stand in for the one that was checked.
+    """
+    assert targets
+    failure: OSError | None = None
+    for address in targets:
+        try:
+            return await asyncio.open_connection(str(address), port, flags=socket.AI_NUMERICHOST, limit=_CHUNK)
+        except OSError as e:
+            failure = e
+    assert failure is not None
+    raise failure
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -253,10 +349,17 @@ async def _relay(
         await asyncio.gather(*pumps, return_exceptions=True)
 
 
-async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, text: str) -> None:
+async def _refuse(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, text: str, reason: str = ""
+) -> None:
     body = (text + "\n").encode("utf-8")
+    # The reason also goes on the status line: many clients show only that
+    # for a refused CONNECT ("Tunnel connection failed: 403 ..."). Its text
+    # is ASCII (canonical host names, addresses); anything else is dropped.
+    phrase = _REASONS[status] + (f" ({reason})" if reason else "")
+    phrase = "".join(c for c in phrase if " " <= c <= "~")
     head = (
-        f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+        f"HTTP/1.1 {status} {phrase}\r\n"
         "Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
@@ -293,14 +396,14 @@ async def _close(writers: list[asyncio.StreamWriter], *, abort: bool) -> None:
 async def start(allowed: Sequence[str], socket_path: str, *, on_decision: OnDecision | None = None) -> Proxy:
     """Serve an allowlist proxy on the unix socket ``socket_path``.
 
-    ``allowed`` holds host names, ``*.domain`` wildcards and IP addresses; a
+    ``allowed`` holds host names and ``*.domain`` wildcards, addresses and
+    ranges, each optionally with a port (:class:`~.netrequest.Allowlist`); a
     malformed entry raises ValueError (with a hint) before anything is bound.
-    ``on_decision(host, port, allowed)`` is called once per request. The
+    ``on_decision(decision)`` is called once per request decided. The
     path must be short (a unix socket path has at most 107 bytes on Linux) and
     its directory private to the worker; a stale socket there is replaced.
     """
-    patterns = tuple(dict.fromkeys(normalize_pattern(p) for p in allowed))
-    proxy = Proxy(socket_path, patterns, on_decision)
+    proxy = Proxy(socket_path, Allowlist(allowed), on_decision)
     await proxy._start()
     return proxy
 
@@ -312,8 +415,7 @@ async def start_tcp(allowed: Sequence[str], *, on_decision: OnDecision | None = 
     filter refuses unix sockets outright, so there the server reaches the
     proxy over TCP; Landlock allows that one port. Returns the proxy and the port.
     """
-    patterns = tuple(dict.fromkeys(normalize_pattern(p) for p in allowed))
-    proxy = Proxy("", patterns, on_decision)
+    proxy = Proxy("", Allowlist(allowed), on_decision)
     proxy._server = await asyncio.start_server(proxy._accept, "127.0.0.1", 0, limit=MAX_HEAD)
     port: int = proxy._server.sockets[0].getsockname()[1]
     return proxy, port
@@ -366,6 +468,7 @@ __all__ = [
     "HEAD_TIMEOUT",
     "LINGER_TIMEOUT",
     "MAX_HEAD",
+    "Decision",
     "OnDecision",
     "Proxy",
     "bridge_argv",

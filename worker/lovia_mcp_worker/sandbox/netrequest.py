@@ -1,7 +1,7 @@
-"""The allowlist proxy's request side: host-name matching and HTTP request heads.
+"""The allowlist proxy's request side: the allowlist's rules, the address check, HTTP request heads.
 
 Pure, apart from :func:`read_head` reading a stream: what :mod:`.netproxy`
-decides on. See :mod:`.netproxy` for the matching rules and the caveats.
+decides on. See :mod:`.netproxy` for the rules and the caveats.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import asyncio
 import contextlib
 import ipaddress
 import re
-from collections.abc import Sequence
+import socket
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 # Bound on a request head (request line and headers). Real clients send a
 # few hundred bytes to a proxy; 16 KiB leaves room for long URLs and cookies
@@ -25,11 +26,153 @@ _HOP_BY_HOP: Final = frozenset({"connection", "keep-alive", "proxy-connection", 
 _LABEL: Final = re.compile(r"[a-z0-9_-]{1,63}")
 # A last label that resolvers read as a number (inet_aton: 127.1, 0x7f.1, 2130706433).
 _NUMERIC_LABEL: Final = re.compile(r"[0-9]+|0x[0-9a-f]*")
+_PORT: Final = re.compile(r"[0-9]{1,5}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VERSION: Final = re.compile(r"HTTP/1\.[0-9]")
 
+Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-# --- host matching ---------------------------------------------------------
+# --- the address check -----------------------------------------------------
+
+# Where an allowed name may not lead unless the operator lists the address:
+# the host's own services and the networks behind it, never the internet.
+# Most specific first (the first match names the kind). Kept per family:
+# ``in`` compares integers, so a v4 address must never meet a v6 range.
+_INTERNAL_V4: Final = tuple(
+    (ipaddress.IPv4Network(net), kind)
+    for net, kind in (
+        ("0.0.0.0/8", "unspecified"),  # "this network": a connect to 0.0.0.0 reaches the loopback
+        ("10.0.0.0/8", "private"),
+        ("100.64.0.0/10", "private"),  # carrier-grade NAT (RFC 6598)
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.0.0/16", "link-local"),  # cloud metadata services live here
+        ("172.16.0.0/12", "private"),
+        ("192.0.0.0/24", "reserved"),  # IETF protocol assignments
+        ("192.0.2.0/24", "reserved"),  # documentation
+        ("192.88.99.0/24", "reserved"),  # 6to4 relays (deprecated)
+        ("192.168.0.0/16", "private"),
+        ("198.18.0.0/15", "reserved"),  # benchmarking; also proxies' "fake IP" DNS ranges
+        ("198.51.100.0/24", "reserved"),  # documentation
+        ("203.0.113.0/24", "reserved"),  # documentation
+        ("224.0.0.0/4", "multicast"),
+        ("255.255.255.255/32", "broadcast"),
+        ("240.0.0.0/4", "reserved"),
+    )
+)
+_INTERNAL_V6: Final = tuple(
+    (ipaddress.IPv6Network(net), kind)
+    for net, kind in (
+        ("::/128", "unspecified"),
+        ("::1/128", "loopback"),
+        ("64:ff9b:1::/48", "private"),  # local-use NAT64 (RFC 8215)
+        ("100::/64", "reserved"),  # discard-only
+        ("2001::/23", "reserved"),  # IETF protocol assignments (Teredo, benchmarking, ORCHID)
+        ("2001:db8::/32", "reserved"),  # documentation
+        ("3fff::/20", "reserved"),  # documentation
+        ("fc00::/7", "private"),  # unique local (AWS's metadata service is fd00:ec2::254)
+        ("fe80::/10", "link-local"),
+        ("fec0::/10", "private"),  # site-local (deprecated)
+        ("ff00::/8", "multicast"),
+    )
+)
+# Global unicast: an IPv6 address outside it, and in none of the ranges above
+# or the embeddings below, is unassigned or reserved.
+_GLOBAL_V6: Final = ipaddress.IPv6Network("2000::/3")
+_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+_TRANSLATED: Final = ipaddress.IPv6Network("::ffff:0:0:0/96")  # SIIT (RFC 2765)
+_COMPATIBLE: Final = ipaddress.IPv6Network("::/96")  # deprecated IPv4-compatible form
+_NOTES: Final = {
+    ipaddress.ip_address("169.254.169.254"): "the cloud metadata service",
+    ipaddress.ip_address("fd00:ec2::254"): "the cloud metadata service",
+}
+
+
+def _v4_kind(address: ipaddress.IPv4Address) -> str | None:
+    for net, kind in _INTERNAL_V4:
+        if address in net:
+            return kind
+    return None
+
+
+def _a(kind: str) -> str:
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
+def internal_reason(address: Address) -> str | None:
+    """Why ``address`` is not the internet (``"127.0.0.1, a loopback address"``), or None if it is.
+
+    IPv6 forms that carry an IPv4 address (mapped ``::ffff:127.0.0.1``,
+    compatible, SIIT, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``) are judged
+    by the address they carry: the mapped form is the same destination, and a
+    translator or relay would deliver the others to it.
+    """
+    if isinstance(address, ipaddress.IPv4Address):
+        kind = _v4_kind(address)
+        if kind is None:
+            return None
+        note = _NOTES.get(address)
+        return f"{address}, {_a(kind)} address" + (f": {note}" if note else "")
+    kind6 = next((kind for net, kind in _INTERNAL_V6 if address in net), None)
+    if kind6 is not None:
+        note = _NOTES.get(ipaddress.IPv6Address(int(address)))  # without a scope id
+        return f"{address}, {_a(kind6)} address" + (f": {note}" if note else "")
+    embedded: ipaddress.IPv4Address | None = None
+    public_ok = True
+    if address.ipv4_mapped is not None:
+        embedded = address.ipv4_mapped
+    elif address in _NAT64:
+        embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    elif address.sixtofour is not None:
+        embedded = address.sixtofour
+    elif address in _TRANSLATED or address in _COMPATIBLE:
+        embedded, public_ok = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), False
+    if embedded is not None:
+        kind = _v4_kind(embedded)
+        if kind is not None:
+            return f"{address}, {_a(kind)} address ({embedded}) in IPv6 form"
+        return None if public_ok else f"{address}, a reserved address"
+    if address not in _GLOBAL_V6:
+        return f"{address}, a reserved address"
+    return None
+
+
+def as_address(host: str) -> Address | None:
+    """The address a resolver reads ``host`` (canonical) as, or None for a name.
+
+    Besides IP literals, every spelling ``inet_aton`` accepts (``127.1``,
+    ``0x7f.1``, ``2130706433``, ``0177.0.0.1``): a URL or a ``CONNECT`` line
+    can name the loopback in each of them.
+    """
+    # Cheap tests first: this runs on every request, and most hosts are names.
+    if ":" in host:
+        with contextlib.suppress(ValueError):
+            return ipaddress.IPv6Address(host)
+        return None
+    if _NUMERIC_LABEL.fullmatch(host.rsplit(".", 1)[-1]) is None:
+        return None
+    with contextlib.suppress(ValueError):
+        return ipaddress.IPv4Address(host)
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None  # "999.1": a name ending in a number, which only an exact entry matches
+
+
+def destination(address: Address) -> Address:
+    """The address to connect to for ``address``: an IPv4-mapped one is its IPv4 address."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+# --- the allowlist's rules -------------------------------------------------
+
+_HINT: Final = (
+    "List host names such as 'api.github.com' or '*.npmjs.org' (every subdomain), each "
+    "optionally with a port ('db.internal:5432'), and, for internal destinations, addresses "
+    "or ranges ('127.0.0.1', '[::1]:8080', '10.0.0.0/8'); no scheme or path."
+)
 
 
 def _canonical(host: str) -> str | None:
@@ -53,81 +196,249 @@ def _canonical(host: str) -> str | None:
 
 
 def _is_address(host: str) -> bool:
-    """An IP literal, or a name a resolver would read as one (canonical ``host``)."""
-    with contextlib.suppress(ValueError):
-        ipaddress.ip_address(host)
-        return True
-    return _NUMERIC_LABEL.fullmatch(host.rsplit(".", 1)[-1]) is not None
+    """An IP literal, or a name a resolver would read as one (canonical ``host``).
+
+    Every IPv6 literal has a colon and every IPv4 one a numeric last label,
+    so no parse is needed.
+    """
+    return ":" in host or _NUMERIC_LABEL.fullmatch(host.rsplit(".", 1)[-1]) is not None
 
 
-def normalize_pattern(pattern: str) -> str:
-    """``pattern`` in the form :func:`host_allowed` compares; ValueError with a hint if invalid.
+@dataclass(frozen=True)
+class Rule:
+    """One parsed allowlist entry: a name (``*.x`` for subdomains) or a range, and a port or any."""
+
+    name: str | None
+    network: Network | None
+    port: int | None
+
+    def __str__(self) -> str:
+        if self.network is None:
+            host = self.name or ""
+        elif self.network.prefixlen == self.network.max_prefixlen:
+            host = str(self.network.network_address)
+        else:
+            host = str(self.network)
+        if self.port is None:
+            return host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    def admits_port(self, port: int | None) -> bool:
+        return self.port is None or port is None or self.port == port
+
+
+class BadEntry(ValueError):
+    """An allowlist entry that cannot be parsed: ``why`` says what is wrong, ``hint`` what to write."""
+
+    def __init__(self, entry: object, why: str) -> None:
+        super().__init__(f"invalid network allowlist entry {entry!r}: {why}. {_HINT}")
+        self.entry = entry
+        self.why = why
+        self.hint = _HINT
+
+
+def _bad_entry(pattern: str, why: str) -> BadEntry:
+    return BadEntry(pattern, why)
+
+
+def _split_port(pattern: str) -> tuple[str, int | None]:
+    if pattern.startswith("["):
+        end = pattern.find("]")
+        if end < 0:
+            raise _bad_entry(pattern, "unterminated '['")
+        host, rest = pattern[1:end], pattern[end + 1 :]
+        if ":" not in host:
+            raise _bad_entry(pattern, "brackets are for IPv6 addresses ('[::1]:8080')")
+        if rest and not rest.startswith(":"):
+            raise _bad_entry(pattern, "expected ':PORT' after ']'")
+        port_text = rest[1:] if rest else None
+    elif pattern.count(":") == 1:
+        host, port_text = pattern.split(":")
+    else:
+        host, port_text = pattern, None  # a bare IPv6 address or range takes no port
+    if port_text is None:
+        return host, None
+    if not _PORT.fullmatch(port_text) or not 0 < int(port_text) < 65536:
+        raise _bad_entry(pattern, f"invalid port {port_text!r} (1 to 65535)")
+    return host, int(port_text)
+
+
+def parse_rule(pattern: str) -> Rule:
+    """``pattern`` parsed; ValueError with a hint if it is not a valid allowlist entry.
 
     Non-ASCII names are converted to their IDNA (``xn--``) form, which is
-    what clients send.
+    what clients send. Addresses are written as ``ipaddress`` reads them
+    (dotted decimal, no leading zeros): ``127.1`` or ``0x7f.1`` are refused
+    here, since an operator rarely means what ``inet_aton`` reads them as.
     """
-    hint = (
-        "List host names such as 'api.github.com', '*.npmjs.org' for every subdomain, "
-        "or an IP address, without scheme, port or path."
-    )
     if not isinstance(pattern, str):
-        raise ValueError(f"a network allowlist entry must be a string, not {type(pattern).__name__}. {hint}")
-    wildcard = pattern.startswith("*.")
-    name = pattern[2:] if wildcard else pattern
+        raise BadEntry(pattern, f"an entry is a string, not {type(pattern).__name__}")
+    if "://" in pattern:
+        raise _bad_entry(pattern, "a URL's scheme has no place here, only the host")
+    host, port = _split_port(pattern)
+    if "%" in host:
+        raise _bad_entry(pattern, "an address with a scope id ('%eth0') cannot be listed")
+    if "/" in host:
+        if host.startswith("*"):
+            raise _bad_entry(pattern, "a range takes no wildcard")
+        if not host.partition("/")[2].isdigit():
+            raise _bad_entry(pattern, "a path has no place here, only the host")
+        try:
+            return Rule(None, ipaddress.ip_network(host), port)
+        except ValueError as exc:
+            raise _bad_entry(pattern, f"not a valid address range ({exc}; e.g. '10.0.0.0/8')") from None
+    with contextlib.suppress(ValueError):
+        return Rule(None, ipaddress.ip_network(host), port)
+    if ":" in host:
+        raise _bad_entry(pattern, "not an IPv6 address")
+    wildcard = host.startswith("*.")
+    name = host[2:] if wildcard else host
     if "*" in name:
-        raise ValueError(
-            f"invalid network allowlist entry {pattern!r}: '*' may only be the whole first label "
-            f"('*.example.com'). {hint}"
-        )
+        raise _bad_entry(pattern, "'*' may only be the whole first label ('*.example.com')")
     if not name.isascii():
         try:
             name = name.encode("idna").decode("ascii")
         except UnicodeError:
-            raise ValueError(f"invalid network allowlist entry {pattern!r}: not a valid host name. {hint}") from None
+            raise _bad_entry(pattern, "not a valid host name") from None
     canonical = _canonical(name)
     if canonical is None:
-        raise ValueError(f"invalid network allowlist entry {pattern!r}: not a host name or IP address. {hint}")
-    if wildcard:
-        if _is_address(canonical):
-            raise ValueError(f"invalid network allowlist entry {pattern!r}: a wildcard needs a domain name. {hint}")
-        return "*." + canonical
-    return canonical
+        raise _bad_entry(pattern, "not a host name or IP address")
+    if _is_address(canonical):
+        if wildcard:
+            raise _bad_entry(pattern, "a wildcard needs a domain name")
+        address = as_address(canonical)
+        if address is None:
+            raise _bad_entry(pattern, "a host name cannot end in a number")
+        raise _bad_entry(pattern, f"an address must be written plainly ({str(address)!r})")
+    return Rule(("*." if wildcard else "") + canonical, None, port)
 
 
-def host_allowed(host: str, patterns: Sequence[str]) -> bool:
-    """Whether ``host`` (as a client names it) matches one of ``patterns``.
+def normalize_pattern(pattern: str) -> str:
+    """``pattern`` in the form :class:`Allowlist` compares; ValueError with a hint if invalid."""
+    return str(parse_rule(pattern))
 
-    Exact names match case-insensitively, a trailing dot ignored;
-    ``*.example.com`` matches any subdomain but not ``example.com``; IP
-    literals, and names that end in a numeric label, match only a pattern
-    naming the same address. Invalid hosts and invalid patterns never match.
+
+@dataclass(frozen=True)
+class Denial:
+    """Why a request is refused: ``reason`` short (for logs), ``text`` the whole answer with its hint."""
+
+    reason: str
+    text: str
+
+
+class Allowlist:
+    """``Sandbox(network=[...])`` parsed once: the rules :mod:`.netproxy` decides on.
+
+    A request names a host and a port. A *name* passes :meth:`refuses` if a
+    name rule matches it (exact, case-insensitive, trailing dot ignored;
+    ``*.x`` any subdomain of ``x`` but not ``x``) on that port (a rule
+    without a port: any). Each address it resolves to then passes
+    :meth:`screen` if it is on the internet, or an address rule lists it on
+    that port. An *address* (literal, or any spelling a resolver reads as
+    one) passes only if an address rule lists it on that port. Invalid
+    entries raise ValueError with a hint.
+    """
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        rules = list(dict.fromkeys(parse_rule(e) for e in entries))
+        self.rules: Final = tuple(rules)
+        self.patterns: Final = tuple(str(r) for r in rules)
+        self._exact = [r for r in rules if r.name is not None and not r.name.startswith("*.")]
+        self._wild = [r for r in rules if r.name is not None and r.name.startswith("*.")]
+        self._ranges = [r for r in rules if r.network is not None]
+
+    def _names(self, name: str) -> list[Rule]:
+        found = [r for r in self._exact if r.name == name]
+        # Labels are never empty, so a match has at least one label before the suffix.
+        if not _is_address(name):
+            found += [r for r in self._wild if r.name is not None and name.endswith(r.name[1:])]
+        return found
+
+    def lists(self, address: Address, port: int | None) -> bool:
+        """Whether an address rule lists ``address`` on ``port`` (None: on some port)."""
+        candidates = [address]
+        if isinstance(address, ipaddress.IPv6Address):
+            if address.ipv4_mapped is not None:
+                candidates.append(address.ipv4_mapped)
+            if address.scope_id is not None:
+                candidates.append(ipaddress.IPv6Address(int(address)))
+        return any(
+            r.network is not None and r.network.version == a.version and a in r.network and r.admits_port(port)
+            for r in self._ranges
+            for a in candidates
+        )
+
+    def admits(self, host: str, port: int | None = None) -> bool:
+        """Whether ``host`` (canonical) on ``port`` passes the first check, before any resolution."""
+        address = as_address(host)
+        if address is not None:
+            return self.lists(address, port)
+        return any(r.admits_port(port) for r in self._names(host))
+
+    def refuses(self, host: str, port: int) -> Denial | None:
+        """Why a request for ``host:port`` (canonical host) is refused before resolution, or None."""
+        if self.admits(host, port):
+            return None
+        if self.admits(host):
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            return Denial(
+                f"port {port} not in the network allowlist",
+                f"lovia-mcp sandbox: port {port} of {host} is not in the sandbox's network allowlist. "
+                f"To reach it, add '{where}' to Sandbox(network=[...]).",
+            )
+        return Denial(
+            "not in the network allowlist",
+            f"lovia-mcp sandbox: {host} is not in the sandbox's network allowlist. "
+            "To reach it, add it to Sandbox(network=[...]).",
+        )
+
+    def screen(self, host: str, address: Address, port: int) -> Denial | None:
+        """Why ``host``, resolved to ``address``, may not be reached there on ``port``, or None."""
+        if self.lists(address, port):
+            return None
+        why = internal_reason(address)
+        if why is None:
+            return None
+        listed: Address = destination(address)
+        if isinstance(listed, ipaddress.IPv6Address) and listed.scope_id is not None:
+            listed = ipaddress.IPv6Address(int(listed))  # a scope id cannot be listed
+        entry = f"[{listed}]:{port}" if ":" in str(listed) else f"{listed}:{port}"
+        return Denial(
+            f"resolves to {why}",
+            f"lovia-mcp sandbox: {host} resolves to {why}, which the sandbox refuses unless it is "
+            f"listed. To allow it, add '{listed}' (or '{entry}', or a range holding it) to "
+            "Sandbox(network=[...]).",
+        )
+
+
+def host_allowed(host: str, patterns: Sequence[str], port: int | None = None) -> bool:
+    """Whether ``host`` (as a client names it) passes ``patterns`` before resolution.
+
+    Invalid hosts and invalid patterns never match; ``port=None`` asks
+    whether some port passes. See :class:`Allowlist` for the rules.
     """
     canonical = _canonical(host)
     if canonical is None:
         return False
-    address = _is_address(canonical)
+    valid: list[str] = []
     for raw in patterns:
-        try:
-            pattern = normalize_pattern(raw)
-        except ValueError:
-            continue
-        if pattern.startswith("*."):
-            # Labels are never empty, so a match has at least one label before the suffix.
-            if not address and canonical.endswith(pattern[1:]):
-                return True
-        elif canonical == pattern:
-            return True
-    return False
+        with contextlib.suppress(ValueError):
+            parse_rule(raw)
+            valid.append(raw)
+    return Allowlist(valid).admits(canonical, port)
 
 
 # --- request parsing -------------------------------------------------------
 
 
 class Refusal(Exception):
-    def __init__(self, status: int, text: str) -> None:
+    """An answer instead of a connection: ``text`` is the body, ``reason`` (if any) goes on the status line."""
+
+    def __init__(self, status: int, text: str, reason: str = "") -> None:
         super().__init__(text)
         self.status = status
         self.text = text
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -248,10 +559,20 @@ def parse_head(lines: list[bytes]) -> Request:
 
 __all__ = [
     "MAX_HEAD",
+    "Address",
+    "Allowlist",
+    "BadEntry",
+    "Denial",
+    "Network",
     "Refusal",
     "Request",
+    "Rule",
+    "as_address",
+    "destination",
     "host_allowed",
+    "internal_reason",
     "normalize_pattern",
     "parse_head",
+    "parse_rule",
     "read_head",
 ]

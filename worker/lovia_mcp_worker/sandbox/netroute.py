@@ -4,7 +4,8 @@
 route anywhere) plus the proxy variables pointing at a bridge inside the
 sandbox (:mod:`._netbridge`) that forwards to the worker's proxy
 (:mod:`.netproxy`) over a unix socket bound into the sandbox. The proxy
-lets through exactly the allowed host names; everything else gets a 403.
+lets through exactly the allowed names (to public addresses, or to listed
+internal ones) and the listed addresses; everything else gets a 403 saying why.
 
 Lifecycle: one proxy per distinct allowlist, started at the first sandboxed
 spawn that needs it and reused by later generations (a restart costs no new
@@ -33,9 +34,16 @@ _proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, str]] = {}
 _tcp_proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, int]] = {}
 
 
-def _decision(host: str, port: int, allowed: bool) -> None:
-    if not allowed:
-        logger.warning("sandbox proxy refused %s:%d (not in the network allowlist)", host, port)
+_HINT: Final = (
+    "List host names, each optionally with a port, and the internal addresses or ranges to allow, e.g. "
+    "Sandbox(network=['api.github.com', '*.npmjs.org', 'db.internal:5432', '10.0.0.0/8'])."
+)
+
+
+def _decision(decision: netproxy.Decision) -> None:
+    if not decision.allowed:
+        host = f"[{decision.host}]" if ":" in decision.host else decision.host
+        logger.warning("sandbox proxy refused %s:%d (%s)", host, decision.port, decision.reason)
 
 
 async def route(
@@ -57,8 +65,7 @@ async def route(
             proxy = await netproxy.start(allowed, path, on_decision=_decision)
         except ValueError as exc:
             shutil.rmtree(folder, ignore_errors=True)
-            raise SandboxError(f"bad sandbox network allowlist: {exc}",
-                               hint="List host names, e.g. Sandbox(network=['api.github.com', '*.npmjs.org']).") from exc
+            raise SandboxError(f"bad sandbox network allowlist: {exc}", hint=_HINT) from exc
         entry = _proxies[key] = (proxy, path)
     _, path = entry
     env.update(netproxy.proxy_env())
@@ -76,8 +83,7 @@ async def route_tcp(allowed: list[str], env: dict[str, str]) -> int:
         try:
             entry = _tcp_proxies[key] = await netproxy.start_tcp(allowed, on_decision=_decision)
         except ValueError as exc:
-            raise SandboxError(f"bad sandbox network allowlist: {exc}",
-                               hint="List host names, e.g. Sandbox(network=['api.github.com', '*.npmjs.org']).") from exc
+            raise SandboxError(f"bad sandbox network allowlist: {exc}", hint=_HINT) from exc
     env.update(netproxy.proxy_env(entry[1]))
     return entry[1]
 
