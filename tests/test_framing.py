@@ -4,8 +4,9 @@ Pure logic, so driven directly: every frame must come out whole and in
 order whatever the read boundaries, small frames parsed in place and large
 ones through their own buffer. The agent's reader drops a worker that sends
 a frame over the cap without allocating it; the worker's reader skips such a
-frame and carries on. One process test at the end: a real worker survives
-an oversized frame from the agent.
+frame and carries on. Process tests at the end: a real worker survives
+an oversized frame from the agent, and a model's arguments that have no
+UTF-8 form (a lone surrogate) still reach the server.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from typing import Any
 
 import msgspec
 import pytest
-from helpers import PY, RAW_SERVER, run
+from helpers import ISOLATIONS, PY, RAW_SERVER, run
 
-from lovia_mcp import MCPServerStdio
+from lovia import Agent, Runner
+from lovia.testing import ScriptedProvider, call, text
+from lovia.transcript import ToolResultEntry
+from lovia_mcp import MCP, MCPServerStdio
 from lovia_mcp_worker.wire import framing
 from lovia_mcp_worker.wire.framing import (
     FRAME_OVERHEAD,
@@ -374,3 +378,29 @@ def test_a_worker_survives_an_oversized_frame_from_the_agent_and_answers_it() ->
             print(f"worker skipped a {len(body):,}-byte frame and answered; same pid {worker}")
 
     run(main())
+
+
+# --------------------------------------------------------------------------- #
+# Arguments on their way to the worker
+# --------------------------------------------------------------------------- #
+@ISOLATIONS
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process test, Linux-only")
+def test_a_lone_surrogate_in_a_models_arguments_reaches_the_server_as_the_replacement_character(
+    isolation: str,
+) -> None:
+    # Models cut an emoji's escaped pair in half ("\ud83d"). Such a string has
+    # no UTF-8 form: the call used to fail with the encoder's bare
+    # UnicodeEncodeError ("Tool error: 'utf-8' codec can't encode character
+    # '\ud83d'..."), in both isolation modes.
+    async def main() -> list[str]:
+        server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw", isolation=isolation)  # type: ignore[arg-type]
+        provider = ScriptedProvider([
+            call("raw__echo", {"text": "cut \ud83d here, a whole pair \ud83d\ude00 kept, \udc00 too"}, call_id="c1"),
+            text("done"),
+        ])
+        agent = Agent(name="a", model=provider, plugins=[MCP(server)])
+        result = await Runner.run(agent, "echo it")
+        return [e.output for e in result.entries if isinstance(e, ToolResultEntry)]
+
+    assert run(main()) == ["cut \ufffd here, a whole pair \U0001f600 kept, \ufffd too"]
