@@ -91,7 +91,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="forkserver-kill-adopted",
-        path="worker/lovia_mcp_worker/process.py",
+        path="worker/lovia_mcp_worker/forkserver/server.py",
         old="""    for pid in adopted:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)""",
@@ -103,8 +103,8 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="forkserver-remove-cgroups",
-        path="worker/lovia_mcp_worker/process.py",
-        old="if not cgroup.remove_leftovers(pid):",
+        path="worker/lovia_mcp_worker/forkserver/server.py",
+        old="if not cgroup_layout.remove_leftovers(pid):",
         new="if True:",
         tests=("tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_"
                "its_cgroups",),

@@ -142,21 +142,21 @@ def test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgrou
     # too, and only the forkserver removes the emptied cgroups: nothing else
     # would until the next worker starts (its sweep). So the agent runs in a
     # process of its own whose pool is full before the kill: no worker is
-    # forked after it. With either step removed from process.py's _reap, the
+    # forked after it. With either step removed from the forkserver's _reap, the
     # enforcement path that has no other remedy fails here.
-    from lovia_mcp_worker.process import MIN_IDLE
+    from lovia_mcp_worker.forkserver.server import MIN_IDLE
 
     script = _agent_script(
         tmp_path,
-        "    from lovia_mcp.client import channel\n"
+        "    from lovia_mcp.client.forkserver import process_forkserver\n"
         "    conn = await server.open()\n"
         "    spawned = json.loads(str(await conn.call_tool('spawn', {'n': 2})))\n"
         "    spawned += json.loads(str(await conn.call_tool('spawn', {'n': 1, 'orphan': True})))\n"
         "    spawned.append(json.loads(str(await conn.call_tool('escape')))['pid'])\n"
         "    # The pool is full: no worker is forked after this.\n"
-        f"    assert await asyncio.to_thread(channel._forkserver.idle_pid, {REPORT_WAIT}, count={MIN_IDLE})\n"
+        f"    assert await asyncio.to_thread(process_forkserver.idle_pid, {REPORT_WAIT}, count={MIN_IDLE})\n"
         "    report = {'worker': conn.worker_pid, 'tree': [conn.server_pid, *spawned],\n"
-        "              'idle': channel._forkserver.idle_pids()}\n"
+        "              'idle': process_forkserver.idle_pids()}\n"
         "    print(json.dumps(report), flush=True)\n"
         "    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)\n"
         "    await conn.close()\n",
