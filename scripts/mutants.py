@@ -116,7 +116,7 @@ MUTANTS: Final = [
         path="lovia_mcp/gateway/app.py",
         old="hmac.compare_digest(token.strip(), known)",
         new="token.strip() == known",
-        tests=("tests/test_gateway.py",),
+        tests=("tests/test_gateway.py::test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality",),
         why="the bearer token is compared in variable time (its prefix shows in the timing)",
     ),
     Mutant(
