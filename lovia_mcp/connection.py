@@ -250,7 +250,7 @@ class MCPConnection(LoviaFields):
     async def _call_tool(
         self, name: str, arguments: dict[str, Any] | None, timeout: float | None, cap: int | None
     ) -> MCPToolResult:
-        body = _json_encode(arguments or {})
+        body = _encode_arguments(name, arguments or {})
         if len(body) > ARGUMENTS_CAP:
             # Never sent: the worker takes no frame over MAX_REQUEST_BYTES, and
             # a bigger one is no more likely to succeed on a fresh server.
@@ -385,6 +385,65 @@ class MCPConnection(LoviaFields):
         ``close_spares()`` and the event loop's end wait for the rest.
         """
         return self.core.close_soon()
+
+
+def _encode_arguments(name: str, arguments: dict[str, Any]) -> bytes:
+    """The call's arguments as JSON, a lone surrogate in any string replaced by U+FFFD.
+
+    Models emit lone surrogates (``"\\ud800"``: half of an emoji's escaped
+    pair); they have no UTF-8 form, so the encoder refuses the whole call.
+    Replaced, the call goes through with the character that stands for what
+    could not be read, as the worker does with a server's lone surrogates;
+    refused, the model would get an error about something it cannot see and
+    most likely send it again. Both isolation modes, and the gateway's calls,
+    come through here; arguments without one pay nothing.
+    """
+    try:
+        return _json_encode(arguments)
+    except UnicodeEncodeError:
+        pass
+    try:
+        return _json_encode(_surrogates_replaced(arguments))
+    except UnicodeEncodeError as exc:  # a string inside an object that is not JSON (a dataclass...)
+        raise MCPError(
+            f"MCP tool {name!r} failed: its arguments hold text with no UTF-8 form ({exc.reason})",
+            hint="Pass the arguments as plain JSON values (dicts, lists, strings, numbers).",
+            tool_name=name,
+        ) from None
+
+
+def _surrogates_replaced(value: Any) -> Any:
+    """A copy of ``value`` whose strings (keys too) have every lone surrogate replaced by U+FFFD.
+
+    Walked without recursion: arguments may nest as deep as the encoder
+    takes, which is deeper than a recursive walk here could go.
+    """
+    todo: list[tuple[Any, Any]] = []  # (container, its copy still to fill)
+
+    def fixed(item: Any) -> Any:
+        if isinstance(item, str):
+            # UTF-16 keeps a pair of surrogates as the one character it
+            # spells and decodes a lone one as U+FFFD.
+            return item.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        copy: dict[Any, Any] | list[Any]
+        if isinstance(item, dict):
+            copy = {}
+        elif isinstance(item, (list, tuple)):
+            copy = []
+        else:
+            return item
+        todo.append((item, copy))
+        return copy
+
+    root = fixed(value)
+    while todo:
+        source, copy = todo.pop()
+        if isinstance(copy, dict):
+            for key, item in source.items():
+                copy[fixed(key) if isinstance(key, str) else key] = fixed(item)
+        else:
+            copy.extend(fixed(item) for item in source)
+    return root
 
 
 def _renderer(server: MCPServer) -> Any:

@@ -1,8 +1,9 @@
 """lovia-mcp's own forkserver (lovia_mcp_worker.forkserver.server), through real agent processes.
 
 A worker never re-imports the agent's ``__main__`` (an unguarded script's
-top level runs once, however many workers start), and the forkserver goes
-with the agent, even one killed with SIGKILL.
+top level runs once, however many workers start), the forkserver goes
+with the agent, even one killed with SIGKILL, and it cleans up after a
+worker killed with SIGKILL under each enforcement path.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import PY, RAW_SERVER, alive_after_sync, end_process
+from helpers import POLL, PY, RAW_SERVER, alive_after_sync, end_process, pid_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
 # An agent process reports once its workers run: seconds on a loaded machine.
 REPORT_WAIT = 15.0
+# The forkserver hears a worker's death at once (SIGCHLD) and kills what it
+# left in one pass; its cgroups go once those are reaped: milliseconds, with
+# a loaded machine's margin.
+LEFTOVERS_GONE = 3.0
 
 
 def _agent_script(tmp_path: Path, body: str) -> str:
@@ -113,3 +119,79 @@ def test_a_workers_exit_status_reaches_the_agent_through_the_forkserver() -> Non
         assert closed._proc is not None and closed._proc.exitcode == 0  # noqa: SLF001
 
     asyncio.run(main())
+
+
+def _cgroups_of(worker: int) -> list[str]:
+    """The generation cgroups named for ``worker`` that exist now (none without a cgroup layout)."""
+    from lovia_mcp_worker.containment import cgroup
+
+    where = cgroup.layout()
+    mark = f"{cgroup.PREFIX}{worker}."
+    return [] if where is None else [
+        os.path.join(parent, name) for parent in where.parents for name in os.listdir(parent) if name.startswith(mark)
+    ]
+
+
+@pytest.mark.timeout(40)
+def test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups(
+    tmp_path: Path, enforcement: str
+) -> None:
+    # Under the watch (no cgroup) only the forkserver's SIGKILL of its
+    # adopted children ends the dead worker's grandchildren, orphans and
+    # setsid escapee; under a cgroup per generation the cgroup kill does it
+    # too, and only the forkserver removes the emptied cgroups: nothing else
+    # would until the next worker starts (its sweep). So the agent runs in a
+    # process of its own whose pool is full before the kill: no worker is
+    # forked after it. With either step removed from the forkserver's _reap, the
+    # enforcement path that has no other remedy fails here.
+    from lovia_mcp_worker.forkserver.server import MIN_IDLE
+
+    script = _agent_script(
+        tmp_path,
+        "    from lovia_mcp.client.forkserver import process_forkserver\n"
+        "    conn = await server.open()\n"
+        "    spawned = json.loads(str(await conn.call_tool('spawn', {'n': 2})))\n"
+        "    spawned += json.loads(str(await conn.call_tool('spawn', {'n': 1, 'orphan': True})))\n"
+        "    spawned.append(json.loads(str(await conn.call_tool('escape')))['pid'])\n"
+        "    # The pool is full: no worker is forked after this.\n"
+        f"    assert await asyncio.to_thread(process_forkserver.idle_pid, {REPORT_WAIT}, count={MIN_IDLE})\n"
+        "    report = {'worker': conn.worker_pid, 'tree': [conn.server_pid, *spawned],\n"
+        "              'idle': process_forkserver.idle_pids()}\n"
+        "    print(json.dumps(report), flush=True)\n"
+        "    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)\n"
+        "    await conn.close()\n",
+    )
+    agent = subprocess.Popen([PY, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert agent.stdout is not None and agent.stdin is not None
+        ready, _, _ = select.select([agent.stdout], [], [], REPORT_WAIT)
+        assert ready, "the agent process did not report its pids"
+        line = agent.stdout.readline()
+        assert line, agent.stderr.read().decode() if agent.stderr else ""
+        report = json.loads(line)
+        worker, tree = report["worker"], report["tree"]
+        assert len(tree) == 5 and all(pid_alive(p) for p in tree), report
+        cgroups = _cgroups_of(worker)
+        assert bool(cgroups) == (enforcement == "cgroup"), cgroups
+        if enforcement == "cgroup":
+            # An idle worker sweeps the empty cgroups of dead workers just
+            # before it makes its own, ahead of its open: once every idle
+            # worker's is there, no sweep can follow the kill.
+            started = time.monotonic()
+            while not all(_cgroups_of(p) for p in report["idle"]) and time.monotonic() < started + REPORT_WAIT:
+                time.sleep(POLL)
+            assert all(_cgroups_of(p) for p in report["idle"]), report["idle"]
+        os.kill(worker, signal.SIGKILL)
+        alive, took = alive_after_sync(tree, LEFTOVERS_GONE)
+        assert alive == [], f"[{enforcement}] still alive {took:.2f} s after the worker's SIGKILL: {alive}"
+        started = time.monotonic()
+        while _cgroups_of(worker) and time.monotonic() < started + LEFTOVERS_GONE:
+            time.sleep(POLL)
+        left = _cgroups_of(worker)
+        print(f"[{enforcement}] a SIGKILLed worker's tree gone in {took:.3f} s, "
+              f"its {len(cgroups)} cgroups {time.monotonic() - started:.3f} s after that")
+        assert left == [], f"[{enforcement}] the dead worker's cgroups are still there: {left}"
+        agent.stdin.close()
+        assert agent.wait(REPORT_WAIT) == 0, agent.stderr.read().decode() if agent.stderr else ""
+    finally:
+        end_process(agent)

@@ -4,24 +4,32 @@ Pure logic, so driven directly: every frame must come out whole and in
 order whatever the read boundaries, small frames parsed in place and large
 ones through their own buffer. The agent's reader drops a worker that sends
 a frame over the cap without allocating it; the worker's reader skips such a
-frame and carries on. One process test at the end: a real worker survives
-an oversized frame from the agent.
+frame and carries on. Process tests at the end: a real worker survives
+an oversized frame from the agent, and a model's arguments that have no
+UTF-8 form (a lone surrogate) still reach the server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import resource
+import socket
+import subprocess
 import sys
 import threading
 from typing import Any
 
 import msgspec
 import pytest
-from helpers import PY, RAW_SERVER, run
+from helpers import ISOLATIONS, PY, RAW_SERVER, SERVERS, run
 
-from lovia_mcp import MCPServerStdio
+from lovia import Agent, Runner
+from lovia.testing import ScriptedProvider, call, text
+from lovia.transcript import ToolResultEntry
+from lovia_mcp import MCP, MCPError, MCPServerStdio
+from lovia_mcp.client.forkserver import ForkServer
 from lovia_mcp_worker.wire import framing
 from lovia_mcp_worker.wire.framing import (
     FRAME_OVERHEAD,
@@ -36,6 +44,7 @@ from lovia_mcp_worker.wire.framing import (
 from lovia_mcp_worker.wire.confinement import Limits
 from lovia_mcp_worker.wire.mcpjson import ContentBlock
 from lovia_mcp_worker.wire.messages import (
+    FORKSERVER_STATUS,
     HEADER,
     AgentMessage,
     CallTool,
@@ -53,6 +62,8 @@ from lovia_mcp_worker.wire.messages import (
 )
 
 Skipped = tuple[int, str, bytes]
+
+FRAME_WORKER = str(SERVERS / "frame_worker.py")
 
 
 def frames(messages: list[Any]) -> bytes:
@@ -374,3 +385,93 @@ def test_a_worker_survives_an_oversized_frame_from_the_agent_and_answers_it() ->
             print(f"worker skipped a {len(body):,}-byte frame and answered; same pid {worker}")
 
     run(main())
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process test, Linux-only")
+def test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_connection_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The reader's own cap is tested above with a cap passed in; this is the
+    # cap a connection actually gives its channel's reader. The worker is a
+    # stand-in handed out where the forkserver hands out workers: a hostile
+    # server that took a worker over writes what it likes. The frame is the
+    # cap plus one byte, about 1 MiB: a cap of 2 GiB (or any cap not derived
+    # from this connection's max_result_bytes) takes it, and the open then
+    # fails with the pipe closed instead.
+    limit = 1000
+    cap = frame_cap(limit)
+    frame = Log(level=10, message="x" * cap)
+    frame = Log(level=10, message="x" * (cap + cap + 1 - body_size(frame)))  # the envelope's size is fixed
+    body = encoder().encode(frame)
+    assert len(body) == cap + 1
+    workers: list[subprocess.Popen[bytes]] = []
+    reported: list[threading.Thread] = []
+
+    def hostile_worker(self: ForkServer, *, wait: bool = True, background: bool = False) -> tuple[socket.socket, ...]:
+        ours, theirs = socket.socketpair()
+        status, status_theirs = socket.socketpair()
+        proc = subprocess.Popen([PY, FRAME_WORKER, str(theirs.fileno())], stdin=subprocess.PIPE,
+                                pass_fds=[theirs.fileno()])
+        theirs.close()
+        workers.append(proc)
+        status_theirs.sendall(FORKSERVER_STATUS.pack(proc.pid))
+
+        def exited() -> None:  # as the forkserver reports a worker's exit: its code on the status socket
+            assert proc.stdin is not None
+            with contextlib.suppress(OSError):
+                proc.stdin.write(HEADER.pack(len(body)) + body)
+                proc.stdin.close()
+            status_theirs.sendall(FORKSERVER_STATUS.pack(proc.wait(20)))
+            status_theirs.close()
+
+        reported.append(threading.Thread(target=exited))
+        reported[-1].start()
+        return ours, status
+
+    monkeypatch.setattr(ForkServer, "take_idle", lambda self, first, *, background=False: None)
+    monkeypatch.setattr(ForkServer, "request_worker", hostile_worker)
+
+    async def main() -> str:
+        server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw", limits=Limits(max_result_bytes=limit),
+                                auto_reconnect=False)
+        with pytest.raises(MCPError) as info:
+            async with server.session():
+                pass
+        return str(info.value)
+
+    try:
+        message = run(main())
+    finally:
+        for thread in reported:
+            thread.join(20)
+    print(message)
+    assert len(workers) == 1
+    assert f"the worker sent a {cap + 1:,}-byte frame (cap {cap:,})" in message
+
+
+# --------------------------------------------------------------------------- #
+# Arguments on their way to the worker
+# --------------------------------------------------------------------------- #
+@ISOLATIONS
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process test, Linux-only")
+def test_a_lone_surrogate_in_a_models_arguments_reaches_the_server_as_the_replacement_character(
+    isolation: str,
+) -> None:
+    # Models cut an emoji's escaped pair in half ("\ud83d"). Such a string has
+    # no UTF-8 form: the call used to fail with the encoder's bare
+    # UnicodeEncodeError ("Tool error: 'utf-8' codec can't encode character
+    # '\ud83d'..."), in both isolation modes.
+    async def main() -> list[str]:
+        server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw",
+                                isolation=isolation)  # type: ignore[arg-type]
+        provider = ScriptedProvider([
+            call("raw__echo", {"text": "cut \ud83d here, a whole pair \ud83d\ude00 kept, \udc00 too"}, call_id="c1"),
+            text("done"),
+        ])
+        agent = Agent(name="a", model=provider, plugins=[MCP(server)])
+        result = await Runner.run(agent, "echo it")
+        return [e.output for e in result.entries if isinstance(e, ToolResultEntry)]
+
+    assert run(main()) == ["cut \ufffd here, a whole pair \U0001f600 kept, \ufffd too"]

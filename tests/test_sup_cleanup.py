@@ -2,7 +2,11 @@
 
 Closing a connection ends every process of the server's tree, grandchildren
 and orphans included; an agent killed with SIGKILL takes its workers, their
-servers and the servers' grandchildren with it.
+servers and the servers' grandchildren with it. The grandchild tests run
+under both enforcement paths (the ``enforcement`` fixture): a cgroup per
+generation, whose kill reaches every member, and the watch, which finds
+them by parentage alone. (A worker killed with SIGKILL leaves its tree to
+the forkserver: tests/test_forkserver.py.)
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ def _describe(pid: int) -> str:
 
 @ISOLATIONS
 @pytest.mark.timing
-def test_closing_a_connection_ends_the_server_its_grandchildren_and_its_orphans(isolation: str) -> None:
+def test_closing_a_connection_ends_the_server_its_grandchildren_and_its_orphans(
+    isolation: str, enforcement: str
+) -> None:
     async def main() -> tuple[list[int], int | None]:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", isolation=isolation)  # type: ignore[arg-type]
         conn = await server.open()
@@ -53,6 +59,7 @@ def test_closing_a_connection_ends_the_server_its_grandchildren_and_its_orphans(
             orphans = json.loads(str(await conn.call_tool("spawn", {"n": 2, "orphan": True})))
             tree = [server_pid, *children, *orphans]
             assert all(pid_alive(p) for p in tree)
+            assert (await conn.stats()).enforcement == enforcement
             # The orphans' parent is gone: they now belong to the worker
             # (a subreaper), or to pytest in isolation="none".
             assert all(psutil.Process(p).ppid() != server_pid for p in orphans)
@@ -69,7 +76,7 @@ def test_closing_a_connection_ends_the_server_its_grandchildren_and_its_orphans(
 
 
 @pytest.mark.timeout(30)
-def test_agent_killed_with_sigkill_takes_worker_server_and_grandchildren_within_two_seconds() -> None:
+def test_agent_killed_with_sigkill_takes_worker_server_and_grandchildren_within_two_seconds(enforcement: str) -> None:
     agent = subprocess.Popen([PY, AGENT_PROC], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert agent.stdout is not None
@@ -84,7 +91,7 @@ def test_agent_killed_with_sigkill_takes_worker_server_and_grandchildren_within_
         agent.wait(5)
         alive, took = alive_after_sync(pids, AGENT_DEATH_CLEANUP)
         assert alive == [], f"still alive {took:.2f} s after SIGKILL: {alive}"
-        print(f"agent SIGKILL: worker, server and grandchildren gone in {took:.3f} s")
+        print(f"[{enforcement}] agent SIGKILL: worker, server and grandchildren gone in {took:.3f} s")
     finally:
         end_process(agent)
 

@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final, TextIO
 
+from ._terminal import terminal_line
+
 # How often the elapsed time is looked at. It is shown in whole seconds and
 # redrawn only when the text changes, so this only bounds how late a new
 # second appears.
@@ -118,7 +120,8 @@ class Progress:
 
     def _draw(self) -> None:
         width = self._width()
-        text = self.line()
+        # A progress message is the server's words: escaped, never drawn raw.
+        text = terminal_line(self.line())
         if len(text) >= width:
             text = text[: max(1, width - 2)] + "…"
         # No lock: every caller (the ticker, waiting(), the progress handler

@@ -1,4 +1,9 @@
-"""The ``lovia-mcp`` command's tables: a server's tools, and ``check``'s one row per server."""
+"""The ``lovia-mcp`` command's tables: a server's tools, and ``check``'s one row per server.
+
+Every cell is one line of what a server chose (names, parameters,
+descriptions, errors), escaped by :func:`._terminal.terminal_line` before
+it is measured, so the columns stay aligned and the terminal is never driven.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from ._terminal import terminal_json, terminal_line
 
 # Narrowest description column before the table falls back to one block per tool.
 MIN_DESCRIPTION_WIDTH: Final = 24
@@ -48,8 +55,8 @@ def parameter_lines(schema: dict[str, Any]) -> list[str]:
     for name, prop in props.items():
         line = f"{name}{'' if name in required else '?'}: {_type_label(prop)}"
         if isinstance(prop, dict) and "default" in prop:
-            line += f" = {json.dumps(prop['default'], ensure_ascii=False)}"
-        lines.append(line)
+            line += f" = {terminal_json(prop['default'], indent=None)}"
+        lines.append(terminal_line(line))
     return lines
 
 
@@ -58,8 +65,8 @@ def tools_table(tools: Sequence[Any], width: int) -> str:
     rows = []
     for t in tools:
         params = parameter_lines(t.parameters) or ["-"]
-        description = " ".join((t.description or "").split()) or "-"
-        rows.append((t.name, params, description))
+        description = terminal_line(" ".join((t.description or "").split())) or "-"
+        rows.append((terminal_line(t.name), params, description))
     name_w = max(len("NAME"), *(len(r[0]) for r in rows))
     param_w = min(MAX_PARAMETER_WIDTH, max(len("PARAMETERS"), *(len(p) for r in rows for p in r[1])))
     desc_w = width - name_w - param_w - 4
@@ -110,8 +117,8 @@ def _error_cell(row: CheckRow) -> str:
 
 def check_table(rows: Sequence[CheckRow], width: int) -> str:
     """NAME / STATUS / TOOLS / OPEN / ERROR; the error's first line, cut to ``width``."""
-    cells = [(r.name, "ok" if r.ok else "failed", "-" if r.tools is None else str(r.tools),
-              f"{r.open_seconds:.2f} s", _error_cell(r)) for r in rows]
+    cells = [(terminal_line(r.name), "ok" if r.ok else "failed", "-" if r.tools is None else str(r.tools),
+              f"{r.open_seconds:.2f} s", terminal_line(_error_cell(r))) for r in rows]
     head = ("NAME", "STATUS", "TOOLS", "OPEN", "ERROR")
     widths = [max(len(head[i]), *(len(c[i]) for c in cells)) for i in range(4)]
     room = max(MIN_ERROR_WIDTH, width - sum(widths) - 2 * len(widths))

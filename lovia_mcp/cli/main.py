@@ -57,6 +57,7 @@ from ._args import (
 from ._progress import Progress, show_progress_records
 from ._servers import label, servers_from
 from ._table import CheckRow, check_table, parameter_lines, tools_table
+from ._terminal import TerminalFormatter, terminal_block, terminal_json
 from .._names import prefix_head
 from ..annotations import as_json
 from ..config import MCPServer
@@ -166,13 +167,13 @@ async def _call(
                 tool_name=raw,
             ) from None
     if ns.json:
-        print(json.dumps({
+        print(terminal_json({
             "content": [_content_json(b) for b in result.content],
             "is_error": result.is_error,
             "structured_content": result.structured_content,
-        }, indent=2, ensure_ascii=False))
+        }))
     else:
-        print(render_mcp_content(result.content, is_error=result.is_error))
+        print(terminal_block(render_mcp_content(result.content, is_error=result.is_error)))
     return EXIT_TOOL_ERROR if result.is_error else EXIT_OK
 
 
@@ -203,7 +204,7 @@ async def _tools(ns: argparse.Namespace, servers: list[MCPServer], progress: Pro
         for entry, t in zip(out, tools):
             if getattr(t, "annotations", None) is not None:
                 entry["annotations"] = as_json(t.annotations)
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        print(terminal_json(out))
     elif not tools:
         print("The server lists no tools." if len(servers) == 1 else "The servers list no tools.")
     else:
@@ -232,14 +233,14 @@ async def _check_one(server: MCPServer, progress: Progress) -> CheckRow:
 async def _check(ns: argparse.Namespace, servers: list[MCPServer], progress: Progress) -> int:
     rows = await asyncio.gather(*(_check_one(s, progress) for s in servers))
     if ns.json:
-        print(json.dumps([r.as_json() for r in rows], indent=2, ensure_ascii=False))
+        print(terminal_json([r.as_json() for r in rows]))
     else:
         print(check_table(rows, shutil.get_terminal_size().columns))
     sys.stdout.flush()
     for row in rows:
         if not row.ok and row.error:
             named = repr(row.name) in row.error
-            print(f"{PROG}: error: {'' if named else f'server {row.name!r}: '}{row.error}", file=sys.stderr)
+            _fail(f"{'' if named else f'server {row.name!r}: '}{row.error}", EXIT_FAILED)
     return EXIT_OK if all(r.ok for r in rows) else EXIT_FAILED
 
 
@@ -254,7 +255,8 @@ def _configure_logging(verbosity: int) -> None:
         log.addHandler(logging.NullHandler())
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    # The server's stderr lines are among the records: its words, escaped.
+    handler.setFormatter(TerminalFormatter("%(name)s: %(levelname)s: %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
 
@@ -274,7 +276,7 @@ def _show_config_notes() -> None:
     if any(getattr(h, "lovia_mcp_notes", False) for h in log.handlers):
         return  # main() called again in one process
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{PROG}: note: %(message)s"))
+    handler.setFormatter(TerminalFormatter(f"{PROG}: note: %(message)s"))
     handler.lovia_mcp_notes = True  # type: ignore[attr-defined]
     log.addHandler(handler)
     log.setLevel(logging.INFO)
@@ -307,7 +309,8 @@ def cli_words(text: str) -> str:
 
 
 def _fail(message: str, status: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    # A server's error message, its stderr tail in the hint: its words, escaped.
+    print(terminal_block(f"{PROG}: error: {message}"), file=sys.stderr)
     return status
 
 

@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Mutation check: each known weakening of a protection must fail the tests named for it.
+
+A protection whose removal no test notices is not tested. Each entry of
+:data:`MUTANTS` is one weakening, written as a textual replacement in one
+file (``old`` must occur there exactly once) and the tests that must then
+fail. For each entry the script
+
+1. refuses to start when the file has uncommitted changes (its restore
+   would otherwise be the only copy of them) or ``old`` is not there
+   exactly once (the code moved on: update the entry);
+2. runs the tests unchanged, which must pass (a test that already fails
+   kills every mutant and proves nothing);
+3. applies the replacement, runs ``pytest -x`` on the tests, and restores
+   the file whatever happens (``finally``, SIGTERM included);
+4. reports ``killed`` (a test failed, and which), ``survived`` (they all
+   passed: the weakening goes unnoticed), or ``error`` (pytest could not
+   run them: a wrong test name, a collection error, a timeout).
+
+Usage (from the repository; the tests run on its code, worker included)::
+
+    .venv/bin/python scripts/mutants.py            # every entry
+    .venv/bin/python scripts/mutants.py --list     # the table
+    .venv/bin/python scripts/mutants.py frame-cap-core cli-escape-block
+
+Exit status: 0 every mutant selected was killed; 1 one survived or could
+not be run; 2 refused (a dirty file, a stale entry, an unknown name).
+
+Adding a weakening: one :class:`Mutant` in :data:`MUTANTS` with the
+smallest ``old`` that is unique in its file, the ``new`` that a careless or
+hostile change would write, and the few test files or node ids that guard
+it. It reruns those tests twice, so it is kept out of the test command.
+
+Caveats: a test that needs what the machine lacks (cgroups, a backend) is
+skipped, and its mutant then survives here; the ``needs`` column says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+# One mutant's test run, start to end: the named tests take seconds to a
+# minute; past this something hangs that pytest-timeout did not stop.
+RUN_TIMEOUT: Final = 600.0
+# How long pytest gets to end after SIGTERM (its own cleanup: the leak check
+# kills what a test left) before its process group is killed.
+STOP_GRACE: Final = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mutant:
+    """One weakening: ``old`` replaced by ``new`` in ``path``; ``tests`` must then fail."""
+
+    name: str
+    path: str  # relative to the repository's root
+    old: str
+    new: str
+    tests: tuple[str, ...]  # pytest arguments: files or node ids
+    why: str  # what the weakening breaks
+    needs: str = ""  # what the machine must have for the tests to run (else they skip)
+
+
+MUTANTS: Final = [
+    Mutant(
+        name="frame-cap-core",
+        path="lovia_mcp/client/core.py",
+        old="channel = ProcessChannel(frame_cap(self.spec.limits.max_result_bytes))",
+        new="channel = ProcessChannel(2 * 1024**3)",
+        tests=("tests/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
+               "connection_configured",),
+        why="the agent takes frames up to 2 GiB from a worker, whatever max_result_bytes says",
+    ),
+    Mutant(
+        name="frame-cap-channel",
+        path="lovia_mcp/client/channel.py",
+        old='cap=self.cap, peer="the worker"',
+        new='cap=2 * 1024**3, peer="the worker"',
+        tests=("tests/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
+               "connection_configured",),
+        why="the channel's reader ignores the cap the connection gave it",
+    ),
+    Mutant(
+        name="forkserver-kill-adopted",
+        path="worker/lovia_mcp_worker/forkserver/server.py",
+        old="""    for pid in adopted:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)""",
+        new="""    for pid in adopted:
+        pass""",
+        tests=("tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_"
+               "its_cgroups",),
+        why="a SIGKILLed worker's grandchildren, orphans and escapees live on (the watch path has no other remedy)",
+    ),
+    Mutant(
+        name="forkserver-remove-cgroups",
+        path="worker/lovia_mcp_worker/forkserver/server.py",
+        old="if not cgroup_layout.remove_leftovers(pid):",
+        new="if True:",
+        tests=("tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_"
+               "its_cgroups",),
+        why="a SIGKILLed worker's cgroups stay until some later worker's sweep",
+        needs="cgroups (root, or a delegated memory and pids hierarchy)",
+    ),
+    Mutant(
+        name="gateway-token-compare",
+        path="lovia_mcp/gateway/app.py",
+        old="hmac.compare_digest(token.strip(), known)",
+        new="token.strip() == known",
+        tests=("tests/test_gateway.py::test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality",),
+        why="the bearer token is compared in variable time (its prefix shows in the timing)",
+    ),
+    Mutant(
+        name="landlock-write-parent",
+        path="worker/lovia_mcp_worker/sandbox/landlock.py",
+        old="writable = ([cwd] if cwd else []) + list(box.writable)",
+        new="writable = ([os.path.dirname(cwd)] if cwd else []) + list(box.writable)",
+        tests=("tests/test_landlock.py",),
+        why="a Landlock-boxed server may write next to its cwd",
+        needs="Landlock (Linux 5.13+)",
+    ),
+    Mutant(
+        name="bwrap-no-userns",
+        path="worker/lovia_mcp_worker/sandbox/bwrap.py",
+        old="""        "--unshare-user",
+        "--disable-userns",
+""",
+        new="",
+        tests=("tests/test_sandbox.py", "tests/test_sandbox_escape.py"),
+        why="a bwrap-boxed server runs in the host's user namespace, as uid 0 with a full bounding set under root",
+        needs="bubblewrap",
+    ),
+    Mutant(
+        name="cli-escape-block",
+        path="lovia_mcp/cli/_terminal.py",
+        old="return text.translate(_BLOCK)",
+        new="return text",
+        tests=("tests/test_cli_terminal.py",),
+        why="results, error messages and stderr tails drive the user's terminal",
+    ),
+    Mutant(
+        name="cli-escape-line",
+        path="lovia_mcp/cli/_terminal.py",
+        old="return text.translate(_LINE)",
+        new="return text",
+        tests=("tests/test_cli_terminal.py",),
+        why="tool descriptions, parameters and the status line drive the user's terminal",
+    ),
+    Mutant(
+        name="cli-escape-json",
+        path="lovia_mcp/cli/_terminal.py",
+        old="ensure_ascii=False).translate(_JSON)",
+        new="ensure_ascii=False)",
+        tests=("tests/test_cli_terminal.py",),
+        why="--json output carries C1 controls, DEL and bidi overrides raw",
+    ),
+    Mutant(
+        name="arguments-surrogates",
+        path="lovia_mcp/connection.py",
+        old="return _json_encode(_surrogates_replaced(arguments))",
+        new="return _json_encode(arguments)",
+        tests=("tests/test_framing.py::test_a_lone_surrogate_in_a_models_arguments_reaches_the_server_as_the_"
+               "replacement_character",),
+        why="a model's lone surrogate fails the call with a bare UnicodeEncodeError",
+    ),
+]
+
+
+class Refused(Exception):
+    """The check cannot start: a dirty file, a stale entry, an unknown name."""
+
+
+def _check(m: Mutant) -> Path:
+    path = ROOT / m.path
+    if not path.is_file():
+        raise Refused(f"{m.name}: {m.path} does not exist (moved?): update its entry in scripts/mutants.py")
+    try:
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", m.path],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise Refused(f"{m.name}: cannot ask git whether {m.path} is clean ({exc}): run from a git checkout") from None
+    if dirty:
+        raise Refused(f"{m.name}: {m.path} has uncommitted changes: commit or stash them first")
+    count = path.read_text(encoding="utf-8").count(m.old)
+    if count != 1:
+        raise Refused(f"{m.name}: the text to replace occurs {count} times in {m.path} (must be once): "
+                      "update its entry in scripts/mutants.py")
+    return path
+
+
+def _pytest(tests: tuple[str, ...]) -> tuple[int, str]:
+    """``pytest -x`` on ``tests`` in its own process group; its exit status (-1: timed out) and output."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(ROOT / "worker"), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-rfE", *tests], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        return -1, f"timed out after {RUN_TIMEOUT:.0f} s"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _first_failure(out: str) -> str:
+    found = re.search(r"^(?:FAILED|ERROR) (\S+)", out, re.MULTILINE)
+    return found.group(1) if found else "?"
+
+
+def _tail(out: str, lines: int = 15) -> str:
+    return "\n".join("    " + line for line in out.rstrip().splitlines()[-lines:])
+
+
+def run(m: Mutant, path: Path, baselines: dict[tuple[str, ...], tuple[int, str]]) -> tuple[str, str]:
+    """(outcome, detail) for one mutant: killed, survived or error."""
+    if m.tests not in baselines:
+        baselines[m.tests] = _pytest(m.tests)
+    code, out = baselines[m.tests]
+    if code != 0:
+        return "error", f"its tests fail (pytest status {code}) before any change:\n{_tail(out)}"
+    original = path.read_bytes()
+    try:
+        path.write_bytes(original.replace(m.old.encode(), m.new.encode(), 1))
+        code, out = _pytest(m.tests)
+    finally:
+        path.write_bytes(original)
+    if code == 1:  # pytest: tests ran and some failed
+        return "killed", f"by {_first_failure(out)}"
+    if code == 0:
+        return "survived", "every test passed" + (f" (needs {m.needs}: skipped here?)" if m.needs else "")
+    return "error", f"pytest status {code}:\n{_tail(out)}"
+
+
+def _table() -> str:
+    lines = [f"{'NAME':<26} {'FILE':<44} TESTS"]
+    for m in MUTANTS:
+        lines.append(f"{m.name:<26} {m.path:<44} {' '.join(t.split('::')[0] for t in m.tests)}")
+        lines.append(f"{'':<26} {m.why}" + (f" [needs {m.needs}]" if m.needs else ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Each weakening must fail the tests named for it.")
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the table and exit")
+    ns = parser.parse_args(argv)
+    if ns.list:
+        print(_table())
+        return 0
+    known = {m.name: m for m in MUTANTS}
+    unknown = [n for n in ns.names if n not in known]
+    if unknown:
+        print(f"mutants: no mutant {', '.join(unknown)} (see --list)", file=sys.stderr)
+        return 2
+    chosen = [known[n] for n in ns.names] if ns.names else MUTANTS
+    try:
+        paths = [_check(m) for m in chosen]
+    except Refused as exc:
+        print(f"mutants: refused: {exc}", file=sys.stderr)
+        return 2
+    # SIGTERM unwinds like ^C, so the finally that restores the file runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    baselines: dict[tuple[str, ...], tuple[int, str]] = {}
+    outcomes = []
+    for m, path in zip(chosen, paths):
+        started = time.monotonic()
+        outcome, detail = run(m, path, baselines)
+        outcomes.append(outcome)
+        print(f"{outcome:<8} {m.name:<26} {time.monotonic() - started:5.1f} s  {detail}", flush=True)
+    counts = {o: outcomes.count(o) for o in ("killed", "survived", "error")}
+    print(f"{counts['killed']} killed, {counts['survived']} survived, {counts['error']} errors")
+    return 0 if counts["killed"] == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
