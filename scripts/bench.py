@@ -767,9 +767,9 @@ def _agent_fds(client: str) -> int:
     """The agent's open descriptors, less the forkserver's idle workers' sockets (a pool shared by all connections)."""
     idle: set[int] = set()
     if client == "process":
-        from lovia_mcp.client import channel as _channel
+        from lovia_mcp.client import forkserver as _forkserver_mod
 
-        forkserver = getattr(_channel, "_forkserver", None)
+        forkserver = getattr(_forkserver_mod, "process_forkserver", None)
         if forkserver is not None and hasattr(forkserver, "_idle"):
             forkserver.idle_pids()  # reads the pool's announcements
             idle = {sock.fileno() for pair in forkserver._idle.values() if pair for sock in pair}

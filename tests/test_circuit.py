@@ -28,7 +28,7 @@ from helpers import ISOLATIONS, PY, SERVERS
 from lovia_mcp import MCPError, MCPServerStdio
 from lovia_mcp.client.circuit import RestartCircuit
 from lovia_mcp.client.core import ClientCore
-from lovia_mcp_worker.protocol import Ended, Started
+from lovia_mcp_worker.wire.messages import Ended, Started
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 

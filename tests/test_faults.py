@@ -251,9 +251,7 @@ def stopped(root: int | None = None) -> list[int]:
 
 def forkserver_pids() -> tuple[int | None, list[int]]:
     """The forkserver's pid and its idle workers' (lovia-mcp's own helpers in this process)."""
-    from lovia_mcp.client import channel
-
-    fs = channel._forkserver  # noqa: SLF001 - the test kills the agent's forkserver
+    from lovia_mcp.client.forkserver import process_forkserver as fs
     return fs.pid, fs.idle_pids()
 
 
@@ -320,9 +318,8 @@ def open_fds() -> int:
     five after bursts of opens), each with two sockets in the agent: shared
     by every connection, not any one's.
     """
-    from lovia_mcp.client import channel
+    from lovia_mcp.client.forkserver import process_forkserver as fs
 
-    fs = channel._forkserver  # noqa: SLF001 - the shared pool's own sockets are left out
     fs.idle_pids()  # reads the pool's announcements
     idle = {s.fileno() for pair in fs._idle.values() if pair for s in pair}  # noqa: SLF001
     return len(set(os.listdir("/proc/self/fd")) - {str(fd) for fd in idle})

@@ -179,7 +179,7 @@ def test_100000_calls_on_one_connection_leave_agent_and_worker_memory_and_descri
 
 @pytest.mark.timeout(300)
 def test_1000_open_close_cycles_leave_agent_and_forkserver_flat_and_no_process_cgroup_or_socket_file() -> None:
-    from lovia_mcp.client import channel
+    from lovia_mcp.client.forkserver import process_forkserver
 
     boxed = sandbox_works()
     cgroups_before = set(leftover_cgroups())
@@ -188,7 +188,7 @@ def test_1000_open_close_cycles_leave_agent_and_forkserver_flat_and_no_process_c
     # pool shared by all connections whose size follows bursts of opens (two
     # to five). The forkserver's own count includes its ends of them.
     agent = Samples("agent", os.getpid, agent_fds)
-    forkserver = Samples("forkserver", lambda: channel._forkserver.pid)  # noqa: SLF001 - the shared helper's figures
+    forkserver = Samples("forkserver", lambda: process_forkserver.pid)
     plain = server()
     sandboxed = server(Sandbox(network=["example.com"])) if boxed else plain
 
