@@ -59,6 +59,17 @@ Figures (goal ratios are isolated/in-process; the targets are in docs/performanc
   model answering after 100 ms a turn (minus those 200 ms): the refills a
   take starts would land inside it; ``--refills-in-run`` starts them there
   (as before issue 19) to show what waiting for the run's end buys;
+- soak (raw server): S calls (default 100,000, split over the rounds) on one
+  connection, ``SOAK_IN_FLIGHT`` (100) at a time through the lovia ``Tool``,
+  then K open/close cycles (default 300) one after another:
+  ``soak_rate`` the calls per second; ``soak_bytes_per_call`` (and
+  ``soak_worker_bytes_per_call``, process only) the least-squares slope of
+  RSS over the calls after a warm-up (a tenth of them); ``soak_fds_per_cycle``
+  and ``soak_bytes_per_cycle`` the slope of the agent's open descriptors
+  (less the forkserver's idle workers' sockets, a shared pool) and of its
+  RSS over the cycles. Flat is 0; a leak of 100 bytes a call or of one
+  descriptor a cycle shows as that (tests/test_soak.py asserts the same on
+  100,000 calls and 1,000 cycles);
 
 Usage::
 
@@ -126,6 +137,10 @@ SPARE_SETTLE_SECONDS = 0.5
 SPARE_SETTLE_SECONDS_QUICK = 0.05
 # Servers opened by one run in the "five servers" figures.
 FIVE = 5
+# Soak calls in flight at once on the one connection, and samples taken over
+# the calls and over the cycles (the first tenth of either is warm-up).
+SOAK_IN_FLIGHT = 100
+SOAK_SAMPLES = 20
 # The scripted model's answer time in the run5_spares_model figure: a real
 # model takes seconds; 100 ms already puts a take's refills (REFILL_DELAY,
 # 50 ms, after it) inside the run, where they would compete with it.
@@ -221,10 +236,23 @@ FIGURES += (Figure("run5_b2b", "whole Runner.run, 5 server(s), one call, no spar
                    "ms", ("raw",), "run", None, None, 1e3),)
 FIGURES += (Figure("run5_spares_model", "whole Runner.run, 5 servers, spares ready, model 100 ms a turn, "
                    "minus the model's 200 ms (not a goal)", "ms", ("raw",), "run", None, None, 1e3),)
+# Soak (issue 32): the slopes of a long run on one connection and of many open/close cycles.
+FIGURES += (
+    Figure("soak_rate", "soak: calls per second on one connection, {inflight} in flight ({soak_calls} calls; "
+           "not a goal)", "calls/s", ("raw",), "soak", None, None),
+    Figure("soak_bytes_per_call", "soak: agent RSS slope over the calls, after warm-up", "B/call", ("raw",), "soak",
+           100.0, "abs"),
+    Figure("soak_worker_bytes_per_call", "soak: worker RSS slope over the calls, after warm-up", "B/call", ("raw",),
+           "soak", 100.0, "abs"),
+    Figure("soak_fds_per_cycle", "soak: agent descriptors per open/close cycle ({soak_cycles} cycles)", "fds/cycle",
+           ("raw",), "soak", 0.1, "abs"),
+    Figure("soak_bytes_per_cycle", "soak: agent RSS per open/close cycle (not a goal)", "B/cycle", ("raw",), "soak",
+           None, None),
+)
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
 # Set (by --otel) for the client children: configure an OpenTelemetry SDK first.
 OTEL_ENV = "LOVIA_MCP_BENCH_OTEL"
-GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares", "run")
+GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares", "run", "soak")
 
 
 @dataclass(frozen=True)
@@ -247,6 +275,9 @@ class Params:
     spare_idle: float = SPARE_IDLE_SECONDS
     spare_settle: float = SPARE_SETTLE_SECONDS
     run_gap: float = RUN_GAP
+    # Soak: calls on one connection and open/close cycles, in all (split over the rounds).
+    soak_calls: int = 100_000
+    soak_cycles: int = 300
 
     def per_round(self, total: int) -> int:
         return max(1, math.ceil(total / self.rounds))
@@ -403,6 +434,9 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
 
     if "run" in groups and server == "raw":
         await _measure_runs(client, script, reps, add, p)
+
+    if "soak" in groups and server == "raw":
+        await _measure_soak(client, script, p, add)
 
     if "open" in groups:
         if not warmed:
@@ -723,6 +757,77 @@ def _sandbox_available() -> bool:
         return False
     return BWRAP is not None
 
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ``ys`` over ``xs``."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def _agent_fds(client: str) -> int:
+    """The agent's open descriptors, less the forkserver's idle workers' sockets (a pool shared by all connections)."""
+    idle: set[int] = set()
+    if client == "process":
+        from lovia_mcp.client import forkserver as _forkserver_mod
+
+        forkserver = getattr(_forkserver_mod, "process_forkserver", None)
+        if forkserver is not None and hasattr(forkserver, "_idle"):
+            forkserver.idle_pids()  # reads the pool's announcements
+            idle = {sock.fileno() for pair in forkserver._idle.values() if pair for sock in pair}
+    return len(set(os.listdir("/proc/self/fd")) - {str(fd) for fd in idle})
+
+
+async def _measure_soak(client: str, script: str, p: Params, add: Any) -> None:
+    """Calls per second and the RSS slope over many calls on one connection; the slopes over open/close cycles."""
+    import psutil
+
+    calls = max(SOAK_SAMPLES * SOAK_IN_FLIGHT, p.per_round(p.soak_calls))
+    batch = calls // SOAK_SAMPLES // SOAK_IN_FLIGHT  # calls per in-flight lane between two samples
+    async with _make_server(client, script).session() as conn:
+        echo = _tools(conn)["echo"]
+        await asyncio.gather(*(echo.invoke({"text": "warm"}, None) for _ in range(SOAK_IN_FLIGHT)))
+        worker = psutil.Process(conn.worker_pid) if getattr(conn, "worker_pid", None) else None
+        at: list[float] = []
+        rss: list[float] = []
+        worker_rss: list[float] = []
+
+        async def lane(n: int) -> None:
+            for i in range(batch):
+                assert str(await echo.invoke({"text": f"{n}.{i}"}, None)) == f"{n}.{i}"
+
+        busy = 0.0
+        for k in range(1, SOAK_SAMPLES + 1):
+            t1 = time.perf_counter()
+            await asyncio.gather(*(lane(n) for n in range(SOAK_IN_FLIGHT)))
+            busy += time.perf_counter() - t1
+            gc.collect()
+            at.append(k * batch * SOAK_IN_FLIGHT)
+            rss.append(_rss())
+            if worker is not None:
+                worker_rss.append(worker.memory_info().rss)
+        done = batch * SOAK_IN_FLIGHT * SOAK_SAMPLES
+        add("soak_rate", done / busy)
+        warm = SOAK_SAMPLES // 10
+        add("soak_bytes_per_call", _slope(at[warm:], rss[warm:]))
+        if worker_rss:
+            add("soak_worker_bytes_per_call", _slope(at[warm:], worker_rss[warm:]))
+    cycles = max(SOAK_SAMPLES, p.per_round(p.soak_cycles))
+    every = cycles // SOAK_SAMPLES
+    at, rss, fds = [], [], []
+    for k in range(1, every * SOAK_SAMPLES + 1):
+        async with _make_server(client, script).session():
+            pass
+        if k % every == 0:
+            if client != "lovia":
+                await _drain_closes()
+            gc.collect()
+            at.append(k)
+            rss.append(_rss())
+            fds.append(_agent_fds(client))
+    warm = SOAK_SAMPLES // 10
+    add("soak_fds_per_cycle", _slope(at[warm:], fds[warm:]))
+    add("soak_bytes_per_cycle", _slope(at[warm:], rss[warm:]))
+
+
 def _idle_worker() -> int | None:
     """The forkserver's idle worker (None before issue 19, or when it has none)."""
     from lovia_mcp.client import forkserver as _forkserver_mod
@@ -895,7 +1000,8 @@ def _machine() -> dict[str, Any]:
 
 
 def _label(fig: Figure, server: str, p: Params) -> str:
-    text = fig.label.format(conc=p.conc, big=_human_bytes(p.big), n=p.n_conns, five=FIVE)
+    text = fig.label.format(conc=p.conc, big=_human_bytes(p.big), n=p.n_conns, five=FIVE, inflight=SOAK_IN_FLIGHT,
+                            soak_calls=f"{p.soak_calls:,}", soak_cycles=f"{p.soak_cycles:,}")
     return f"{text} [{server}]"
 
 
@@ -1049,6 +1155,8 @@ def main(argv: list[str] | None = None) -> int:
         spare_idle=SPARE_IDLE_SECONDS_QUICK if quick else SPARE_IDLE_SECONDS,
         spare_settle=SPARE_SETTLE_SECONDS_QUICK if quick else SPARE_SETTLE_SECONDS,
         run_gap=0.0 if quick else RUN_GAP,
+        soak_calls=2_000 if quick else 100_000,
+        soak_cycles=20 if quick else 300,
     )
     wanted = _wanted(args.only)
     groups = {FIGURE_BY_KEY[k].group for k in wanted}

@@ -41,6 +41,7 @@ from lovia_mcp_worker.wire.messages import (
     Close,
     Ended,
     Failure,
+    GetStats,
     Log,
     Open,
     Opened,
@@ -99,7 +100,12 @@ class ClientCore:
         self.closed = False
         # As the worker last reported them (the worker owns both).
         self.server_pid: int | None = None
+        # The current worker's serving generation as last told (Opened,
+        # Started), and the newest of its generations the circuit counted.
         self._generation = 0
+        self._counted = 1
+        # A channel was started before: every later one is a restart.
+        self._had_channel = False
         self.worker_restarts = 0
         # Closes of given-up channels under way (asyncio keeps only weak references).
         self._closing: set[asyncio.Future[None]] = set()
@@ -188,21 +194,23 @@ class ClientCore:
     ) -> WorkerMessage:
         if self.closed:
             return Failure(id=0, kind="closed", message="the connection is closed")
-        if self.circuit.needs_restart:
+        rid = next(self._ids)
+        msg = make(rid)
+        # Stats start no server: they answer while the circuit is open (and say why).
+        if self.circuit.needs_restart and not isinstance(msg, GetStats):
             refused = self.circuit.check(self.spec.name)
             if refused is not None:
                 return refused
         channel = await self._ready()
         if isinstance(channel, Failure):
             return channel
-        rid = next(self._ids)
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         if tool is not None:
             self._calls[rid] = tool
         if op is not None:
             op.set("jsonrpc.request.id", rid)
-        channel.send(make(rid))
+        channel.send(msg)
         try:
             if backstop is None:
                 reply = await fut
@@ -236,8 +244,9 @@ class ClientCore:
             if self.closed:
                 return Failure(id=0, kind="closed", message="the connection is closed")
             if self._starting is None:
-                if ch is not None:
-                    refused = self.circuit.check(self.spec.name)  # a replacement worker is a restart
+                if self._had_channel:
+                    # A replacement worker is a restart, also after one whose open failed.
+                    refused = self.circuit.check(self.spec.name)
                     if refused is not None:
                         return refused
                 self._starting = asyncio.ensure_future(self._start_channel())
@@ -253,11 +262,15 @@ class ClientCore:
 
     async def _start_channel(self) -> Failure | None:
         old = self._channel
-        if old is not None:
+        if self._had_channel:
             self.worker_restarts += 1
             self.circuit.restarted()
             tracing.worker_restarted(self.ops, self.circuit.last_restart_reason)
+        self._had_channel = True
+        if old is not None:
             await old.aclose()
+        # A fresh worker numbers its generations from 1 (its open's, counted above).
+        self._generation, self._counted = 0, 1
         with self.operation("initialize") as op:
             return await self._open_channel(op)
 
@@ -287,6 +300,7 @@ class ClientCore:
         if isinstance(reply, Failure):
             if op is not None:
                 op.failure(reply)
+            self.circuit.ended(reply.message)  # why the next worker is started, if one is
             self._channel = None
             await self._close_channel(channel)
             return reply
@@ -323,11 +337,16 @@ class ClientCore:
             self._generation = msg.generation
             if msg.protocol_version is not None:
                 self.protocol_version = msg.protocol_version
-            if msg.generation > 1:  # the worker's first generation is no restart (Opened follows it)
-                self.circuit.restarted()
+            self._count(msg.generation)
+            self.circuit.serving()
             tracing.started(self.ops, msg, self.circuit.last_restart_reason if msg.generation > 1 else None)
         elif isinstance(msg, Ended):
-            if msg.generation == self._generation:
+            if msg.generation > self._generation:
+                # Never told as serving: a start that failed. It counts, and
+                # the next request needs another start (the circuit decides).
+                self._count(msg.generation)
+                self.circuit.ended(msg.reason)
+            elif msg.generation == self._generation:
                 if not msg.draining:
                     self.server_pid = None
                 self.circuit.ended(msg.reason)
@@ -341,6 +360,16 @@ class ClientCore:
             fut = self._pending.pop(msg.id, None)
             if fut is not None and not fut.done():
                 fut.set_result(msg)
+
+    def _count(self, generation: int) -> None:
+        """Count a start of the current worker for the circuit, once however often it is told of.
+
+        The worker's first generation is its open's: the connection's first
+        start, or counted as the worker's restart (:meth:`_start_channel`).
+        """
+        if generation > self._counted:
+            self._counted = generation
+            self.circuit.restarted()
 
     def _log_progress(self, msg: Progress) -> None:
         tool = self._calls.get(msg.id)

@@ -23,7 +23,8 @@ then fail as ``server_exited`` (the agent retries them once).
 
 The worker holds each call's deadline and gives a server its cancel grace
 (:mod:`.calls`). Restarts are counted by the agent's circuit (it alone also
-sees worker deaths), told by ``Started`` and ``Ended``.
+sees worker deaths), told by ``Started`` and ``Ended``: every start, also
+one that never served (``Ended`` of a generation never ``Started``).
 """
 
 from __future__ import annotations
@@ -299,13 +300,15 @@ class Host:
                 head=None if session is None else session.stdout_head,
                 answered=session is not None and session.initialized,
             ))
-            await self._wait_down(gen)
             assert gen.reason is not None
+            self._start_failed(gen, gen.reason, standby)
+            await self._wait_down(gen)
             raise gen.reason from None
         except asyncio.CancelledError:
             gen.stop(failures.closed("start-up was cancelled"))
             raise
-        except HostError:
+        except HostError as exc:
+            self._start_failed(gen, exc, standby)
             await self._wait_down(gen)
             raise
         if standby:
@@ -317,6 +320,17 @@ class Host:
         # A restarted server may list other tools than the one before it.
         self.listing.announce(gen.tools)
         return gen
+
+    def _start_failed(self, gen: Generation, reason: HostError, standby: bool) -> None:
+        """Tell the agent's circuit of a start that never served (a failed handshake, an exec failure).
+
+        Sent before the failure answers the requests that waited for the
+        start, so the agent has counted it when it decides on their retry.
+        A standby's failed start is not told: it is not retried until the
+        next restart, which is counted.
+        """
+        if not standby and not self._closing and reason.kind != "closed":
+            self._emit(Ended(generation=gen.number, reason=reason.message))
 
     def _started_message(self, gen: Generation) -> Started:
         return Started(server_pid=gen.server_pid, generation=gen.number, protocol_version=gen.protocol_version,

@@ -246,6 +246,8 @@ class Ended(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
 
     If it is the generation the agent knows as current, the next request
     needs a restart (the agent's circuit decides); ``reason`` says why.
+    A generation newer than any ``Started`` or ``Opened`` told of is a
+    start that failed (it never served): a restart for the circuit too.
     ``draining``: retired, its server still alive for its calls' grace (a
     second ``Ended`` follows when it is down).
     """
