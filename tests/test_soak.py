@@ -70,6 +70,19 @@ GONE_WITHIN: Final = 10.0
 PROXY_FOLDERS: Final = "/tmp/lovia-mcp-net-*"
 
 
+@pytest.fixture(autouse=True)
+def untraced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soak measures lovia-mcp's memory, untraced.
+
+    In a full run another test (test_tracing) has installed an OpenTelemetry
+    SDK whose in-memory exporter keeps every span of the process: traced, a
+    100,000-call soak would measure that exporter (~3 kB a span), not a leak.
+    """
+    from lovia_mcp import tracing
+
+    monkeypatch.setattr(tracing, "enabled", lambda: False)
+
+
 def slope(xs: list[float], ys: list[float]) -> float:
     """The least-squares slope of ``ys`` over ``xs``."""
     n = len(xs)
