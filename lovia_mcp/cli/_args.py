@@ -8,6 +8,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any, Final
 
+from .._isolation import ISOLATIONS
+
 EXIT_OK: Final = 0
 EXIT_TOOL_ERROR: Final = 1  # the tool answered with an isError result
 EXIT_USAGE: Final = 2  # argparse's own status for bad command lines
@@ -129,7 +131,7 @@ def _server_options() -> argparse.ArgumentParser:
                    help="pass this variable from the current environment (repeatable); "
                         "in process isolation the server otherwise gets only a small allowlist "
                         "(PATH, HOME, LANG, ...)")
-    g.add_argument("--isolation", choices=("process", "none"),
+    g.add_argument("--isolation", choices=ISOLATIONS,
                    help="'process' (default): the server and the MCP SDK in a worker process; "
                         "'none': in this process")
     g.add_argument("--timeout", metavar="SECONDS", type=_positive(float),

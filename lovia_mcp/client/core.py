@@ -30,7 +30,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from lovia_mcp_worker.wire.framing import frame_cap
 from lovia_mcp_worker.wire.mcpjson import ToolSpec
@@ -56,6 +56,7 @@ from lovia_mcp_worker.wire.messages import (
 from .channel import LocalChannel, ProcessChannel
 from . import closing
 from .. import tracing
+from .._isolation import Isolation
 from .circuit import RestartCircuit
 from .retry import ENDED
 
@@ -74,8 +75,6 @@ CLOSE_WAIT: Final = 8.0
 ANSWER_BACKSTOP: Final = 10.0
 
 Channel = ProcessChannel | LocalChannel
-# Where the session host runs: a worker process, or the agent's own loop.
-Isolation = Literal["process", "none"]
 OnTools = Callable[[list[ToolSpec], bool], None]
 
 
@@ -467,4 +466,4 @@ class ClientCore:
             raise asyncio.CancelledError
 
 
-__all__ = ["ANSWER_BACKSTOP", "CLOSE_WAIT", "ClientCore", "Isolation"]
+__all__ = ["ANSWER_BACKSTOP", "CLOSE_WAIT", "ClientCore"]

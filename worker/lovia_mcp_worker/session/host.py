@@ -49,6 +49,7 @@ from .listing import Listing
 from .transports import Hooks, transport
 from .progress import ProgressForwarder
 from ..wire.messages import (
+    ON_TIMEOUT_KILL,
     PROTOCOL_VERSION, AgentMessage, CallTool, Cancel, Close, Closed, Ended, Failure, GetStats, ListTools, Log, Open,
     Opened, Result, ServerSpec, Started, Stats, StatsReply, Tools, WorkerMessage,
 )
@@ -186,7 +187,7 @@ class Host:
         spec = self.spec
         if spec is None:
             return
-        if spec.on_timeout == "kill":
+        if spec.on_timeout == ON_TIMEOUT_KILL:
             if gen is not None:
                 self._retire(gen, spec.kill_grace, failures.timed_out_kill())
         else:

@@ -14,7 +14,7 @@ import signal
 from collections.abc import Sequence
 
 from .confinement import Limits
-from .messages import Failure, FailureKind
+from .messages import ON_TIMEOUT_CANCEL, Failure, FailureKind
 
 # Hints, each said in one place.
 HINT_LOG = "Check the server's log (stderr tail below)."
@@ -289,7 +289,8 @@ def timed_out_kill() -> HostError:
     return HostError(
         "server_exited",
         "the server was killed after another call on it passed its timeout",
-        hint="A fresh server serves new calls. Raise the tool timeout, or use on_timeout='cancel' "
+        hint="A fresh server serves new calls. Raise the tool timeout, or use "
+        f"on_timeout={ON_TIMEOUT_CANCEL!r} "
         "for servers that honour cancellation.",
     )
 

@@ -83,6 +83,10 @@ DEFAULT_KILL_GRACE: Final = 1.0
 # sends the cancel notification and keeps the server.
 OnTimeout = Literal["kill", "cancel"]
 ON_TIMEOUTS: Final[tuple[OnTimeout, ...]] = get_args(OnTimeout)
+# Named for the code that branches on them; typed by the Literal, so mypy
+# refuses a value it does not list.
+ON_TIMEOUT_KILL: Final[OnTimeout] = "kill"
+ON_TIMEOUT_CANCEL: Final[OnTimeout] = "cancel"
 
 
 # --------------------------------------------------------------------------- #
@@ -102,7 +106,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     limits: Limits = Limits()
     open_timeout: float = DEFAULT_OPEN_TIMEOUT
     kill_grace: float = DEFAULT_KILL_GRACE
-    on_timeout: OnTimeout = "kill"
+    on_timeout: OnTimeout = ON_TIMEOUT_KILL
     sandbox: Sandbox | None = None
     # Keep one more server READY beside the current one (a persistent
     # connection with spares): a crash or timeout restart promotes it.
@@ -367,6 +371,8 @@ __all__ = [
     "DEFAULT_KILL_GRACE",
     "DEFAULT_OPEN_TIMEOUT",
     "ON_TIMEOUTS",
+    "ON_TIMEOUT_CANCEL",
+    "ON_TIMEOUT_KILL",
     "OnTimeout",
     "FORKSERVER_STATUS",
     "CANCEL_SLACK",
