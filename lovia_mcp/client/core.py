@@ -227,7 +227,7 @@ class ClientCore:
             self._pending.pop(rid, None)
             self._calls.pop(rid, None)
         if isinstance(reply, Failure) and reply.kind in ENDED:
-            self.circuit.ended(reply.message)
+            self.circuit.ended(reply.text())
         return reply
 
     async def _ready(self) -> Channel | Failure:
@@ -299,7 +299,7 @@ class ClientCore:
         if isinstance(reply, Failure):
             if op is not None:
                 op.failure(reply)
-            self.circuit.ended(reply.message)  # why the next worker is started, if one is
+            self.circuit.ended(reply.text())  # why the next worker is started, if one is
             self._channel = None
             await self._close_channel(channel)
             return reply
