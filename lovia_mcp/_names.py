@@ -31,6 +31,8 @@ SUFFIX_LEN: Final = 1 + SUFFIX_HEX
 # Room a prefix always leaves for the tool part (suffix included): without
 # it a long server name would cut every tool of that server down to a hash.
 MIN_TOOL_ROOM: Final = 16
+# Between a server's name and its tool's, in the plugin's prefixes and the
+# gateway's tool names alike.
 PREFIX_SEP: Final = "__"
 EMPTY_NAME: Final = "tool"
 

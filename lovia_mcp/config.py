@@ -21,18 +21,18 @@ from lovia_mcp_worker.wire.messages import (
     DEFAULT_KILL_GRACE,
     DEFAULT_OPEN_TIMEOUT,
     MCP_PROTOCOL_MODES as PROTOCOL_MODES,
+    ON_TIMEOUT_CANCEL,
+    ON_TIMEOUT_KILL,
     ON_TIMEOUTS,
     OnTimeout,
     ServerSpec,
 )
 
 from . import _sandbox_config, spares
+from ._isolation import ISOLATIONS, Isolation
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
-from .client.core import Isolation
 from .connection import MCPConnection
 from .spares import MAX_SPARES
-
-ISOLATIONS: Final = ("process", "none")
 
 # Crash-loop circuit: this many restarts within the window open it.
 DEFAULT_RESTART_LIMIT: Final = 5
@@ -73,7 +73,7 @@ class MCPServer:
     limits: Limits | None = None
     open_timeout: float = DEFAULT_OPEN_TIMEOUT
     inherit_env: list[str] | None = None
-    on_timeout: OnTimeout = "kill"
+    on_timeout: OnTimeout = ON_TIMEOUT_KILL
     kill_grace: float = DEFAULT_KILL_GRACE
     restart_limit: int = DEFAULT_RESTART_LIMIT
     restart_window: float = DEFAULT_RESTART_WINDOW
@@ -114,7 +114,8 @@ class MCPServer:
         if self.on_timeout not in ON_TIMEOUTS:
             raise UserError(
                 f"unknown on_timeout {self.on_timeout!r}",
-                hint="Use 'kill' (cancel, then kill the server tree) or 'cancel' (notification only).",
+                hint=f"Use {ON_TIMEOUT_KILL!r} (cancel, then kill the server tree) or {ON_TIMEOUT_CANCEL!r} "
+                "(notification only).",
             )
         for field, value in (("timeout", self.timeout), ("open_timeout", self.open_timeout)):
             if value is not None and not value > 0:

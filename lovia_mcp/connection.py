@@ -300,7 +300,7 @@ class MCPConnection(LoviaFields):
                          retried=retried, server=self.name, tool=name):
                     retried = True
                     if op is not None:
-                        op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": reply.message})
+                        op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": reply.text()})
                     continue
                 raise self._error(reply, name)
             assert isinstance(reply, Result)

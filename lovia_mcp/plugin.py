@@ -30,7 +30,8 @@ from lovia_mcp_worker.wire.confinement import Sandbox
 
 from . import _sandbox_config, ahead, spares
 from .client import closing
-from .config import ISOLATIONS, Isolation, MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from ._isolation import ISOLATIONS, Isolation
+from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .config_file.loader import ConfigSource, load_servers
 from .connection import MCPConnection
 

@@ -148,7 +148,7 @@ class Operation:
         """A worker ``Failure`` answered this operation: an event with its figures, and the error."""
         if failure.kind == "timeout":
             # The caller adds the timeout's event with its figures (timed_out).
-            self.fail(failure.kind, failure.message)
+            self.fail(failure.kind, failure.text())
             return
         if failure.kind == "limit":
             name = EVENT_OOM if failure.limit == "oom" else EVENT_LIMIT
@@ -156,10 +156,10 @@ class Operation:
             name = EVENT_FAILURE
         self.event(name, {
             "lovia_mcp.failure.kind": failure.kind, "lovia_mcp.limit": failure.limit,
-            "lovia_mcp.reason": failure.message, "lovia_mcp.exit_code": failure.exit_code,
+            "lovia_mcp.reason": failure.text(), "lovia_mcp.exit_code": failure.exit_code,
             "lovia_mcp.signal": failure.signal,
         })
-        self.fail(failure.kind, failure.message)
+        self.fail(failure.kind, failure.text())
 
     def end(self) -> None:
         self._histogram.record(time.perf_counter() - self._started, self._metric)

@@ -42,6 +42,7 @@ from lovia.testing import ScriptedProvider, text
 from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, MCPError, MCPServer, MCPServerStdio, Sandbox
+from lovia_mcp._isolation import ISOLATIONS as ISOLATION_MODES
 from lovia_mcp_worker.containment import cgroup_layout
 from lovia_mcp_worker.wire.messages import HEADER, encoder
 
@@ -70,7 +71,7 @@ SERVER_EXIT_WAIT = 5.0
 CLI_TIMEOUT = 25.0
 
 # Run a test once per isolation mode.
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
+ISOLATIONS = pytest.mark.parametrize("isolation", ISOLATION_MODES)
 
 # Every tool tests/servers/raw_server.py lists (without its flags).
 RAW_TOOLS = frozenset({

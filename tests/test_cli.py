@@ -15,7 +15,11 @@ from types import SimpleNamespace
 import pytest
 from helpers import CLI_TIMEOUT, PY, RAW_SERVER, ROOT, error_of, lovia_mcp, lovia_mcp_all
 
-from lovia_mcp.cli.main import parameter_lines, tools_table
+from lovia_mcp._errors import reworded, to_error
+from lovia_mcp.cli._args import OPTION_FLAGS, build_parser
+from lovia_mcp.cli.main import cli_words, parameter_lines, tools_table
+from lovia_mcp_worker.wire import failures
+from lovia_mcp_worker.wire.messages import OPTIONS
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -294,8 +298,39 @@ def test_demo_exits_zero_and_shows_the_agent_survived_the_server_crash() -> None
 
 
 def test_an_open_timeout_error_names_the_open_timeout_flag() -> None:
-    r = lovia_mcp("tools", "--open-timeout", "0.5", "--", PY, "-c", "import time; time.sleep(30)")
-    assert r.returncode == 3 and "--open-timeout 0.5" in r.stderr and "open_timeout" not in r.stderr, r.stderr
+    # A command that never answers the MCP handshake; `tools` says it as an
+    # error, `check` in its table's row.
+    silent = ["--open-timeout", "0.5", "--", PY, "-c", "import time; time.sleep(30)"]
+    tools, check = lovia_mcp_all(["tools", *silent], ["check", "--json", *silent])
+    assert tools.returncode == 3, tools.stderr
+    assert "within --open-timeout 0.5 s" in tools.stderr and "raise --open-timeout." in tools.stderr, tools.stderr
+    assert "open_timeout" not in tools.stderr, tools.stderr
+    assert check.returncode == 3, check.stderr
+    (row,) = json.loads(check.stdout)
+    assert "--open-timeout 0.5" in row["error"] and "open_timeout" not in row["error"], row
+
+
+def test_every_option_a_failure_can_name_is_a_flag_of_each_server_command() -> None:
+    assert set(OPTION_FLAGS) == set(OPTIONS)
+    parser = build_parser()
+    for option, flag in OPTION_FLAGS.items():
+        for command in (["tools"], ["call", "echo"], ["check"]):
+            ns, extra = parser.parse_known_args([*command, flag, "7"])
+            # The flag sets the option of the same name: what the error says to raise is what it raises.
+            assert (extra, getattr(ns, option)) == ([], 7), (command, flag)
+
+
+def test_a_failure_naming_an_option_is_worded_by_each_front_end_from_the_same_data() -> None:
+    failure = failures.open_timed_out("slow", 0.5, ["booting"], head=b"").failure(1)
+    assert (failure.option, failure.value) == ("open_timeout", "0.5")
+    library = str(to_error(failure, None, "slow"))
+    assert "within open_timeout=0.5 s" in library and "or raise open_timeout." in library, library
+    cli = str(reworded(to_error(failure, None, "slow"), cli_words))
+    assert "within --open-timeout 0.5 s" in cli and "or raise --open-timeout." in cli, cli
+    assert "open_timeout" not in cli and "booting" in cli, cli
+    limit = failures.limit(failures.Breach("memory", "300.0 MB", "memory_mb", "100"), []).failure(2)
+    assert "(memory_mb=100)" in limit.text() and "Raise Limits(memory_mb=...)" in (limit.hint_text() or "")
+    assert "(--memory-mb 100)" in limit.text(cli_words) and "Raise --memory-mb" in (limit.hint_text(cli_words) or "")
 
 
 def test_tools_json_gives_each_tools_annotations_under_their_mcp_names() -> None:

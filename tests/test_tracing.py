@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import PY, SERVERS, raw_args, run, serving
+from helpers import ISOLATIONS, PY, SERVERS, raw_args, run, serving
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -37,7 +37,6 @@ from lovia_mcp_worker.sandbox import bwrap
 
 META_SERVER = str(SERVERS / "meta_sdk_server.py")
 SUP_SERVER = str(SERVERS / "sup_server.py")
-ISOLATIONS = pytest.mark.parametrize("isolation", ["process", "none"])
 # A call that never answers, cut by the tool timeout.
 TIMEOUT = 0.5
 

@@ -8,6 +8,20 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any, Final
 
+from lovia_mcp_worker.wire.messages import Option
+
+from .._isolation import ISOLATIONS
+
+# The flag that sets each option a failure can name as the one to change:
+# errors say these where the library says its option names.
+OPTION_FLAGS: Final[dict[Option, str]] = {
+    "open_timeout": "--open-timeout",
+    "timeout": "--timeout",
+    "memory_mb": "--memory-mb",
+    "cpu_seconds": "--cpu-seconds",
+    "max_processes": "--max-processes",
+}
+
 EXIT_OK: Final = 0
 EXIT_TOOL_ERROR: Final = 1  # the tool answered with an isError result
 EXIT_USAGE: Final = 2  # argparse's own status for bad command lines
@@ -129,7 +143,7 @@ def _server_options() -> argparse.ArgumentParser:
                    help="pass this variable from the current environment (repeatable); "
                         "in process isolation the server otherwise gets only a small allowlist "
                         "(PATH, HOME, LANG, ...)")
-    g.add_argument("--isolation", choices=("process", "none"),
+    g.add_argument("--isolation", choices=ISOLATIONS,
                    help="'process' (default): the server and the MCP SDK in a worker process; "
                         "'none': in this process")
     g.add_argument("--timeout", metavar="SECONDS", type=_positive(float),
@@ -294,4 +308,4 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TOOL_ERROR", "EXIT_USAGE",
-           "PROG", "UsageError", "build_parser", "split_command"]
+           "OPTION_FLAGS", "PROG", "UsageError", "build_parser", "split_command"]

@@ -38,9 +38,11 @@ import time
 import traceback
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from lovia.exceptions import LoviaError, MCPError, UserError
+
+from lovia_mcp_worker.wire.messages import Option
 
 from ._args import (
     EXIT_BROKEN_PIPE,
@@ -49,6 +51,7 @@ from ._args import (
     EXIT_OK,
     EXIT_TOOL_ERROR,
     EXIT_USAGE,
+    OPTION_FLAGS,
     PROG,
     UsageError,
     build_parser,
@@ -58,6 +61,7 @@ from ._progress import Progress, show_progress_records
 from ._servers import label, servers_from
 from ._table import CheckRow, check_table, parameter_lines, tools_table
 from ._terminal import TerminalFormatter, terminal_block, terminal_json
+from .._errors import reworded
 from .._names import prefix_head
 from ..annotations import as_json
 from ..config import MCPServer
@@ -187,8 +191,11 @@ async def _tools_of(server: MCPServer, progress: Progress, named: bool) -> list[
     except LoviaError as exc:
         if not named or repr(label(server)) in str(exc):
             raise
-        # Several servers: say which one failed.
-        raise LoviaError(f"server {label(server)!r}: {exc.args[0] if exc.args else exc}", hint=exc.hint) from None
+        # Several servers: say which one failed (in the command line's words,
+        # which the new error cannot be reworded into later).
+        said = reworded(exc, cli_words)
+        assert isinstance(said, LoviaError)
+        raise LoviaError(f"server {label(server)!r}: {said.args[0] if said.args else said}", hint=said.hint) from None
 
 
 async def _tools(ns: argparse.Namespace, servers: list[MCPServer], progress: Progress) -> int:
@@ -221,7 +228,7 @@ async def _check_one(server: MCPServer, progress: Progress) -> CheckRow:
             opened = time.monotonic() - start
             count = len(conn.tools())
     except LoviaError as exc:
-        error = cli_words(str(exc))
+        error = _said(exc)
     except Exception as exc:  # noqa: BLE001 - a row of the table, never a traceback
         error = f"unexpected {type(exc).__name__}: {exc}"
     else:
@@ -287,25 +294,15 @@ def _with_hint(exc: UsageError) -> str:
     return f"{exc}\n  hint: {exc.hint}" if exc.hint else str(exc)
 
 
-# The library's hints speak Python; the command line's user typed flags.
-_CLI_WORDS: Final = (
-    ("Raise Limits(memory_mb=...)", "Raise --memory-mb"),
-    ("Raise Limits(cpu_seconds=...)", "Raise --cpu-seconds"),
-    ("Raise Limits(max_processes=...)", "Raise --max-processes"),
-    ("(memory_mb=", "(--memory-mb "),
-    ("(cpu_seconds=", "(--cpu-seconds "),
-    ("(max_processes=", "(--max-processes "),
-    ("within open_timeout=", "within --open-timeout "),
-    ("or raise open_timeout", "or raise --open-timeout"),
-    ("Raise the tool timeout", "Raise --timeout"),
-)
+def cli_words(option: Option, value: str | None) -> str:
+    """The command line's words for an option a failure names: its flag, or the flag and its value."""
+    flag = OPTION_FLAGS[option]
+    return flag if value is None else f"{flag} {value}"
 
 
-def cli_words(text: str) -> str:
-    """A library message with its option names as the command line spells them."""
-    for python, flag in _CLI_WORDS:
-        text = text.replace(python, flag)
-    return text
+def _said(error: BaseException) -> str:
+    """``error`` as the command line says it: the options it names spelled as flags."""
+    return str(reworded(error, cli_words))
 
 
 def _fail(message: str, status: int) -> int:
@@ -373,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:  # an unknown tool name
         return _fail(_with_hint(exc), EXIT_USAGE)
     except LoviaError as exc:
-        return _fail(cli_words(str(exc)), EXIT_FAILED)
+        return _fail(_said(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

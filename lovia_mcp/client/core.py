@@ -30,7 +30,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from lovia_mcp_worker.wire.framing import frame_cap
 from lovia_mcp_worker.wire.mcpjson import ToolSpec
@@ -56,6 +56,7 @@ from lovia_mcp_worker.wire.messages import (
 from .channel import LocalChannel, ProcessChannel
 from . import closing
 from .. import tracing
+from .._isolation import Isolation
 from .circuit import RestartCircuit
 from .retry import ENDED
 
@@ -74,8 +75,6 @@ CLOSE_WAIT: Final = 8.0
 ANSWER_BACKSTOP: Final = 10.0
 
 Channel = ProcessChannel | LocalChannel
-# Where the session host runs: a worker process, or the agent's own loop.
-Isolation = Literal["process", "none"]
 OnTools = Callable[[list[ToolSpec], bool], None]
 
 
@@ -228,7 +227,7 @@ class ClientCore:
             self._pending.pop(rid, None)
             self._calls.pop(rid, None)
         if isinstance(reply, Failure) and reply.kind in ENDED:
-            self.circuit.ended(reply.message)
+            self.circuit.ended(reply.text())
         return reply
 
     async def _ready(self) -> Channel | Failure:
@@ -300,7 +299,7 @@ class ClientCore:
         if isinstance(reply, Failure):
             if op is not None:
                 op.failure(reply)
-            self.circuit.ended(reply.message)  # why the next worker is started, if one is
+            self.circuit.ended(reply.text())  # why the next worker is started, if one is
             self._channel = None
             await self._close_channel(channel)
             return reply
@@ -467,4 +466,4 @@ class ClientCore:
             raise asyncio.CancelledError
 
 
-__all__ = ["ANSWER_BACKSTOP", "CLOSE_WAIT", "ClientCore", "Isolation"]
+__all__ = ["ANSWER_BACKSTOP", "CLOSE_WAIT", "ClientCore"]

@@ -75,7 +75,9 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from starlette.types import Receive, Scope, Send
 
 from lovia_mcp_worker.wire.mcpjson import block_json
+from lovia_mcp_worker.wire.messages import ON_TIMEOUT_KILL
 
+from .._names import PREFIX_SEP
 from ..annotations import as_json
 from ..render import MCPToolResult
 from .backends import Backend, Refused, wait_open
@@ -88,7 +90,6 @@ from .sessions import Sessions
 logger = logging.getLogger("lovia_mcp.gateway")
 
 
-SEPARATOR: Final = "__"
 SESSION_HEADER: Final = b"mcp-session-id"
 VERSION_HEADER: Final = b"mcp-protocol-version"
 METHOD_HEADER: Final = b"mcp-method"
@@ -329,7 +330,7 @@ class Gateway:
                 continue
             for tool in backend.tools(session):
                 body: dict[str, Any] = {
-                    "name": tool.raw_name if only else f"{name}{SEPARATOR}{tool.raw_name}",
+                    "name": tool.raw_name if only else f"{name}{PREFIX_SEP}{tool.raw_name}",
                     "description": tool.description, "inputSchema": tool.parameters,
                 }
                 if tool.annotations is not None:
@@ -344,9 +345,9 @@ class Gateway:
             return self.backends[only], name
         # The longest server name that prefixes the tool: names may hold "__".
         for server in sorted(self.backends, key=len, reverse=True):
-            if name.startswith(server + SEPARATOR):
-                return self.backends[server], name[len(server) + len(SEPARATOR):]
-        raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}: tools here are named <server>{SEPARATOR}<tool>",
+            if name.startswith(server + PREFIX_SEP):
+                return self.backends[server], name[len(server) + len(PREFIX_SEP):]
+        raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}: tools here are named <server>{PREFIX_SEP}<tool>",
                        data={"servers": sorted(self.backends)})
 
     async def _call(self, backend: Backend, raw: str, arguments: dict[str, Any],
@@ -375,7 +376,7 @@ class Gateway:
             raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
         except asyncio.TimeoutError:
             outcome = kind = "timeout"
-            action = "its server was killed" if backend.server.on_timeout == "kill" else "it was cancelled"
+            action = "its server was killed" if backend.server.on_timeout == ON_TIMEOUT_KILL else "it was cancelled"
             logger.warning("call timed out", extra={"server": backend.name, "tool": tool})
             return _error_result("timeout", f"the call to {raw!r} passed its {backend.server.timeout:g} s "
                                             f"timeout and {action}")
@@ -603,4 +604,4 @@ async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["ERROR_META", "ONCE", "SEPARATOR", "UNAVAILABLE", "Gateway", "result_json", "scrub"]
+__all__ = ["ERROR_META", "ONCE", "UNAVAILABLE", "Gateway", "result_json", "scrub"]

@@ -68,7 +68,7 @@ from .cgroup_layout import (
 )
 from .cgroup_layout import read as _read
 from .cgroup_layout import write as _write
-from .guard import HINT_CPU, HINT_MEMORY, HINT_PROCESSES, Breach
+from ..wire.failures import Breach
 from .proctree import TreeUsage, descendants, kill_tree
 from ..wire.confinement import Limits
 
@@ -357,18 +357,18 @@ class CgroupTree:
         # here is whether it had to step in, so the call learns why.
         if limits.memory_mb is not None and self.cgroup.oom_kills():
             mb = self.cgroup.memory_peak_bytes() / _MIB
-            return ("memory", f"{mb:.1f} MB in its process tree, where the kernel's OOM killer stopped it",
-                    f"memory_mb={limits.memory_mb:g}", HINT_MEMORY)
+            return Breach("memory", f"{mb:.1f} MB in its process tree, where the kernel's OOM killer stopped it",
+                          "memory_mb", f"{limits.memory_mb:g}")
         if limits.max_processes is not None and self.cgroup.forks_refused():
-            return ("process", f"{self.cgroup.tasks_peak()} tasks in its tree, where the kernel refused a fork",
-                    f"max_processes={limits.max_processes}", HINT_PROCESSES)
+            return Breach("process", f"{self.cgroup.tasks_peak()} tasks in its tree, where the kernel refused a fork",
+                          "max_processes", f"{limits.max_processes}")
         if limits.cpu_seconds is not None:
             cpu = self.cgroup.cpu_seconds()
             if cpu is None:
                 cpu = _psutil_cpu(self.cgroup.members())
             if cpu > limits.cpu_seconds:
-                return ("CPU", f"{cpu:.1f} s of CPU in its process tree", f"cpu_seconds={limits.cpu_seconds:g}",
-                        HINT_CPU)
+                return Breach("CPU", f"{cpu:.1f} s of CPU in its process tree", "cpu_seconds",
+                              f"{limits.cpu_seconds:g}")
         return None
 
     def kill(self, term_grace: float) -> None:

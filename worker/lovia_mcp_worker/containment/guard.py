@@ -31,6 +31,7 @@ from typing import Any, Final, Protocol
 import psutil
 
 from ..wire.confinement import Limits
+from ..wire.failures import Breach
 from .proctree import TreeUsage, child_pids, kill_walk, reap_orphans, tree, usage
 
 # The resolution of psutil's create_time (the kernel counts start times in
@@ -80,12 +81,7 @@ def die_with_parent() -> bool:
 # --------------------------------------------------------------------------- #
 # One generation's tree, and the watch over it
 # --------------------------------------------------------------------------- #
-Breach = tuple[str, str, str, str]  # what, figure, setting, hint
-OnBreach = Callable[[str, str, str, str], None]
-
-HINT_MEMORY: Final = "Raise Limits(memory_mb=...) or make the tool use less memory."
-HINT_PROCESSES: Final = "Raise Limits(max_processes=...) or stop the server from forking."
-HINT_CPU: Final = "Raise Limits(cpu_seconds=...) or make the tool do less work."
+OnBreach = Callable[[Breach], None]
 
 
 class Tree(Protocol):
@@ -211,13 +207,13 @@ class WatchTree:
         use = self.usage()
         mb = use.rss_bytes / (1024 * 1024)
         if limits.memory_mb is not None and mb > limits.memory_mb:
-            return ("memory", f"{mb:.1f} MB resident in its process tree", f"memory_mb={limits.memory_mb:g}", HINT_MEMORY)
+            return Breach("memory", f"{mb:.1f} MB resident in its process tree", "memory_mb", f"{limits.memory_mb:g}")
         if limits.max_processes is not None and use.processes > limits.max_processes:
-            return ("process", f"{use.processes} processes in its tree", f"max_processes={limits.max_processes}",
-                    HINT_PROCESSES)
+            return Breach("process", f"{use.processes} processes in its tree", "max_processes",
+                          f"{limits.max_processes}")
         if limits.cpu_seconds is not None and use.cpu_seconds > limits.cpu_seconds:
-            return ("CPU", f"{use.cpu_seconds:.1f} s of CPU in its process tree", f"cpu_seconds={limits.cpu_seconds:g}",
-                    HINT_CPU)
+            return Breach("CPU", f"{use.cpu_seconds:.1f} s of CPU in its process tree", "cpu_seconds",
+                          f"{limits.cpu_seconds:g}")
         return None
 
     def kill(self, term_grace: float) -> None:
@@ -236,14 +232,14 @@ async def watch_limits(
 ) -> None:
     """Check ``box`` against ``limits`` every ``interval`` s until ``stop``; report the first breach.
 
-    ``on_breach(what, figure, setting, hint)`` is called once, then the watch
+    ``on_breach(breach)`` is called once, then the watch
     ends (the caller kills the tree). ``in_thread``: the check walks ``/proc``
     (psutil), too slow for the event loop; a cgroup's files are read inline.
     """
     while not stop.is_set():
         found = await asyncio.to_thread(box.check, limits) if in_thread else box.check(limits)
         if found is not None and not stop.is_set():
-            on_breach(*found)
+            on_breach(found)
             return
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
@@ -270,10 +266,6 @@ def limits_watched(limits: Limits) -> bool:
 
 __all__ = [
     "CLOCK_TICK",
-    "HINT_CPU",
-    "HINT_MEMORY",
-    "HINT_PROCESSES",
-    "Breach",
     "Tree",
     "WatchTree",
     "become_subreaper",

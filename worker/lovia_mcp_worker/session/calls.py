@@ -102,7 +102,7 @@ class Calls:
         except asyncio.TimeoutError:
             if gen.serving:
                 reason = failures.wedged(wait)
-                self._log_wedged(gen, reason.message)
+                self._log_wedged(gen, reason.text)
                 # New calls go to a fresh server now; calls still running on
                 # this one (a busy, not wedged, server) get one more grace.
                 self._retire(gen, wait, reason)

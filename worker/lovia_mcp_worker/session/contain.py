@@ -89,10 +89,10 @@ class Containment:
         if reason.kind != "server_exited" or not isinstance(tree, cgroup.CgroupTree):
             return reason
         found = tree.check(spec.limits)
-        if found is None or found[0] == "CPU":
+        if found is None or found.what == "CPU":
             return reason
-        limited = failures.limit(*found, reason.stderr_tail, oom=found[0] == "memory")
-        self._log(logging.WARNING, f"server {spec.name!r}: {limited.message}")
+        limited = failures.limit(found, reason.stderr_tail, oom=found.what == "memory")
+        self._log(logging.WARNING, f"server {spec.name!r}: {limited.text}")
         return limited
 
     def attach(self, gen: Generation) -> asyncio.Future[int] | None:
@@ -127,11 +127,11 @@ class Containment:
         tasks: list[asyncio.Future[None]] = []
         if guard.limits_watched(spec.limits):
 
-            def breach(what: str, figure: str, setting: str, hint: str) -> None:
+            def breach(found: failures.Breach) -> None:
                 # Under a cgroup, memory is the kernel's to enforce: a breach is its OOM kill.
-                oom = what == "memory" and isinstance(tree, cgroup.CgroupTree)
-                reason = failures.limit(what, figure, setting, hint, session_tail(gen), oom=oom)
-                self._log(logging.WARNING, f"server {spec.name!r}: {reason.message}")
+                oom = found.what == "memory" and isinstance(tree, cgroup.CgroupTree)
+                reason = failures.limit(found, session_tail(gen), oom=oom)
+                self._log(logging.WARNING, f"server {spec.name!r}: {reason.text}")
                 gen.stop(reason)
 
             tasks.append(asyncio.ensure_future(guard.watch_limits(

@@ -49,6 +49,7 @@ from .listing import Listing
 from .transports import Hooks, transport
 from .progress import ProgressForwarder
 from ..wire.messages import (
+    ON_TIMEOUT_KILL,
     PROTOCOL_VERSION, AgentMessage, CallTool, Cancel, Close, Closed, Ended, Failure, GetStats, ListTools, Log, Open,
     Opened, Result, ServerSpec, Started, Stats, StatsReply, Tools, WorkerMessage,
 )
@@ -186,7 +187,7 @@ class Host:
         spec = self.spec
         if spec is None:
             return
-        if spec.on_timeout == "kill":
+        if spec.on_timeout == ON_TIMEOUT_KILL:
             if gen is not None:
                 self._retire(gen, spec.kill_grace, failures.timed_out_kill())
         else:
@@ -196,7 +197,7 @@ class Host:
         """New requests go to a fresh server now; ``gen`` is stopped with ``reason`` after ``grace``."""
         if gen.serving:
             if self._standby.gen is not gen:
-                self._emit(Ended(generation=gen.number, reason=reason.message, draining=True))
+                self._emit(Ended(generation=gen.number, reason=reason.text, draining=True))
             gen.drain(grace, reason)
         if self.current is gen:
             self.current = None
@@ -330,7 +331,7 @@ class Host:
         next restart, which is counted.
         """
         if not standby and not self._closing and reason.kind != "closed":
-            self._emit(Ended(generation=gen.number, reason=reason.message))
+            self._emit(Ended(generation=gen.number, reason=reason.text))
 
     def _started_message(self, gen: Generation) -> Started:
         return Started(server_pid=gen.server_pid, generation=gen.number, protocol_version=gen.protocol_version,
@@ -393,11 +394,11 @@ class Host:
             # Ended before its log line: an agent that has read the line has
             # read the Ended (a spare's take trusts what it has read).
             if started and not self._closing and not waiting:
-                self._emit(Ended(generation=gen.number, reason=reason.message if told and reason else None))
+                self._emit(Ended(generation=gen.number, reason=reason.text if told and reason else None))
             if started and told and not self._closing:
                 assert reason is not None
                 what = "standby generation" if waiting else "generation"
-                self._log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {reason.message}")
+                self._log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {reason.text}")
             await asyncio.shield(self.containment.teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:

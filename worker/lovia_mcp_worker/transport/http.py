@@ -144,7 +144,9 @@ class HttpSession:
             except Exception as exc:  # noqa: BLE001 - classified here, in one place
                 leaf = failures.leaf(exc)  # the SDK's task group wraps it
                 failed = self._classify(leaf if isinstance(leaf, Exception) else exc, "the protocol negotiation")
-                raise HostError("open", failed.message, hint=failed.hint) from exc
+                raise HostError(
+                    "open", failed.message, hint=failed.hint, option=failed.option, value=failed.value
+                ) from exc
             finally:
                 restore()
             self._session = sdk.session

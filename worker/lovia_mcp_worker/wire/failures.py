@@ -6,15 +6,21 @@ which the agent maps to ``MCPError.kind`` and its retry policy), the message,
 the hint, the exit code or signal and the stderr tail. Keeping them here
 makes the wording testable without starting a process, and keeps one
 spelling of each failure.
+
+A failure that a setting would change names it as data (``option`` and its
+``value``), its texts saying it with ``OPTION_MARK`` / ``SETTING_MARK``: the
+library words them ``Limits(memory_mb=...)`` and ``memory_mb=100``, the
+command line ``--memory-mb`` and ``--memory-mb 100``, each from its own table.
 """
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Sequence
+from typing import Final, Literal, NamedTuple
 
 from .confinement import Limits
-from .messages import Failure, FailureKind
+from .messages import ON_TIMEOUT_CANCEL, OPTION_MARK, SETTING_MARK, Failure, FailureKind, Option, spelled
 
 # Hints, each said in one place.
 HINT_LOG = "Check the server's log (stderr tail below)."
@@ -26,6 +32,14 @@ HINT_NOT_STDIO_SERVER = (
     "Check the command: an MCP stdio server reads JSON-RPC requests on stdin and answers on stdout "
     "(try it with: lovia-mcp tools -- <command> [args...])."
 )
+# What to do about each limit, by the option that raises it.
+HINT_MEMORY: Final = f"Raise {OPTION_MARK} or make the tool use less memory."
+HINT_PROCESSES: Final = f"Raise {OPTION_MARK} or stop the server from forking."
+HINT_CPU: Final = f"Raise {OPTION_MARK} or make the tool do less work."
+LimitOption = Literal["memory_mb", "max_processes", "cpu_seconds"]
+LIMIT_HINTS: Final[dict[LimitOption, str]] = {
+    "memory_mb": HINT_MEMORY, "max_processes": HINT_PROCESSES, "cpu_seconds": HINT_CPU,
+}
 # Bytes of a server's stdout quoted when it wrote something other than JSON-RPC.
 STDOUT_QUOTE_BYTES = 120
 
@@ -44,6 +58,15 @@ def _stdout(head: bytes) -> str:
     return f"{shown!r}{more}"
 
 
+class Breach(NamedTuple):
+    """A limit a server's tree passed: which (``what``), by how much, and the setting it passed."""
+
+    what: str  # "memory", "process", "CPU"
+    figure: str  # what the tree used
+    option: LimitOption
+    value: str  # the limit as set
+
+
 class HostError(Exception):
     """A request failure with everything the agent needs to explain it."""
 
@@ -57,15 +80,26 @@ class HostError(Exception):
         signal_name: str | None = None,
         stderr_tail: Sequence[str] = (),
         limit: str | None = None,
+        option: Option | None = None,
+        value: str | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(spelled(message, option, value))
         self.kind: FailureKind = kind
+        # May name ``option`` with OPTION_MARK / SETTING_MARK: each front end
+        # spells it; :attr:`text` is the library's words, for the worker's logs.
         self.message = message
         self.hint = hint
         self.exit_code = exit_code
         self.signal_name = signal_name
         self.stderr_tail = list(stderr_tail)
         self.limit = limit
+        self.option: Option | None = option
+        self.value = value
+
+    @property
+    def text(self) -> str:
+        """The message in the library's words."""
+        return spelled(self.message, self.option, self.value)
 
     def failure(self, request_id: int) -> Failure:
         return Failure(
@@ -77,6 +111,8 @@ class HostError(Exception):
             signal=self.signal_name,
             stderr_tail=self.stderr_tail,
             limit=self.limit,
+            option=self.option,
+            value=self.value,
         )
 
 
@@ -102,10 +138,12 @@ def exited(returncode: int, stderr_tail: Sequence[str], limits: Limits) -> HostE
     if returncode < 0 and -returncode == getattr(signal, "SIGXCPU", -1):
         return HostError(
             "limit",
-            f"the server passed its CPU limit (cpu_seconds={limits.cpu_seconds:g}) and was killed by SIGXCPU",
-            hint="Raise Limits(cpu_seconds=...) or make the tool do less work.",
+            f"the server passed its CPU limit ({SETTING_MARK}) and was killed by SIGXCPU",
+            hint=HINT_CPU,
             signal_name="SIGXCPU",
             stderr_tail=stderr_tail,
+            option="cpu_seconds",
+            value=f"{limits.cpu_seconds:g}",
         )
     if returncode < 0:
         name = signal_name(-returncode)
@@ -202,7 +240,7 @@ def open_timed_out(
     """
     message = (
         f"server {name!r} did not finish start-up (spawn, handshake, tool listing) "
-        f"within open_timeout={open_timeout:g} s"
+        f"within {SETTING_MARK} s"
     )
     if answered:
         message += ": it answered the MCP handshake but not the tool listing"
@@ -215,8 +253,10 @@ def open_timed_out(
     return HostError(
         "open",
         message,
-        hint="Check that the command is an MCP server speaking stdio, or raise open_timeout.",
+        hint=f"Check that the command is an MCP server speaking stdio, or raise {OPTION_MARK}.",
         stderr_tail=stderr_tail,
+        option="open_timeout",
+        value=f"{open_timeout:g}",
     )
 
 
@@ -289,21 +329,22 @@ def timed_out_kill() -> HostError:
     return HostError(
         "server_exited",
         "the server was killed after another call on it passed its timeout",
-        hint="A fresh server serves new calls. Raise the tool timeout, or use on_timeout='cancel' "
+        hint=f"A fresh server serves new calls. Raise {OPTION_MARK}, or use on_timeout={ON_TIMEOUT_CANCEL!r} "
         "for servers that honour cancellation.",
+        option="timeout",
     )
 
 
-def limit(
-    what: str, figure: str, setting: str, hint: str, stderr_tail: Sequence[str], *, oom: bool = False
-) -> HostError:
+def limit(breach: Breach, stderr_tail: Sequence[str], *, oom: bool = False) -> HostError:
     """``oom``: the kernel's OOM killer stopped the tree (cgroup), not the worker's watch."""
     return HostError(
         "limit",
-        f"the server passed its {what} limit: {figure} ({setting}); it was killed",
-        hint=hint,
+        f"the server passed its {breach.what} limit: {breach.figure} ({SETTING_MARK}); it was killed",
+        hint=LIMIT_HINTS[breach.option],
         stderr_tail=stderr_tail,
-        limit="oom" if oom else what,
+        limit="oom" if oom else breach.what,
+        option=breach.option,
+        value=breach.value,
     )
 
 
@@ -338,7 +379,9 @@ def timed_out(timeout: float) -> HostError:
     return HostError(
         "timeout",
         f"the call passed its {timeout:.3g} s timeout",
-        hint="Raise the tool's timeout, or ask the tool for less work.",
+        hint=f"Raise {OPTION_MARK}, or ask the tool for less work.",
+        option="timeout",
+        value=f"{timeout:.3g}",
     )
 
 
@@ -361,7 +404,13 @@ __all__ = [
     "HINT_NOT_STDIO_SERVER",
     "HINT_STDIO",
     "HINT_TOO_LARGE",
+    "Breach",
+    "HINT_CPU",
+    "HINT_MEMORY",
+    "HINT_PROCESSES",
     "HostError",
+    "LIMIT_HINTS",
+    "LimitOption",
     "RemoteError",
     "bad_reply",
     "closed",

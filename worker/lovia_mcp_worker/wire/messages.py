@@ -22,6 +22,7 @@ agent process imports it and must never pull in ``mcp``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Final, Literal, Union, get_args
 
 import msgspec
@@ -43,7 +44,10 @@ from .mcpjson import ContentBlock, ToolSpec
 # agent's output cap would cut stays in the worker.
 # 9: Sandbox.pins: the sandbox's paths as resolved when the server was
 # opened (a worker that ignored them would follow a swapped symlink).
-PROTOCOL_VERSION: Final = 9
+# 10: Failure.option and .value: the setting a failure names, as data; its
+# message and hint say it with OPTION_MARK / SETTING_MARK, which each front
+# end renders in its own words.
+PROTOCOL_VERSION: Final = 10
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -83,6 +87,10 @@ DEFAULT_KILL_GRACE: Final = 1.0
 # sends the cancel notification and keeps the server.
 OnTimeout = Literal["kill", "cancel"]
 ON_TIMEOUTS: Final[tuple[OnTimeout, ...]] = get_args(OnTimeout)
+# Named for the code that branches on them; typed by the Literal, so mypy
+# refuses a value it does not list.
+ON_TIMEOUT_KILL: Final[OnTimeout] = "kill"
+ON_TIMEOUT_CANCEL: Final[OnTimeout] = "cancel"
 
 
 # --------------------------------------------------------------------------- #
@@ -102,7 +110,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     limits: Limits = Limits()
     open_timeout: float = DEFAULT_OPEN_TIMEOUT
     kill_grace: float = DEFAULT_KILL_GRACE
-    on_timeout: OnTimeout = "kill"
+    on_timeout: OnTimeout = ON_TIMEOUT_KILL
     sandbox: Sandbox | None = None
     # Keep one more server READY beside the current one (a persistent
     # connection with spares): a crash or timeout restart promotes it.
@@ -313,8 +321,47 @@ FailureKind = Literal[
 ]
 
 
+# The settings a failure can name as the one that changes it, by their
+# library names (fields of the server configs and of Limits). A failure's
+# texts hold OPTION_MARK where the option's name goes ("Raise {option}") and
+# SETTING_MARK where its name and value go ("({setting})"); each front end
+# spells them its own way (the library ``Limits(memory_mb=...)`` and
+# ``memory_mb=100``, the command line ``--memory-mb`` and ``--memory-mb 100``).
+Option = Literal["open_timeout", "timeout", "memory_mb", "cpu_seconds", "max_processes"]
+OPTIONS: Final[tuple[Option, ...]] = get_args(Option)
+OPTION_MARK: Final = "{option}"
+SETTING_MARK: Final = "{setting}"
+# A front end's words for an option: its name (value None), or its setting.
+Spelling = Callable[[Option, str | None], str]
+
+# How a library user changes each option.
+_LIBRARY_NAMES: Final[dict[Option, str]] = {
+    "open_timeout": "open_timeout",
+    "timeout": "the tool's timeout",
+    "memory_mb": "Limits(memory_mb=...)",
+    "cpu_seconds": "Limits(cpu_seconds=...)",
+    "max_processes": "Limits(max_processes=...)",
+}
+
+
+def library_words(option: Option, value: str | None) -> str:
+    """The library's words for ``option``: how to set it, or its setting ``option=value``."""
+    return _LIBRARY_NAMES[option] if value is None else f"{option}={value}"
+
+
+def spelled(text: str, option: Option | None, value: str | None, words: Spelling = library_words) -> str:
+    """``text`` of a failure about ``option`` (set to ``value``), in a front end's ``words``."""
+    if option is None:
+        return text
+    return text.replace(OPTION_MARK, words(option, None)).replace(SETTING_MARK, words(option, value or ""))
+
+
 class Failure(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
-    """A request failed; the agent turns this into an ``MCPError`` in one place."""
+    """A request failed; the agent turns this into an ``MCPError`` in one place.
+
+    ``message`` and ``hint`` may name ``option`` with OPTION_MARK and
+    SETTING_MARK: read them through :meth:`text` and :meth:`hint_text`.
+    """
 
     id: int
     kind: FailureKind
@@ -326,6 +373,17 @@ class Failure(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     # For kind "limit": which one ("memory", "process", "CPU", or "oom" when
     # the kernel's OOM killer stopped the tree at memory_mb).
     limit: str | None = None
+    # The setting that changes the outcome, and its value when it was set.
+    option: Option | None = None
+    value: str | None = None
+
+    def text(self, words: Spelling = library_words) -> str:
+        """What happened, in a front end's ``words``."""
+        return spelled(self.message, self.option, self.value, words)
+
+    def hint_text(self, words: Spelling = library_words) -> str | None:
+        """What to do, in a front end's ``words``."""
+        return None if self.hint is None else spelled(self.hint, self.option, self.value, words)
 
 
 class StatsReply(msgspec.Struct, frozen=True, tag=True):
@@ -367,6 +425,15 @@ __all__ = [
     "DEFAULT_KILL_GRACE",
     "DEFAULT_OPEN_TIMEOUT",
     "ON_TIMEOUTS",
+    "OPTIONS",
+    "OPTION_MARK",
+    "SETTING_MARK",
+    "Option",
+    "Spelling",
+    "library_words",
+    "spelled",
+    "ON_TIMEOUT_CANCEL",
+    "ON_TIMEOUT_KILL",
     "OnTimeout",
     "FORKSERVER_STATUS",
     "CANCEL_SLACK",
