@@ -25,7 +25,7 @@ from conftest import PY, ROOT, SERVERS, raw_args, run
 from lovia.exceptions import UserError
 
 from lovia_mcp import MCPServerStdio, Sandbox
-from lovia_mcp_worker.sandbox import backend, bwrap, landlock
+from lovia_mcp_worker.sandbox import bwrap, landlock
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -95,7 +95,7 @@ def test_without_user_namespaces_and_without_landlock_a_sandboxed_open_fails_lou
 
 @pytest.mark.skipif(bwrap.BWRAP is None, reason="bubblewrap is not available")
 def test_auto_uses_namespaces_where_they_can_be_made_and_stats_say_so() -> None:
-    if backend.userns_refused() is not None:
+    if bwrap.userns_refused() is not None:
         pytest.skip("user namespaces are refused on this machine")
 
     async def main() -> None:
@@ -156,7 +156,7 @@ def test_landlock_without_scoping_warns_that_signals_are_not_scoped(
 
 APPARMOR_LIKE = r'''
 import os, struct, sys
-from lovia_mcp_worker.sandbox import backend, seccomp
+from lovia_mcp_worker.sandbox import bwrap, seccomp
 # Like Ubuntu's AppArmor restriction: a user namespace may be made, but
 # nothing needing a capability inside it (here: a mount namespace) works.
 nr = seccomp.SYSCALLS[os.uname().machine]["unshare"]
@@ -167,7 +167,7 @@ prog = b"".join(struct.pack("<HBBI", *i) for i in (
     (0x06, 0, 0, 0x7FFF0000),                         # allow
 ))
 seccomp.install(prog)
-print(backend.userns_refused())
+print(bwrap.userns_refused())
 '''
 
 
