@@ -197,6 +197,9 @@ class FakeBackend:
     def unavailable(self, box: Sandbox) -> str | None:
         return None
 
+    def hint(self) -> str:
+        return "Register the fake backend."
+
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         self.planned.append(argv)
         env["FAKE_BOX"] = "1"  # what a backend may do to the server's environment (its proxy variables)

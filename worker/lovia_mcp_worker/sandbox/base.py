@@ -6,7 +6,8 @@ A backend is an object with (:class:`Backend`):
 - ``guarantees``: a short mapping of what it holds (file system, network,
   processes...), for the docs, the CLI and diagnostics;
 - ``unavailable(box)``: None where it can give ``box`` what it asks here,
-  else the reason (a probe: no side effect a caller must undo);
+  else the reason (a probe: no side effect a caller must undo); ``hint()``:
+  what to do then (the error of an open that named this backend ends with it);
 - ``plan(spec, box, argv, env)``: the :class:`LaunchPlan` that runs ``argv``
   inside the box: the argv to execute, the descriptors to pass to the spawn
   and those to keep open through it, a pre-exec step, and the network route
@@ -92,6 +93,8 @@ class Backend(Protocol):
     def guarantees(self) -> Mapping[str, str]: ...
 
     def unavailable(self, box: Sandbox) -> str | None: ...
+
+    def hint(self) -> str: ...
 
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan: ...
 

@@ -74,11 +74,6 @@ def load() -> None:
         get(name)
 
 
-def _hint(backend: Backend) -> str:
-    hint = getattr(backend, "hint", None)
-    return str(hint()) if callable(hint) else "Use Sandbox(backend='auto'), which picks one that works here."
-
-
 def pick(box: Sandbox) -> Backend:
     """The backend that serves ``box`` here: the named one, or for ``auto`` the first available one.
 
@@ -90,7 +85,7 @@ def pick(box: Sandbox) -> Backend:
     why = backend.unavailable(box)
     if why is not None:
         raise SandboxError(f"the {backend.name} sandbox (backend={backend.name!r}) cannot run: {why}",
-                           hint=_hint(backend))
+                           hint=backend.hint())
     return backend
 
 
@@ -112,11 +107,11 @@ class AutoBackend:
             if why is None:
                 return backend
             reasons.append(f"{name}: {why}")
-        raise SandboxError(
-            "no sandbox can be built here: " + "; ".join(reasons),
-            hint="Allow unprivileged user namespaces, or run on Linux 6.7+ with Landlock enabled; "
-                 "or open the server without sandbox= (it then runs unsandboxed).",
-        )
+        raise SandboxError("no sandbox can be built here: " + "; ".join(reasons), hint=self.hint())
+
+    def hint(self) -> str:
+        return ("Allow unprivileged user namespaces, or run on Linux 6.7+ with Landlock enabled; "
+                "or open the server without sandbox= (it then runs unsandboxed).")
 
     def unavailable(self, box: Sandbox) -> str | None:
         try:
