@@ -32,6 +32,8 @@ repository). The agent imports from it only this public surface, all of it
   ``isolation="none"``;
 - ``sandbox.netrequest``: the allowlist's host-name patterns (pure), so a
   config's ``deniedDomains`` is checked against them before anything starts.
+- ``sandbox.registry``: the sandbox backends' names (it loads no backend
+  until one is asked for), for ``Sandbox(backend=...)`` and the CLI.
 
 It also names, without importing them, what the forkserver runs:
 ``lovia_mcp_worker.forkserver.server.serve`` and the preload list (``client.channel``).

@@ -41,7 +41,6 @@ from lovia_mcp_worker.wire.confinement import DEFAULT_HIDDEN, PathPin, Sandbox
 
 _OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny"}
 _VSCODE_KEYS = {"filesystem", "network", "enabled", "backend"}
-_BACKENDS = ("auto", "bwrap", "landlock")
 _EXAMPLE = "Sandbox(network=False, writable=['/srv/data'])"
 
 
@@ -114,8 +113,10 @@ def _network(entries: list[str]) -> list[str]:
 
 
 def _backend(value: object) -> Any:
-    if value not in _BACKENDS:
-        raise UserError(f"sandbox backend must be one of {', '.join(_BACKENDS)}, got {value!r}",
+    from lovia_mcp_worker.sandbox.registry import names  # names the backends without loading any
+
+    if value not in names():
+        raise UserError(f"sandbox backend must be one of {', '.join(names())}, got {value!r}",
                         hint="'auto' uses namespaces where they can be made, else Landlock.")
     return value
 

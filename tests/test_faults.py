@@ -399,9 +399,9 @@ def test_one_connection_under_random_kills_and_stops_answers_every_call_with_its
 
 @pytest.mark.timeout(120)
 def test_under_bubblewrap_random_kills_and_stops_leave_every_call_answered_and_nothing_behind() -> None:
-    from lovia_mcp_worker.sandbox import backend
+    from lovia_mcp_worker.sandbox import bwrap
 
-    if backend.userns_refused() is not None:
+    if bwrap.userns_refused() is not None:
         pytest.skip("user namespaces are refused on this machine")
     seed = seed_for("bwrap")
     figures = asyncio.run(hammer(config("process", Sandbox(backend="bwrap")), seed))

@@ -23,6 +23,7 @@ AGENT_SURFACE = frozenset({
     "lovia_mcp_worker.wire.framing",
     "lovia_mcp_worker.session.host",
     "lovia_mcp_worker.sandbox.netrequest",
+    "lovia_mcp_worker.sandbox.registry",
 })
 
 

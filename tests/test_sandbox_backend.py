@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,10 @@ from conftest import PY, ROOT, SERVERS, raw_args, run
 from lovia.exceptions import UserError
 
 from lovia_mcp import MCPServerStdio, Sandbox
-from lovia_mcp_worker.sandbox import backend, bwrap, landlock
+from lovia_mcp.cli._args import build_parser
+from lovia_mcp_worker.sandbox import bwrap, landlock, registry
+from lovia_mcp_worker.sandbox.base import LaunchPlan, SandboxError
+from lovia_mcp_worker.wire.messages import ServerSpec
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -95,7 +99,7 @@ def test_without_user_namespaces_and_without_landlock_a_sandboxed_open_fails_lou
 
 @pytest.mark.skipif(bwrap.BWRAP is None, reason="bubblewrap is not available")
 def test_auto_uses_namespaces_where_they_can_be_made_and_stats_say_so() -> None:
-    if backend.userns_refused() is not None:
+    if bwrap.userns_refused() is not None:
         pytest.skip("user namespaces are refused on this machine")
 
     async def main() -> None:
@@ -156,7 +160,7 @@ def test_landlock_without_scoping_warns_that_signals_are_not_scoped(
 
 APPARMOR_LIKE = r'''
 import os, struct, sys
-from lovia_mcp_worker.sandbox import backend, seccomp
+from lovia_mcp_worker.sandbox import bwrap, seccomp
 # Like Ubuntu's AppArmor restriction: a user namespace may be made, but
 # nothing needing a capability inside it (here: a mount namespace) works.
 nr = seccomp.SYSCALLS[os.uname().machine]["unshare"]
@@ -167,7 +171,7 @@ prog = b"".join(struct.pack("<HBBI", *i) for i in (
     (0x06, 0, 0, 0x7FFF0000),                         # allow
 ))
 seccomp.install(prog)
-print(backend.userns_refused())
+print(bwrap.userns_refused())
 '''
 
 
@@ -176,3 +180,90 @@ def test_a_user_namespace_without_capabilities_counts_as_refused() -> None:
     print(proc.stdout, proc.stderr[-1000:])
     assert proc.returncode == 0, proc.stderr
     assert "gives no capabilities" in proc.stdout and "CLONE_NEWNS" in proc.stdout
+
+
+# --- the backend interface: the registry, auto, and a backend added by a test ---
+
+
+class FakeBackend:
+    """A backend the registry does not know: it runs the server as given and records each plan."""
+
+    name = "fake"
+    guarantees = {"filesystem": "none (a test backend)"}
+
+    def __init__(self) -> None:
+        self.planned: list[list[str]] = []
+
+    def unavailable(self, box: Sandbox) -> str | None:
+        return None
+
+    def hint(self) -> str:
+        return "Register the fake backend."
+
+    async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
+        self.planned.append(argv)
+        env["FAKE_BOX"] = "1"  # what a backend may do to the server's environment (its proxy variables)
+        return LaunchPlan(self.name, argv)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
+    backend = FakeBackend()
+    # Neither built-in backend is available: auto must go on to the registered one.
+    monkeypatch.setattr(bwrap.BwrapBackend, "unavailable", lambda self, box: "refused by the test")
+    monkeypatch.setattr(landlock.LandlockBackend, "unavailable", lambda self, box: "refused by the test")
+    registry.register(backend)
+    try:
+        yield backend
+    finally:
+        registry.unregister(backend.name)
+
+
+def test_a_registered_backend_is_picked_by_auto_and_reported_by_stats(fake: FakeBackend) -> None:
+    assert "fake" in registry.names()
+
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), sandbox=Sandbox(), isolation="none")
+        async with server.session() as conn:
+            assert (await conn.stats()).sandbox == "fake"
+            await conn.call_tool("echo", {"text": "x"})
+
+    run(main())
+    assert len(fake.planned) == 1 and fake.planned[0][0] == PY, fake.planned
+
+
+def test_the_cli_offers_a_registered_backend(fake: FakeBackend) -> None:
+    ns = build_parser().parse_args(["tools", "--sandbox-backend", "fake"])
+    assert ns.sandbox_backend == "fake"
+    registry.unregister("fake")
+    with pytest.raises(SystemExit):  # argparse refuses a name the registry does not hold
+        build_parser().parse_args(["tools", "--sandbox-backend", "fake"])
+
+
+def test_where_no_registered_backend_is_available_auto_names_each_reason(
+    fake: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FakeBackend, "unavailable", lambda self, box: "the fake is off")
+    with pytest.raises(SandboxError) as info:
+        registry.pick(Sandbox())
+    text = str(info.value)
+    assert "no sandbox can be built here" in text and "fake: the fake is off" in text, text
+    assert "bwrap: refused by the test" in text and "landlock: refused by the test" in text
+    assert info.value.hint
+
+
+def test_every_list_of_backend_names_agrees_with_the_registry() -> None:
+    wire = typing.get_args(typing.get_type_hints(Sandbox)["backend"])
+    assert wire == registry.names() == ("auto", *registry.BUILTIN), (wire, registry.names())
+    for name in registry.names():
+        assert build_parser().parse_args(["tools", "--sandbox-backend", name]).sandbox_backend == name
+        assert isinstance(MCPServerStdio(command="x", sandbox={"backend": name}).sandbox, Sandbox)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["tools", "--sandbox-backend", "firejail"])
+    for name in registry.BUILTIN:
+        backend = registry.get(name)
+        assert backend.name == name and backend.guarantees
+    # The names appear nowhere else as a list: a new backend is one registry line.
+    for path in [*(ROOT / "lovia_mcp").rglob("*.py"), *(ROOT / "worker").rglob("*.py")]:
+        if path.name != "registry.py":
+            assert '"bwrap", "landlock"' not in path.read_text() or path.name == "confinement.py", path

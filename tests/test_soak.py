@@ -142,10 +142,10 @@ def server(sandbox: Sandbox | None = None) -> MCPServerStdio:
 
 
 def sandbox_works() -> bool:
-    from lovia_mcp_worker.sandbox import backend
+    from lovia_mcp_worker.sandbox import registry
 
     try:
-        backend.choose(Sandbox(network=["example.com"]))
+        registry.pick(Sandbox(network=["example.com"]))
     except Exception:  # noqa: BLE001 - neither backend here: the sandboxed cycles are left out
         return False
     return True

@@ -161,7 +161,10 @@ def _server_options() -> argparse.ArgumentParser:
                         "(repeatable; '*.example.com' for subdomains)")
     g.add_argument("--writable", metavar="PATH", action="append", default=[],
                    help="let the sandboxed server write this path besides its cwd (repeatable)")
-    g.add_argument("--sandbox-backend", choices=("auto", "bwrap", "landlock"),
+    # The registry names the backends without loading any of them.
+    from lovia_mcp_worker.sandbox.registry import names
+
+    g.add_argument("--sandbox-backend", choices=names(),
                    help="'auto' (default): namespaces (bubblewrap) where they can be made, else Landlock")
     g = p.add_argument_group("limits on the server's process tree (process isolation)")
     g.add_argument("--memory-mb", metavar="MB", type=_positive(float), help="resident memory of the tree")

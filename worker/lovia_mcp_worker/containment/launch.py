@@ -10,12 +10,12 @@ The worker is the launch wrapper. The server gets:
 - a parent-death signal (SIGKILL when the worker dies, Linux);
 - rlimits from ``spec.limits`` applied between fork and exec, before any of
   the server's own code runs;
-- with ``spec.sandbox``, the backend :func:`~lovia_mcp_worker.sandbox.backend.choose`
-  picks: a bubblewrap argv in front of the server's, or a Landlock ruleset
-  and seccomp filter applied in the same pre-exec, after the rlimits; its
-  paths are opened as they were pinned at the open and granted by those
-  descriptors (:func:`~lovia_mcp_worker.sandbox.backend.hold`: a changed
-  one refuses the start).
+- with ``spec.sandbox``, the launch plan of the backend the registry
+  picks (:func:`~lovia_mcp_worker.sandbox.registry.pick`): its argv (a
+  bubblewrap one in front of the server's, say), the descriptors it passes,
+  and its pre-exec step (a Landlock ruleset and seccomp filter), run after
+  the rlimits. The backend in use is returned with the process, for the
+  generation to report.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ import sys
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from ..sandbox import backend
-from ..sandbox import bwrap as sandbox
-from ..sandbox import landlock
+from ..sandbox import bwrap, registry
+from ..sandbox.base import LaunchPlan, SandboxError
 from .guard import die_with_parent
 from ..wire.confinement import Limits, Sandbox
 from ..wire.messages import ServerSpec
@@ -64,7 +63,7 @@ def server_environment(extra: dict[str, str], base: dict[str, str] | None = None
     return env
 
 
-def _preexec(limits: Limits, box: landlock.Plan | None = None) -> Callable[[], None]:
+def _preexec(limits: Limits, box: Callable[[], None] | None = None) -> Callable[[], None]:
     def apply() -> None:
         # Runs in the child between fork and exec: only async-signal-tolerant
         # work here (prctl and setrlimit are plain syscalls).
@@ -76,7 +75,7 @@ def _preexec(limits: Limits, box: landlock.Plan | None = None) -> Callable[[], N
             n = int(limits.max_open_files)
             resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
         if box is not None:
-            box.apply()
+            box()
 
     return apply
 
@@ -91,11 +90,11 @@ _SETPRIV: Final = shutil.which("setpriv") if sys.platform.startswith("linux") el
 
 
 def _launch_plan(
-    limits: Limits, argv: list[str], box: landlock.Plan | None = None
+    limits: Limits, argv: list[str], box: Callable[[], None] | None = None
 ) -> tuple[list[str], Callable[[], None] | None]:
     """The argv to execute, and the pre-exec hook if one is needed.
 
-    rlimits (cpu_seconds, max_open_files) and a Landlock sandbox need the
+    rlimits (cpu_seconds, max_open_files) and a backend's pre-exec step (``box``) need the
     hook, which also sets the parent-death signal; without them setpriv
     sets it, where there is one.
     """
@@ -113,7 +112,7 @@ def wrapper_exec_error(returncode: int, stderr_tail: list[str]) -> str | None:
     line, say) raises in the worker; with one, the wrapper exits and says
     why on stderr. This reads that back so the error is the same.
     """
-    sandboxed = sandbox.setup_error(returncode, stderr_tail)
+    sandboxed = bwrap.setup_error(returncode, stderr_tail)
     if sandboxed is not None:
         return sandboxed
     if _SETPRIV is None or returncode not in (126, 127) or not stderr_tail:
@@ -152,86 +151,49 @@ def resolve_command(spec: ServerSpec, env: dict[str, str]) -> str:
     return found
 
 
-async def _sandboxed(
-    spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]
-) -> tuple[list[str], tuple[int, ...], tuple[int, ...], landlock.Plan | None]:
-    """``argv`` inside the sandbox, or the Landlock plan for the pre-exec; sets ``env``.
-
-    With a network allowlist the server is behind the worker's proxy: through
-    a unix socket and a bridge for bwrap, on a loopback TCP port for Landlock.
-    The sandbox's paths are opened as pinned first (a changed one refuses
-    the start). Also returned: the descriptors the spawn passes on (bwrap's
-    seccomp programs and the paths it binds, which it closes), and those it
-    only keeps open through the spawn (the other paths; for Landlock, all of
-    them: its rules were made on them and its pre-exec enters the cwd by
-    one); the caller closes both after the spawn. The server gets none.
-    """
-    fds: list[int] = []
-    held: backend.Held | None = None
+async def _sandboxed(spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
+    """The launch plan of the backend that serves ``box`` here; sets ``env``. Raises LaunchError."""
     try:
-        chosen = backend.choose(box)
-        held = backend.hold(box, spec.cwd)
-        if chosen == "landlock":
-            port: int | None = None
-            if isinstance(box.network, list):
-                from ..sandbox import netroute
-
-                port = await netroute.route_tcp(box.network, env)
-            plan = landlock.prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port, held=held.paths)
-            return argv, (), held.fds(), plan
-        proxy_socket: str | None = None
-        if isinstance(box.network, list):
-            from ..sandbox import netroute
-
-            fds.append(sandbox.filter_fd(box))
-            proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
-        fds.append(sandbox.filter_fd(box, allow_unix=proxy_socket is not None))
-        argv = sandbox.command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket,
-                               held=held.paths)
-        # Only the descriptors bwrap binds (and closes): any other would reach the server.
-        configured = ([spec.cwd] if spec.cwd else []) + list(box.writable)
-        bound = tuple(fd for _, fd in sandbox.outermost([held.paths[p] for p in configured]))
-        return argv, (*fds, *bound), tuple(fd for fd in held.fds() if fd not in bound), None
-    except BaseException as exc:
-        for fd in fds:
-            os.close(fd)
-        if held is not None:
-            held.close()
-        if isinstance(exc, sandbox.SandboxError):
-            raise LaunchError(str(exc), hint=exc.hint) from exc
-        raise
+        return await registry.pick(box).plan(spec, box, argv, env)
+    except SandboxError as exc:
+        raise LaunchError(str(exc), hint=exc.hint) from exc
 
 
 P = TypeVar("P", bound=asyncio.SubprocessProtocol)
 
 
-async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[asyncio.SubprocessTransport, P]:
-    """Start the server with its pipes attached to ``protocol_factory()``; raises LaunchError."""
+async def spawn(
+    spec: ServerSpec, protocol_factory: Callable[[], P]
+) -> tuple[asyncio.SubprocessTransport, P, str | None]:
+    """Start the server with its pipes attached to ``protocol_factory()``; raises LaunchError.
+
+    Also returned: the name of the sandbox backend it runs in (None: no sandbox).
+    """
     env = server_environment(spec.env)
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")
     argv = [resolve_command(spec, env), *spec.args]
-    pass_fds: tuple[int, ...] = ()
-    kept: tuple[int, ...] = ()
-    box: landlock.Plan | None = None
+    plan: LaunchPlan | None = None
     if spec.sandbox is not None:
-        argv, pass_fds, kept, box = await _sandboxed(spec, spec.sandbox, argv, env)
-    argv, preexec = _launch_plan(spec.limits, argv, box)
+        plan = await _sandboxed(spec, spec.sandbox, argv, env)
+        argv = plan.argv
+    argv, preexec = _launch_plan(spec.limits, argv, None if plan is None else plan.preexec)
     loop = asyncio.get_running_loop()
     try:
-        return await loop.subprocess_exec(
+        transport, protocol = await loop.subprocess_exec(
             protocol_factory,
             *argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            # A Landlock server enters its cwd by the descriptor its rules were made on.
-            cwd=spec.cwd if box is None or box.cwd_fd < 0 else None,
+            # A backend's pre-exec may enter the cwd itself (Landlock: by the descriptor its rules were made on).
+            cwd=spec.cwd if plan is None or not plan.enters_cwd else None,
             start_new_session=True,
             preexec_fn=preexec,
-            pass_fds=pass_fds,
+            pass_fds=() if plan is None else plan.pass_fds,
         )
+        return transport, protocol, None if plan is None else plan.backend
     except subprocess.SubprocessError as exc:  # the pre-exec failed: no server ran
         raise LaunchError(
             f"the sandbox could not be applied to {spec.command!r} ({exc})",
@@ -249,10 +211,8 @@ async def spawn(spec: ServerSpec, protocol_factory: Callable[[], P]) -> tuple[as
             hint="Check the command, its interpreter line and cwd.",
         ) from exc
     finally:
-        for fd in (*pass_fds, *kept):
-            os.close(fd)
-        if box is not None:
-            box.close()
+        if plan is not None:
+            plan.close()
 
 
 __all__ = [

@@ -22,8 +22,13 @@ import queue  # noqa: F401 - preloaded for workers
 
 from . import worker  # noqa: F401 - preloaded for workers
 from ..wire import messages
+from ..sandbox import registry
 from ..session import host  # noqa: F401 - preloaded for workers
 from ..transport import jsonrpc, stdio  # noqa: F401 - preloaded for workers
+
+# The backends' modules and their probes (user namespaces, the Landlock ABI):
+# once here, so no worker imports one on a server's start.
+registry.load()
 
 # msgspec works out a message union's types on its first decoder (~1 ms):
 # once here, so no worker pays it on its open's path.

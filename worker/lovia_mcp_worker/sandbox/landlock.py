@@ -10,7 +10,7 @@ Lifecycle: :func:`prepare` runs in the worker before the spawn. It makes the
 server's private temporary directory (``TMPDIR``) and builds the ruleset, a
 file descriptor holding every rule, each made on a descriptor: the cwd,
 ``writable`` and ``readable`` paths on those the worker opened and checked
-against their pins (:func:`~lovia_mcp_worker.sandbox.backend.hold`), the
+against their pins (:func:`~lovia_mcp_worker.sandbox.pins.hold`), the
 rest opened without following a symlink (:func:`open_unfollowed`).
 :meth:`Plan.apply` runs in the child between fork and exec (the launch's
 pre-exec, after the rlimits): the server enters its cwd by descriptor, the
@@ -67,14 +67,19 @@ import shutil
 import stat
 import struct
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ..wire.confinement import Sandbox
-from . import seccomp
+from . import pins, seccomp
 from ._runtime import runtime, script_tree
+from .base import LaunchPlan, SandboxError
+from .bwrap import hidden_paths
+from .pins import open_unfollowed
 from .privileges import drop_privileges
-from .bwrap import SandboxError, hidden_paths
 from .writedeny import protected_entries
+
+if TYPE_CHECKING:
+    from ..wire.messages import ServerSpec
 
 # Syscall numbers: the same on x86_64 and aarch64 (new syscalls share one table).
 _SYSCALLS: Final = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}
@@ -128,62 +133,6 @@ def _syscall(nr: int, *args: object) -> int:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return ret
-
-
-# openat2(2) (Linux 5.6+): the same number on x86_64 and aarch64.
-_OPENAT2: Final = 437 if platform.machine() in ("x86_64", "aarch64") else None
-_RESOLVE_NO_SYMLINKS: Final = 0x04
-_AT_FDCWD: Final = -100
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-# False once openat2 turned out missing here (an old kernel, or a container
-# profile that refuses it): the component walk then serves every open.
-_has_openat2 = _OPENAT2 is not None
-
-
-def open_unfollowed(path: str) -> int:
-    """An ``O_PATH`` descriptor (close-on-exec) of absolute ``path``, following no symlink anywhere in it.
-
-    ``openat2(RESOLVE_NO_SYMLINKS)``; where that call is missing (ENOSYS, or
-    EPERM from a seccomp profile), a walk from ``/`` that opens each
-    component with ``O_NOFOLLOW``. A symlink on the way raises
-    ``OSError(ELOOP)``; a missing component, ENOENT.
-    """
-    global _has_openat2
-    if _has_openat2 and _OPENAT2 is not None:
-        how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
-        fd = int(_libc.syscall(ctypes.c_long(_OPENAT2), ctypes.c_int(_AT_FDCWD), os.fsencode(path),
-                               ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how))))
-        if fd >= 0:
-            return fd
-        err = ctypes.get_errno()
-        if err not in (errno.ENOSYS, errno.EPERM):
-            raise OSError(err, os.strerror(err), path)
-        _has_openat2 = False
-    return _walk_unfollowed(path)
-
-
-def _walk_unfollowed(path: str) -> int:
-    if not path.startswith("/"):
-        raise OSError(errno.EINVAL, "not an absolute path", path)
-    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in path.split("/"):
-            if not name:
-                continue
-            nxt = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-            if stat.S_ISLNK(os.fstat(fd).st_mode):
-                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _probe_abi() -> int:
@@ -399,7 +348,7 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
 
     ``held`` maps the configured cwd, ``writable`` and ``readable`` paths to
     their resolved path and a descriptor the caller opened and checked
-    (:func:`~lovia_mcp_worker.sandbox.backend.hold`): their rules are made on
+    (:func:`~lovia_mcp_worker.sandbox.pins.hold`): their rules are made on
     those descriptors, and the server's cwd is entered through its own, so
     nothing is looked up by path again. Without it (a one-off ruleset), those
     paths are resolved here, once. The caller closes the descriptors after
@@ -515,7 +464,52 @@ def cleanup() -> None:
         _tmp_root = None
 
 
+class LandlockBackend:
+    """``backend="landlock"``: Landlock and seccomp, where namespaces are refused; needs Landlock (ABI 4 for
+    a closed network).
+
+    With a network allowlist the server reaches the worker's proxy on a
+    loopback TCP port, the only one its rules allow. Every pinned path is
+    held through the spawn (its rules were made on them, and the pre-exec
+    enters the cwd by one); the server gets none.
+    """
+
+    name: Final = "landlock"
+    guarantees: Final[Mapping[str, str]] = {
+        "filesystem": "read-only system paths; cwd and writable paths by their pinned descriptors; hidden paths "
+                      "never granted",
+        "network": "TCP only to the worker's proxy port (ABI 4+), none with network=False",
+        "processes": "no private pid space: other processes' memory and environment stay closed",
+        "privileges": "capabilities dropped before the exec",
+        "syscalls": "the seccomp filter on the server",
+    }
+
+    def unavailable(self, box: Sandbox) -> str | None:
+        return unavailable(box)
+
+    def hint(self) -> str:
+        """What to do where :meth:`unavailable` says no."""
+        return ("Use Sandbox(backend='bwrap') where user namespaces are allowed, "
+                "or run the agent on Linux 6.7 or later.")
+
+    async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
+        held = pins.hold(box, spec.cwd)
+        try:
+            port: int | None = None
+            if isinstance(box.network, list):
+                from . import netroute  # the proxy's modules load only where a server needs one
+
+                port = await netroute.route_tcp(box.network, env)
+            ruleset = prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port, held=held.paths)
+        except BaseException:
+            held.close()
+            raise
+        return LaunchPlan(self.name, argv, kept_fds=held.fds(), preexec=ruleset.apply,
+                          enters_cwd=ruleset.cwd_fd >= 0, release=ruleset.close)
+
+
 __all__ = [
+    "LandlockBackend",
     "ABI",
     "DEVICES",
     "NETWORK_ABI",
@@ -525,7 +519,6 @@ __all__ = [
     "Plan",
     "cleanup",
     "fs_rights",
-    "open_unfollowed",
     "prepare",
     "unavailable",
 ]

@@ -22,7 +22,7 @@ import tempfile
 from typing import Final
 
 from . import netproxy
-from .bwrap import SandboxError
+from .base import SandboxError
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 

@@ -74,6 +74,11 @@ class Generation:
         return None if self.session is None else self.session.pid
 
     @property
+    def sandbox(self) -> str | None:
+        """The sandbox backend its server was launched in (None: none, or not launched)."""
+        return None if self.session is None else self.session.sandbox
+
+    @property
     def protocol_version(self) -> str | None:
         """The MCP protocol version its session negotiated."""
         return None if self.session is None else self.session.protocol_version

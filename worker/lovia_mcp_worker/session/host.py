@@ -54,7 +54,6 @@ from ..wire.messages import (
     Opened, Result, ServerSpec, Started, Stats, StatsReply, Tools, WorkerMessage,
 )
 from .standby import Standby
-from ..sandbox import backend as sandbox_backend
 
 
 class Host:
@@ -87,6 +86,9 @@ class Host:
         self.errors = 0
         self.timeouts = 0
         self.garbage_lines = 0
+        # The sandbox backend of the last generation launched (each records its own): stats between
+        # generations report it.
+        self._sandbox: str | None = None
         # The agent's trace context for the open's handshake (Open.trace).
         self._open_trace: dict[str, str] | None = None
         # Set once the open's server is launched, or the open is over: the
@@ -125,7 +127,7 @@ class Host:
                     self.launched.set()
                 self.listing.sent(gen.tools)
                 if msg.spec.sandbox is not None:
-                    self._log(logging.INFO, f"sandbox: {self._sandbox()} (asked for backend={msg.spec.sandbox.backend!r})")
+                    self._log(logging.INFO, f"sandbox: {gen.sandbox} (asked for backend={msg.spec.sandbox.backend!r})")
                 self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools, generation=gen.number,
                                   protocol_version=gen.protocol_version, listing_ttl=gen.listing_ttl))
             elif isinstance(msg, ListTools):
@@ -335,10 +337,7 @@ class Host:
 
     def _started_message(self, gen: Generation) -> Started:
         return Started(server_pid=gen.server_pid, generation=gen.number, protocol_version=gen.protocol_version,
-                       sandbox=self._sandbox())
-
-    def _sandbox(self) -> str | None:  # the backend in use: the agent's span events and stats report it
-        return sandbox_backend.in_use() if self.spec is not None and self.spec.sandbox is not None else None
+                       sandbox=gen.sandbox)
 
     async def _wait_down(self, gen: Generation) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -363,6 +362,7 @@ class Host:
         try:
             async with session.running():
                 self.launched.set()
+                self._sandbox = session.sandbox
                 # The move into a cgroup runs beside the handshake.
                 entering = self.containment.attach(gen)
                 watchers += self.containment.watch(gen, spec)
@@ -434,7 +434,8 @@ class Host:
             enforcement=self.containment.enforcement or "watch" if contained else "none",
             oom_kills=self.containment.total_oom_kills(),
             protocol_version=gen.protocol_version if serving and gen is not None else None,
-            sandbox=self._sandbox(),
+            # The backend the current generation runs in, else the last one launched.
+            sandbox=gen.sandbox if gen is not None and gen.sandbox is not None else self._sandbox,
         )
 
     def _log(self, level: int, message: str, stderr: bool = False) -> None:

@@ -35,6 +35,11 @@ class Session(Protocol):
     initialized: bool
 
     @property
+    def sandbox(self) -> str | None:
+        """The sandbox backend its server runs in (None: none, or not launched yet)."""
+        ...
+
+    @property
     def protocol_version(self) -> str | None:
         """The MCP protocol version negotiated (None until it is)."""
         ...

@@ -185,6 +185,10 @@ class HttpSession:
             self._on_tools_changed()
 
     @property
+    def sandbox(self) -> str | None:
+        return None  # a remote server: nothing of ours runs it
+
+    @property
     def protocol_version(self) -> str | None:
         session = self._session
         return None if session is None else session.protocol_version

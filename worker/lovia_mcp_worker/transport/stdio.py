@@ -104,6 +104,8 @@ class StdioSession:
         # JSON-RPC (its first STDOUT_HEAD_BYTES).
         self._head = bytearray()
         self.transport: asyncio.SubprocessTransport | None = None
+        # The sandbox backend the launch used (None: no sandbox).
+        self.sandbox: str | None = None
         self.exited: asyncio.Future[int] = loop.create_future()
         self._stderr_closed = asyncio.Event()
         self._stdout_closed = asyncio.Event()
@@ -127,7 +129,7 @@ class StdioSession:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Spawn the server (raises LaunchError); the host tears the tree down after."""
-        self.transport, _ = await spawn(self.spec, lambda: _Pipes(self))
+        self.transport, _, self.sandbox = await spawn(self.spec, lambda: _Pipes(self))
         yield
 
     @property

@@ -144,7 +144,7 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     oom_kills: int = 0
     # The MCP protocol version the current generation speaks (None: none serves).
     protocol_version: str | None = None
-    # The sandbox backend the server runs in: "bwrap", "landlock", or None (no sandbox).
+    # The sandbox backend the serving (else the last) generation runs in, by its registry name; None: no sandbox.
     sandbox: str | None = None
 
 
@@ -243,7 +243,7 @@ class Started(msgspec.Struct, frozen=True, tag=True):
     server_pid: int | None
     generation: int
     # The MCP protocol version it speaks, and the sandbox backend in force
-    # ("bwrap", "landlock"; None: no sandbox): the agent makes span events
+    # (its registry name; None: no sandbox): the agent makes span events
     # of them (why the one before ended came with its Ended).
     protocol_version: str | None = None
     sandbox: str | None = None
