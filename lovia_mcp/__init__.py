@@ -43,6 +43,8 @@ import logging
 from importlib import metadata as _metadata
 
 from lovia.exceptions import MCPError, UserError
+from lovia_mcp_worker.wire.confinement import Limits, Sandbox
+from lovia_mcp_worker.wire.messages import Stats
 
 from .annotations import MCPTool, ToolAnnotations
 from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
@@ -51,8 +53,6 @@ from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
 from .spares import close_spares, warm_spares
-from lovia_mcp_worker.wire.confinement import Limits, Sandbox
-from lovia_mcp_worker.wire.messages import Stats
 
 try:
     __version__ = _metadata.version("lovia-mcp")

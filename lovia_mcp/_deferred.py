@@ -114,10 +114,7 @@ def make_search_tool(catalog: dict[str, Tool]) -> Tool:
             ensure_ascii=False,
         )
         if len(scored) > len(shown):
-            text += (
-                f"\n({len(scored) - len(shown)} more matches not shown; "
-                "refine the query or raise max_results.)"
-            )
+            text += f"\n({len(scored) - len(shown)} more matches not shown; refine the query or raise max_results.)"
         return text
 
     return search_mcp_tools
@@ -161,11 +158,7 @@ def make_call_tool(catalog: dict[str, Tool]) -> Tool:
             near = difflib.get_close_matches(tool, list(catalog), n=3, cutoff=0.4)
             raise ToolError(
                 f"unknown deferred MCP tool: {tool!r}",
-                hint=(
-                    f"Did you mean: {', '.join(near)}?"
-                    if near
-                    else "Use search_mcp_tools to discover tools."
-                ),
+                hint=(f"Did you mean: {', '.join(near)}?" if near else "Use search_mcp_tools to discover tools."),
                 tool_name="call_mcp_tool",
             )
         # Full delegation: run_tool honors the underlying tool's retries and
@@ -178,9 +171,7 @@ def make_call_tool(catalog: dict[str, Tool]) -> Tool:
         # a deferred result is bounded by min(server cap, agent cap) — never
         # looser than either.
         raw = await run_tool(target, dict(arguments or {}), ctx)
-        rendered = await render_tool_result(
-            target, raw, ctx, default=getattr(ctx.agent, "tool_result_renderer", None)
-        )
+        rendered = await render_tool_result(target, raw, ctx, default=getattr(ctx.agent, "tool_result_renderer", None))
         if target.max_output_chars is not None:
             rendered = truncate_tool_output(rendered, target.max_output_chars)
         return rendered  # type: ignore[no-any-return]  # lovia ships no type information

@@ -53,16 +53,27 @@ async def chapter(server_script: Path, check: Callable[..., bool]) -> list[int]:
     try:
         secret = home / "secret.txt"
         secret.write_text(SECRET + "\n")
-        servers = [MCPServerStdio(command=sys.executable, args=[str(server_script)], name=name, cwd=str(work),
-                                  sandbox=box, auto_reconnect=False)
-                   for name, box in (("bare", None), ("boxed", Sandbox()))]
+        servers = [
+            MCPServerStdio(
+                command=sys.executable,
+                args=[str(server_script)],
+                name=name,
+                cwd=str(work),
+                sandbox=box,
+                auto_reconnect=False,
+            )
+            for name, box in (("bare", None), ("boxed", Sandbox()))
+        ]
         plugin = MCP(*servers, isolation="process")
-        script = [call(f"{name}__{tool}", args, call_id=f"{name}-{tool}")
-                  for name in ("bare", "boxed")
-                  for tool, args in (("read_file", {"path": str(secret)}),
-                                     ("phone_home", {"host": "127.0.0.1", "port": port}))]
-        agent: Agent[Any] = Agent(name="sandbox-demo", model=ScriptedProvider([*script, text(FINAL)]),
-                                  plugins=[plugin])
+        script = [
+            call(f"{name}__{tool}", args, call_id=f"{name}-{tool}")
+            for name in ("bare", "boxed")
+            for tool, args in (
+                ("read_file", {"path": str(secret)}),
+                ("phone_home", {"host": "127.0.0.1", "port": port}),
+            )
+        ]
+        agent: Agent[Any] = Agent(name="sandbox-demo", model=ScriptedProvider([*script, text(FINAL)]), plugins=[plugin])
         print(f"A secret file: {secret}")
         print(f"A service on the host: 127.0.0.1:{port}")
         outputs: dict[str, str] = {}

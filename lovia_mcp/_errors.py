@@ -16,16 +16,13 @@ from __future__ import annotations
 from typing import Final
 
 from lovia.exceptions import MCPError, UserError
-
 from lovia_mcp_worker.wire.messages import Failure, Spelling, library_words
 
 # Stderr lines quoted in an error's hint.
 HINT_STDERR_LINES: Final = 8
 
 
-def to_error(
-    failure: Failure, tool_name: str | None, server_name: str, words: Spelling = library_words
-) -> Exception:
+def to_error(failure: Failure, tool_name: str | None, server_name: str, words: Spelling = library_words) -> Exception:
     """The lovia error for ``failure`` of a call of ``tool_name`` (``None``: of the server itself)."""
     hint = failure.hint_text(words) or "Check that the MCP server is running and reachable."
     if failure.stderr_tail:

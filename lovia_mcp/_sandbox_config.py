@@ -36,7 +36,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from lovia.exceptions import UserError
-
 from lovia_mcp_worker.wire.confinement import DEFAULT_HIDDEN, PathPin, Sandbox
 
 _OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny"}
@@ -45,8 +44,10 @@ _EXAMPLE = "Sandbox(network=False, writable=['/srv/data'])"
 
 
 def _strings(value: object, field: str) -> list[str]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(
-        isinstance(v, str) and v for v in value
+    if (
+        isinstance(value, str)
+        or not isinstance(value, (list, tuple))
+        or not all(isinstance(v, str) and v for v in value)
     ):
         raise UserError(f"sandbox {field} must be a list of non-empty strings, got {value!r}", hint=_EXAMPLE)
     return list(value)
@@ -55,22 +56,31 @@ def _strings(value: object, field: str) -> list[str]:
 def _from_vscode(block: Mapping[str, Any]) -> Sandbox:
     unknown = set(block) - _VSCODE_KEYS
     if unknown:
-        raise UserError(f"unknown sandbox keys: {', '.join(sorted(unknown))}",
-                        hint="Use 'filesystem' (allowWrite, denyRead, denyWrite), 'network' "
-                        "(allowedDomains, deniedDomains) and 'backend'.")
+        raise UserError(
+            f"unknown sandbox keys: {', '.join(sorted(unknown))}",
+            hint="Use 'filesystem' (allowWrite, denyRead, denyWrite), 'network' "
+            "(allowedDomains, deniedDomains) and 'backend'.",
+        )
     fs = block.get("filesystem") or {}
     net = block.get("network") or {}
     if not isinstance(fs, Mapping) or not isinstance(net, Mapping):
-        raise UserError("sandbox 'filesystem' and 'network' must be objects",
-                        hint='"sandbox": {"filesystem": {"allowWrite": ["."]}, "network": {"allowedDomains": []}}')
-    for name, part, known in (("filesystem", fs, {"allowWrite", "denyRead", "denyWrite"}),
-                              ("network", net, {"allowedDomains", "deniedDomains"})):
+        raise UserError(
+            "sandbox 'filesystem' and 'network' must be objects",
+            hint='"sandbox": {"filesystem": {"allowWrite": ["."]}, "network": {"allowedDomains": []}}',
+        )
+    for name, part, known in (
+        ("filesystem", fs, {"allowWrite", "denyRead", "denyWrite"}),
+        ("network", net, {"allowedDomains", "deniedDomains"}),
+    ):
         extra = set(part) - known
         if extra:
-            raise UserError(f"unknown sandbox {name} keys: {', '.join(sorted(extra))}",
-                            hint=f"Known: {', '.join(sorted(known))}.")
-    domains = _allowed_minus_denied(_strings(net.get("allowedDomains", []), "network.allowedDomains"),
-                                    _strings(net.get("deniedDomains", []), "network.deniedDomains"))
+            raise UserError(
+                f"unknown sandbox {name} keys: {', '.join(sorted(extra))}", hint=f"Known: {', '.join(sorted(known))}."
+            )
+    domains = _allowed_minus_denied(
+        _strings(net.get("allowedDomains", []), "network.allowedDomains"),
+        _strings(net.get("deniedDomains", []), "network.deniedDomains"),
+    )
     deny = _strings(fs.get("denyRead", []), "filesystem.denyRead")
     return Sandbox(
         network=domains or False,
@@ -89,14 +99,16 @@ def _allowed_minus_denied(allowed: list[str], denied: list[str]) -> list[str]:
     try:
         patterns = tuple(normalize_pattern(a) for a in kept)
     except ValueError as exc:
-        raise UserError(f"bad sandbox network.allowedDomains: {exc}",
-                        hint='"allowedDomains": ["api.github.com", "*.npmjs.org"]') from exc
+        raise UserError(
+            f"bad sandbox network.allowedDomains: {exc}", hint='"allowedDomains": ["api.github.com", "*.npmjs.org"]'
+        ) from exc
     for name in denied:
         if not name.startswith("*") and host_allowed(name, patterns):
             raise UserError(
                 f"sandbox network.deniedDomains has {name!r}, which an allowed wildcard still matches",
                 hint="The sandbox proxy has allow rules only: list the allowed names one by one "
-                     "instead of the wildcard, leaving the denied one out.")
+                "instead of the wildcard, leaving the denied one out.",
+            )
     return kept
 
 
@@ -116,8 +128,10 @@ def _backend(value: object) -> Any:
     from lovia_mcp_worker.sandbox.registry import names  # names the backends without loading any
 
     if value not in names():
-        raise UserError(f"sandbox backend must be one of {', '.join(names())}, got {value!r}",
-                        hint="'auto' uses namespaces where they can be made, else Landlock.")
+        raise UserError(
+            f"sandbox backend must be one of {', '.join(names())}, got {value!r}",
+            hint="'auto' uses namespaces where they can be made, else Landlock.",
+        )
     return value
 
 
@@ -135,14 +149,18 @@ def coerce(value: object) -> Sandbox | None:
                 return None
             value = _from_vscode(value)
     if not isinstance(value, Sandbox):
-        raise UserError(f"sandbox must be a Sandbox(...), True, or a dict, got {type(value).__name__}",
-                        hint=f"from lovia_mcp import Sandbox; sandbox={_EXAMPLE}")
+        raise UserError(
+            f"sandbox must be a Sandbox(...), True, or a dict, got {type(value).__name__}",
+            hint=f"from lovia_mcp import Sandbox; sandbox={_EXAMPLE}",
+        )
     network = value.network
     if not isinstance(network, bool):
         network = _network(_strings(network, "network"))
     if not isinstance(value.write_deny, bool):
-        raise UserError(f"sandbox write_deny must be true or false, got {value.write_deny!r}",
-                        hint="write_deny=False lets the server write .git/hooks, shell rc files and editor configs.")
+        raise UserError(
+            f"sandbox write_deny must be true or false, got {value.write_deny!r}",
+            hint="write_deny=False lets the server write .git/hooks, shell rc files and editor configs.",
+        )
     return Sandbox(
         network=network,
         writable=_strings(value.writable, "writable") if value.writable else [],

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from lovia.tools import Tool
-
 from lovia_mcp_worker.wire.mcpjson import ToolSpec
 
 from . import annotations as policy
@@ -58,7 +57,8 @@ def build_tools(
                 reported.add(spec.name)
                 logger.warning(
                     "%s: the server lists the tool %r more than once; the first listing is used",
-                    server_name, spec.name,
+                    server_name,
+                    spec.name,
                 )
             continue
         if (include is not None and spec.name not in include) or spec.name in exclude:

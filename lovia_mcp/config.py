@@ -20,12 +20,14 @@ from lovia_mcp_worker.wire.confinement import Limits, Sandbox
 from lovia_mcp_worker.wire.messages import (
     DEFAULT_KILL_GRACE,
     DEFAULT_OPEN_TIMEOUT,
-    MCP_PROTOCOL_MODES as PROTOCOL_MODES,
     ON_TIMEOUT_CANCEL,
     ON_TIMEOUT_KILL,
     ON_TIMEOUTS,
     OnTimeout,
     ServerSpec,
+)
+from lovia_mcp_worker.wire.messages import (
+    MCP_PROTOCOL_MODES as PROTOCOL_MODES,
 )
 
 from . import _sandbox_config, spares
@@ -109,8 +111,10 @@ class MCPServer:
                 "(approval for every tool not marked read-only, trusted with trust_annotations=True).",
             )
         if not isinstance(self.trust_annotations, bool):
-            raise UserError(f"trust_annotations must be True or False, got {self.trust_annotations!r}",
-                            hint="trust_annotations=True only for a server you trust to describe its tools.")
+            raise UserError(
+                f"trust_annotations must be True or False, got {self.trust_annotations!r}",
+                hint="trust_annotations=True only for a server you trust to describe its tools.",
+            )
         if self.on_timeout not in ON_TIMEOUTS:
             raise UserError(
                 f"unknown on_timeout {self.on_timeout!r}",
@@ -119,34 +123,50 @@ class MCPServer:
             )
         for field, value in (("timeout", self.timeout), ("open_timeout", self.open_timeout)):
             if value is not None and not value > 0:
-                raise UserError(f"{field} must be a positive number of seconds, got {value!r}",
-                                hint=f"Pass {field}=30, say.")
+                raise UserError(
+                    f"{field} must be a positive number of seconds, got {value!r}", hint=f"Pass {field}=30, say."
+                )
         if self.kill_grace < 0 or self.restart_limit < 1 or self.restart_window <= 0:
-            raise UserError("kill_grace must be >= 0, restart_limit >= 1 and restart_window > 0",
-                            hint="Keep the defaults unless you have a reason.")
+            raise UserError(
+                "kill_grace must be >= 0, restart_limit >= 1 and restart_window > 0",
+                hint="Keep the defaults unless you have a reason.",
+            )
         if self.limits is not None and not isinstance(self.limits, Limits):
-            raise UserError(f"limits must be a Limits(...), got {type(self.limits).__name__}",
-                            hint="from lovia_mcp import Limits; limits=Limits(memory_mb=512)")
+            raise UserError(
+                f"limits must be a Limits(...), got {type(self.limits).__name__}",
+                hint="from lovia_mcp import Limits; limits=Limits(memory_mb=512)",
+            )
         if self.limits is not None:
             for field in ("memory_mb", "cpu_seconds", "max_processes", "max_open_files", "max_result_bytes"):
                 value = getattr(self.limits, field)
                 if value is not None and (isinstance(value, bool) or not value > 0):
                     raise UserError(
                         f"Limits({field}={value!r}) must be a positive number",
-                        hint="Use a positive byte count (the default is 32 MiB)." if field == "max_result_bytes"
+                        hint="Use a positive byte count (the default is 32 MiB)."
+                        if field == "max_result_bytes"
                         else f"Leave {field} out (None) for no limit.",
                     )
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise UserError(f"name must be a non-empty string, got {self.name!r}", hint="name='github', say.")
         if isinstance(self.spares, bool) or not isinstance(self.spares, int) or self.spares < 0:
-            raise UserError(f"spares must be a whole number >= 0, got {self.spares!r}",
-                            hint="spares=1 keeps one opened server ready for the next run; 0 (the default) keeps none.")
+            raise UserError(
+                f"spares must be a whole number >= 0, got {self.spares!r}",
+                hint="spares=1 keeps one opened server ready for the next run; 0 (the default) keeps none.",
+            )
         if self.spares > MAX_SPARES:
-            raise UserError(f"spares={self.spares} is over the cap of {MAX_SPARES} spares per agent process",
-                            hint="One or two spares cover a run starting while another one opens; use fewer.")
-        if isinstance(self.spare_idle, bool) or not isinstance(self.spare_idle, (int, float)) or not self.spare_idle > 0:
-            raise UserError(f"spare_idle must be a positive number of seconds, got {self.spare_idle!r}",
-                            hint=f"Keep the default ({DEFAULT_SPARE_IDLE:g} s) or pass spare_idle=60, say.")
+            raise UserError(
+                f"spares={self.spares} is over the cap of {MAX_SPARES} spares per agent process",
+                hint="One or two spares cover a run starting while another one opens; use fewer.",
+            )
+        if (
+            isinstance(self.spare_idle, bool)
+            or not isinstance(self.spare_idle, (int, float))
+            or not self.spare_idle > 0
+        ):
+            raise UserError(
+                f"spare_idle must be a positive number of seconds, got {self.spare_idle!r}",
+                hint=f"Keep the default ({DEFAULT_SPARE_IDLE:g} s) or pass spare_idle=60, say.",
+            )
         if self.protocol not in PROTOCOL_MODES:
             raise UserError(
                 f"unknown protocol {self.protocol!r}",
@@ -229,11 +249,15 @@ class MCPServerStdio(MCPServer):
         # Normalised once: a dict (VS Code's "sandbox" block) or True becomes a Sandbox.
         object.__setattr__(self, "sandbox", _sandbox_config.coerce(self.sandbox))
         if not isinstance(self.command, str) or not self.command.strip():
-            raise UserError(f"command must be a non-empty string, got {self.command!r}",
-                            hint="MCPServerStdio(command='uvx', args=['mcp-server-time'])")
+            raise UserError(
+                f"command must be a non-empty string, got {self.command!r}",
+                hint="MCPServerStdio(command='uvx', args=['mcp-server-time'])",
+            )
         if self.args is not None and (isinstance(self.args, str) or not all(isinstance(a, str) for a in self.args)):
-            raise UserError(f"args must be a list of strings, got {self.args!r}",
-                            hint="Split the arguments: args=['--root', '/tmp'], not a single string.")
+            raise UserError(
+                f"args must be a list of strings, got {self.args!r}",
+                hint="Split the arguments: args=['--root', '/tmp'], not a single string.",
+            )
         if self.env is not None and not (
             isinstance(self.env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items())
         ):
@@ -278,8 +302,10 @@ class MCPServerStreamableHTTP(MCPServer):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
-            raise UserError(f"url must be an http(s) URL, got {self.url!r}",
-                            hint="MCPServerStreamableHTTP(url='http://127.0.0.1:8000/mcp')")
+            raise UserError(
+                f"url must be an http(s) URL, got {self.url!r}",
+                hint="MCPServerStreamableHTTP(url='http://127.0.0.1:8000/mcp')",
+            )
 
     def _label(self) -> str:
         return self.url

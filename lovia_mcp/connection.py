@@ -38,7 +38,6 @@ import msgspec
 from lovia.exceptions import MCPError
 from lovia.run_context import RunContext
 from lovia.tools import Tool
-
 from lovia_mcp_worker.wire.framing import MAX_REQUEST_BYTES
 from lovia_mcp_worker.wire.mcpjson import ToolAnnotations, ToolSpec
 from lovia_mcp_worker.wire.messages import (
@@ -57,8 +56,8 @@ from . import tracing
 from ._errors import to_error
 from ._parity import LoviaFields
 from ._tools import build_tools
-from .client.circuit import RestartCircuit
 from .client import core as client_core
+from .client.circuit import RestartCircuit
 from .client.core import ClientCore
 from .client.retry import retry
 from .render import MCPToolResult, default_renderer, output_cap, with_sdk_models
@@ -210,16 +209,24 @@ class MCPConnection(LoviaFields):
         if changed:
             after = set(self.raw_names.values())
             logger.info(
-                "%s: the server's tools changed (%d now; added %s, removed %s)", self.name,
-                len(after), sorted(after - before) or "none", sorted(before - after) or "none",
+                "%s: the server's tools changed (%d now; added %s, removed %s)",
+                self.name,
+                len(after),
+                sorted(after - before) or "none",
+                sorted(before - after) or "none",
             )
 
     def _build_tools(self, specs: list[ToolSpec]) -> list[Tool]:
         self._specs = list(specs)
         self._annotations = {spec.name: spec.annotations for spec in specs}
         tools, self.raw_names = build_tools(
-            self.server, self.prefix, specs, self._make_invoke, self._renderer,
-            reported=self._duplicates_reported, server_name=self.name,
+            self.server,
+            self.prefix,
+            specs,
+            self._make_invoke,
+            self._renderer,
+            reported=self._duplicates_reported,
+            server_name=self.name,
         )
         return tools
 
@@ -296,8 +303,14 @@ class MCPConnection(LoviaFields):
             if isinstance(reply, Failure):
                 if op is not None and reply.kind == "timeout":
                     op.timed_out(timeout, self.server.on_timeout)
-                if retry(reply, policy=self.server.auto_reconnect, annotations=self._annotations.get(name),
-                         retried=retried, server=self.name, tool=name):
+                if retry(
+                    reply,
+                    policy=self.server.auto_reconnect,
+                    annotations=self._annotations.get(name),
+                    retried=retried,
+                    server=self.name,
+                    tool=name,
+                ):
                     retried = True
                     if op is not None:
                         op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": reply.text()})
@@ -305,8 +318,13 @@ class MCPConnection(LoviaFields):
                 raise self._error(reply, name)
             assert isinstance(reply, Result)
             structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
-            return MCPToolResult(content=list(reply.content), is_error=reply.is_error, structured_content=structured,
-                                 cap=cap, omitted=reply.omitted)
+            return MCPToolResult(
+                content=list(reply.content),
+                is_error=reply.is_error,
+                structured_content=structured,
+                cap=cap,
+                omitted=reply.omitted,
+            )
 
     async def _ask(self, make: Any, op: tracing.Operation | None = None) -> WorkerMessage:
         """A request that is not a call: its failure raised as the lovia error, never retried."""

@@ -161,8 +161,10 @@ async def _run(check: _Checks) -> _Seen:
                 if step.tool == "server_info" and seen.server_pids:
                     stats = await conn.stats()
                     why = f" (last: {stats.last_restart_reason})" if stats.last_restart_reason else ""
-                    print(f"   worker {stats.worker_pid}: server pid {stats.server_pid}, "
-                          f"{stats.restarts} restart(s){why}, {stats.calls} call(s), {stats.errors} error(s)")
+                    print(
+                        f"   worker {stats.worker_pid}: server pid {stats.server_pid}, "
+                        f"{stats.restarts} restart(s){why}, {stats.calls} call(s), {stats.errors} error(s)"
+                    )
             _check_step(check, seen, ev.call.id, step)
             print()
         elif isinstance(ev, RunCompleted):
@@ -182,10 +184,15 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
         check(call_id not in seen.exceptions, "nothing raised: the model can correct itself")
     elif step.tool == "crash":
         exc = seen.exceptions.get(call_id)
-        check(failed and isinstance(exc, MCPError), "the call failed with an MCPError",
-              f"raised {type(exc).__name__}" if exc is not None else "nothing raised")
-        check("exited with code 1" in out and "crashing on purpose" in out,
-              "the model sees the exit code and the server's last stderr lines")
+        check(
+            failed and isinstance(exc, MCPError),
+            "the call failed with an MCPError",
+            f"raised {type(exc).__name__}" if exc is not None else "nothing raised",
+        )
+        check(
+            "exited with code 1" in out and "crashing on purpose" in out,
+            "the model sees the exit code and the server's last stderr lines",
+        )
     elif step.tool == "server_info":
         m = _PID.search(out)
         pid = int(m.group(1)) if m else None
@@ -244,10 +251,16 @@ async def _demo(check: _Checks) -> None:
     print()
     print("After the run")
     check(all(_call_id(i) in seen.outputs for i in range(1, len(STEPS) + 1)), "every scripted call ran")
-    check(len(seen.worker_pids) == 1, "one worker process served the whole run, crash included",
-          f"worker pids {sorted(seen.worker_pids)}")
-    check("mcp" not in sys.modules, "the agent process never imported mcp",
-          "'mcp' in sys.modules is " + str("mcp" in sys.modules))
+    check(
+        len(seen.worker_pids) == 1,
+        "one worker process served the whole run, crash included",
+        f"worker pids {sorted(seen.worker_pids)}",
+    )
+    check(
+        "mcp" not in sys.modules,
+        "the agent process never imported mcp",
+        "'mcp' in sys.modules is " + str("mcp" in sys.modules),
+    )
     left = _leftovers(seen)
     helpers = ", ".join(f"{what} {pid}" for pid, what in sorted(_shared_helpers().items()))
     shared = f"only the shared {helpers} remain, and end with this process" if helpers else ""

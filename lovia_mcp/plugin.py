@@ -23,14 +23,13 @@ from lovia.exceptions import UserError
 from lovia.plugins.base import PluginInstance
 from lovia.run_context import RunContext
 from lovia.tools import Tool
-
-from .client.forkserver import warm_up_soon
-from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from lovia_mcp_worker.wire.confinement import Sandbox
 
 from . import _sandbox_config, ahead, spares
-from .client import closing
+from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from ._isolation import ISOLATIONS, Isolation
+from .client import closing
+from .client.forkserver import warm_up_soon
 from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .config_file.loader import ConfigSource, load_servers
 from .connection import MCPConnection
@@ -236,8 +235,17 @@ class MCP:
 
 # The options lovia's own server configs share with ours, copied as they are.
 _LOVIA_SHARED: Final = (
-    "name", "include_tools", "exclude_tools", "needs_approval", "retries", "timeout",
-    "max_output_chars", "result_renderer", "auto_reconnect", "close_after_run", "defer",
+    "name",
+    "include_tools",
+    "exclude_tools",
+    "needs_approval",
+    "retries",
+    "timeout",
+    "max_output_chars",
+    "result_renderer",
+    "auto_reconnect",
+    "close_after_run",
+    "defer",
 )
 
 
@@ -253,8 +261,7 @@ def _from_lovia(server: Any) -> Any:
     if isinstance(server, lovia_mcp_plugin.MCPConnection):
         raise UserError(
             "MCP() got a live connection of lovia's own plugin (lovia.plugins.mcp), which runs in this process",
-            hint="Pass the server config instead, or open it with lovia_mcp: "
-            "lovia_mcp.MCPServerStdio(...).session().",
+            hint="Pass the server config instead, or open it with lovia_mcp: lovia_mcp.MCPServerStdio(...).session().",
         )
     if not isinstance(server, lovia_mcp_plugin.MCPServer):
         return server

@@ -159,8 +159,9 @@ def with_sdk_models(renderer: Any) -> Any:
     def render(result: Any, ctx: RunContext[Any]) -> Any:
         if isinstance(result, _LoviaMCPToolResult):
             structured = getattr(result, "structured_content", None)
-            result = MCPToolResult(content=sdk_content(result.content), is_error=result.is_error,
-                                   structured_content=structured)
+            result = MCPToolResult(
+                content=sdk_content(result.content), is_error=result.is_error, structured_content=structured
+            )
         return renderer(result, ctx)
 
     return render
@@ -178,9 +179,7 @@ def normalize_schema(schema: object) -> JsonObject:
     if out.get("type") != "object":
         return {"type": "object", "properties": {}}
     required = out.get("required")
-    if required is not None and not (
-        isinstance(required, list) and all(isinstance(r, str) for r in required)
-    ):
+    if required is not None and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
         out = cast(JsonObject, {k: v for k, v in out.items() if k != "required"})
     return out
 

@@ -154,7 +154,9 @@ class _Pool:
     def refill(self, key: bytes, entry: _Entry) -> None:
         if self.entries.get(key) is not entry:
             return  # closed (close_spares, MCP.aclose) after this refill was scheduled
-        while not self.closing and len(entry.ready) + len(entry.starting) < entry.server.spares and _total() < MAX_SPARES:
+        while (
+            not self.closing and len(entry.ready) + len(entry.starting) < entry.server.spares and _total() < MAX_SPARES
+        ):
             task = self.loop.create_task(self._start(key, entry))
             entry.starting.add(task)
             task.add_done_callback(entry.starting.discard)
@@ -299,8 +301,7 @@ async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | N
                 if fresh:
                     taken = True
                     return conn
-            logger.info("%s: a warm spare's server or worker ended while it waited; it is replaced",
-                        conn.name)
+            logger.info("%s: a warm spare's server or worker ended while it waited; it is replaced", conn.name)
             pool.discard(conn)
         return None
     finally:
@@ -338,11 +339,15 @@ async def warm_spares(*servers: MCPServer) -> int:
     chosen: list[_Entry] = []
     for server in servers:
         if not server.spares:
-            raise UserError(f"{server._label()!r} keeps no spares (spares=0)",
-                            hint="Set spares=1 on the config to keep a warm spare.")
+            raise UserError(
+                f"{server._label()!r} keeps no spares (spares=0)",
+                hint="Set spares=1 on the config to keep a warm spare.",
+            )
         if (server.isolation or "process") != "process":
-            raise UserError(f"{server._label()!r} has isolation={server.isolation!r}; spares live in worker processes",
-                            hint="Use isolation='process' (the default) to keep warm spares.")
+            raise UserError(
+                f"{server._label()!r} has isolation={server.isolation!r}; spares live in worker processes",
+                hint="Use isolation='process' (the default) to keep warm spares.",
+            )
         key, entry = pool.entry(server)
         pool.refill(key, entry)
         chosen.append(entry)
@@ -376,6 +381,15 @@ async def close_spares(*servers: MCPServer) -> None:
 
 
 __all__ = [
-    "CHECK_WAIT", "MAX_SPARES", "REFILL_DELAY", "REFILL_MAX_DEFER", "close_spares", "refill", "run_ended",
-    "run_began", "spare_key", "take", "warm_spares",
+    "CHECK_WAIT",
+    "MAX_SPARES",
+    "REFILL_DELAY",
+    "REFILL_MAX_DEFER",
+    "close_spares",
+    "refill",
+    "run_ended",
+    "run_began",
+    "spare_key",
+    "take",
+    "warm_spares",
 ]

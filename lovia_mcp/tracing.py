@@ -44,10 +44,9 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from lovia_mcp_worker.wire.messages import Ended, Failure, Started
     from opentelemetry.metrics import Histogram
     from opentelemetry.trace import Span, Tracer
-
-    from lovia_mcp_worker.wire.messages import Ended, Failure, Started
 
 # The instrumentation scope of the spans and the metric.
 SCOPE: Final = "lovia_mcp"
@@ -84,7 +83,8 @@ def _instruments() -> tuple[Tracer, Histogram]:
 
         _tracer = trace.get_tracer(SCOPE)
         _histogram = metrics.get_meter(SCOPE).create_histogram(
-            DURATION_METRIC, unit="s",
+            DURATION_METRIC,
+            unit="s",
             description="The duration of an MCP request or notification, as the client sees it.",
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
@@ -104,7 +104,9 @@ class Operation:
             attrs["gen_ai.operation.name"] = "execute_tool"
         self._metric = {k: v for k, v in attrs.items() if v is not None}
         self.span: Span = tracer.start_span(
-            f"{method} {target}" if target else method, kind=trace.SpanKind.CLIENT, attributes=self._metric,
+            f"{method} {target}" if target else method,
+            kind=trace.SpanKind.CLIENT,
+            attributes=self._metric,
         )
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(self.span))
@@ -154,11 +156,16 @@ class Operation:
             name = EVENT_OOM if failure.limit == "oom" else EVENT_LIMIT
         else:
             name = EVENT_FAILURE
-        self.event(name, {
-            "lovia_mcp.failure.kind": failure.kind, "lovia_mcp.limit": failure.limit,
-            "lovia_mcp.reason": failure.text(), "lovia_mcp.exit_code": failure.exit_code,
-            "lovia_mcp.signal": failure.signal,
-        })
+        self.event(
+            name,
+            {
+                "lovia_mcp.failure.kind": failure.kind,
+                "lovia_mcp.limit": failure.limit,
+                "lovia_mcp.reason": failure.text(),
+                "lovia_mcp.exit_code": failure.exit_code,
+                "lovia_mcp.signal": failure.signal,
+            },
+        )
         self.fail(failure.kind, failure.text())
 
     def end(self) -> None:
@@ -211,18 +218,29 @@ def server_address(url: str | None) -> dict[str, Any]:
 def started(ops: Iterable[Operation], msg: Started, reason: str | None) -> None:
     """The worker started a server generation (``reason``: why the one before ended): an event on each operation in flight."""
     for op in ops:
-        op.event(EVENT_RESTART if msg.generation > 1 else EVENT_START, {
-            "lovia_mcp.generation": msg.generation, "lovia_mcp.server.pid": msg.server_pid,
-            "lovia_mcp.reason": reason, "lovia_mcp.sandbox.backend": msg.sandbox or "none",
-            "mcp.protocol.version": msg.protocol_version,
-        })
+        op.event(
+            EVENT_RESTART if msg.generation > 1 else EVENT_START,
+            {
+                "lovia_mcp.generation": msg.generation,
+                "lovia_mcp.server.pid": msg.server_pid,
+                "lovia_mcp.reason": reason,
+                "lovia_mcp.sandbox.backend": msg.sandbox or "none",
+                "mcp.protocol.version": msg.protocol_version,
+            },
+        )
         op.set("mcp.protocol.version", msg.protocol_version)
 
 
 def ended(ops: Iterable[Operation], msg: Ended) -> None:
     for op in ops:
-        op.event(EVENT_END, {"lovia_mcp.generation": msg.generation, "lovia_mcp.reason": msg.reason,
-                             "lovia_mcp.draining": msg.draining})
+        op.event(
+            EVENT_END,
+            {
+                "lovia_mcp.generation": msg.generation,
+                "lovia_mcp.reason": msg.reason,
+                "lovia_mcp.draining": msg.draining,
+            },
+        )
 
 
 def worker_restarted(ops: Iterable[Operation], reason: str | None) -> None:

@@ -111,8 +111,17 @@ SERVER_SCRIPTS = {
     "raw": str(ROOT / "scripts" / "bench_server.py"),
     "sdk": str(ROOT / "scripts" / "bench_sdk_server.py"),
     # A real third-party server (scripts/thirdparty.sh installs it): run with node.
-    "everything": str(ROOT / ".cache" / "thirdparty" / "npm" / "node_modules" / "@modelcontextprotocol"
-                      / "server-everything" / "dist" / "index.js"),
+    "everything": str(
+        ROOT
+        / ".cache"
+        / "thirdparty"
+        / "npm"
+        / "node_modules"
+        / "@modelcontextprotocol"
+        / "server-everything"
+        / "dist"
+        / "index.js"
+    ),
 }
 CLIENTS = ("lovia", "none", "process")
 CLIENT_LABELS = {"lovia": "lovia in-process", "none": "lovia-mcp none", "process": "lovia-mcp process"}
@@ -172,49 +181,123 @@ FIGURES: tuple[Figure, ...] = (
     Figure("close", "close, warm (not a goal)", "ms", ("raw", "sdk"), "open", None, None, 1e3),
     # Paired: each sample is one sandboxed open minus the plain open just before it.
     Figure("sandbox_cost", "open in Sandbox() minus a plain open, warm", "ms", ("raw",), "open", 10.0, "abs", 1e3),
-    Figure("sandbox_cost_landlock", "open in Sandbox(backend='landlock') minus a plain open, warm", "ms", ("raw",),
-           "open", 10.0, "abs", 1e3),
+    Figure(
+        "sandbox_cost_landlock",
+        "open in Sandbox(backend='landlock') minus a plain open, warm",
+        "ms",
+        ("raw",),
+        "open",
+        10.0,
+        "abs",
+        1e3,
+    ),
     Figure("first_open", "first open in a fresh agent process", "ms", ("raw",), "first_open", 0.5, "ratio", 1e3),
     Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.0, "ratio", 1e3),
     Figure("concurrent", "{conc} concurrent small calls", "ms", ("raw", "sdk"), "concurrent", 0.15, "ratio", 1e3),
     Figure("big", "one {big} text result", "ms", ("raw", "sdk"), "big", 0.2, "ratio", 1e3),
     Figure("stall_max", "agent loop stall during it, max", "ms", ("raw", "sdk"), "big", 5.0, "abs", 1e3),
     Figure("stall_total", "agent loop stall during it, total", "ms", ("raw", "sdk"), "big", 20.0, "abs", 1e3),
-    Figure("stall_cpu_max", "agent loop CPU in one tick during it, max (not a goal)", "ms", ("raw", "sdk"), "big",
-           None, None, 1e3),
+    Figure(
+        "stall_cpu_max",
+        "agent loop CPU in one tick during it, max (not a goal)",
+        "ms",
+        ("raw", "sdk"),
+        "big",
+        None,
+        None,
+        1e3,
+    ),
     Figure("loop_cpu", "agent loop CPU during it, total (not a goal)", "ms", ("raw", "sdk"), "big", None, None, 1e3),
     # The same result in a whole Runner.run of a real Agent (lovia's default output cap, 200,000
     # characters): what a user pays, the result rendered and cut into the transcript.
-    Figure("big_run", "whole Runner.run, one {big} text result, agent's default cap", "ms", ("raw", "sdk"), "big",
-           0.5, "ratio", 1e3),
+    Figure(
+        "big_run",
+        "whole Runner.run, one {big} text result, agent's default cap",
+        "ms",
+        ("raw", "sdk"),
+        "big",
+        0.5,
+        "ratio",
+        1e3,
+    ),
     Figure("stall_run_max", "agent loop stall during that run, max", "ms", ("raw", "sdk"), "big", 5.0, "abs", 1e3),
     Figure("rss_per_server", "agent RSS per extra server (N={n})", "MB", ("raw",), "memory", 2.0, "abs", 1 / 2**20),
     Figure("worker_uss", "worker USS per connection", "MB", ("raw",), "memory", 20.0, "abs", 1 / 2**20),
     # The worker the forkserver forks ahead of the next open (issue 19), while it waits.
-    Figure("idle_worker_uss", "the forkserver's idle worker: USS (not a goal)", "MB", ("raw",), "memory", None, None,
-           1 / 2**20),
+    Figure(
+        "idle_worker_uss",
+        "the forkserver's idle worker: USS (not a goal)",
+        "MB",
+        ("raw",),
+        "memory",
+        None,
+        None,
+        1 / 2**20,
+    ),
     # Per-run opens (server.open(), as lovia's runtime does per run); "process" with spares=1 and a spare
     # ready (warm_spares before each sample, not timed).
     Figure("spare_open", "per-run open, spare ready (spares=1)", "ms", ("raw",), "spares", 0.1, "ratio", 1e3),
-    Figure("spare_open_3p", "per-run open of server-everything, spare ready", "ms", ("everything",), "spares",
-           10.0, "abs", 1e3),
+    Figure(
+        "spare_open_3p",
+        "per-run open of server-everything, spare ready",
+        "ms",
+        ("everything",),
+        "spares",
+        10.0,
+        "abs",
+        1e3,
+    ),
     # A plugin's setup of five servers (lovia's opens them one after another; ours at once).
     Figure("open5", "per-run setup of {five} servers, no spares", "ms", ("raw",), "spares", 0.3, "ratio", 1e3),
-    Figure("open5_spares", "per-run setup of {five} servers, spares ready", "ms", ("raw",), "spares", 0.05, "ratio",
-           1e3),
+    Figure(
+        "open5_spares", "per-run setup of {five} servers, spares ready", "ms", ("raw",), "spares", 0.05, "ratio", 1e3
+    ),
     # The cost of a spare while it waits (process only).
-    Figure("spare_worker_uss", "a waiting spare: worker USS (not a goal)", "MB", ("raw",), "spares", None, None,
-           1 / 2**20),
-    Figure("spare_server_uss", "a waiting spare: raw server USS (not a goal)", "MB", ("raw",), "spares", None, None,
-           1 / 2**20),
-    Figure("spare_idle_cpu", "a waiting spare: worker + server CPU, % of a core (not a goal)", "%", ("raw",),
-           "spares", None, None, 100.0),
+    Figure(
+        "spare_worker_uss", "a waiting spare: worker USS (not a goal)", "MB", ("raw",), "spares", None, None, 1 / 2**20
+    ),
+    Figure(
+        "spare_server_uss",
+        "a waiting spare: raw server USS (not a goal)",
+        "MB",
+        ("raw",),
+        "spares",
+        None,
+        None,
+        1 / 2**20,
+    ),
+    Figure(
+        "spare_idle_cpu",
+        "a waiting spare: worker + server CPU, % of a core (not a goal)",
+        "%",
+        ("raw",),
+        "spares",
+        None,
+        None,
+        100.0,
+    ),
     # A persistent connection whose server crashes mid-call: the call's retry on a fresh server, or on the
     # standby a connection with spares=1 keeps (process only; lovia's plugin does not recover, see README).
-    Figure("crash_retry", "crash mid-call and its retry, persistent, no standby (not a goal)", "ms", ("raw",),
-           "spares", None, None, 1e3),
-    Figure("crash_retry_standby", "crash mid-call and its retry on the standby (not a goal)", "ms", ("raw",),
-           "spares", None, None, 1e3),
+    Figure(
+        "crash_retry",
+        "crash mid-call and its retry, persistent, no standby (not a goal)",
+        "ms",
+        ("raw",),
+        "spares",
+        None,
+        None,
+        1e3,
+    ),
+    Figure(
+        "crash_retry_standby",
+        "crash mid-call and its retry on the standby (not a goal)",
+        "ms",
+        ("raw",),
+        "spares",
+        None,
+        None,
+        1e3,
+    ),
 )
 # Whole runs (issue 19): the goals are what a user pays for a Runner.run.
 RUN_GOALS: dict[str, tuple[float | None, str | None]] = {
@@ -226,28 +309,98 @@ RUN_GOALS: dict[str, tuple[float | None, str | None]] = {
 for _key, (_goal, _kind) in RUN_GOALS.items():
     _n = 1 if _key.startswith("run1") else FIVE
     _what = "spares ready" if _key.endswith("spares") else "no spares"
-    FIGURES += (Figure(_key, f"whole Runner.run, {_n} server(s), one call, {_what}", "ms", ("raw",), "run", _goal,
-                       _kind, 1e3),)
-    for _phase, _text in (("setup", "its setup"), ("call", "its turns and call"), ("close", "its close at run end"),
-                          ("drain", "after it: its closes finish in the background")):
-        FIGURES += (Figure(f"{_key}_{_phase}", f"  {_text} ({_n} server(s), {_what}; not a goal)", "ms", ("raw",),
-                           "run", None, None, 1e3),)
-FIGURES += (Figure("run5_b2b", "whole Runner.run, 5 server(s), one call, no spares, runs back to back (not a goal)",
-                   "ms", ("raw",), "run", None, None, 1e3),)
-FIGURES += (Figure("run5_spares_model", "whole Runner.run, 5 servers, spares ready, model 100 ms a turn, "
-                   "minus the model's 200 ms (not a goal)", "ms", ("raw",), "run", None, None, 1e3),)
+    FIGURES += (
+        Figure(_key, f"whole Runner.run, {_n} server(s), one call, {_what}", "ms", ("raw",), "run", _goal, _kind, 1e3),
+    )
+    for _phase, _text in (
+        ("setup", "its setup"),
+        ("call", "its turns and call"),
+        ("close", "its close at run end"),
+        ("drain", "after it: its closes finish in the background"),
+    ):
+        FIGURES += (
+            Figure(
+                f"{_key}_{_phase}",
+                f"  {_text} ({_n} server(s), {_what}; not a goal)",
+                "ms",
+                ("raw",),
+                "run",
+                None,
+                None,
+                1e3,
+            ),
+        )
+FIGURES += (
+    Figure(
+        "run5_b2b",
+        "whole Runner.run, 5 server(s), one call, no spares, runs back to back (not a goal)",
+        "ms",
+        ("raw",),
+        "run",
+        None,
+        None,
+        1e3,
+    ),
+)
+FIGURES += (
+    Figure(
+        "run5_spares_model",
+        "whole Runner.run, 5 servers, spares ready, model 100 ms a turn, minus the model's 200 ms (not a goal)",
+        "ms",
+        ("raw",),
+        "run",
+        None,
+        None,
+        1e3,
+    ),
+)
 # Soak (issue 32): the slopes of a long run on one connection and of many open/close cycles.
 FIGURES += (
-    Figure("soak_rate", "soak: calls per second on one connection, {inflight} in flight ({soak_calls} calls; "
-           "not a goal)", "calls/s", ("raw",), "soak", None, None),
-    Figure("soak_bytes_per_call", "soak: agent RSS slope over the calls, after warm-up", "B/call", ("raw",), "soak",
-           100.0, "abs"),
-    Figure("soak_worker_bytes_per_call", "soak: worker RSS slope over the calls, after warm-up", "B/call", ("raw",),
-           "soak", 100.0, "abs"),
-    Figure("soak_fds_per_cycle", "soak: agent descriptors per open/close cycle ({soak_cycles} cycles)", "fds/cycle",
-           ("raw",), "soak", 0.1, "abs"),
-    Figure("soak_bytes_per_cycle", "soak: agent RSS per open/close cycle (not a goal)", "B/cycle", ("raw",), "soak",
-           None, None),
+    Figure(
+        "soak_rate",
+        "soak: calls per second on one connection, {inflight} in flight ({soak_calls} calls; not a goal)",
+        "calls/s",
+        ("raw",),
+        "soak",
+        None,
+        None,
+    ),
+    Figure(
+        "soak_bytes_per_call",
+        "soak: agent RSS slope over the calls, after warm-up",
+        "B/call",
+        ("raw",),
+        "soak",
+        100.0,
+        "abs",
+    ),
+    Figure(
+        "soak_worker_bytes_per_call",
+        "soak: worker RSS slope over the calls, after warm-up",
+        "B/call",
+        ("raw",),
+        "soak",
+        100.0,
+        "abs",
+    ),
+    Figure(
+        "soak_fds_per_cycle",
+        "soak: agent descriptors per open/close cycle ({soak_cycles} cycles)",
+        "fds/cycle",
+        ("raw",),
+        "soak",
+        0.1,
+        "abs",
+    ),
+    Figure(
+        "soak_bytes_per_cycle",
+        "soak: agent RSS per open/close cycle (not a goal)",
+        "B/cycle",
+        ("raw",),
+        "soak",
+        None,
+        None,
+    ),
 )
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
 # Set (by --otel) for the client children: configure an OpenTelemetry SDK first.
@@ -306,9 +459,15 @@ def _make_server(client: str, script: str, *, sandbox: bool | str = False, **opt
         return LoviaStdio(command=command, args=args, **options)
     import lovia_mcp
 
-    return lovia_mcp.MCPServerStdio(command=command, args=args, isolation=client,
-                                    sandbox=(lovia_mcp.Sandbox(backend=sandbox) if isinstance(sandbox, str)
-                                             else lovia_mcp.Sandbox() if sandbox else None), **options)
+    return lovia_mcp.MCPServerStdio(
+        command=command,
+        args=args,
+        isolation=client,
+        sandbox=(
+            lovia_mcp.Sandbox(backend=sandbox) if isinstance(sandbox, str) else lovia_mcp.Sandbox() if sandbox else None
+        ),
+        **options,
+    )
 
 
 async def _timed_open(client: str, script: str, *, sandbox: bool | str = False) -> tuple[float, float]:
@@ -508,7 +667,8 @@ async def _measure_spares(client: str, server: str, script: str, reps: int, add:
 
             plugin: Any = LoviaMCP(*configs)
         else:
-            from lovia_mcp import MCP, warm_spares as warm
+            from lovia_mcp import MCP
+            from lovia_mcp import warm_spares as warm
 
             plugin = MCP(*configs)
             if any(c.spares for c in configs):
@@ -706,8 +866,9 @@ async def _crash_retry(*, standby: bool) -> float:
     """One call whose server exits mid-call (raw_server --crash-after 2) and its retry, timed."""
     import lovia_mcp
 
-    server = lovia_mcp.MCPServerStdio(command=sys.executable, args=[CRASH_SERVER, "--crash-after", "2"],
-                                      spares=1 if standby else 0)
+    server = lovia_mcp.MCPServerStdio(
+        command=sys.executable, args=[CRASH_SERVER, "--crash-after", "2"], spares=1 if standby else 0
+    )
     log = logging.getLogger("lovia_mcp")
     ready, level = _StandbyReady(), log.level
     log.setLevel(logging.DEBUG)
@@ -730,6 +891,7 @@ async def _crash_retry(*, standby: bool) -> float:
 
 async def _measure_waiting_spare(script: str, add: Any, p: Params) -> None:
     import psutil
+
     from lovia_mcp import close_spares, spares, warm_spares
 
     config = _make_server("process", script, spares=1)
@@ -756,6 +918,7 @@ def _sandbox_available() -> bool:
     except ImportError:  # an older snapshot without the sandbox
         return False
     return BWRAP is not None
+
 
 def _slope(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope of ``ys`` over ``xs``."""
@@ -950,11 +1113,18 @@ def _rotated(items: tuple[str, ...], k: int) -> list[str]:
 def _run_child(client: str, servers: list[str], groups: set[str], p: Params) -> dict[str, list[float]]:
     with tempfile.NamedTemporaryFile("r", suffix=".json", prefix="bench-") as f:
         cmd = [
-            sys.executable, __file__, "--child", client,
-            "--child-servers", ",".join(servers),
-            "--child-groups", ",".join(sorted(groups)),
-            "--child-params", json.dumps(p.__dict__),
-            "--child-out", f.name,
+            sys.executable,
+            __file__,
+            "--child",
+            client,
+            "--child-servers",
+            ",".join(servers),
+            "--child-groups",
+            ",".join(sorted(groups)),
+            "--child-params",
+            json.dumps(p.__dict__),
+            "--child-out",
+            f.name,
         ]
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT)
         if proc.returncode != 0:
@@ -985,8 +1155,9 @@ def _machine() -> dict[str, Any]:
         folder = os.path.dirname(os.path.dirname(origin))
         commit = ""
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            commit = subprocess.run(["git", "-C", folder, "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True, timeout=10).stdout.strip()
+            commit = subprocess.run(
+                ["git", "-C", folder, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
         source[name] = f"{origin} ({'git ' + commit if commit else 'not a git checkout'})"
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
@@ -1000,8 +1171,15 @@ def _machine() -> dict[str, Any]:
 
 
 def _label(fig: Figure, server: str, p: Params) -> str:
-    text = fig.label.format(conc=p.conc, big=_human_bytes(p.big), n=p.n_conns, five=FIVE, inflight=SOAK_IN_FLIGHT,
-                            soak_calls=f"{p.soak_calls:,}", soak_cycles=f"{p.soak_cycles:,}")
+    text = fig.label.format(
+        conc=p.conc,
+        big=_human_bytes(p.big),
+        n=p.n_conns,
+        five=FIVE,
+        inflight=SOAK_IN_FLIGHT,
+        soak_calls=f"{p.soak_calls:,}",
+        soak_cycles=f"{p.soak_cycles:,}",
+    )
     return f"{text} [{server}]"
 
 
@@ -1039,18 +1217,20 @@ def _summarise(samples: dict[str, dict[str, list[float]]], p: Params, wanted: se
                 goal = f"<= {fig.goal:g}x none"
             elif fig.goal_kind == "abs":
                 goal = f"<= {fig.goal:g} {fig.unit}"
-            rows.append({
-                "figure": fig.key,
-                "server": server,
-                "key": key,
-                "label": _label(fig, server, p),
-                "unit": fig.unit,
-                "values": values,
-                "samples": counts,
-                "ratio": ratio,
-                "goal": goal,
-                "met": met,
-            })
+            rows.append(
+                {
+                    "figure": fig.key,
+                    "server": server,
+                    "key": key,
+                    "label": _label(fig, server, p),
+                    "unit": fig.unit,
+                    "values": values,
+                    "samples": counts,
+                    "ratio": ratio,
+                    "goal": goal,
+                    "met": met,
+                }
+            )
     return rows
 
 
@@ -1073,14 +1253,22 @@ def _table(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in rows:
         met = {True: "yes", False: "NO", None: "-"}[r["met"]]
-        body.append([
-            r["label"], r["unit"], *(_fmt(r["values"][c]) for c in CLIENTS),
-            "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}", r["goal"] or "-", met,
-        ])
+        body.append(
+            [
+                r["label"],
+                r["unit"],
+                *(_fmt(r["values"][c]) for c in CLIENTS),
+                "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}",
+                r["goal"] or "-",
+                met,
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = [" | ".join(h.ljust(w) for h, w in zip(head, widths)), "-+-".join("-" * w for w in widths)]
     for row in body:
-        lines.append(" | ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(row, widths))))
+        lines.append(
+            " | ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(row, widths)))
+        )
     return "\n".join(lines)
 
 
@@ -1107,23 +1295,44 @@ def _log(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="small sizes, few repetitions, the clients side by side (smoke run, ~13 s; judges nothing)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes, few repetitions, the clients side by side (smoke run, ~13 s; judges nothing)",
+    )
     ap.add_argument("--repeat", type=int, default=None, help="samples per figure per client (default 12; quick 1)")
-    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds of child processes (default 3; quick 1)")
-    ap.add_argument("--only", action="append", help="figure or group (repeatable, comma-separated): "
-                    + ", ".join([*FIGURE_BY_KEY, *GROUPS]))
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="interleaved rounds of child processes (default 3; quick 1)"
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        help="figure or group (repeatable, comma-separated): " + ", ".join([*FIGURE_BY_KEY, *GROUPS]),
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    ap.add_argument("--markdown", metavar="PAGE",
-                    help="also write the table into PAGE (docs/performance.md), between its generated-table markers")
-    ap.add_argument("--otel", action="store_true",
-                    help="configure an OpenTelemetry SDK (a tracer provider, spans batched and dropped) in every client")
-    ap.add_argument("--big", type=int, default=None, help="bytes of the big result (default 10_000_000; quick 1_000_000)")
+    ap.add_argument(
+        "--markdown",
+        metavar="PAGE",
+        help="also write the table into PAGE (docs/performance.md), between its generated-table markers",
+    )
+    ap.add_argument(
+        "--otel",
+        action="store_true",
+        help="configure an OpenTelemetry SDK (a tracer provider, spans batched and dropped) in every client",
+    )
+    ap.add_argument(
+        "--big", type=int, default=None, help="bytes of the big result (default 10_000_000; quick 1_000_000)"
+    )
     ap.add_argument("--conc", type=int, default=None, help="concurrent calls (default 300; quick 100)")
     ap.add_argument("--conns", type=int, default=None, help="extra connections for the RSS figure (default 5; quick 2)")
-    ap.add_argument("--refills-in-run", action="store_true",
-                    help="refills start while a run goes on, as before issue 19 (for run5_spares_model)")
+    ap.add_argument(
+        "--refills-in-run",
+        action="store_true",
+        help="refills start while a run goes on, as before issue 19 (for run5_spares_model)",
+    )
     ap.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
     ap.add_argument("--child-servers", help=argparse.SUPPRESS)
     ap.add_argument("--child-groups", help=argparse.SUPPRESS)
@@ -1169,11 +1378,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     load_before = os.getloadavg()
     samples: dict[str, dict[str, list[float]]] = {c: {} for c in CLIENTS}
+
     def child(r: int, client: str) -> dict[str, list[float]]:
         t0 = time.monotonic()
         got = _run_child(client, servers, child_groups, p)
-        _log(f"round {r + 1}/{p.rounds}: {client} ({', '.join(sorted(child_groups))} on {', '.join(servers)}) "
-             f"in {time.monotonic() - t0:.1f} s")
+        _log(
+            f"round {r + 1}/{p.rounds}: {client} ({', '.join(sorted(child_groups))} on {', '.join(servers)}) "
+            f"in {time.monotonic() - t0:.1f} s"
+        )
         return got
 
     if child_groups:
@@ -1197,8 +1409,14 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"first open {i + 1}/{n} in {time.monotonic() - t0:.1f} s")
     rows = _summarise(samples, p, wanted)
     report = {
-        "command": ("PYTHONPATH=" + os.environ["PYTHONPATH"] + " " if os.environ.get("PYTHONPATH") else "") + " ".join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable,
-                             os.path.relpath(__file__, ROOT), *(sys.argv[1:] if argv is None else argv)]),
+        "command": ("PYTHONPATH=" + os.environ["PYTHONPATH"] + " " if os.environ.get("PYTHONPATH") else "")
+        + " ".join(
+            [
+                os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable,
+                os.path.relpath(__file__, ROOT),
+                *(sys.argv[1:] if argv is None else argv),
+            ]
+        ),
         "machine": _machine(),
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "seconds": round(time.monotonic() - started, 1),
@@ -1211,12 +1429,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         m = report["machine"]
         print(f"command: {report['command']}")
-        print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}; Python {m['python']}; "
-              + ", ".join(f"{k} {v}" for k, v in m["versions"].items()))
-        print(f"load average before/after: {load_before[0]:.2f} / {report['load_average']['after'][0]:.2f}; "
-              f"{report['seconds']} s; medians of {p.repeat} samples per figure ({p.small_calls} small calls, "
-              f"{p.open_repeat} warm opens of the raw server and five-server runs without spares) "
-              f"over {p.rounds} interleaved round(s)")
+        print(
+            f"machine: {m['nproc']} CPUs, {m['cpu_model']}; Python {m['python']}; "
+            + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+        )
+        print(
+            f"load average before/after: {load_before[0]:.2f} / {report['load_average']['after'][0]:.2f}; "
+            f"{report['seconds']} s; medians of {p.repeat} samples per figure ({p.small_calls} small calls, "
+            f"{p.open_repeat} warm opens of the raw server and five-server runs without spares) "
+            f"over {p.rounds} interleaved round(s)"
+        )
         print("source: " + "; ".join(m["source"].values()))
         print()
         print(_table(rows))

@@ -72,12 +72,27 @@ ACCEPT = "application/json, text/event-stream"
 
 
 def _modern_call(rid: int, name: str, arguments: dict[str, Any]) -> tuple[dict[str, str], bytes]:
-    body = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {
-        "name": name, "arguments": arguments,
-        "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                  "io.modelcontextprotocol/clientCapabilities": {}}}}
-    headers = {**HEADERS, "content-type": "application/json", "accept": ACCEPT,
-               "mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": name}
+    body = {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": "tools/call",
+        "params": {
+            "name": name,
+            "arguments": arguments,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    headers = {
+        **HEADERS,
+        "content-type": "application/json",
+        "accept": ACCEPT,
+        "mcp-protocol-version": MODERN,
+        "mcp-method": "tools/call",
+        "mcp-name": name,
+    }
     return headers, json.dumps(body).encode()
 
 
@@ -100,8 +115,9 @@ class Http:
         status, _, payload = await self.exchange(method, path, headers, body)
         return status, payload
 
-    async def exchange(self, method: str, path: str, headers: dict[str, str],
-                       body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    async def exchange(
+        self, method: str, path: str, headers: dict[str, str], body: bytes = b""
+    ) -> tuple[int, dict[str, str], bytes]:
         if self.writer is None or self.reader is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-length: {len(body)}\r\n"
@@ -119,7 +135,7 @@ class Http:
             if got.get("transfer-encoding") == "chunked":
                 # An SSE answer (2025 sessions): the stream ends after the response.
                 parts = []
-                while (size := int((await self.reader.readuntil(b"\r\n")).strip(), 16)):
+                while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
                     parts.append(await self.reader.readexactly(size))
                     await self.reader.readuntil(b"\r\n")
                 await self.reader.readuntil(b"\r\n")
@@ -154,9 +170,27 @@ class Replica:
         (folder / "tokens").write_text(TOKEN + "\n")
         self.stderr = open(folder / "stderr", "wb")
         self.proc = subprocess.Popen(
-            [PY, "-m", "lovia_mcp", "serve", "--config", str(folder / "mcp.json"), "--listen", f"127.0.0.1:{port}",
-             "--token-file", str(folder / "tokens"), "--log-format", "text", "--max-http-sessions", "5000"],
-            stdout=subprocess.PIPE, stderr=self.stderr, cwd=ROOT, start_new_session=True)
+            [
+                PY,
+                "-m",
+                "lovia_mcp",
+                "serve",
+                "--config",
+                str(folder / "mcp.json"),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--token-file",
+                str(folder / "tokens"),
+                "--log-format",
+                "text",
+                "--max-http-sessions",
+                "5000",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            cwd=ROOT,
+            start_new_session=True,
+        )
         self.url = self._line()
         self.base = self.url.removesuffix("/mcp")
         self.port = int(self.base.rsplit(":", 1)[1])
@@ -226,8 +260,10 @@ async def overhead(calls: int, rounds: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {"direct": [], "gateway_http": [], "http_floor": [], "gateway_sdk": []}
     with replicas(1, {"raw": {"command": PY, "args": [BENCH_SERVER]}}) as (g,):
         http = Http(*_split(g.base))
-        async with MCPServerStdio(command=PY, args=[BENCH_SERVER], name="raw").session() as conn, \
-                sdk_client(g.url, mode="auto") as sdk:
+        async with (
+            MCPServerStdio(command=PY, args=[BENCH_SERVER], name="raw").session() as conn,
+            sdk_client(g.url, mode="auto") as sdk,
+        ):
 
             async def direct() -> None:
                 await conn.call_tool("echo", {"text": "x"})
@@ -255,7 +291,7 @@ async def overhead(calls: int, rounds: int) -> dict[str, float]:
             here = psutil.Process()
             direct_cpu = 0.0
             for r in range(rounds):
-                order = list(kinds)[r % 4:] + list(kinds)[:r % 4]
+                order = list(kinds)[r % 4 :] + list(kinds)[: r % 4]
                 for kind in order:
                     fn = kinds[kind]
                     used, used_here = sum(gateway.cpu_times()[:2]), sum(here.cpu_times()[:2])
@@ -328,8 +364,16 @@ async def throughput(sessions: int, seconds: float) -> dict[str, Any]:
         async def raw_session_loop() -> None:
             http = Http(*_split(g.base))
             base = {**HEADERS, "content-type": "application/json", "accept": ACCEPT}
-            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+            init = {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": LEGACY,
+                    "capabilities": {},
+                    "clientInfo": {"name": "bench", "version": "1"},
+                },
+            }
             status, got, _ = await http.exchange("POST", "/mcp", base, json.dumps(init).encode())
             assert status == 200, status
             session = {**base, "mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": LEGACY}
@@ -342,8 +386,14 @@ async def throughput(sessions: int, seconds: float) -> dict[str, Any]:
             i = 0
             while not stop.is_set():
                 i += 1
-                body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
-                                   "params": {"name": "raw__echo", "arguments": {"text": "x"}}}).encode()
+                body = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": i,
+                        "method": "tools/call",
+                        "params": {"name": "raw__echo", "arguments": {"text": "x"}},
+                    }
+                ).encode()
                 t = time.perf_counter()
                 status, payload = await http.request("POST", "/mcp", session, body)
                 assert status == 200 and b'"isError":false' in payload, payload
@@ -449,14 +499,18 @@ backend gateways
 
 async def failover(seconds: float, kill: str, stateless_n: int, bound_n: int) -> dict[str, Any]:
     binary = haproxy_binary()
-    servers = {"raw": {"command": PY, "args": [BENCH_SERVER]},
-               "ps": {"command": PY, "args": [RAW_SERVER], "session": "per-session", "max_sessions": 64,
-                      "spares": 2}}
+    servers = {
+        "raw": {"command": PY, "args": [BENCH_SERVER]},
+        "ps": {"command": PY, "args": [RAW_SERVER], "session": "per-session", "max_sessions": 64, "spares": 2},
+    }
     with replicas(2, servers) as reps, tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         cfg = Path(tmp) / "haproxy.cfg"
-        cfg.write_text(HAPROXY_CFG.format(port=port, servers="\n".join(
-            f"    server r{i} 127.0.0.1:{r.port} check" for i, r in enumerate(reps))))
+        cfg.write_text(
+            HAPROXY_CFG.format(
+                port=port, servers="\n".join(f"    server r{i} 127.0.0.1:{r.port} check" for i, r in enumerate(reps))
+            )
+        )
         lb = subprocess.Popen([binary, "-f", str(cfg), "-db"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         url = f"http://127.0.0.1:{port}/mcp"
         try:
@@ -473,14 +527,21 @@ async def failover(seconds: float, kill: str, stateless_n: int, bound_n: int) ->
             lb.wait(10)
 
 
-async def _load(url: str, reps: list[Replica], seconds: float, kill: str, stateless_n: int,
-                bound_n: int) -> dict[str, Any]:
+async def _load(
+    url: str, reps: list[Replica], seconds: float, kill: str, stateless_n: int, bound_n: int
+) -> dict[str, Any]:
     stop = asyncio.Event()
     warm = asyncio.Event()
     warmed: set[int] = set()
     stateless: dict[str, Any] = {"calls": 0, "failed": 0, "errors": {}}
-    bound: dict[str, Any] = {"calls": 0, "failed_calls": 0, "sessions_broken": 0, "new_session_ok": 0,
-                             "state_lost": 0, "errors": {}}
+    bound: dict[str, Any] = {
+        "calls": 0,
+        "failed_calls": 0,
+        "sessions_broken": 0,
+        "new_session_ok": 0,
+        "state_lost": 0,
+        "errors": {},
+    }
     current_pid: dict[int, int] = {}
 
     def is_warm(who: int) -> None:
@@ -492,9 +553,13 @@ async def _load(url: str, reps: list[Replica], seconds: float, kill: str, statel
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
         text = f"{type(exc).__name__}: {exc}"
-        key = ("404 session not found" if "Session not found" in text or "404" in text else
-               "connection closed" if "closed" in text.lower() or "ConnectError" in text or "RemoteProtocol" in text
-               else text[:100])
+        key = (
+            "404 session not found"
+            if "Session not found" in text or "404" in text
+            else "connection closed"
+            if "closed" in text.lower() or "ConnectError" in text or "RemoteProtocol" in text
+            else text[:100]
+        )
         where["errors"][key] = where["errors"].get(key, 0) + 1
 
     async def stateless_loop(who: int) -> None:
@@ -554,9 +619,15 @@ async def _load(url: str, reps: list[Replica], seconds: float, kill: str, statel
     await asyncio.gather(*tasks, return_exceptions=True)
     if kill == "term":
         victim.proc.wait(30)
-    return {"kill": kill, "stateless_clients": stateless_n, "session_clients": bound_n,
-            "sessions_on_killed_replica": on_victim, "calls_before_kill": before,
-            "stateless": stateless, "session_bound": bound}
+    return {
+        "kill": kill,
+        "stateless_clients": stateless_n,
+        "session_clients": bound_n,
+        "sessions_on_killed_replica": on_victim,
+        "calls_before_kill": before,
+        "stateless": stateless,
+        "session_bound": bound,
+    }
 
 
 # --------------------------------------------------------------------------- #

@@ -67,7 +67,11 @@ def main() -> None:
         elif method == "initialize":
             version = msg["params"].get("protocolVersion", "2025-06-18")
             body = json.dumps(
-                {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "bench", "version": "1"}}
+                {
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "bench", "version": "1"},
+                }
             ).encode()
         elif method == "tools/list":
             body = json.dumps({"tools": TOOLS}).encode()

@@ -76,8 +76,10 @@ MUTANTS: Final = [
         path="lovia_mcp/client/core.py",
         old="channel = ProcessChannel(frame_cap(self.spec.limits.max_result_bytes))",
         new="channel = ProcessChannel(2 * 1024**3)",
-        tests=("tests/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
-               "connection_configured",),
+        tests=(
+            "tests/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
+            "connection_configured",
+        ),
         why="the agent takes frames up to 2 GiB from a worker, whatever max_result_bytes says",
     ),
     Mutant(
@@ -85,8 +87,10 @@ MUTANTS: Final = [
         path="lovia_mcp/client/channel.py",
         old='cap=self.cap, peer="the worker"',
         new='cap=2 * 1024**3, peer="the worker"',
-        tests=("tests/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
-               "connection_configured",),
+        tests=(
+            "tests/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
+            "connection_configured",
+        ),
         why="the channel's reader ignores the cap the connection gave it",
     ),
     Mutant(
@@ -97,8 +101,9 @@ MUTANTS: Final = [
             os.kill(pid, signal.SIGKILL)""",
         new="""    for pid in adopted:
         pass""",
-        tests=("tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_"
-               "its_cgroups",),
+        tests=(
+            "tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
+        ),
         why="a SIGKILLed worker's grandchildren, orphans and escapees live on (the watch path has no other remedy)",
     ),
     Mutant(
@@ -106,8 +111,9 @@ MUTANTS: Final = [
         path="worker/lovia_mcp_worker/forkserver/server.py",
         old="if not cgroup_layout.remove_leftovers(pid):",
         new="if True:",
-        tests=("tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_"
-               "its_cgroups",),
+        tests=(
+            "tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
+        ),
         why="a SIGKILLed worker's cgroups stay until some later worker's sweep",
         needs="cgroups (root, or a delegated memory and pids hierarchy)",
     ),
@@ -168,8 +174,10 @@ MUTANTS: Final = [
         path="lovia_mcp/connection.py",
         old="return _json_encode(_surrogates_replaced(arguments))",
         new="return _json_encode(arguments)",
-        tests=("tests/test_framing.py::test_a_lone_surrogate_in_a_models_arguments_reaches_the_server_as_the_"
-               "replacement_character",),
+        tests=(
+            "tests/test_framing.py::test_a_lone_surrogate_in_a_models_arguments_reaches_the_server_as_the_"
+            "replacement_character",
+        ),
         why="a model's lone surrogate fails the call with a bare UnicodeEncodeError",
     ),
 ]
@@ -184,16 +192,19 @@ def _check(m: Mutant) -> Path:
     if not path.is_file():
         raise Refused(f"{m.name}: {m.path} does not exist (moved?): update its entry in scripts/mutants.py")
     try:
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", m.path],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", m.path], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError) as exc:
         raise Refused(f"{m.name}: cannot ask git whether {m.path} is clean ({exc}): run from a git checkout") from None
     if dirty:
         raise Refused(f"{m.name}: {m.path} has uncommitted changes: commit or stash them first")
     count = path.read_text(encoding="utf-8").count(m.old)
     if count != 1:
-        raise Refused(f"{m.name}: the text to replace occurs {count} times in {m.path} (must be once): "
-                      "update its entry in scripts/mutants.py")
+        raise Refused(
+            f"{m.name}: the text to replace occurs {count} times in {m.path} (must be once): "
+            "update its entry in scripts/mutants.py"
+        )
     return path
 
 
@@ -201,9 +212,17 @@ def _pytest(tests: tuple[str, ...]) -> tuple[int, str]:
     """``pytest -x`` on ``tests`` in its own process group; its exit status (-1: timed out) and output."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), str(ROOT / "worker"), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-rfE", *tests], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        [str(ROOT), str(ROOT / "worker"), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", *tests],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=RUN_TIMEOUT)
         return proc.returncode, out

@@ -6,4 +6,7 @@ bash scripts/setup.sh
 # Third-party MCP servers for tests/test_thirdparty.py, outside .venv; a failed
 # install fails the run here (set -e) rather than skipping those tests.
 bash scripts/thirdparty.sh
+# Lint and format are checked first: style is the linter's, not review's.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 exec .venv/bin/python -m pytest "$@"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import signal
 import subprocess
@@ -45,21 +44,43 @@ def gated(gate: Path, *flags: str, **options: Any) -> dict[str, Any]:
 
 def samples(text: str) -> dict[str, float]:
     """A /metrics body's samples: the series (name and labels) to its value."""
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 class Serve:
     """One ``lovia-mcp serve`` process: its URL, its stderr file, and how to stop it."""
 
-    def __init__(self, folder: Path, servers: dict[str, Any], *extra: str, token: bool = True,
-                 log_format: str = "text", ready: bool = True, nofile: int | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        servers: dict[str, Any],
+        *extra: str,
+        token: bool = True,
+        log_format: str = "text",
+        ready: bool = True,
+        nofile: int | None = None,
+    ) -> None:
         """Start it; with ``ready`` wait for its ``ready`` line. ``nofile``: its open-file limit (soft)."""
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / "mcp.json"
         config.write_text(json.dumps({"mcpServers": servers}))
-        args = [PY, "-m", "lovia_mcp", "serve", "--config", str(config), "--listen", "127.0.0.1:0",
-                "--log-format", log_format, *extra]
+        args = [
+            PY,
+            "-m",
+            "lovia_mcp",
+            "serve",
+            "--config",
+            str(config),
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            log_format,
+            *extra,
+        ]
         if token:
             tokens = folder / "tokens"
             tokens.write_text(f"# test tokens\n{TOKEN}\n{OTHER_TOKEN}\n")
@@ -68,9 +89,15 @@ class Serve:
         self._stderr = open(self.stderr_path, "wb")
         if nofile is not None:
             # Set in the process itself, then exec'd into serve (the same pid).
-            args = [PY, "-c", "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
-                    "(int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
-                    "os.execv(sys.executable, sys.argv[2:])", str(nofile), *args]
+            args = [
+                PY,
+                "-c",
+                "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
+                "(int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
+                "os.execv(sys.executable, sys.argv[2:])",
+                str(nofile),
+                *args,
+            ]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, cwd=ROOT)
         self.lines: list[str] = []
         self.headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
@@ -128,8 +155,7 @@ class Serve:
 @contextmanager
 def sdk_http_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """tests/servers/http_server.py (the SDK's MCPServer on uvicorn): the process and its URL."""
-    proc = subprocess.Popen([PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
         with selectors.DefaultSelector() as sel:
@@ -151,8 +177,9 @@ def sdk_http_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
 
 
 @asynccontextmanager
-async def sdk_client(url: str, headers: dict[str, str], mode: str = "auto", *, message_handler: Any = None,
-                     stream_open: Any = None) -> AsyncIterator[Any]:
+async def sdk_client(
+    url: str, headers: dict[str, str], mode: str = "auto", *, message_handler: Any = None, stream_open: Any = None
+) -> AsyncIterator[Any]:
     """The MCP SDK's own client on ``url``.
 
     ``message_handler``: the SDK's, for server notifications. ``stream_open``:
@@ -169,11 +196,24 @@ async def sdk_client(url: str, headers: dict[str, str], mode: str = "auto", *, m
             stream_open.set()
 
     async with httpx2.AsyncClient(headers=headers, timeout=30.0, event_hooks={"response": [seen]}) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode,
-                          message_handler=message_handler) as client:
+        async with Client(
+            streamable_http_client(url, http_client=http), mode=mode, message_handler=message_handler
+        ) as client:
             yield client
 
 
-
-__all__ = ["OTHER_TOKEN", "PY", "SERVERS", "START_WAIT", "STOP_WAIT", "TOKEN", "Serve", "gated", "raw", "samples",
-           "sdk_client", "sdk_http_server", "server"]
+__all__ = [
+    "OTHER_TOKEN",
+    "PY",
+    "SERVERS",
+    "START_WAIT",
+    "STOP_WAIT",
+    "TOKEN",
+    "Serve",
+    "gated",
+    "raw",
+    "samples",
+    "sdk_client",
+    "sdk_http_server",
+    "server",
+]

@@ -35,10 +35,10 @@ import pytest
 # Re-exported: test modules written before helpers.py import these from here.
 from helpers import (
     PY,
-    EscapePlace,
     RAW_SERVER,
     ROOT,
     SERVERS,
+    EscapePlace,
     describe,
     exempt_pids,
     is_alive,
@@ -49,16 +49,18 @@ from helpers import (
     register_shared,
     run,
 )
-
 from lovia_mcp_worker.containment import cgroup_layout
 from lovia_mcp_worker.containment.guard import become_subreaper
+
 from lovia_mcp.client.forkserver import ForkServer
 
 # Bound on waiting, after a test, for its processes to finish exiting.
 LEAK_WAIT = 5.0
 
 # Audit events that start a process; recorded while a ``unit`` test runs.
-_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system"})
+_PROCESS_EVENTS = frozenset(
+    {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system"}
+)
 _unit_starts: list[str] | None = None
 
 
@@ -154,8 +156,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> No
 
 
 __all__ = [
-    "PY", "RAW_SERVER", "ROOT", "SERVERS", "enforcement", "live_descendants", "no_leaks", "pid_alive", "place",
-    "raw_args", "register_shared", "run", "unit_starts_no_process",
+    "PY",
+    "RAW_SERVER",
+    "ROOT",
+    "SERVERS",
+    "enforcement",
+    "live_descendants",
+    "no_leaks",
+    "pid_alive",
+    "place",
+    "raw_args",
+    "register_shared",
+    "run",
+    "unit_starts_no_process",
 ]
 
 

@@ -40,11 +40,11 @@ from lovia import Agent, Runner
 from lovia.runtime.result import RunResult
 from lovia.testing import ScriptedProvider, text
 from lovia.transcript import ToolResultEntry
+from lovia_mcp_worker.containment import cgroup_layout
+from lovia_mcp_worker.wire.messages import HEADER, encoder
 
 from lovia_mcp import MCP, MCPError, MCPServer, MCPServerStdio, Sandbox
 from lovia_mcp._isolation import ISOLATIONS as ISOLATION_MODES
-from lovia_mcp_worker.containment import cgroup_layout
-from lovia_mcp_worker.wire.messages import HEADER, encoder
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"
@@ -74,11 +74,35 @@ CLI_TIMEOUT = 25.0
 ISOLATIONS = pytest.mark.parametrize("isolation", ISOLATION_MODES)
 
 # Every tool tests/servers/raw_server.py lists (without its flags).
-RAW_TOOLS = frozenset({
-    "echo", "add", "fail", "big", "mixed", "long", "hang", "exit", "signal", "stderr_then_exit", "garbage",
-    "flood", "chatty", "alloc", "spawn", "burn", "pid", "cwd", "counter", "ping_client",
-    "alloc_fast", "fork_storm", "kill_parent", "answer_if_exists", "escape",
-})
+RAW_TOOLS = frozenset(
+    {
+        "echo",
+        "add",
+        "fail",
+        "big",
+        "mixed",
+        "long",
+        "hang",
+        "exit",
+        "signal",
+        "stderr_then_exit",
+        "garbage",
+        "flood",
+        "chatty",
+        "alloc",
+        "spawn",
+        "burn",
+        "pid",
+        "cwd",
+        "counter",
+        "ping_client",
+        "alloc_fast",
+        "fork_storm",
+        "kill_parent",
+        "answer_if_exists",
+        "escape",
+    }
+)
 
 T = TypeVar("T")
 
@@ -174,7 +198,9 @@ def outputs(result: RunResult) -> list[str]:
     return [e.output for e in results(result)]
 
 
-def lovia_mcp(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def lovia_mcp(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the ``lovia-mcp`` command as a user runs it (``python -m lovia_mcp``), bounded."""
     return subprocess.run(
         [sys.executable, "-m", "lovia_mcp", *args],
@@ -389,8 +415,13 @@ class EscapePlace:
 
     def server(self, box: Sandbox | None, env: dict[str, str] | None = None, **kw: Any) -> MCPServerStdio:
         return MCPServerStdio(
-            command=PY, args=[ESCAPE_SERVER], name="escape", cwd=str(self.work),
-            env={"HOME": str(self.home), **(env or {})}, sandbox=box, **kw,
+            command=PY,
+            args=[ESCAPE_SERVER],
+            name="escape",
+            cwd=str(self.work),
+            env={"HOME": str(self.home), **(env or {})},
+            sandbox=box,
+            **kw,
         )
 
     def close(self) -> None:
@@ -416,7 +447,7 @@ def leftover_cgroups() -> list[str]:
         for name in os.listdir(parent):
             if not name.startswith(cgroup_layout.PREFIX):
                 continue
-            pid = name[len(cgroup_layout.PREFIX):].split(".", 1)[0]
+            pid = name[len(cgroup_layout.PREFIX) :].split(".", 1)[0]
             if pid.isdigit() and (int(pid) in idle or int(pid) not in ours and psutil.pid_exists(int(pid))):
                 continue
             found.append(os.path.join(parent, name))
@@ -424,9 +455,47 @@ def leftover_cgroups() -> list[str]:
 
 
 __all__ = [
-    "CLI_TIMEOUT", "ESCAPE_SERVER", "GONE_WAIT", "ISOLATIONS", "POLL", "PY", "RAW_SERVER", "RAW_TOOLS", "ROOT", "SERVERS", "SERVER_EXIT_WAIT",
-    "SERVER_READY_WAIT", "SUP_SERVER", "EscapePlace", "Model",
-    "alive_after", "alive_after_sync", "copy_raw_server", "describe", "drive", "end_process", "error_of", "exempt_pids", "frame", "is_alive",
-    "leftover_cgroups", "limit_hit", "live_descendants", "lovia_mcp", "lovia_mcp_all", "outputs", "pid_alive", "pid_of", "raw", "raw_args", "reap_zombies",
-    "register_shared", "results", "run", "script_json", "serving", "sup", "wait_gone",
+    "CLI_TIMEOUT",
+    "ESCAPE_SERVER",
+    "GONE_WAIT",
+    "ISOLATIONS",
+    "POLL",
+    "PY",
+    "RAW_SERVER",
+    "RAW_TOOLS",
+    "ROOT",
+    "SERVERS",
+    "SERVER_EXIT_WAIT",
+    "SERVER_READY_WAIT",
+    "SUP_SERVER",
+    "EscapePlace",
+    "Model",
+    "alive_after",
+    "alive_after_sync",
+    "copy_raw_server",
+    "describe",
+    "drive",
+    "end_process",
+    "error_of",
+    "exempt_pids",
+    "frame",
+    "is_alive",
+    "leftover_cgroups",
+    "limit_hit",
+    "live_descendants",
+    "lovia_mcp",
+    "lovia_mcp_all",
+    "outputs",
+    "pid_alive",
+    "pid_of",
+    "raw",
+    "raw_args",
+    "reap_zombies",
+    "register_shared",
+    "results",
+    "run",
+    "script_json",
+    "serving",
+    "sup",
+    "wait_gone",
 ]

@@ -160,10 +160,14 @@ def test_destructive_approval_in_a_real_run_asks_only_for_tools_not_trusted_read
     asked: list[str] = []
     server = annotated(needs_approval="destructive", trust_annotations=trusted)
 
-    result, _ = run(drive(
-        MCP(server), call("read", {}), call("write", {}),
-        approval_handler=_asked(asked),
-    ))
+    result, _ = run(
+        drive(
+            MCP(server),
+            call("read", {}),
+            call("write", {}),
+            approval_handler=_asked(asked),
+        )
+    )
 
     assert asked == expected
     assert outputs(result) == ["read: ok", "write: ok"]
@@ -206,7 +210,12 @@ def test_untrusted_annotations_let_the_same_calls_run_together() -> None:
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("auto_reconnect", "always"), ("auto_reconnect", 1), ("needs_approval", "sometimes"), ("trust_annotations", "yes")],
+    [
+        ("auto_reconnect", "always"),
+        ("auto_reconnect", 1),
+        ("needs_approval", "sometimes"),
+        ("trust_annotations", "yes"),
+    ],
 )
 @pytest.mark.unit
 def test_an_unknown_policy_value_is_refused_with_a_hint(option: str, value: object) -> None:
@@ -222,11 +231,22 @@ def test_hints_that_are_not_booleans_count_as_not_given_and_a_tool_without_hints
     from lovia_mcp_worker.wire.messages import encoder
 
     warnings: list[str] = []
-    specs, _ = tools_page(json.dumps({"tools": [
-        {"name": "a", "annotations": {"readOnlyHint": "yes", "idempotentHint": 1}},
-        {"name": "b", "annotations": {"readOnlyHint": True, "destructiveHint": None}, "_meta": ["not", "an", "object"]},
-        {"name": "c", "annotations": "nonsense"},
-    ]}), warnings.append)
+    specs, _ = tools_page(
+        json.dumps(
+            {
+                "tools": [
+                    {"name": "a", "annotations": {"readOnlyHint": "yes", "idempotentHint": 1}},
+                    {
+                        "name": "b",
+                        "annotations": {"readOnlyHint": True, "destructiveHint": None},
+                        "_meta": ["not", "an", "object"],
+                    },
+                    {"name": "c", "annotations": "nonsense"},
+                ]
+            }
+        ),
+        warnings.append,
+    )
 
     assert [s.annotations for s in specs] == [None, ToolAnnotations(read_only_hint=True), None]
     assert [s.meta for s in specs] == [None, None, None]

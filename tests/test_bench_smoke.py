@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT
 
 BENCH = ROOT / "scripts" / "bench.py"

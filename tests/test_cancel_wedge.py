@@ -18,10 +18,10 @@ import time
 
 import pytest
 from conftest import PY, SERVERS, run
-
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
+
 from lovia_mcp import MCP, MCPServerStdio
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
@@ -54,7 +54,10 @@ class _Seen(logging.Handler):
 def test_a_run_cancelled_on_a_wedged_server_does_not_leave_the_next_run_waiting_behind_it(isolation: str) -> None:
     async def main() -> tuple[int, int, float]:
         server = MCPServerStdio(
-            command=PY, args=[WEDGE_SERVER], name="wedge", kill_grace=KILL_GRACE,
+            command=PY,
+            args=[WEDGE_SERVER],
+            name="wedge",
+            kill_grace=KILL_GRACE,
             isolation=isolation,  # type: ignore[arg-type]
         )
         stalled = asyncio.Event()
@@ -66,16 +69,18 @@ def test_a_run_cancelled_on_a_wedged_server_does_not_leave_the_next_run_waiting_
         try:
             async with server.session() as conn:
                 old = int(str(await conn.call_tool("pid")))
-                first = Agent(name="a", model=ScriptedProvider([call("wedge__stall", {}), text("done")]),
-                              plugins=[MCP(conn)])
+                first = Agent(
+                    name="a", model=ScriptedProvider([call("wedge__stall", {}), text("done")]), plugins=[MCP(conn)]
+                )
                 stalling = asyncio.ensure_future(Runner.run(first, "stall"))
                 await asyncio.wait_for(stalled.wait(), STALL_WAIT)
                 stalling.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await stalling
 
-                second = Agent(name="b", model=ScriptedProvider([call("wedge__pid", {}), text("done")]),
-                               plugins=[MCP(conn)])
+                second = Agent(
+                    name="b", model=ScriptedProvider([call("wedge__pid", {}), text("done")]), plugins=[MCP(conn)]
+                )
                 started = time.monotonic()
                 result = await asyncio.wait_for(Runner.run(second, "pid"), NEXT_CALL_BOUND)
                 took = time.monotonic() - started
@@ -87,8 +92,10 @@ def test_a_run_cancelled_on_a_wedged_server_does_not_leave_the_next_run_waiting_
             server_log.setLevel(level)
 
     old, new, took = run(main())
-    print(f"[{isolation}] next run served by a fresh server {took * 1000:.0f} ms after the cancel "
-          f"(cancel grace {KILL_GRACE} s; wedged pid {old}, fresh pid {new})")
+    print(
+        f"[{isolation}] next run served by a fresh server {took * 1000:.0f} ms after the cancel "
+        f"(cancel grace {KILL_GRACE} s; wedged pid {old}, fresh pid {new})"
+    )
     assert new != old
 
 
@@ -100,7 +107,10 @@ def test_a_cancelled_call_on_a_server_that_still_answers_keeps_that_server(isola
         # cancel and answers the ping (with a method-not-found error, which
         # is an answer).
         server = MCPServerStdio(
-            command=PY, args=[str(SERVERS / "sup_server.py")], name="sup", kill_grace=KILL_GRACE,
+            command=PY,
+            args=[str(SERVERS / "sup_server.py")],
+            name="sup",
+            kill_grace=KILL_GRACE,
             isolation=isolation,  # type: ignore[arg-type]
         )
         async with server.session() as conn:

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 from helpers import ISOLATIONS, PY, SERVERS
+from lovia_mcp_worker.wire.messages import Ended, Started
 
 from lovia_mcp import MCPError, MCPServerStdio
 from lovia_mcp.client.circuit import RestartCircuit
 from lovia_mcp.client.core import ClientCore
-from lovia_mcp_worker.wire.messages import Ended, Started
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -49,8 +49,12 @@ def starts(path: Path) -> int:
 def crashloop(isolation: str, starts_file: Path, *flags: str, command: str = PY) -> MCPServerStdio:
     args = [CRASHLOOP, "--starts", str(starts_file), *flags] if command == PY else list(flags)
     return MCPServerStdio(
-        command=command, args=args, name="loop", isolation=isolation,  # type: ignore[arg-type]
-        restart_limit=LIMIT, restart_window=WINDOW,
+        command=command,
+        args=args,
+        name="loop",
+        isolation=isolation,  # type: ignore[arg-type]
+        restart_limit=LIMIT,
+        restart_window=WINDOW,
     )
 
 
@@ -154,8 +158,9 @@ def test_a_server_that_dies_at_every_start_is_started_at_most_limit_plus_one_tim
         async with crashloop(isolation, record, "--calls", served).session() as conn:
             kinds, fail_fast = await call_kinds(conn, CALLS)
             # Concurrent callers find it open too, and start nothing.
-            burst = await asyncio.gather(*(conn.call_tool("echo", {"text": "b"}) for _ in range(8)),
-                                         return_exceptions=True)
+            burst = await asyncio.gather(
+                *(conn.call_tool("echo", {"text": "b"}) for _ in range(8)), return_exceptions=True
+            )
             assert all(isinstance(e, MCPError) and e.kind == "circuit_open" for e in burst), burst
             stats = await conn.stats()
             assert stats.restarts == LIMIT, stats
@@ -167,8 +172,10 @@ def test_a_server_that_dies_at_every_start_is_started_at_most_limit_plus_one_tim
     # Each call starts a server and retries once: the limit is reached within two calls.
     assert kinds == expect + ["circuit_open"] * (CALLS - len(expect)), kinds
     assert fail_fast < FAIL_FAST_WITHIN, fail_fast
-    print(f"[{isolation}] {CALLS} calls: {starts(record)} starts (limit {LIMIT}), then circuit_open "
-          f"in {fail_fast * 1000:.2f} ms")
+    print(
+        f"[{isolation}] {CALLS} calls: {starts(record)} starts (limit {LIMIT}), then circuit_open "
+        f"in {fail_fast * 1000:.2f} ms"
+    )
 
 
 @ISOLATIONS
@@ -178,7 +185,7 @@ def test_a_server_whose_command_can_no_longer_be_executed_stops_restarting_at_th
 ) -> None:
     record = tmp_path / "starts"
     wrapper = tmp_path / "server.sh"
-    wrapper.write_text(f'#!/bin/sh\nexec {PY} {CRASHLOOP} --starts {record} --serve 99 --calls 0\n')
+    wrapper.write_text(f"#!/bin/sh\nexec {PY} {CRASHLOOP} --starts {record} --serve 99 --calls 0\n")
     wrapper.chmod(0o755)
 
     async def main() -> list[str]:

@@ -14,12 +14,12 @@ from types import SimpleNamespace
 
 import pytest
 from helpers import CLI_TIMEOUT, PY, RAW_SERVER, ROOT, error_of, lovia_mcp, lovia_mcp_all
+from lovia_mcp_worker.wire import failures
+from lovia_mcp_worker.wire.messages import OPTIONS
 
 from lovia_mcp._errors import reworded, to_error
 from lovia_mcp.cli._args import OPTION_FLAGS, build_parser
 from lovia_mcp.cli.main import cli_words, parameter_lines, tools_table
-from lovia_mcp_worker.wire import failures
-from lovia_mcp_worker.wire.messages import OPTIONS
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -46,7 +46,8 @@ def test_tools_json_gives_each_tool_with_the_schema_the_model_receives() -> None
     tools = {t["name"]: t for t in json.loads(r.stdout)}
     assert tools["add"]["description"] == "Add two numbers."
     assert tools["add"]["parameters"] == {
-        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "type": "object",
+        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
     }
     assert tools["fail"]["parameters"] == {"type": "object", "properties": {}}
 
@@ -91,8 +92,10 @@ def test_parameters_read_as_name_type_with_optional_marks_and_defaults() -> None
 
 @pytest.mark.unit
 def test_the_table_wraps_descriptions_to_the_width_and_falls_back_to_blocks_when_narrow() -> None:
-    tools = [_tool("forecast", "Today's weather forecast for a city, from canned data.", FORECAST_SCHEMA),
-             _tool("ping", "", {"type": "object", "properties": {}})]
+    tools = [
+        _tool("forecast", "Today's weather forecast for a city, from canned data.", FORECAST_SCHEMA),
+        _tool("ping", "", {"type": "object", "properties": {}}),
+    ]
     wide = tools_table(tools, 80).splitlines()
     assert wide[0].split() == ["NAME", "PARAMETERS", "DESCRIPTION"]
     assert wide[1].split()[:3] == ["forecast", "city:", "string"]
@@ -128,10 +131,10 @@ def test_call_json_with_arguments_from_stdin_shows_content_error_flag_and_struct
     r = lovia_mcp("call", "add", "-", "--json", *RAW, stdin='{"a": 2, "b": 3}')
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {
-        "content": [{"type": "text", "text": "5"}], "is_error": False, "structured_content": {"sum": 5},
+        "content": [{"type": "text", "text": "5"}],
+        "is_error": False,
+        "structured_content": {"sum": 5},
     }
-
-
 
 
 @pytest.mark.unit
@@ -167,7 +170,12 @@ def test_url_reaches_a_streamable_http_server_with_headers() -> None:
         server.wait(CLI_TIMEOUT)
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()[1:] if line[:1].strip()] == [
-        "echo", "add", "pixel", "pid", "look", "add_tool",
+        "echo",
+        "add",
+        "pixel",
+        "pid",
+        "look",
+        "add_tool",
     ]
     assert called.returncode == 0, called.stderr
     assert json.loads(called.stdout)["structured_content"] == {"sum": 3.0}
@@ -179,9 +187,17 @@ def test_url_reaches_a_streamable_http_server_with_headers() -> None:
 def test_cwd_env_and_inherit_env_shape_the_server_process() -> None:
     # The script path is relative to --cwd: the server only starts if the cwd was applied.
     r = lovia_mcp(
-        "call", "pid", "--cwd", str(ROOT / "tests" / "servers"),
-        "--env", "GREETING=hello=world", "--inherit-env", "CLI_TEST_PASSED",
-        "--", PY, "raw_server.py",
+        "call",
+        "pid",
+        "--cwd",
+        str(ROOT / "tests" / "servers"),
+        "--env",
+        "GREETING=hello=world",
+        "--inherit-env",
+        "CLI_TEST_PASSED",
+        "--",
+        PY,
+        "raw_server.py",
         env={"CLI_TEST_PASSED": "yes", "CLI_TEST_SECRET": "no"},
     )
     assert r.returncode == 0, r.stderr
@@ -276,8 +292,12 @@ def test_the_servers_stderr_is_silent_by_default_and_shown_with_verbose() -> Non
 
 def test_help_is_there_for_every_command_and_documents_the_exit_statuses() -> None:
     top, tools, call, demo = lovia_mcp_all(["--help"], ["tools", "--help"], ["call", "-h"], ["demo", "--help"])
-    for r, usage in ((top, "lovia-mcp [-h]"), (tools, "lovia-mcp tools"), (call, "lovia-mcp call TOOL"),
-                     (demo, "lovia-mcp demo")):
+    for r, usage in (
+        (top, "lovia-mcp [-h]"),
+        (tools, "lovia-mcp tools"),
+        (call, "lovia-mcp call TOOL"),
+        (demo, "lovia-mcp demo"),
+    ):
         assert (r.returncode, r.stderr) == (0, "")
         assert r.stdout.startswith(f"usage: {usage}")
     for r in (top, call):

@@ -27,8 +27,9 @@ def config(tmp_path: Path, servers: dict[str, Any], key: str = "mcpServers") -> 
 
 def test_tools_with_config_lists_every_servers_tools_under_its_entry_name(tmp_path: Path) -> None:
     path = config(tmp_path, {"one": RAW, "two": {**RAW, "include_tools": ["add"]}})
-    both, picked = lovia_mcp_all(["tools", "--json", "--config", path],
-                                 ["tools", "--json", "--config", path, "--server", "two"])
+    both, picked = lovia_mcp_all(
+        ["tools", "--json", "--config", path], ["tools", "--json", "--config", path, "--server", "two"]
+    )
     assert both.returncode == 0, both.stderr
     names = [t["name"] for t in json.loads(both.stdout)]
     assert "one__echo" in names and "two__add" in names and "two__echo" not in names
@@ -111,9 +112,12 @@ def test_keys_of_other_clients_are_noted_on_stderr_and_the_server_still_runs(tmp
 def test_a_command_on_an_entry_with_spares_starts_the_server_once(tmp_path: Path) -> None:
     starts = tmp_path / "starts"
     wrapper = tmp_path / "wrapper.py"
-    wrapper.write_text("import os, sys\n"
-                       f"with open({str(starts)!r}, 'a') as f: f.write('start\\n')\n"
-                       f"os.execv(sys.executable, [sys.executable, {RAW_SERVER!r}])\n", encoding="utf-8")
+    wrapper.write_text(
+        "import os, sys\n"
+        f"with open({str(starts)!r}, 'a') as f: f.write('start\\n')\n"
+        f"os.execv(sys.executable, [sys.executable, {RAW_SERVER!r}])\n",
+        encoding="utf-8",
+    )
     path = config(tmp_path, {"raw": {"command": PY, "args": [str(wrapper)], "spares": 1}})
     # A call that hangs for a second: time enough for a standby to start, were one asked for.
     r = lovia_mcp("call", "hang", "--timeout", "1", "--config", path)

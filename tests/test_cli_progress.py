@@ -84,8 +84,9 @@ class Terminal(NamedTuple):
 def _on_terminal(command: list[str], gate_fd: int, wanted: bytes) -> Terminal:
     """Run ``command`` with stderr on a terminal; once ``wanted`` shows there, open the gate and let it end."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
-                            cwd=ROOT, env=_env())
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, cwd=ROOT, env=_env()
+    )
     os.close(slave)
     try:
         start = time.monotonic()
@@ -120,8 +121,9 @@ def test_on_a_terminal_the_command_shows_what_it_starts_and_the_seconds_in_place
 
 def test_piped_the_command_writes_no_progress_at_all(gate: tuple[str, int]) -> None:
     fifo, gate_fd = gate
-    proc = subprocess.Popen(_command(fifo), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=ROOT, env=_env())
+    proc = subprocess.Popen(
+        _command(fifo), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=_env()
+    )
     try:
         # The server reads the gate only once it runs, i.e. once the open is
         # under way: releasing it after that means the wait was there to report.
@@ -143,8 +145,10 @@ def _record(message: str, **attrs: object) -> logging.LogRecord:
 
 @pytest.mark.unit
 def test_a_progress_record_reads_as_server_tool_percent_and_message() -> None:
-    assert describe(_record("downloading", server="npm", tool="install", progress=2, total=5)) == \
-        "npm install: 40% downloading"
+    assert (
+        describe(_record("downloading", server="npm", tool="install", progress=2, total=5))
+        == "npm install: 40% downloading"
+    )
     assert describe(_record("", server="npm", tool="install", progress=3.5, total=None)) == "npm install: 3.5"
     assert describe(_record("just text")) == "just text"
 
@@ -154,8 +158,10 @@ def test_the_cli_handler_puts_progress_records_on_the_status_line_only_when_enab
     log = logging.getLogger(PROGRESS_LOGGER)
     level = log.level
     terminal, pipe = io.StringIO(), io.StringIO()
-    handlers = [show_progress_records(Progress(terminal, enabled=True)),
-                show_progress_records(Progress(pipe, enabled=False))]
+    handlers = [
+        show_progress_records(Progress(terminal, enabled=True)),
+        show_progress_records(Progress(pipe, enabled=False)),
+    ]
     try:
         assert handlers[1] is None
         log.info("fetching", extra={"server": "git", "tool": "clone", "progress": 1.0, "total": 4.0})
@@ -200,8 +206,7 @@ def test_the_status_line_fits_the_width_of_stderrs_terminal_when_stdout_is_piped
     # No --name: the label is the command line, longer than 40 columns.
     command = [sys.executable, "-m", "lovia_mcp", "tools", "--", PY, GATED, fifo]
     env = {k: v for k, v in _env().items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
-                            cwd=ROOT, env=env)
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, cwd=ROOT, env=env)
     os.close(slave)
     try:
         # The label fills the 40 columns: the line is cut with "…" before its

@@ -59,8 +59,13 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     raw ``\r`` into ``\n`` before any check saw it: here the bytes are
     decoded as UTF-8 and nothing else.
     """
-    done = subprocess.run([sys.executable, "-m", "lovia_mcp", *args], capture_output=True, timeout=CLI_TIMEOUT,
-                          cwd=ROOT, env={**os.environ, "COLUMNS": "120"})
+    done = subprocess.run(
+        [sys.executable, "-m", "lovia_mcp", *args],
+        capture_output=True,
+        timeout=CLI_TIMEOUT,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "120"},
+    )
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
@@ -87,10 +92,16 @@ def test_tools_shows_a_hostile_servers_names_descriptions_and_parameters_escaped
 
 def test_call_shows_a_hostile_result_error_message_and_stderr_escaped(tmp_path: Path) -> None:
     config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {
-        "ok": {"command": PY, "args": [ANSI]},
-        "dead": {"command": PY, "args": [ANSI, "--die-at-start"]},
-    }}))
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "ok": {"command": PY, "args": [ANSI]},
+                    "dead": {"command": PY, "args": [ANSI, "--die-at-start"]},
+                }
+            }
+        )
+    )
     shown, as_json, refused, crashed, chatty, dead, checked = run_all(
         ["call", "show", *SERVER],
         ["call", "show", "--json", *SERVER],

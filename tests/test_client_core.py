@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+from lovia_mcp_worker.wire.mcpjson import ToolAnnotations
+from lovia_mcp_worker.wire.messages import Failure
 
 from lovia_mcp.client.circuit import RestartCircuit
 from lovia_mcp.client.retry import retry
-from lovia_mcp_worker.wire.mcpjson import ToolAnnotations
-from lovia_mcp_worker.wire.messages import Failure
 
 
 def failure(kind: str) -> Failure:
@@ -56,12 +56,16 @@ def test_a_lost_call_is_retried_once(kind: str) -> None:
     assert not retry(failure(kind), retried=True, **args)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("kind", ["timeout", "limit", "too_large", "remote", "open", "circuit_open", "closed", "internal"])
+@pytest.mark.parametrize(
+    "kind", ["timeout", "limit", "too_large", "remote", "open", "circuit_open", "closed", "internal"]
+)
 def test_a_failure_a_fresh_server_would_not_fix_is_never_retried(kind: str) -> None:
     assert not retry(failure(kind), policy=True, annotations=None, retried=False, server="s", tool="t")
 
 
-def test_safe_retries_only_tools_whose_annotations_say_read_only_or_idempotent(caplog: pytest.LogCaptureFixture) -> None:
+def test_safe_retries_only_tools_whose_annotations_say_read_only_or_idempotent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     lost = failure("server_exited")
     with caplog.at_level(logging.WARNING, logger="lovia_mcp"):
         assert not retry(lost, policy="safe", annotations=None, retried=False, server="s", tool="write")

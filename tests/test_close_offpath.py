@@ -19,10 +19,10 @@ import time
 import pytest
 from helpers import drive, pid_alive, pid_of, raw, run
 from lovia.testing import call
+from lovia_mcp_worker.containment.proctree import TERM_GRACE
 
 from lovia_mcp import MCP, MCPError, close_spares
 from lovia_mcp.client import closing
-from lovia_mcp_worker.containment.proctree import TERM_GRACE
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -67,8 +67,7 @@ def test_a_runs_end_returns_before_its_servers_die_and_mcp_aclose_waits_until_th
     async def main() -> None:
         plugin = PidsSeen(lingering(3))
         await drive(plugin, call("s0__echo", {"text": "hi"}))
-        print(f"run's close of 3 servers slow to die: {plugin.close_took * 1000:.2f} ms "
-              f"(TERM grace {TERM_GRACE} s)")
+        print(f"run's close of 3 servers slow to die: {plugin.close_took * 1000:.2f} ms (TERM grace {TERM_GRACE} s)")
         assert plugin.close_took < RUN_CLOSE_WITHIN
         assert closing.pending() == 3
         assert len(plugin.pids) == 6

@@ -46,8 +46,18 @@ def test_a_config_is_frozen() -> None:
 @pytest.mark.parametrize(
     ("cls", "options", "message", "hint"),
     [
-        (MCPServerStdio, {"command": "npx", "args": "-y pkg"}, "args must be a list of strings", "args=['--root', '/tmp']"),
-        (MCPServerStdio, {"command": "npx", "args": ["-y", 3]}, "args must be a list of strings", "Split the arguments"),
+        (
+            MCPServerStdio,
+            {"command": "npx", "args": "-y pkg"},
+            "args must be a list of strings",
+            "args=['--root', '/tmp']",
+        ),
+        (
+            MCPServerStdio,
+            {"command": "npx", "args": ["-y", 3]},
+            "args must be a list of strings",
+            "Split the arguments",
+        ),
         (MCPServerStdio, {"command": ""}, "command must be a non-empty string", "MCPServerStdio(command="),
         (MCPServerStdio, {"command": "   "}, "command must be a non-empty string", "MCPServerStdio(command="),
         (MCPServerStdio, {"command": "npx", "env": {"TOKEN": 1}}, "env must map names to string values", "env={"),
@@ -61,9 +71,19 @@ def test_a_config_is_frozen() -> None:
         (MCPServerStdio, {**STDIO, "limits": Limits(memory_mb=-1)}, "memory_mb=-1", "for no limit"),
         (MCPServerStdio, {**STDIO, "limits": Limits(max_processes=0)}, "max_processes=0", "for no limit"),
         (MCPServerStdio, {**STDIO, "limits": Limits(max_result_bytes=0)}, "max_result_bytes=0", "positive byte count"),
-        (MCPServerStdio, {**STDIO, "include_tools": "echo"}, "include_tools must be a list of names", "include_tools=['echo']"),
+        (
+            MCPServerStdio,
+            {**STDIO, "include_tools": "echo"},
+            "include_tools must be a list of names",
+            "include_tools=['echo']",
+        ),
         (MCPServerStdio, {**STDIO, "exclude_tools": [1]}, "exclude_tools must be a list of names", "list of strings"),
-        (MCPServerStdio, {**STDIO, "inherit_env": "HOME"}, "inherit_env must be a list of names", "inherit_env=['HOME']"),
+        (
+            MCPServerStdio,
+            {**STDIO, "inherit_env": "HOME"},
+            "inherit_env must be a list of names",
+            "inherit_env=['HOME']",
+        ),
         (MCPServerStdio, {**STDIO, "timeout": 0}, "timeout must be a positive number", "timeout=30"),
         (MCPServerStdio, {**STDIO, "open_timeout": -1}, "open_timeout must be a positive number", "open_timeout=30"),
         (MCPServerStdio, {**STDIO, "on_timeout": "ignore"}, "unknown on_timeout 'ignore'", "'cancel'"),
@@ -94,9 +114,16 @@ def test_the_plugin_refuses_an_unknown_isolation_and_anything_that_is_not_a_serv
 @pytest.mark.unit
 def test_valid_limits_and_options_are_accepted() -> None:
     server = MCPServerStdio(
-        command="uvx", args=["mcp-server-time"], env={"TZ": "UTC"}, cwd="/tmp",
+        command="uvx",
+        args=["mcp-server-time"],
+        env={"TZ": "UTC"},
+        cwd="/tmp",
         limits=Limits(memory_mb=256, cpu_seconds=10, max_processes=8, max_open_files=64),
-        timeout=30, open_timeout=10, on_timeout="cancel", include_tools=["now"], inherit_env=["HOME"],
+        timeout=30,
+        open_timeout=10,
+        on_timeout="cancel",
+        include_tools=["now"],
+        inherit_env=["HOME"],
     )
     assert server.limits == Limits(memory_mb=256, cpu_seconds=10, max_processes=8, max_open_files=64)
 
@@ -143,7 +170,6 @@ def test_a_command_that_does_not_exist_fails_at_open_time_with_a_hint(isolation:
 @pytest.mark.parametrize("cls", [MCPServerStdio, MCPServerStreamableHTTP])
 def test_a_configs_defaults_and_the_wires_defaults_agree_field_by_field(cls: type[MCPServer]) -> None:
     import msgspec
-
     from lovia_mcp_worker.wire.messages import ServerSpec
 
     wire = {f.name: f.default for f in msgspec.structs.fields(ServerSpec) if f.default is not msgspec.NODEFAULT}

@@ -58,11 +58,15 @@ def test_claude_style_mcpservers_and_vscode_style_servers_give_the_same_configs(
 
 @pytest.mark.unit
 def test_an_entry_with_a_url_and_no_type_is_http_and_the_other_spellings_of_http_are_accepted() -> None:
-    servers = load_servers({"mcpServers": {
-        "a": {"url": "http://127.0.0.1:1/mcp"},
-        "b": {"type": "streamable-http", "url": "http://127.0.0.1:1/mcp"},
-        "c": {"transport": "streamableHttp", "url": "http://127.0.0.1:1/mcp"},
-    }})
+    servers = load_servers(
+        {
+            "mcpServers": {
+                "a": {"url": "http://127.0.0.1:1/mcp"},
+                "b": {"type": "streamable-http", "url": "http://127.0.0.1:1/mcp"},
+                "c": {"transport": "streamableHttp", "url": "http://127.0.0.1:1/mcp"},
+            }
+        }
+    )
     assert [type(s) for s in servers] == [MCPServerStreamableHTTP] * 3
 
 
@@ -85,11 +89,21 @@ def test_variables_are_expanded_in_command_args_env_url_and_headers(monkeypatch:
     monkeypatch.setenv("CF_TOKEN", "s3cret")
     monkeypatch.setenv("CF_EMPTY", "")
     monkeypatch.delenv("CF_UNSET", raising=False)
-    stdio, http = load_servers({"mcpServers": {
-        "s": {"command": "${CF_BIN}/server", "args": ["--token=${CF_TOKEN}", "${CF_UNSET:-fallback}"],
-              "env": {"TOKEN": "${env:CF_TOKEN}", "LEVEL": "${CF_EMPTY:-info}", "KEEP": "${CF_EMPTY}"}},
-        "h": {"url": "https://${CF_UNSET:-example.com}/mcp", "headers": {"Authorization": "Bearer ${CF_TOKEN}"}},
-    }})
+    stdio, http = load_servers(
+        {
+            "mcpServers": {
+                "s": {
+                    "command": "${CF_BIN}/server",
+                    "args": ["--token=${CF_TOKEN}", "${CF_UNSET:-fallback}"],
+                    "env": {"TOKEN": "${env:CF_TOKEN}", "LEVEL": "${CF_EMPTY:-info}", "KEEP": "${CF_EMPTY}"},
+                },
+                "h": {
+                    "url": "https://${CF_UNSET:-example.com}/mcp",
+                    "headers": {"Authorization": "Bearer ${CF_TOKEN}"},
+                },
+            }
+        }
+    )
     assert isinstance(stdio, MCPServerStdio) and isinstance(http, MCPServerStreamableHTTP)
     assert stdio.command == "/opt/bin/server"
     assert stdio.args == ["--token=s3cret", "fallback"]
@@ -103,7 +117,9 @@ def test_an_undefined_variable_without_a_default_is_an_error_naming_it_never_an_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("CF_MISSING_TOKEN", raising=False)
-    e = error({"mcpServers": {"api": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer ${CF_MISSING_TOKEN}"}}}})
+    e = error(
+        {"mcpServers": {"api": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer ${CF_MISSING_TOKEN}"}}}}
+    )
     assert "CF_MISSING_TOKEN is not set" in str(e) and "'api'" in str(e) and "headers" in str(e)
     assert e.hint and "${CF_MISSING_TOKEN:-" in e.hint
     assert "is a VS Code prompt" in str(error({"servers": {"a": {"command": "x", "env": {"K": "${input:key}"}}}}))
@@ -121,7 +137,8 @@ def test_an_unknown_key_is_an_error_with_a_hint_that_suggests_the_closest() -> N
     e = error({"mcpServers": {"a": {"command": "x"}}, "settings": {}})
     assert "unknown top-level key 'settings'" in str(e) and e.hint
     assert "does not apply to a server started from a command" in str(
-        error({"mcpServers": {"a": {"command": "x", "headers": {}}}}))
+        error({"mcpServers": {"a": {"command": "x", "headers": {}}}})
+    )
 
 
 @pytest.mark.unit
@@ -129,10 +146,14 @@ def test_other_clients_keys_are_ignored_with_a_note_and_disabled_entries_are_ski
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="lovia_mcp.config")
-    servers = load_servers({"mcpServers": {
-        "a": {"command": "x", "autoApprove": ["echo"], "description": "for people", "disabled": False},
-        "b": {"command": "y", "disabled": True},
-    }})
+    servers = load_servers(
+        {
+            "mcpServers": {
+                "a": {"command": "x", "autoApprove": ["echo"], "description": "for people", "disabled": False},
+                "b": {"command": "y", "disabled": True},
+            }
+        }
+    )
     assert [s.name for s in servers] == ["a"]
     notes = [r.getMessage() for r in caplog.records if r.name == "lovia_mcp.config"]
     assert any("ignoring 'autoApprove'" in n for n in notes)
@@ -160,13 +181,25 @@ def test_missing_or_conflicting_transport_keys_and_sse_are_errors_with_hints() -
 # --------------------------------------------------------------------------- #
 @pytest.mark.unit
 def test_lovia_mcp_options_per_entry_are_converted_to_their_types() -> None:
-    (server,) = load_servers({"servers": {"fs": {
-        "command": "npx", "args": ["-y", "server-filesystem"],
-        "timeout": 30, "open_timeout": 10, "defer": True, "include_tools": ["read_file"], "isolation": "none",
-        "limits": {"memory_mb": 512, "max_processes": 16},
-        "sandbox": {"filesystem": {"allowWrite": ["/srv/data"]}, "network": {"allowedDomains": []}},
-        "on_timeout": "cancel", "needs_approval": True,
-    }}})
+    (server,) = load_servers(
+        {
+            "servers": {
+                "fs": {
+                    "command": "npx",
+                    "args": ["-y", "server-filesystem"],
+                    "timeout": 30,
+                    "open_timeout": 10,
+                    "defer": True,
+                    "include_tools": ["read_file"],
+                    "isolation": "none",
+                    "limits": {"memory_mb": 512, "max_processes": 16},
+                    "sandbox": {"filesystem": {"allowWrite": ["/srv/data"]}, "network": {"allowedDomains": []}},
+                    "on_timeout": "cancel",
+                    "needs_approval": True,
+                }
+            }
+        }
+    )
     assert isinstance(server, MCPServerStdio)
     assert (server.timeout, server.open_timeout, server.defer, server.isolation) == (30.0, 10.0, True, "none")
     assert server.include_tools == ["read_file"] and server.on_timeout == "cancel" and server.needs_approval is True
@@ -193,10 +226,14 @@ def test_wrong_option_values_are_errors_naming_the_option() -> None:
 
 @pytest.mark.unit
 def test_vscode_sandbox_enabled_turns_the_sandbox_on_or_off() -> None:
-    on, off = load_servers({"servers": {
-        "on": {"command": "x", "sandboxEnabled": True},
-        "off": {"command": "x", "sandboxEnabled": False, "sandbox": {"network": {"allowedDomains": []}}},
-    }})
+    on, off = load_servers(
+        {
+            "servers": {
+                "on": {"command": "x", "sandboxEnabled": True},
+                "off": {"command": "x", "sandboxEnabled": False, "sandbox": {"network": {"allowedDomains": []}}},
+            }
+        }
+    )
     assert isinstance(on, MCPServerStdio) and isinstance(off, MCPServerStdio)
     assert (on.sandbox, off.sandbox) == (Sandbox(), None)
 
@@ -218,8 +255,11 @@ def test_a_field_added_to_the_config_class_is_accepted_without_touching_the_load
 
 @pytest.mark.unit
 def test_overrides_apply_to_every_server_and_win_over_the_file() -> None:
-    servers = load_servers({"mcpServers": {"a": {"command": "x", "timeout": 5}, "b": {"url": "http://h/mcp"}}},
-                           timeout=30, isolation="none")
+    servers = load_servers(
+        {"mcpServers": {"a": {"command": "x", "timeout": 5}, "b": {"url": "http://h/mcp"}}},
+        timeout=30,
+        isolation="none",
+    )
     assert [(s.timeout, s.isolation) for s in servers] == [(30, "none"), (30, "none")]
     e = error({"mcpServers": {"a": {"command": "x"}}}, timeot=3)
     assert "unknown option(s): timeot" in str(e) and e.hint
@@ -232,11 +272,16 @@ def test_overrides_apply_to_every_server_and_win_over_the_file() -> None:
 def test_relative_cwd_command_and_env_file_are_relative_to_the_files_folder(tmp_path: Path) -> None:
     folder = tmp_path / "project"
     write(folder / ".env", "# secrets\nexport API_KEY='from file'\nLEVEL=debug # trailing\nSHARED=file\n")
-    path = write(folder / "mcp.json", {"mcpServers": {
-        "local": {"command": "./bin/server", "cwd": "work", "envFile": ".env", "env": {"SHARED": "entry"}},
-        "onpath": {"command": "npx", "cwd": "/abs"},
-        "home": {"command": "~/bin/server", "cwd": "~/work"},
-    }})
+    path = write(
+        folder / "mcp.json",
+        {
+            "mcpServers": {
+                "local": {"command": "./bin/server", "cwd": "work", "envFile": ".env", "env": {"SHARED": "entry"}},
+                "onpath": {"command": "npx", "cwd": "/abs"},
+                "home": {"command": "~/bin/server", "cwd": "~/work"},
+            }
+        },
+    )
     local, onpath, home = load_servers(path)
     assert isinstance(local, MCPServerStdio) and isinstance(onpath, MCPServerStdio)
     assert local.command == str(folder.resolve() / "bin" / "server")
@@ -246,14 +291,16 @@ def test_relative_cwd_command_and_env_file_are_relative_to_the_files_folder(tmp_
     assert (onpath.command, onpath.cwd) == ("npx", "/abs")
     assert isinstance(home, MCPServerStdio)
     assert (home.command, home.cwd) == (str(Path.home() / "bin" / "server"), str(Path.home() / "work"))
-    assert "cannot read envFile" in str(error(write(folder / "m2.json", {"mcpServers": {"a": {
-        "command": "x", "envFile": "missing.env"}}})))
+    assert "cannot read envFile" in str(
+        error(write(folder / "m2.json", {"mcpServers": {"a": {"command": "x", "envFile": "missing.env"}}}))
+    )
 
 
 @pytest.mark.unit
 def test_workspace_folder_is_the_folder_above_dot_vscode(tmp_path: Path) -> None:
-    path = write(tmp_path / ".vscode" / "mcp.json",
-                 {"servers": {"fs": {"command": "npx", "args": ["${workspaceFolder}/data"]}}})
+    path = write(
+        tmp_path / ".vscode" / "mcp.json", {"servers": {"fs": {"command": "npx", "args": ["${workspaceFolder}/data"]}}}
+    )
     (server,) = load_servers(path)
     assert isinstance(server, MCPServerStdio) and server.args == [f"{tmp_path.resolve()}/data"]
 
@@ -273,10 +320,20 @@ def test_a_server_opened_from_a_file_answers_with_the_files_environment(tmp_path
     # only starts if cwd was resolved against the file's folder.
     folder = tmp_path / "repo"
     copy_raw_server(folder / "servers" / "raw_server.py")
-    path = write(folder / "mcp.json", {"mcpServers": {"raw": {
-        "command": PY, "args": ["raw_server.py"], "cwd": "servers",
-        "env": {"GREETING": "${CF_GREETING:-hello from the file}"}, "timeout": 10,
-    }}})
+    path = write(
+        folder / "mcp.json",
+        {
+            "mcpServers": {
+                "raw": {
+                    "command": PY,
+                    "args": ["raw_server.py"],
+                    "cwd": "servers",
+                    "env": {"GREETING": "${CF_GREETING:-hello from the file}"},
+                    "timeout": 10,
+                }
+            }
+        },
+    )
     (server,) = load_servers(path)
 
     async def go() -> tuple[str, str]:
@@ -301,7 +358,7 @@ def test_mcp_from_config_mounts_the_files_servers_on_an_agent(tmp_path: Path) ->
 
 @pytest.mark.unit
 def test_an_env_file_value_in_quotes_followed_by_a_comment_loses_its_quotes(tmp_path: Path) -> None:
-    path = write(tmp_path / ".env", "A=\"abc\" # prod\nB='x y'   #c\nC=\"keep # inside\"\nD=plain # note\n")
+    path = write(tmp_path / ".env", 'A="abc" # prod\nB=\'x y\'   #c\nC="keep # inside"\nD=plain # note\n')
     assert config_file.read_env_file(path) == {"A": "abc", "B": "x y", "C": "keep # inside", "D": "plain"}
 
 
@@ -309,18 +366,22 @@ def test_an_env_file_value_in_quotes_followed_by_a_comment_loses_its_quotes(tmp_
 def test_a_dict_source_may_hold_paths_and_a_wrong_value_is_an_error_not_a_traceback() -> None:
     from pathlib import Path
 
-    (server,) = load_servers({"mcpServers": {"a": {"command": "python3", "args": [Path("/srv/s.py")],
-                                                   "cwd": Path("/srv")}}})
+    (server,) = load_servers(
+        {"mcpServers": {"a": {"command": "python3", "args": [Path("/srv/s.py")], "cwd": Path("/srv")}}}
+    )
     assert server.args == ["/srv/s.py"] and str(server.cwd) == "/srv"
     with pytest.raises(UserError, match="timeout must be a number"):
         load_servers({"mcpServers": {"a": {"command": "python3", "timeout": Path("/srv")}}})
 
 
-@pytest.mark.parametrize("source, overrides, match", [
-    ({"mcpServers": {"a": {"command": "python3", "disabled": "true"}}}, {}, "'disabled' must be true or false"),
-    ({"mcpServers": {"a": {"command": "python3", "name": "b"}}}, {}, "the entry's key is its name"),
-    ({"mcpServers": {"a": {"command": "python3"}}}, {"name": "b"}, "each entry's key is its name"),
-])
+@pytest.mark.parametrize(
+    "source, overrides, match",
+    [
+        ({"mcpServers": {"a": {"command": "python3", "disabled": "true"}}}, {}, "'disabled' must be true or false"),
+        ({"mcpServers": {"a": {"command": "python3", "name": "b"}}}, {}, "the entry's key is its name"),
+        ({"mcpServers": {"a": {"command": "python3"}}}, {"name": "b"}, "each entry's key is its name"),
+    ],
+)
 @pytest.mark.unit
 def test_a_non_boolean_disabled_and_a_name_besides_the_entrys_key_are_refused(
     source: dict[str, Any], overrides: dict[str, Any], match: str

@@ -45,7 +45,11 @@ def test_a_call_with_no_timer_of_its_own_is_timed_out_by_the_worker_and_the_next
 ) -> None:
     async def main() -> tuple[MCPError, float, int, int, object]:
         server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", kill_grace=KILL_GRACE, auto_reconnect=False,
+            command=PY,
+            args=raw_args(),
+            name="raw",
+            kill_grace=KILL_GRACE,
+            auto_reconnect=False,
             isolation=isolation,  # type: ignore[arg-type]
         )
         async with server.session() as conn:

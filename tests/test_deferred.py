@@ -41,21 +41,25 @@ def deferred_call(tool: str, arguments: dict[str, Any]) -> Any:
 @ISOLATIONS
 def test_deferred_tools_leave_the_tool_list_and_two_servers_share_one_search_and_call_pair(isolation: str) -> None:
     plugin = MCP(deferred(isolation, "alpha"), deferred(isolation, "beta"))
-    result, model = run(drive(
-        plugin,
-        deferred_call("beta__echo", {"text": "via beta"}),
-        deferred_call("alpha__add", {"a": 1, "b": 1}),
-    ))
+    result, model = run(
+        drive(
+            plugin,
+            deferred_call("beta__echo", {"text": "via beta"}),
+            deferred_call("alpha__add", {"a": 1, "b": 1}),
+        )
+    )
 
     offered = list(model.offered[0])
     assert offered.count("search_mcp_tools") == 1 and offered.count("call_mcp_tool") == 1
     assert not [n for n in offered if n.startswith(("alpha__", "beta__"))]
     system = model.calls[0][0]
     assert system.role == "system"
-    assert _deferred_instructions([
-        ("alpha", [f"alpha__{t}" for t in sorted(RAW_TOOLS)]),
-        ("beta", [f"beta__{t}" for t in sorted(RAW_TOOLS)]),
-    ]) in str(system.content)
+    assert _deferred_instructions(
+        [
+            ("alpha", [f"alpha__{t}" for t in sorted(RAW_TOOLS)]),
+            ("beta", [f"beta__{t}" for t in sorted(RAW_TOOLS)]),
+        ]
+    ) in str(system.content)
     assert outputs(result) == ["via beta", "2"]
 
 
@@ -63,13 +67,15 @@ def test_deferred_tools_leave_the_tool_list_and_two_servers_share_one_search_and
 def test_search_finds_a_deferred_tools_definition_and_call_invokes_it_beside_an_exposed_server(
     isolation: str,
 ) -> None:
-    result, model = run(drive(
-        MCP(deferred(isolation), deferred(isolation, "x", defer=False, include_tools=["add"])),
-        call("search_mcp_tools", {"query": "echo"}),
-        deferred_call("d__echo", {"text": "found"}),
-        deferred_call("d__ecko", {"text": "typo"}),
-        call("x__add", {"a": 1, "b": 2}),
-    ))
+    result, model = run(
+        drive(
+            MCP(deferred(isolation), deferred(isolation, "x", defer=False, include_tools=["add"])),
+            call("search_mcp_tools", {"query": "echo"}),
+            deferred_call("d__echo", {"text": "found"}),
+            deferred_call("d__ecko", {"text": "typo"}),
+            call("x__add", {"a": 1, "b": 2}),
+        )
+    )
 
     offered = set(model.offered[0])
     assert {"x__add", "search_mcp_tools", "call_mcp_tool"} <= offered
@@ -95,13 +101,15 @@ def test_approval_of_a_deferred_tool_is_delegated_to_its_own_needs_approval(isol
         return False
 
     plugin = MCP(deferred(isolation, needs_approval=lambda args, ctx: args.get("text") == "secret"))
-    result, _ = run(drive(
-        plugin,
-        deferred_call("d__echo", {"text": "secret"}),
-        deferred_call("d__echo", {"text": "public"}),
-        deferred_call("d__counter", {}),
-        approval_handler=handler,
-    ))
+    result, _ = run(
+        drive(
+            plugin,
+            deferred_call("d__echo", {"text": "secret"}),
+            deferred_call("d__echo", {"text": "public"}),
+            deferred_call("d__counter", {}),
+            approval_handler=handler,
+        )
+    )
 
     assert [name for name, _ in asked] == ["call_mcp_tool"]
     assert "secret" in asked[0][1]
@@ -178,7 +186,9 @@ def test_a_deferred_tool_named_like_an_exposed_tool_is_refused_at_setup(isolatio
 
 
 def _catalog() -> dict[str, Tool]:
-    @tool(name="d__echo", description="Echo the text back.", needs_approval=lambda args, ctx: args.get("text") == "secret")
+    @tool(
+        name="d__echo", description="Echo the text back.", needs_approval=lambda args, ctx: args.get("text") == "secret"
+    )
     async def echo(text: str) -> str:
         return text
 
@@ -231,7 +241,11 @@ def test_the_copied_deferred_helpers_show_the_model_exactly_what_lovias_own_plug
     for mine, theirs in zip(ours, lovias):
         assert mine.openai_schema() == theirs.openai_schema()
         assert (mine.retries, mine.timeout, mine.max_output_chars, mine.parallel, mine.policies) == (
-            theirs.retries, theirs.timeout, theirs.max_output_chars, theirs.parallel, theirs.policies,
+            theirs.retries,
+            theirs.timeout,
+            theirs.max_output_chars,
+            theirs.parallel,
+            theirs.policies,
         )
     assert deferred_instructions(by_server) == _deferred_instructions(by_server)
     answers = run(_answers(*ours))

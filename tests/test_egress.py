@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 import pytest
 from helpers import run
-
 from lovia_mcp_worker.sandbox import netproxy, netroute
 from lovia_mcp_worker.sandbox.netrequest import (
     Allowlist,
@@ -107,9 +106,20 @@ def test_an_internal_address_in_any_form_is_named_by_its_kind(address: str, kind
 @pytest.mark.parametrize(
     "address",
     [
-        "8.8.8.8", "1.1.1.1", "93.184.216.34", "172.15.255.255", "172.32.0.0", "100.63.255.255",
-        "100.128.0.0", "169.253.255.255", "223.255.255.255", "2606:4700:4700::1111", "2a00:1450::1",
-        "::ffff:8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1",
+        "8.8.8.8",
+        "1.1.1.1",
+        "93.184.216.34",
+        "172.15.255.255",
+        "172.32.0.0",
+        "100.63.255.255",
+        "100.128.0.0",
+        "169.253.255.255",
+        "223.255.255.255",
+        "2606:4700:4700::1111",
+        "2a00:1450::1",
+        "::ffff:8.8.8.8",
+        "64:ff9b::8.8.8.8",
+        "2002:808:808::1",
     ],
 )
 @pytest.mark.unit
@@ -118,8 +128,19 @@ def test_an_address_on_the_internet_passes(address: str) -> None:
 
 
 LOOPBACK_SPELLINGS = [
-    "127.0.0.1", "127.1", "127.0.1", "0x7f.1", "0X7F.0.0.1", "0x7f000001", "2130706433", "0177.0.0.1",
-    "017700000001", "127.0.0.1.", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[0:0:0:0:0:ffff:127.0.0.1]",
+    "127.0.0.1",
+    "127.1",
+    "127.0.1",
+    "0x7f.1",
+    "0X7F.0.0.1",
+    "0x7f000001",
+    "2130706433",
+    "0177.0.0.1",
+    "017700000001",
+    "127.0.0.1.",
+    "[::ffff:127.0.0.1]",
+    "[::ffff:7f00:1]",
+    "[0:0:0:0:0:ffff:127.0.0.1]",
 ]
 
 
@@ -133,7 +154,8 @@ def test_every_spelling_of_the_loopback_in_a_connect_line_or_url_is_an_address_l
         address = as_address(request.host)
 
         assert address is not None and str(ipaddress.ip_address("127.0.0.1")) in (
-            str(address), str(getattr(address, "ipv4_mapped", "")),
+            str(address),
+            str(getattr(address, "ipv4_mapped", "")),
         )
         # Not a name: a wildcard never matches it, listing the name "localhost" does not allow it.
         assert Allowlist(["*.allowed-api.test", "*.0.1.test", "localhost"]).refuses(request.host, 8080) is not None
@@ -389,9 +411,9 @@ def test_a_name_under_an_allowed_wildcard_mapped_to_the_loopback_is_refused_unti
                 for request in (tunnel, get):
                     response = await exchange(sock_path, request("inside.allowed-api.test", service.port))
                     head, _, body = response.partition(b"\r\n\r\n")
-                    assert head.startswith(
-                        b"HTTP/1.1 403 Forbidden (resolves to 127.0.0.1, a loopback address)\r\n"
-                    ), head
+                    assert head.startswith(b"HTTP/1.1 403 Forbidden (resolves to 127.0.0.1, a loopback address)\r\n"), (
+                        head
+                    )
                     assert body.decode() == (
                         "lovia-mcp sandbox: inside.allowed-api.test resolves to 127.0.0.1, a loopback address, "
                         "which the sandbox refuses unless it is listed. To allow it, add '127.0.0.1' (or "
@@ -492,7 +514,9 @@ def test_a_port_entry_lets_that_port_through_and_refuses_the_others(sock_path: s
                 refused = await exchange(sock_path, tunnel("localhost", other.port))
 
             assert allowed.endswith(b"hello from 127.0.0.1")
-            assert refused.startswith(f"HTTP/1.1 403 Forbidden (port {other.port} not in the network allowlist)".encode())
+            assert refused.startswith(
+                f"HTTP/1.1 403 Forbidden (port {other.port} not in the network allowlist)".encode()
+            )
             assert f"add 'localhost:{other.port}'".encode() in refused
             assert (service.accepted, other.accepted) == (1, 0)
             assert [d.allowed for d in decisions] == [True, False]

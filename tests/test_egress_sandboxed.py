@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 from helpers import ESCAPE_SERVER, PY, run
-
 from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 pytestmark = [
@@ -116,10 +115,22 @@ def test_a_name_under_an_allowed_wildcard_mapped_to_the_loopback_is_refused_unti
     async def main() -> tuple[dict[str, str], list[str], Service]:
         async with Service() as service:
             agent = await asyncio.create_subprocess_exec(
-                "unshare", "--mount", "--propagation", "private",
-                "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts),
-                PY, "-c", AGENT, str(service.port), ESCAPE_SERVER, str(work),
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                'mount --bind "$0" /etc/hosts && exec "$@"',
+                str(hosts),
+                PY,
+                "-c",
+                AGENT,
+                str(service.port),
+                ESCAPE_SERVER,
+                str(work),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
             )
             out, err = await asyncio.wait_for(agent.communicate(), AGENT_WAIT)
             assert agent.returncode == 0, err.decode()

@@ -18,11 +18,11 @@ from types import ModuleType
 
 import lovia.exceptions
 import lovia.plugins.mcp
+import lovia_mcp_worker
 import pytest
 from helpers import ROOT
 
 import lovia_mcp
-import lovia_mcp_worker
 
 # The names the foundation issue promises at the top level.
 PROMISED = {
@@ -93,7 +93,10 @@ def test_every_public_module_has_an_all_naming_only_what_it_defines(module_name:
 def _python(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-W", "error", "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=30, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
     )
 
 

@@ -120,8 +120,10 @@ class Figures:
     def line(self) -> str:
         faults = ", ".join(f"{n} {k}" for k, n in sorted(self.faults.items()))
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.kinds.items()))
-        return (f"{self.calls} calls, {sum(self.faults.values())} faults ({faults}), {self.failed} failed "
-                f"({kinds}), worst call {self.worst:.2f} s")
+        return (
+            f"{self.calls} calls, {sum(self.faults.values())} faults ({faults}), {self.failed} failed "
+            f"({kinds}), worst call {self.worst:.2f} s"
+        )
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -130,8 +132,12 @@ class Figures:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Figures:
-        data = {**data, "faults": collections.Counter(data["faults"]), "kinds": collections.Counter(data["kinds"]),
-                "fds": tuple(data["fds"])}
+        data = {
+            **data,
+            "faults": collections.Counter(data["faults"]),
+            "kinds": collections.Counter(data["kinds"]),
+            "fds": tuple(data["fds"]),
+        }
         return cls(**data)
 
     def check(self) -> None:
@@ -252,14 +258,16 @@ def stopped(root: int | None = None) -> list[int]:
 def forkserver_pids() -> tuple[int | None, list[int]]:
     """The forkserver's pid and its idle workers' (lovia-mcp's own helpers in this process)."""
     from lovia_mcp.client.forkserver import process_forkserver as fs
+
     return fs.pid, fs.idle_pids()
 
 
 class Faults:
     """Sends seeded random faults to this process's servers, workers and forkserver until stopped."""
 
-    def __init__(self, seed: int, kinds: list[str], worker: Callable[[], int | None], figures: Figures,
-                 root: int | None = None) -> None:
+    def __init__(
+        self, seed: int, kinds: list[str], worker: Callable[[], int | None], figures: Figures, root: int | None = None
+    ) -> None:
         self.rng = random.Random(seed)
         self.kinds = kinds
         self.worker = worker
@@ -333,14 +341,26 @@ async def settled_fds(before: int) -> int:
     return now
 
 
-PROCESS_FAULTS: Final = ["server SIGKILL", "server SIGSTOP", "worker SIGKILL", "idle worker SIGKILL",
-                         "forkserver SIGKILL"]
+PROCESS_FAULTS: Final = [
+    "server SIGKILL",
+    "server SIGSTOP",
+    "worker SIGKILL",
+    "idle worker SIGKILL",
+    "forkserver SIGKILL",
+]
 SERVER_FAULTS: Final = ["server SIGKILL", "server SIGSTOP"]
 
 
 def config(isolation: str, sandbox: Sandbox | None) -> MCPServerStdio:
-    return MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw", isolation=isolation,  # type: ignore[arg-type]
-                          sandbox=sandbox, restart_limit=RESTART_LIMIT, kill_grace=0.5)
+    return MCPServerStdio(
+        command=PY,
+        args=[RAW_SERVER],
+        name="raw",
+        isolation=isolation,  # type: ignore[arg-type]
+        sandbox=sandbox,
+        restart_limit=RESTART_LIMIT,
+        kill_grace=0.5,
+    )
 
 
 async def hammer(server: MCPServerStdio, seed: int) -> Figures:
@@ -354,6 +374,7 @@ async def hammer(server: MCPServerStdio, seed: int) -> Figures:
     conn = await server.open()
     faults = Faults(seed, kinds, lambda: conn.worker_pid, figures)
     try:
+
         async def call(n: int, token: str) -> str:
             return str(await conn.call_tool("echo", {"text": token}, timeout=CALL_TIMEOUT))
 
@@ -415,8 +436,7 @@ def test_under_landlock_where_user_namespaces_are_refused_random_faults_leave_ev
     if landlock.ABI < 1:
         pytest.skip("no Landlock on this kernel")
     seed = seed_for("landlock")
-    proc = subprocess.run([PY, AGENT, str(seed)], capture_output=True, text=True, timeout=AGENT_RUN_TIMEOUT,
-                          cwd=ROOT)
+    proc = subprocess.run([PY, AGENT, str(seed)], capture_output=True, text=True, timeout=AGENT_RUN_TIMEOUT, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     figures = Figures.from_json(out)
@@ -429,8 +449,10 @@ def test_under_landlock_where_user_namespaces_are_refused_random_faults_leave_ev
 # --------------------------------------------------------------------------- #
 
 # Headers of a stateless (MCP 2026-07-28) tools/call: no session to hold.
-CALL_META: Final = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {}}
+CALL_META: Final = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
 
 
 @pytest.mark.timeout(180)
@@ -438,7 +460,6 @@ def test_the_gateway_answers_several_clients_with_their_own_values_while_its_ser
     tmp_path: Path,
 ) -> None:
     import httpx
-
     from _gateway import Serve, raw
 
     seed = seed_for("gateway")
@@ -450,15 +471,28 @@ def test_the_gateway_answers_several_clients_with_their_own_values_while_its_ser
 
         async def main() -> None:
             # One HTTP client per caller, as separate clients are.
-            clients = [httpx.AsyncClient(base_url=g.base, headers=g.headers, timeout=CALL_TIMEOUT + HANG_GUARD)
-                       for _ in range(CALLERS)]
+            clients = [
+                httpx.AsyncClient(base_url=g.base, headers=g.headers, timeout=CALL_TIMEOUT + HANG_GUARD)
+                for _ in range(CALLERS)
+            ]
 
             async def call(n: int, token: str) -> str:
-                body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-                    "name": "raw__echo", "arguments": {"text": token}, "_meta": CALL_META}}
-                r = await clients[n].post("/mcp", json=body, headers={
-                    "accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28",
-                    "mcp-method": "tools/call", "mcp-name": "raw__echo"})
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "raw__echo", "arguments": {"text": token}, "_meta": CALL_META},
+                }
+                r = await clients[n].post(
+                    "/mcp",
+                    json=body,
+                    headers={
+                        "accept": "application/json, text/event-stream",
+                        "mcp-protocol-version": "2026-07-28",
+                        "mcp-method": "tools/call",
+                        "mcp-name": "raw__echo",
+                    },
+                )
                 if r.status_code != 200:
                     raise MCPError(f"HTTP {r.status_code}: {r.text[:200]}", kind="http")
                 result = r.json().get("result")

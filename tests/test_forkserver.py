@@ -93,9 +93,10 @@ def test_a_workers_exit_status_reaches_the_agent_through_the_forkserver() -> Non
     # from the status socket, not from waitpid.
     import asyncio
 
-    from lovia_mcp.client.channel import ProcessChannel
     from lovia_mcp_worker.wire.framing import frame_cap
     from lovia_mcp_worker.wire.messages import Close, Closed
+
+    from lovia_mcp.client.channel import ProcessChannel
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -127,9 +128,16 @@ def _cgroups_of(worker: int) -> list[str]:
 
     where = cgroup.layout()
     mark = f"{cgroup.PREFIX}{worker}."
-    return [] if where is None else [
-        os.path.join(parent, name) for parent in where.parents for name in os.listdir(parent) if name.startswith(mark)
-    ]
+    return (
+        []
+        if where is None
+        else [
+            os.path.join(parent, name)
+            for parent in where.parents
+            for name in os.listdir(parent)
+            if name.startswith(mark)
+        ]
+    )
 
 
 @pytest.mark.timeout(40)
@@ -188,8 +196,10 @@ def test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgrou
         while _cgroups_of(worker) and time.monotonic() < started + LEFTOVERS_GONE:
             time.sleep(POLL)
         left = _cgroups_of(worker)
-        print(f"[{enforcement}] a SIGKILLed worker's tree gone in {took:.3f} s, "
-              f"its {len(cgroups)} cgroups {time.monotonic() - started:.3f} s after that")
+        print(
+            f"[{enforcement}] a SIGKILLed worker's tree gone in {took:.3f} s, "
+            f"its {len(cgroups)} cgroups {time.monotonic() - started:.3f} s after that"
+        )
         assert left == [], f"[{enforcement}] the dead worker's cgroups are still there: {left}"
         agent.stdin.close()
         assert agent.wait(REPORT_WAIT) == 0, agent.stderr.read().decode() if agent.stderr else ""

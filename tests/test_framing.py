@@ -24,13 +24,11 @@ from typing import Any
 import msgspec
 import pytest
 from helpers import ISOLATIONS, PY, RAW_SERVER, SERVERS, run
-
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
-from lovia_mcp import MCP, MCPError, MCPServerStdio
-from lovia_mcp.client.forkserver import ForkServer
 from lovia_mcp_worker.wire import framing
+from lovia_mcp_worker.wire.confinement import Limits
 from lovia_mcp_worker.wire.framing import (
     FRAME_OVERHEAD,
     HEAD_BYTES,
@@ -41,7 +39,6 @@ from lovia_mcp_worker.wire.framing import (
     frame_cap,
     peek_id,
 )
-from lovia_mcp_worker.wire.confinement import Limits
 from lovia_mcp_worker.wire.mcpjson import ContentBlock
 from lovia_mcp_worker.wire.messages import (
     FORKSERVER_STATUS,
@@ -60,6 +57,9 @@ from lovia_mcp_worker.wire.messages import (
     encoder,
     worker_decoder,
 )
+
+from lovia_mcp import MCP, MCPError, MCPServerStdio
+from lovia_mcp.client.forkserver import ForkServer
 
 Skipped = tuple[int, str, bytes]
 
@@ -411,8 +411,9 @@ def test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_connection
     def hostile_worker(self: ForkServer, *, wait: bool = True, background: bool = False) -> tuple[socket.socket, ...]:
         ours, theirs = socket.socketpair()
         status, status_theirs = socket.socketpair()
-        proc = subprocess.Popen([PY, FRAME_WORKER, str(theirs.fileno())], stdin=subprocess.PIPE,
-                                pass_fds=[theirs.fileno()])
+        proc = subprocess.Popen(
+            [PY, FRAME_WORKER, str(theirs.fileno())], stdin=subprocess.PIPE, pass_fds=[theirs.fileno()]
+        )
         theirs.close()
         workers.append(proc)
         status_theirs.sendall(FORKSERVER_STATUS.pack(proc.pid))
@@ -433,8 +434,9 @@ def test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_connection
     monkeypatch.setattr(ForkServer, "request_worker", hostile_worker)
 
     async def main() -> str:
-        server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw", limits=Limits(max_result_bytes=limit),
-                                auto_reconnect=False)
+        server = MCPServerStdio(
+            command=PY, args=[RAW_SERVER], name="raw", limits=Limits(max_result_bytes=limit), auto_reconnect=False
+        )
         with pytest.raises(MCPError) as info:
             async with server.session():
                 pass
@@ -464,12 +466,15 @@ def test_a_lone_surrogate_in_a_models_arguments_reaches_the_server_as_the_replac
     # UnicodeEncodeError ("Tool error: 'utf-8' codec can't encode character
     # '\ud83d'..."), in both isolation modes.
     async def main() -> list[str]:
-        server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw",
-                                isolation=isolation)  # type: ignore[arg-type]
-        provider = ScriptedProvider([
-            call("raw__echo", {"text": "cut \ud83d here, a whole pair \ud83d\ude00 kept, \udc00 too"}, call_id="c1"),
-            text("done"),
-        ])
+        server = MCPServerStdio(command=PY, args=[RAW_SERVER], name="raw", isolation=isolation)  # type: ignore[arg-type]
+        provider = ScriptedProvider(
+            [
+                call(
+                    "raw__echo", {"text": "cut \ud83d here, a whole pair \ud83d\ude00 kept, \udc00 too"}, call_id="c1"
+                ),
+                text("done"),
+            ]
+        )
         agent = Agent(name="a", model=provider, plugins=[MCP(server)])
         result = await Runner.run(agent, "echo it")
         return [e.output for e in result.entries if isinstance(e, ToolResultEntry)]

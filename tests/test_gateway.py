@@ -24,17 +24,16 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from _gateway import OTHER_TOKEN, Serve, raw, samples, sdk_client, sdk_http_server, server
+from conftest import register_shared, run
+from helpers import outputs
 from lovia import Agent, Runner
 from lovia.plugins.mcp import MCP as LoviaMCP
 from lovia.plugins.mcp import MCPServerStreamableHTTP as LoviaHTTP
 from lovia.testing import ScriptedProvider, call, text
-
-from lovia_mcp import MCPServerStreamableHTTP
 from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
-from helpers import outputs
-from _gateway import OTHER_TOKEN, Serve, raw, samples, sdk_client, sdk_http_server, server
-from conftest import register_shared, run
+from lovia_mcp import MCPServerStreamableHTTP
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,25 +67,30 @@ def remote() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[Serve]:
-    g = Serve(tmp_path_factory.mktemp("gateway"), {
-        "remote": {"type": "http", "url": remote},
-        "raw": raw(),
-        "ann": server("annotated_server.py"),
-        "ps": raw(session="per-session", max_sessions=2, idle=60),
-        "store": server("store_server.py", session="per-session", max_sessions=4),
-        "slow": raw(timeout=0.5, kill_grace=0.1),
-        "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
-        "brief": raw(session="per-session", idle=0.5),
-        "bare": server("escape_server.py"),
-        "hdr": server("header_server.py"),
-        "latch": server("latch_server.py"),
-        # Tool lists that grow on demand (add_tool): one shared, one per session.
-        "grow": server("annotated_server.py"),
-        "growps": server("annotated_server.py", session="per-session"),
-        "growbrief": server("annotated_server.py", session="per-session", idle=0.5),
-        # Only where the sandbox can run (a server that cannot be sandboxed never opens).
-        **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
-    }, "--max-body-bytes", "65536")
+    g = Serve(
+        tmp_path_factory.mktemp("gateway"),
+        {
+            "remote": {"type": "http", "url": remote},
+            "raw": raw(),
+            "ann": server("annotated_server.py"),
+            "ps": raw(session="per-session", max_sessions=2, idle=60),
+            "store": server("store_server.py", session="per-session", max_sessions=4),
+            "slow": raw(timeout=0.5, kill_grace=0.1),
+            "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
+            "brief": raw(session="per-session", idle=0.5),
+            "bare": server("escape_server.py"),
+            "hdr": server("header_server.py"),
+            "latch": server("latch_server.py"),
+            # Tool lists that grow on demand (add_tool): one shared, one per session.
+            "grow": server("annotated_server.py"),
+            "growps": server("annotated_server.py", session="per-session"),
+            "growbrief": server("annotated_server.py", session="per-session", idle=0.5),
+            # Only where the sandbox can run (a server that cannot be sandboxed never opens).
+            **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
+        },
+        "--max-body-bytes",
+        "65536",
+    )
     register_shared(g.proc.pid)
     try:
         yield g
@@ -97,20 +101,28 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[S
 
 
 def _mcp_post(g: Serve, body: Any, **headers: str) -> httpx.Response:
-    return httpx.post(g.url, content=body if isinstance(body, bytes) else json.dumps(body).encode(),
-                      headers={"content-type": "application/json", "accept": "application/json, text/event-stream",
-                               **headers}, timeout=30)
+    return httpx.post(
+        g.url,
+        content=body if isinstance(body, bytes) else json.dumps(body).encode(),
+        headers={"content-type": "application/json", "accept": "application/json, text/event-stream", **headers},
+        timeout=30,
+    )
 
 
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 
 
 # --------------------------------------------------------------------------- #
 # The three clients
 # --------------------------------------------------------------------------- #
 def test_an_agent_on_lovias_own_plugin_calls_tools_of_every_server_through_the_aggregated_endpoint(
-        gateway: Serve) -> None:
+    gateway: Serve,
+) -> None:
     async def main() -> Any:
         plugin = LoviaMCP(LoviaHTTP(url=gateway.url, headers=gateway.headers))
         model = ScriptedProvider([call("raw__echo", {"text": "via lovia"}), call("ann__plain", {}), text("done")])
@@ -137,7 +149,8 @@ def test_lovia_mcps_own_http_config_sees_one_servers_tools_under_their_own_names
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_the_sdk_client_sees_annotations_meta_and_is_error_results_unchanged_in_both_protocol_eras(
-        gateway: Serve, mode: str) -> None:
+    gateway: Serve, mode: str
+) -> None:
     async def main() -> tuple[str, Any, Any, Any]:
         async with sdk_client(f"{gateway.base}/servers/ann/mcp", gateway.headers, mode=mode) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -162,8 +175,11 @@ def test_an_http_server_in_the_config_is_served_beside_stdio_ones_with_its_annot
     async def main() -> tuple[dict[str, Any], Any, Any]:
         async with sdk_client(gateway.url, gateway.headers) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            return tools, await client.call_tool("remote__echo", {"text": "over http"}), \
-                await client.call_tool("remote__add", {"a": 1, "b": 2})
+            return (
+                tools,
+                await client.call_tool("remote__echo", {"text": "over http"}),
+                await client.call_tool("remote__add", {"a": 1, "b": 2}),
+            )
 
     tools, echoed, added = run(main())
     assert {"remote__echo", "remote__look", "raw__echo"} <= set(tools)
@@ -177,14 +193,15 @@ def test_an_http_server_in_the_config_is_served_beside_stdio_ones_with_its_annot
 # --------------------------------------------------------------------------- #
 # Security
 # --------------------------------------------------------------------------- #
-@pytest.mark.parametrize("authorization", [None, "Bearer wrong-token-0123456789abcdef", "Basic dGVzdA==",
-                                           "Bearer"])
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-token-0123456789abcdef", "Basic dGVzdA==", "Bearer"])
 def test_a_request_without_the_right_bearer_token_gets_401_on_every_protected_route(
-        gateway: Serve, authorization: str | None) -> None:
+    gateway: Serve, authorization: str | None
+) -> None:
     headers = {} if authorization is None else {"authorization": authorization}
     for path in ("/mcp", "/servers/raw/mcp", "/metrics"):
-        response = httpx.post(gateway.base + path, json=INITIALIZE, headers={
-            "accept": "application/json, text/event-stream", **headers})
+        response = httpx.post(
+            gateway.base + path, json=INITIALIZE, headers={"accept": "application/json, text/event-stream", **headers}
+        )
         assert response.status_code == 401, path
         assert response.headers["www-authenticate"].startswith("Bearer")
         assert "--token-file" in response.json()["hint"]
@@ -202,14 +219,21 @@ def test_a_session_answers_only_to_the_token_that_opened_it(gateway: Serve) -> N
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
 
     def as_(authorization: str) -> httpx.Response:
-        return _mcp_post(gateway, listing, authorization=authorization, **{"mcp-session-id": session,
-                                                                            "mcp-protocol-version": "2025-11-25"})
+        return _mcp_post(
+            gateway,
+            listing,
+            authorization=authorization,
+            **{"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"},
+        )
 
     def pid() -> int:
         # The session's own per-session server (an SSE answer: one message event).
-        answered = _mcp_post(gateway, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                                       "params": {"name": "ps__pid", "arguments": {}}},
-                             authorization=mine, **{"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"})
+        answered = _mcp_post(
+            gateway,
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ps__pid", "arguments": {}}},
+            authorization=mine,
+            **{"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"},
+        )
         data = next(line for line in answered.text.splitlines() if line.startswith("data:"))
         return int(json.loads(json.loads(data[5:])["result"]["content"][0]["text"])["pid"])
 
@@ -225,20 +249,32 @@ def test_a_session_answers_only_to_the_token_that_opened_it(gateway: Serve) -> N
     # Nor did the refused DELETE close the session's per-session server (it did: a new pid).
     assert pid() == held
     # (Without the binding, the other token's list got a 200: checked by hand.)
-    assert httpx.delete(gateway.url, headers={"authorization": mine, "mcp-session-id": session},
-                        timeout=30).status_code == 200
+    assert (
+        httpx.delete(gateway.url, headers={"authorization": mine, "mcp-session-id": session}, timeout=30).status_code
+        == 200
+    )
 
 
-MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
 
 
-def _modern_call(g: Serve, name: str, arguments: dict[str, Any], authorization: str,
-                 **headers: str) -> httpx.Response:
+def _modern_call(g: Serve, name: str, arguments: dict[str, Any], authorization: str, **headers: str) -> httpx.Response:
     """A 2026-07-28 tools/call, self-contained (no session), with any extra headers."""
-    body = {"jsonrpc": "2.0", "id": 11, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "_meta": MODERN_META}}
-    return _mcp_post(g, body, authorization=authorization, **{"mcp-protocol-version": "2026-07-28",
-                                                              "mcp-method": "tools/call", "mcp-name": name, **headers})
+    body = {
+        "jsonrpc": "2.0",
+        "id": 11,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": MODERN_META},
+    }
+    return _mcp_post(
+        g,
+        body,
+        authorization=authorization,
+        **{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name, **headers},
+    )
 
 
 class _Session2025:
@@ -252,18 +288,21 @@ class _Session2025:
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         """The call's first text block (its SSE answer: one message event)."""
-        answered = _mcp_post(self.g, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                                      "params": {"name": name, "arguments": arguments}},
-                             authorization=self.authorization,
-                             **{"mcp-session-id": self.id, "mcp-protocol-version": "2025-11-25"})
+        answered = _mcp_post(
+            self.g,
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": name, "arguments": arguments}},
+            authorization=self.authorization,
+            **{"mcp-session-id": self.id, "mcp-protocol-version": "2025-11-25"},
+        )
         data = next(line for line in answered.text.splitlines() if line.startswith("data:"))
         result = json.loads(data[5:])["result"]
         assert result["isError"] is False, result
         return str(result["content"][0]["text"])
 
     def close(self) -> None:
-        ended = httpx.delete(self.g.url, headers={"authorization": self.authorization, "mcp-session-id": self.id},
-                             timeout=30)
+        ended = httpx.delete(
+            self.g.url, headers={"authorization": self.authorization, "mcp-session-id": self.id}, timeout=30
+        )
         assert ended.status_code == 200, ended.text
 
 
@@ -272,7 +311,8 @@ def _samples(g: Serve) -> dict[str, float]:
 
 
 def test_a_2026_request_carrying_another_tokens_session_id_neither_reads_nor_writes_that_sessions_server(
-        gateway: Serve) -> None:
+    gateway: Serve,
+) -> None:
     # The attack: token A keeps a value in its session's own server; token B
     # sends 2026-07-28 calls (which the SDK serves without looking at any
     # session) carrying A's Mcp-Session-Id, and forged ids. Without the
@@ -286,8 +326,9 @@ def test_a_2026_request_carrying_another_tokens_session_id_neither_reads_nor_wri
         sessions = _samples(gateway)['lovia_mcp_sessions{server="store"}']
         read = _modern_call(gateway, "store__get", {}, theirs, **{"mcp-session-id": a.id})
         wrote = _modern_call(gateway, "store__put", {"value": "B was here"}, theirs, **{"mcp-session-id": a.id})
-        forged = [_modern_call(gateway, "store__get", {}, theirs, **{"mcp-session-id": f"forged-{i}"})
-                  for i in range(3)]
+        forged = [
+            _modern_call(gateway, "store__get", {}, theirs, **{"mcp-session-id": f"forged-{i}"}) for i in range(3)
+        ]
         # Not even the token that opened the session may mix the eras.
         own = _modern_call(gateway, "store__get", {}, mine, **{"mcp-session-id": a.id})
         assert "A's secret" not in read.text and "A's secret" not in own.text
@@ -323,13 +364,30 @@ def test_a_2026_call_whose_mcp_param_header_disagrees_with_its_arguments_is_reje
     # The SDK validates Mcp-Param-* headers against the tool's schema, which
     # the gateway hands it from its listing (not a tools/list run per call).
     def call(region_header: str) -> httpx.Response:
-        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-            "name": "hdr__route", "arguments": {"region": "eu"},
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientCapabilities": {}}}}
-        return _mcp_post(gateway, body, authorization=gateway.headers["Authorization"],
-                         **{"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call",
-                            "mcp-name": "hdr__route", "mcp-param-region": region_header})
+        body = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {
+                "name": "hdr__route",
+                "arguments": {"region": "eu"},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }
+        return _mcp_post(
+            gateway,
+            body,
+            authorization=gateway.headers["Authorization"],
+            **{
+                "mcp-protocol-version": "2026-07-28",
+                "mcp-method": "tools/call",
+                "mcp-name": "hdr__route",
+                "mcp-param-region": region_header,
+            },
+        )
 
     agreed, disagreed = call("eu"), call("us")
     assert agreed.status_code == 200 and agreed.json()["result"]["content"][0]["text"] == "eu", agreed.text
@@ -341,15 +399,28 @@ def test_a_2026_call_whose_client_goes_away_is_cancelled_and_counted_so(gateway:
     entered, release = tmp_path / "entered", tmp_path / "release"
     os.mkfifo(entered)
     os.mkfifo(release)
-    body = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
-        "name": "latch__latch", "arguments": {"entered": str(entered), "release": str(release)},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {}}}}).encode()
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {
+                "name": "latch__latch",
+                "arguments": {"entered": str(entered), "release": str(release)},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }
+    ).encode()
     host, port = gateway.base.removeprefix("http://").rsplit(":", 1)
-    head = (f"POST /mcp HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-            "accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n"
-            f"mcp-method: tools/call\r\nmcp-name: latch__latch\r\n"
-            f"authorization: {gateway.headers['Authorization']}\r\ncontent-length: {len(body)}\r\n\r\n")
+    head = (
+        f"POST /mcp HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+        "accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n"
+        f"mcp-method: tools/call\r\nmcp-name: latch__latch\r\n"
+        f"authorization: {gateway.headers['Authorization']}\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
 
     def metric(text: str, name: str) -> float:
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
@@ -576,8 +647,11 @@ def test_metrics_count_calls_by_outcome_latency_kills_and_memory_per_server(gate
 
     run(main())
     body = httpx.get(gateway.base + "/metrics", headers=gateway.headers).text
-    samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
-               if line and not line.startswith("#")}
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line and not line.startswith("#")
+    }
     assert all(name.startswith("lovia_mcp_") for name in samples)
     assert samples['lovia_mcp_calls_total{server="raw",tool="echo",outcome="ok"}'] >= 1
     assert samples['lovia_mcp_calls_total{server="raw",tool="fail",outcome="tool_error"}'] >= 1
@@ -607,22 +681,29 @@ def test_calls_to_many_long_unknown_tool_names_are_one_unknown_series_and_metric
     before = httpx.get(gateway.base + "/metrics", headers=gateway.headers).text
     answers = [_modern_call(gateway, f"raw__{i}{'x' * UNKNOWN_NAME_BYTES}", {}, mine) for i in range(UNKNOWN_CALLS)]
     after = httpx.get(gateway.base + "/metrics", headers=gateway.headers).text
-    print(f"/metrics: {len(before):,} bytes before {UNKNOWN_CALLS} calls to unknown "
-          f"{UNKNOWN_NAME_BYTES:,}-byte names, {len(after):,} after")
+    print(
+        f"/metrics: {len(before):,} bytes before {UNKNOWN_CALLS} calls to unknown "
+        f"{UNKNOWN_NAME_BYTES:,}-byte names, {len(after):,} after"
+    )
     assert all(a.status_code == 200 and a.json()["result"]["isError"] is True for a in answers)
     assert len(after) - len(before) < METRICS_GROWTH
     assert max(len(line) for line in after.splitlines()) < 200
     counted = samples(after)
-    assert counted['lovia_mcp_calls_total{server="raw",tool="<unknown>",outcome="error"}'] - samples(before).get(
-        'lovia_mcp_calls_total{server="raw",tool="<unknown>",outcome="error"}', 0) == UNKNOWN_CALLS
+    assert (
+        counted['lovia_mcp_calls_total{server="raw",tool="<unknown>",outcome="error"}']
+        - samples(before).get('lovia_mcp_calls_total{server="raw",tool="<unknown>",outcome="error"}', 0)
+        == UNKNOWN_CALLS
+    )
     # A tool the server lists keeps its own series.
     assert _modern_call(gateway, "raw__echo", {"text": "known"}, mine).status_code == 200
     assert 'lovia_mcp_calls_total{server="raw",tool="echo",outcome="ok"}' in samples(
-        httpx.get(gateway.base + "/metrics", headers=gateway.headers).text)
+        httpx.get(gateway.base + "/metrics", headers=gateway.headers).text
+    )
 
 
 def test_lone_surrogates_in_arguments_reach_the_server_as_replacement_characters_and_the_call_counts_ok(
-        gateway: Serve) -> None:
+    gateway: Serve,
+) -> None:
     # Models emit lone surrogates ("\\ud800": half an emoji); UTF-8 cannot
     # carry one. Before the repair the call failed with a bare -32603 from
     # the connection's encoder, and was counted ok.
@@ -640,16 +721,25 @@ def test_lone_surrogates_in_arguments_reach_the_server_as_replacement_characters
 
 
 def test_a_2025_session_request_with_a_lone_surrogate_is_refused_by_the_sdks_parser_and_reaches_no_server(
-        gateway: Serve) -> None:
+    gateway: Serve,
+) -> None:
     # The SDK parses a session's messages strictly (a lone surrogate escape is
     # a JSON-RPC parse error); only 2026-07-28 requests reach the gateway's repair.
     mine = gateway.headers["Authorization"]
     session = _Session2025(gateway, mine)
     try:
         before = _samples(gateway)
-        refused = _mcp_post(gateway, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                                      "params": {"name": "raw__echo", "arguments": {"text": "a\ud800"}}},
-                            authorization=mine, **{"mcp-session-id": session.id, "mcp-protocol-version": "2025-11-25"})
+        refused = _mcp_post(
+            gateway,
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "raw__echo", "arguments": {"text": "a\ud800"}},
+            },
+            authorization=mine,
+            **{"mcp-session-id": session.id, "mcp-protocol-version": "2025-11-25"},
+        )
         after = _samples(gateway)
     finally:
         session.close()
@@ -673,8 +763,7 @@ def test_a_call_that_fails_in_a_way_nobody_foresaw_is_counted_as_an_error_not_ok
             raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
 
     broken = Broken(MCPServerStdio(name="b", command=sys.executable, args=["-c", ""]), options.Served())
-    gateway = app.Gateway([broken], tokens=[], loopback=True, max_body_bytes=1024, max_sessions=1,
-                          session_idle=60.0)
+    gateway = app.Gateway([broken], tokens=[], loopback=True, max_body_bytes=1024, max_sessions=1, session_idle=60.0)
     with pytest.raises(UnicodeEncodeError):
         run(gateway._call(broken, "t", {}, None))  # noqa: SLF001 - the counting itself is the point
     assert dict(gateway.metrics.calls) == {(("server", "b"), ("tool", "<unknown>"), ("outcome", "error")): 1}
@@ -682,7 +771,8 @@ def test_a_call_that_fails_in_a_way_nobody_foresaw_is_counted_as_an_error_not_ok
 
 @pytest.mark.unit
 def test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import ast
     import hmac
     import inspect
@@ -710,9 +800,13 @@ def test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equalit
     # Source: no == / != / in anywhere in the check (a weakening the
     # behaviour above would also catch, kept as the issue asks).
     tree = ast.parse(textwrap.dedent(inspect.getsource(app.Gateway._authorized)))  # noqa: SLF001
-    weak = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Compare)
-            and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
-            and "token" in ast.unparse(node)]
+    weak = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
+        and "token" in ast.unparse(node)
+    ]
     assert weak == []
 
 
@@ -747,14 +841,16 @@ def _fresh() -> str:
 
 @pytest.mark.parametrize("path", ["/mcp", "/servers/grow/mcp"])
 def test_a_2025_session_is_told_when_a_shared_servers_tools_change_and_then_lists_the_new_tool(
-        gateway: Serve, path: str) -> None:
+    gateway: Serve, path: str
+) -> None:
     name = _fresh()
     prefix = "grow__" if path == "/mcp" else ""
 
     async def main() -> tuple[Any, int, set[str], set[str]]:
         heard = Heard()
-        async with sdk_client(gateway.base + path, gateway.headers, mode="legacy", message_handler=heard,
-                              stream_open=heard.stream_open) as listener:
+        async with sdk_client(
+            gateway.base + path, gateway.headers, mode="legacy", message_handler=heard, stream_open=heard.stream_open
+        ) as listener:
             before = {t.name for t in (await listener.list_tools()).tools}
             await asyncio.wait_for(heard.stream_open.wait(), NOTIFY_WAIT)
             # Another client changes the list: every session listing the server hears of it.
@@ -773,7 +869,8 @@ def test_a_2025_session_is_told_when_a_shared_servers_tools_change_and_then_list
 
 
 def test_a_2026_client_listening_for_tool_list_changes_gets_the_event_and_then_lists_the_new_tool(
-        gateway: Serve) -> None:
+    gateway: Serve,
+) -> None:
     from mcp.client.subscriptions import ToolsListChanged
 
     name = _fresh()
@@ -800,10 +897,14 @@ def test_a_per_session_servers_tool_list_change_is_told_to_its_own_session_only(
 
     async def main() -> tuple[Heard, Heard, set[str], set[str]]:
         a, b = Heard(), Heard()
-        async with sdk_client(gateway.url, gateway.headers, mode="legacy", message_handler=a,
-                              stream_open=a.stream_open) as one, \
-                sdk_client(gateway.url, gateway.headers, mode="legacy", message_handler=b,
-                           stream_open=b.stream_open) as two:
+        async with (
+            sdk_client(
+                gateway.url, gateway.headers, mode="legacy", message_handler=a, stream_open=a.stream_open
+            ) as one,
+            sdk_client(
+                gateway.url, gateway.headers, mode="legacy", message_handler=b, stream_open=b.stream_open
+            ) as two,
+        ):
             await asyncio.wait_for(asyncio.gather(a.stream_open.wait(), b.stream_open.wait()), NOTIFY_WAIT)
             await one.call_tool("growps__add_tool", {"text": mine})
             await a.next()
@@ -812,8 +913,12 @@ def test_a_per_session_servers_tool_list_change_is_told_to_its_own_session_only(
             # change was not told to b.
             await two.call_tool("growps__add_tool", {"text": theirs})
             await b.next()
-            return a, b, {t.name for t in (await one.list_tools()).tools}, \
-                {t.name for t in (await two.list_tools()).tools}
+            return (
+                a,
+                b,
+                {t.name for t in (await one.list_tools()).tools},
+                {t.name for t in (await two.list_tools()).tools},
+            )
 
     a, b, one_lists, two_lists = run(main())
     assert (a.count, b.count) == (1, 1)
@@ -822,13 +927,15 @@ def test_a_per_session_servers_tool_list_change_is_told_to_its_own_session_only(
 
 
 def test_a_session_whose_per_session_server_expired_is_told_its_tools_are_the_first_listing_again(
-        gateway: Serve) -> None:
+    gateway: Serve,
+) -> None:
     name = _fresh()
 
     async def main() -> tuple[int, set[str]]:
         heard = Heard()
-        async with sdk_client(gateway.url, gateway.headers, mode="legacy", message_handler=heard,
-                              stream_open=heard.stream_open) as client:
+        async with sdk_client(
+            gateway.url, gateway.headers, mode="legacy", message_handler=heard, stream_open=heard.stream_open
+        ) as client:
             await asyncio.wait_for(heard.stream_open.wait(), NOTIFY_WAIT)
             await client.call_tool("growbrief__add_tool", {"text": name})
             await heard.next()
@@ -853,7 +960,8 @@ class _Ears:
 
 @pytest.mark.unit
 def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table_forgets_sessions_as_the_sdk_does(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from types import SimpleNamespace
 
     from lovia_mcp.gateway import notify, sessions
@@ -861,8 +969,7 @@ def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table
     now = [1000.0]
     monkeypatch.setattr(sessions, "time", SimpleNamespace(monotonic=lambda: now[0]))
     table = sessions.Sessions(idle=60.0)
-    n = notify.Notifier({"/mcp": None, "/servers/a/mcp": "a", "/servers/b/mcp": "b"}, max_streams=4,
-                        sessions=table)
+    n = notify.Notifier({"/mcp": None, "/servers/a/mcp": "a", "/servers/b/mcp": "b"}, max_streams=4, sessions=table)
     published: dict[str, int] = {path: 0 for path in n.endpoints}
     for path, endpoint in n.endpoints.items():
         endpoint.bus.subscribe(lambda _event, path=path: published.__setitem__(path, published[path] + 1))

@@ -10,10 +10,11 @@ call whose client went away) are the wrapper's own. End to end, every
 from __future__ import annotations
 
 import asyncio
+
 import pytest
+from conftest import run
 from starlette.types import Message, Receive, Scope, Send
 
-from conftest import run
 from lovia_mcp.gateway import fastpath
 from lovia_mcp.gateway.fastpath import PING, SSE_HEADERS, accepts_both, serve_fast
 
@@ -49,8 +50,7 @@ class Client:
 
 
 async def json_answer(send: Send, status: int = 200) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": ANSWER})
 
 
@@ -70,7 +70,8 @@ def test_a_call_that_answers_within_the_window_gets_the_json_answer_unchanged() 
 
 
 def test_a_call_still_running_after_the_window_gets_an_event_stream_with_pings_then_its_answer(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(fastpath, "SSE_WINDOW", SHORT_WINDOW)
 
     async def main() -> list[Message]:
@@ -88,8 +89,11 @@ def test_a_call_still_running_after_the_window_gets_an_event_stream_with_pings_t
     sent = run(main())
     assert sent[0] == {"type": "http.response.start", "status": 200, "headers": SSE_HEADERS}
     assert sent[1] == {"type": "http.response.body", "body": PING, "more_body": True}
-    assert sent[-1] == {"type": "http.response.body", "more_body": False,
-                        "body": b"event: message\r\ndata: " + ANSWER + b"\r\n\r\n"}
+    assert sent[-1] == {
+        "type": "http.response.body",
+        "more_body": False,
+        "body": b"event: message\r\ndata: " + ANSWER + b"\r\n\r\n",
+    }
     assert all(m["type"] == "http.response.body" for m in sent[1:])
 
 
@@ -120,13 +124,16 @@ def test_a_client_that_goes_away_cancels_its_call() -> None:
     assert sent == []
 
 
-@pytest.mark.parametrize(("accept", "both"), [
-    (b"application/json, text/event-stream", True),
-    (b"*/*", True),
-    (b"application/*;q=0.9, text/*", True),
-    (b"application/json", False),
-    (b"text/event-stream", False),
-    (b"", False),
-])
+@pytest.mark.parametrize(
+    ("accept", "both"),
+    [
+        (b"application/json, text/event-stream", True),
+        (b"*/*", True),
+        (b"application/*;q=0.9, text/*", True),
+        (b"application/json", False),
+        (b"text/event-stream", False),
+        (b"", False),
+    ],
+)
 def test_only_requests_accepting_json_and_sse_take_the_json_mode_path(accept: bytes, both: bool) -> None:
     assert accepts_both(accept) is both

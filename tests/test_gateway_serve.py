@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-
 from _gateway import PY, START_WAIT, STOP_WAIT, Serve, gated, raw, samples, sdk_client, server
 from conftest import ROOT, run
+
 from lovia_mcp.gateway.connections import FD_RESERVE, MAX_HEAD_BYTES
 from lovia_mcp.gateway.serve import HTTP_SHUTDOWN_GRACE
 
@@ -42,8 +42,9 @@ async def _events(sub: Any) -> list[Any]:
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "lovia_mcp", "serve", *args], capture_output=True, text=True,
-                          timeout=REFUSAL_WAIT, cwd=ROOT)
+    return subprocess.run(
+        [PY, "-m", "lovia_mcp", "serve", *args], capture_output=True, text=True, timeout=REFUSAL_WAIT, cwd=ROOT
+    )
 
 
 def _config(tmp_path: Path, servers: dict[str, Any]) -> str:
@@ -53,24 +54,28 @@ def _config(tmp_path: Path, servers: dict[str, Any]) -> str:
 
 
 def test_sigterm_lets_the_call_in_flight_finish_refuses_new_sessions_serves_old_ones_and_exits_0_leaving_no_process(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     entered, release = tmp_path / "entered", tmp_path / "release"
     os.mkfifo(entered)
     os.mkfifo(release)
-    g = Serve(tmp_path / "g", {"latch": server("latch_server.py"), "ps": raw(session="per-session")},
-              log_format="json")
+    g = Serve(tmp_path / "g", {"latch": server("latch_server.py"), "ps": raw(session="per-session")}, log_format="json")
     try:
         tree = g.tree()
         assert len(tree) >= 4  # two workers, two servers (and the forkserver)
 
         async def main() -> dict[str, Any]:
             out: dict[str, Any] = {}
-            async with sdk_client(g.url, g.headers, mode="legacy") as client, \
-                    sdk_client(g.url, g.headers) as modern, modern.listen(tools_list_changed=True) as sub:
+            async with (
+                sdk_client(g.url, g.headers, mode="legacy") as client,
+                sdk_client(g.url, g.headers) as modern,
+                modern.listen(tools_list_changed=True) as sub,
+            ):
                 # A 2026-07-28 client listening for tool-list changes: the drain ends its stream gracefully.
                 listening = asyncio.ensure_future(_events(sub))
-                held = asyncio.ensure_future(client.call_tool(
-                    "latch__latch", {"entered": str(entered), "release": str(release)}))
+                held = asyncio.ensure_future(
+                    client.call_tool("latch__latch", {"entered": str(entered), "release": str(release)})
+                )
                 # The server has the call: it wrote to `entered`.
                 assert await asyncio.to_thread(entered.read_text) == "in\n"
                 g.proc.send_signal(signal.SIGTERM)
@@ -79,17 +84,35 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_sessions_serves_old_
                     while (ready := await http.get("/readyz")).status_code == 200:
                         await asyncio.sleep(0)
                     out["readyz"] = (ready.status_code, ready.text)
-                    fresh = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                                                          "params": {"protocolVersion": "2025-11-25",
-                                                                     "capabilities": {},
-                                                                     "clientInfo": {"name": "t", "version": "1"}}},
-                                            headers={"accept": "application/json, text/event-stream"})
+                    fresh = await http.post(
+                        "/mcp",
+                        json={
+                            "jsonrpc": "2.0",
+                            "id": 1,
+                            "method": "initialize",
+                            "params": {
+                                "protocolVersion": "2025-11-25",
+                                "capabilities": {},
+                                "clientInfo": {"name": "t", "version": "1"},
+                            },
+                        },
+                        headers={"accept": "application/json, text/event-stream"},
+                    )
                     out["fresh"] = (fresh.status_code, fresh.json()["error"]["message"])
-                    relisten = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "subscriptions/listen",
-                                                             "params": {"notifications": {"toolsListChanged": True}}},
-                                               headers={"accept": "application/json, text/event-stream",
-                                                        "mcp-protocol-version": "2026-07-28",
-                                                        "mcp-method": "subscriptions/listen"})
+                    relisten = await http.post(
+                        "/mcp",
+                        json={
+                            "jsonrpc": "2.0",
+                            "id": 2,
+                            "method": "subscriptions/listen",
+                            "params": {"notifications": {"toolsListChanged": True}},
+                        },
+                        headers={
+                            "accept": "application/json, text/event-stream",
+                            "mcp-protocol-version": "2026-07-28",
+                            "mcp-method": "subscriptions/listen",
+                        },
+                    )
                     out["relisten"] = relisten.status_code
                 # Ended by the drain, not cut when HTTP stops (after the held call).
                 out["listened"] = await asyncio.wait_for(listening, LISTEN_END_WAIT)
@@ -135,13 +158,17 @@ def test_a_non_loopback_address_without_tokens_is_refused_before_anything_starts
     assert proc.stdout == ""
 
 
-@pytest.mark.parametrize(("entry", "expected"), [
-    ({"session": "sometimes"}, "unknown session 'sometimes'"),
-    ({"session": "per-session", "max_sessions": 0}, "max_sessions must be a whole number"),
-    ({"idle": 5}, "apply to per-session servers only"),
-])
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"session": "sometimes"}, "unknown session 'sometimes'"),
+        ({"session": "per-session", "max_sessions": 0}, "max_sessions must be a whole number"),
+        ({"idle": 5}, "apply to per-session servers only"),
+    ],
+)
 def test_a_bad_gateway_option_in_the_config_is_a_usage_error_with_a_hint(
-        tmp_path: Path, entry: dict[str, Any], expected: str) -> None:
+    tmp_path: Path, entry: dict[str, Any], expected: str
+) -> None:
     proc = _serve("--config", _config(tmp_path, {"raw": raw(**entry)}))
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "hint" in proc.stderr
@@ -164,24 +191,37 @@ def test_a_token_file_without_a_token_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_a_server_that_cannot_open_stops_the_gateway_with_its_error_and_no_process_left(tmp_path: Path) -> None:
-    proc = _serve("--config", _config(tmp_path, {"good": raw(), "bad": raw("--exit-on-start", "7")}),
-                  "--listen", "127.0.0.1:0")
+    proc = _serve(
+        "--config", _config(tmp_path, {"good": raw(), "bad": raw("--exit-on-start", "7")}), "--listen", "127.0.0.1:0"
+    )
     assert proc.returncode == 3, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines and lines[0].startswith("http://127.0.0.1:") and "ready" not in lines
     assert "bad" in proc.stderr and "7" in proc.stderr
 
 
-MODERN = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28",
-          "mcp-method": "tools/call"}
+MODERN = {
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": "tools/call",
+}
 
 
 def _echo(name: str, text: str) -> dict[str, Any]:
     """A 2026-07-28 tools/call of an echo tool, self-contained."""
-    return {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-            "params": {"name": name, "arguments": {"text": text},
-                       "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                                 "io.modelcontextprotocol/clientCapabilities": {}}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "tools/call",
+        "params": {
+            "name": name,
+            "arguments": {"text": text},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
 
 
 async def _until_waiting(http: httpx.AsyncClient, n: int, *pending: asyncio.Future[Any]) -> None:
@@ -206,17 +246,20 @@ def test_a_request_sent_before_the_servers_are_open_waits_for_them_and_is_then_s
     holder = os.open(gate, os.O_RDWR)
     g = Serve(tmp_path / "g", {"slow": gated(gate), "quick": raw()}, ready=False)
     try:
+
         async def main() -> dict[str, Any]:
             out: dict[str, Any] = {}
             async with httpx.AsyncClient(base_url=g.base, headers=g.headers, timeout=START_WAIT) as http:
-                early = asyncio.ensure_future(http.post("/mcp", json=_echo("slow__echo", "early"),
-                                                        headers={**MODERN, "mcp-name": "slow__echo"}))
+                early = asyncio.ensure_future(
+                    http.post("/mcp", json=_echo("slow__echo", "early"), headers={**MODERN, "mcp-name": "slow__echo"})
+                )
                 await _until_waiting(http, 1, early)
                 out["readyz"] = (await http.get("/readyz")).status_code
                 out["healthz"] = (await http.get("/healthz")).status_code
                 # One server's own endpoint waits for that server only.
-                out["quick"] = await http.post("/servers/quick/mcp", json=_echo("echo", "quick"),
-                                               headers={**MODERN, "mcp-name": "echo"})
+                out["quick"] = await http.post(
+                    "/servers/quick/mcp", json=_echo("echo", "quick"), headers={**MODERN, "mcp-name": "echo"}
+                )
                 assert not early.done()
                 os.write(holder, b"go\n")
                 out["early"] = await early
@@ -242,10 +285,12 @@ def test_a_request_waiting_for_a_server_that_fails_to_open_gets_that_servers_err
     holder = os.open(gate, os.O_RDWR)
     g = Serve(tmp_path / "g", {"good": raw(), "bad": gated(gate, "--exit-on-start", "7")}, ready=False)
     try:
+
         async def main() -> httpx.Response:
             async with httpx.AsyncClient(base_url=g.base, headers=g.headers, timeout=START_WAIT) as http:
-                waiting = asyncio.ensure_future(http.post("/mcp", json=_echo("good__echo", "x"),
-                                                          headers={**MODERN, "mcp-name": "good__echo"}))
+                waiting = asyncio.ensure_future(
+                    http.post("/mcp", json=_echo("good__echo", "x"), headers={**MODERN, "mcp-name": "good__echo"})
+                )
                 await _until_waiting(http, 1, waiting)
                 os.write(holder, b"go\n")  # the server starts, and exits 7 at once
                 return await waiting
@@ -262,8 +307,7 @@ def test_a_request_waiting_for_a_server_that_fails_to_open_gets_that_servers_err
     assert code == 3, g.stderr()
 
 
-def test_sigterm_while_servers_open_answers_the_waiting_requests_and_exits_0_leaving_no_process(
-        tmp_path: Path) -> None:
+def test_sigterm_while_servers_open_answers_the_waiting_requests_and_exits_0_leaving_no_process(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     os.mkfifo(gate)
     holder = os.open(gate, os.O_RDWR)
@@ -273,11 +317,22 @@ def test_sigterm_while_servers_open_answers_the_waiting_requests_and_exits_0_lea
 
         async def main() -> httpx.Response:
             async with httpx.AsyncClient(base_url=g.base, timeout=START_WAIT) as http:
-                early = asyncio.ensure_future(http.post("/mcp", json={
-                    "jsonrpc": "2.0", "id": 1, "method": "initialize",
-                    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                               "clientInfo": {"name": "t", "version": "1"}}},
-                    headers={"accept": "application/json, text/event-stream"}))
+                early = asyncio.ensure_future(
+                    http.post(
+                        "/mcp",
+                        json={
+                            "jsonrpc": "2.0",
+                            "id": 1,
+                            "method": "initialize",
+                            "params": {
+                                "protocolVersion": "2025-11-25",
+                                "capabilities": {},
+                                "clientInfo": {"name": "t", "version": "1"},
+                            },
+                        },
+                        headers={"accept": "application/json, text/event-stream"},
+                    )
+                )
                 await _until_waiting(http, 1, early)
                 ready = await http.get("/readyz")
                 assert (ready.status_code, ready.text) == (503, "opening servers\n")
@@ -336,7 +391,8 @@ def _answer(sock: socket.socket) -> bytes:
 
 
 def test_a_flood_of_unfinished_request_heads_leaves_healthz_answering_and_each_is_closed_after_the_head_timeout(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     g = Serve(tmp_path / "g", {"raw": raw()}, "--head-timeout", str(FLOOD_HEAD_TIMEOUT), nofile=FLOOD_NOFILE)
     cap = (FLOOD_NOFILE - FD_RESERVE) // 2
     host, port = g.base.removeprefix("http://").rsplit(":", 1)
@@ -371,11 +427,15 @@ def test_a_flood_of_unfinished_request_heads_leaves_healthz_answering_and_each_i
         for sock in socks:
             sock.close()
         code, alive = g.stop()
-    closed = {reason: after.get(f'lovia_mcp_http_connections_closed_total{{reason="{reason}"}}', 0)
-              for reason in ("displaced", "head_timeout", "body_unread", "head_too_large", "refused")}
-    print(f"{FLOOD} unfinished heads against a cap of {cap} (open-file limit {FLOOD_NOFILE}): the gateway held "
-          f"{during['lovia_mcp_http_connections']:g} connections and {fds} descriptors; all closed "
-          f"{took:.2f} s after the flood began (head timeout {FLOOD_HEAD_TIMEOUT:g} s); closed by {closed}")
+    closed = {
+        reason: after.get(f'lovia_mcp_http_connections_closed_total{{reason="{reason}"}}', 0)
+        for reason in ("displaced", "head_timeout", "body_unread", "head_too_large", "refused")
+    }
+    print(
+        f"{FLOOD} unfinished heads against a cap of {cap} (open-file limit {FLOOD_NOFILE}): the gateway held "
+        f"{during['lovia_mcp_http_connections']:g} connections and {fds} descriptors; all closed "
+        f"{took:.2f} s after the flood began (head timeout {FLOOD_HEAD_TIMEOUT:g} s); closed by {closed}"
+    )
     assert healthz.status_code == 200 and healthz.text == "ok\n"
     assert during["lovia_mcp_http_connections"] <= cap and fds < FLOOD_NOFILE
     assert left == [], f"{len(left)} connections still open after {CLOSED_WAIT} s"

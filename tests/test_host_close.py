@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from lovia_mcp_worker.session.host import Host
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]

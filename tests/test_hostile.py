@@ -157,8 +157,10 @@ def test_oversized_reply_with_a_nested_decoy_id_fails_only_its_own_call_and_keep
             )
             elapsed = time.monotonic() - started
             outcomes = [f"{type(r).__name__} {getattr(r, 'kind', '')} {str(r)[:80]!r}" for r in (before, big, after)]
-            print(f"[{isolation}] nested decoy id {decoy_id!r} (show_id saw {seen!r}): {outcomes} "
-                  f"after {elapsed * 1000:.1f} ms")
+            print(
+                f"[{isolation}] nested decoy id {decoy_id!r} (show_id saw {seen!r}): {outcomes} "
+                f"after {elapsed * 1000:.1f} ms"
+            )
             assert isinstance(big, MCPError), big
             assert big.kind == "too_large", big
             assert str(before) == "before"
@@ -222,8 +224,10 @@ def test_server_that_closed_its_stdin_is_replaced_or_reported_as_exited_on_the_n
                 assert await text_of(conn, "echo", {"text": "fresh"}) == "fresh"
                 elapsed = time.monotonic() - started
                 new = (await bounded(conn.stats())).server_pid
-                print(f"[{isolation}] after close_stdin: echo answered by pid {new} (was {old}) "
-                      f"in {elapsed * 1000:.1f} ms")
+                print(
+                    f"[{isolation}] after close_stdin: echo answered by pid {new} (was {old}) "
+                    f"in {elapsed * 1000:.1f} ms"
+                )
                 assert conn.server_pid != old and new != old, (old, conn.server_pid, new)
             else:
                 with pytest.raises(MCPError) as info:
@@ -256,7 +260,8 @@ def test_tool_listing_that_repeats_its_cursor_ends_at_once_with_a_warning(
 
     run(main())
     warnings = [
-        r.getMessage() for r in caplog.records
+        r.getMessage()
+        for r in caplog.records
         if r.name.startswith("lovia_mcp") and r.levelno >= logging.WARNING and "cursor" in r.getMessage().lower()
     ]
     print(f"[{isolation}] warnings: {warnings}")

@@ -25,6 +25,7 @@ from lovia_mcp import MCP, MCPError, MCPServerStreamableHTTP, MCPToolResult
 # without the cap the listing never ends, and this turns that into a failure.
 ENDLESS_LISTING_WAIT = 30.0
 
+
 @pytest.fixture(scope="session")
 def http_url() -> Iterator[str]:
     with serving(str(SERVERS / "http_server.py")) as url:
@@ -39,12 +40,14 @@ def web(url: str, isolation: str, **options: Any) -> MCPServerStreamableHTTP:
 def test_a_streamable_http_server_serves_text_structured_output_and_images_through_a_run(
     http_url: str, isolation: str
 ) -> None:
-    result, _ = run(drive(
-        MCP(web(http_url, isolation)),
-        call("web__echo", {"text": "over http"}),
-        call("web__add", {"a": 1.5, "b": 2}),
-        call("web__pixel", {}),
-    ))
+    result, _ = run(
+        drive(
+            MCP(web(http_url, isolation)),
+            call("web__echo", {"text": "over http"}),
+            call("web__add", {"a": 1.5, "b": 2}),
+            call("web__pixel", {}),
+        )
+    )
 
     echo, add, pixel = results(result)
     assert echo.output == "over http"
@@ -182,16 +185,19 @@ class EndlessListing:
 
 
 def test_an_http_listing_whose_cursors_never_end_is_cut_at_the_same_page_cap_as_stdio() -> None:
+    from lovia_mcp_worker.transport.http import HttpSession
     from lovia_mcp_worker.wire.mcpjson import MAX_LIST_PAGES
     from lovia_mcp_worker.wire.messages import ServerSpec
-    from lovia_mcp_worker.transport.http import HttpSession
 
     warnings: list[str] = []
     sdk = EndlessListing()
 
     async def go() -> list[Any]:
-        session = HttpSession(ServerSpec(name="web", transport="http", url="http://127.0.0.1:9/mcp"),
-                              on_end=lambda _: None, warn=warnings.append)
+        session = HttpSession(
+            ServerSpec(name="web", transport="http", url="http://127.0.0.1:9/mcp"),
+            on_end=lambda _: None,
+            warn=warnings.append,
+        )
         session._session = sdk  # our own class: the SDK session it would hold inside running()
         return await asyncio.wait_for(session.list_tools(), ENDLESS_LISTING_WAIT)
 

@@ -13,12 +13,11 @@ import random
 
 import msgspec
 import pytest
-
-from lovia_mcp_worker.transport._jsonscan import MISSING, IdScanner, repair_surrogates, top_level_id
-from lovia_mcp_worker.wire.failures import HostError, RemoteError
 from lovia_mcp_worker.session.generation import Generation, State
+from lovia_mcp_worker.transport._jsonscan import MISSING, IdScanner, repair_surrogates, top_level_id
 from lovia_mcp_worker.transport.jsonrpc import Client
 from lovia_mcp_worker.transport.lines import LineFramer
+from lovia_mcp_worker.wire.failures import HostError, RemoteError
 
 pytestmark = pytest.mark.unit  # no test here starts a process
 
@@ -29,7 +28,9 @@ def _random_value(rng: random.Random, depth: int = 0) -> object:
         return rng.choice([1, -2.5, 'q"uo\\te', "é😀", None, True, "\\", "id", 7])
     if r < 0.6:
         return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
-    return {rng.choice(["id", "a", "result", "x" * 12]): _random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    return {
+        rng.choice(["id", "a", "result", "x" * 12]): _random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))
+    }
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -40,7 +41,9 @@ def test_the_scanner_finds_the_top_level_id_whatever_the_key_order_nesting_and_r
         items = [(k, _random_value(rng)) for k in keys]
         has_id = rng.random() < 0.8
         if has_id:
-            items.insert(rng.randint(0, len(items)), ("id", rng.choice([0, 5, -3, 123456789, "lm-1", 'a"b', "\\x", None])))
+            items.insert(
+                rng.randint(0, len(items)), ("id", rng.choice([0, 5, -3, 123456789, "lm-1", 'a"b', "\\x", None]))
+            )
         obj = dict(items)
         text = json.dumps(obj, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 1]))
         data = text.encode()
@@ -68,7 +71,7 @@ def test_the_scanner_gives_up_at_once_on_what_cannot_be_an_object() -> None:
 def test_lone_surrogate_escapes_are_replaced_and_pairs_and_escaped_backslashes_kept() -> None:
     line = b'{"t":"bad \\ud800 x \\ud83d\\ude00 \\\\ud800 \\udc00"}'
     repaired = repair_surrogates(line)
-    assert json.loads(repaired)["t"] == "bad \ufffd x \U0001F600 \\ud800 \ufffd"
+    assert json.loads(repaired)["t"] == "bad \ufffd x \U0001f600 \\ud800 \ufffd"
     assert repair_surrogates(b'{"t":"plain"}') == b'{"t":"plain"}'
 
 
@@ -260,6 +263,7 @@ def test_a_relisting_started_just_as_the_previous_one_ended_stays_tracked_and_is
         gen = Generation(1)
         gen.session = Session()  # type: ignore[assignment]
         gen.ready([ToolSpec(name="t0")])
+
         def emit(msg: WorkerMessage) -> None:
             sent.append(msg)
             if len(sent) == 1:

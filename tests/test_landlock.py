@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 from helpers import ESCAPE_SERVER, PY, EscapePlace, run
-
-from lovia_mcp import MCPServerStdio, Sandbox
 from lovia_mcp_worker.sandbox import landlock
 
-pytestmark = pytest.mark.skipif(landlock.ABI < landlock.NETWORK_ABI,
-                                reason="needs Landlock ABI 4 (Linux 6.7+) for the network rules")
+from lovia_mcp import MCPServerStdio, Sandbox
+
+pytestmark = pytest.mark.skipif(
+    landlock.ABI < landlock.NETWORK_ABI, reason="needs Landlock ABI 4 (Linux 6.7+) for the network rules"
+)
 
 LL = Sandbox(backend="landlock")
 # Bound on one probe call: milliseconds normally (a connect probe waits up to
@@ -49,11 +50,14 @@ def probe(place: EscapePlace, calls: list[tuple[str, dict[str, object]]], box: S
 
 
 def test_files_outside_the_read_allowlist_and_secret_stores_are_unreadable_on_landlock(place: EscapePlace) -> None:
-    bare_secret, boxed_secret, bare_out, boxed_out, bare_sys, boxed_sys = probe(place, [
-        ("read", {"path": str(place.home / ".ssh" / "id_rsa")}),
-        ("read", {"path": str(place.outside / "notes.txt")}),
-        ("read", {"path": "/etc/hostname"}),
-    ])
+    bare_secret, boxed_secret, bare_out, boxed_out, bare_sys, boxed_sys = probe(
+        place,
+        [
+            ("read", {"path": str(place.home / ".ssh" / "id_rsa")}),
+            ("read", {"path": str(place.outside / "notes.txt")}),
+            ("read", {"path": "/etc/hostname"}),
+        ],
+    )
     assert "SECRET" in bare_secret and boxed_secret.startswith("denied") and "SECRET" not in boxed_secret
     assert "OUTSIDE" in bare_out and boxed_out.startswith("denied")
     assert bare_sys.startswith("ok") and boxed_sys.startswith("ok"), "system files stay readable"
@@ -84,7 +88,9 @@ def test_writes_go_only_to_cwd_and_a_private_tmpdir_on_landlock(place: EscapePla
     assert not os.path.exists(tmpdir), "the worker removes the private TMPDIR when it exits"
 
 
-def test_a_host_listener_is_reachable_without_the_sandbox_and_not_on_landlock(place: EscapePlace, listener: int) -> None:
+def test_a_host_listener_is_reachable_without_the_sandbox_and_not_on_landlock(
+    place: EscapePlace, listener: int
+) -> None:
     bare, boxed = probe(place, [("connect", {"host": "127.0.0.1", "port": listener})])
     assert bare == "ok hello" and boxed.startswith("denied")
 
@@ -111,9 +117,14 @@ def test_a_network_allowlist_on_landlock_goes_through_the_proxy_port_only(
 
 def test_other_processes_are_listed_but_not_signalled_or_read_on_landlock(place: EscapePlace) -> None:
     me = os.getpid()
-    bare_sig, boxed_sig, bare_env, boxed_env, bare_procs, boxed_procs = probe(place, [
-        ("signal", {"pid": me}), ("environ", {"pid": me}), ("procs", {}),
-    ])
+    bare_sig, boxed_sig, bare_env, boxed_env, bare_procs, boxed_procs = probe(
+        place,
+        [
+            ("signal", {"pid": me}),
+            ("environ", {"pid": me}),
+            ("procs", {}),
+        ],
+    )
     assert bare_sig.startswith("ok") and boxed_sig.startswith("denied")
     assert bare_env.startswith("ok") and boxed_env.startswith("denied")
     # The documented limit: no private pid space, so other processes are listed.
@@ -142,11 +153,14 @@ def test_a_hidden_path_inside_cwd_is_carved_out_and_its_siblings_stay_usable(pla
 
     async def main() -> list[str]:
         async with place.server(box).session() as conn:
-            return [str(await conn.call_tool(t, a)) for t, a in (
-                ("read", {"path": str(place.work / "keys" / "token")}),
-                ("read", {"path": str(place.work / "data.txt")}),
-                ("write", {"path": str(place.work / "data.txt")}),
-            )]
+            return [
+                str(await conn.call_tool(t, a))
+                for t, a in (
+                    ("read", {"path": str(place.work / "keys" / "token")}),
+                    ("read", {"path": str(place.work / "data.txt")}),
+                    ("write", {"path": str(place.work / "data.txt")}),
+                )
+            ]
 
     secret, data, write = run(main())
     print(secret, "|", data, "|", write)
@@ -160,12 +174,19 @@ def _git_checkout(work: Path) -> list[Path]:
     (work / ".bashrc").write_text("# rc\n")
     (work / ".mcp.json").write_text("{}\n")
     (work / "src").mkdir()
-    return [work / ".git" / "hooks" / "pre-commit", work / ".git" / "config", work / ".vscode" / "tasks.json",
-            work / ".bashrc", work / ".mcp.json"]
+    return [
+        work / ".git" / "hooks" / "pre-commit",
+        work / ".git" / "config",
+        work / ".vscode" / "tasks.json",
+        work / ".bashrc",
+        work / ".mcp.json",
+    ]
 
 
 @pytest.mark.parametrize("backend", ["landlock", "bwrap"])
-def test_git_hooks_shell_rc_and_editor_configs_stay_read_only_in_a_writable_cwd(place: EscapePlace, backend: str) -> None:
+def test_git_hooks_shell_rc_and_editor_configs_stay_read_only_in_a_writable_cwd(
+    place: EscapePlace, backend: str
+) -> None:
     from lovia_mcp_worker.sandbox import bwrap
 
     if backend == "bwrap" and bwrap.BWRAP is None:
@@ -183,7 +204,7 @@ def test_git_hooks_shell_rc_and_editor_configs_stay_read_only_in_a_writable_cwd(
     kept = run(main(Sandbox(backend=backend)))  # type: ignore[arg-type]
     print(kept)
     assert all(a.startswith("denied") for a in kept[: len(protected)]), kept
-    assert all(a.startswith("ok") for a in kept[len(protected):]), kept
+    assert all(a.startswith("ok") for a in kept[len(protected) :]), kept
     assert (place.work / ".bashrc").read_text() == "# rc\n"
     opted_out = run(main(Sandbox(backend=backend, write_deny=False)))  # type: ignore[arg-type]
     assert all(a.startswith("ok") for a in opted_out), opted_out
@@ -196,8 +217,10 @@ def test_read_only_paths_stay_read_only_inside_a_writable_cwd_on_landlock(place:
 
     async def main() -> tuple[str, str]:
         async with place.server(box).session() as conn:
-            return (str(await conn.call_tool("write", {"path": str(place.work / "frozen" / "x")})),
-                    str(await conn.call_tool("write", {"path": str(place.work / "y")})))
+            return (
+                str(await conn.call_tool("write", {"path": str(place.work / "frozen" / "x")})),
+                str(await conn.call_tool("write", {"path": str(place.work / "y")})),
+            )
 
     frozen, free = run(main())
     assert frozen.startswith("denied") and free.startswith("ok")
@@ -208,8 +231,14 @@ CLI_TIMEOUT = 25.0
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "lovia_mcp", *args], capture_output=True, text=True, timeout=CLI_TIMEOUT,
-                          cwd=cwd, env={**os.environ, "COLUMNS": "120"})
+    return subprocess.run(
+        [PY, "-m", "lovia_mcp", *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "120"},
+    )
 
 
 def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: EscapePlace) -> None:
@@ -220,14 +249,25 @@ def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: E
     config = place.work / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"escape": {"command": PY, "args": [ESCAPE_SERVER]}}}))
     with ThreadPoolExecutor(5) as pool:
-        bare, boxed, writable, url, check = pool.map(lambda a: _cli(*a, cwd=place.work), [
-            ["call", "read", secret, *server],
-            ["call", "read", secret, "--sandbox", "--sandbox-backend", "landlock", *server],
-            ["call", "write", target, "--writable", str(place.outside / "out"), "--sandbox-backend", "landlock",
-             *server],
-            ["tools", "--url", "http://127.0.0.1:9/mcp", "--network", "example.com"],
-            ["check", "--config", str(config), "--sandbox-backend", "landlock", "-v"],
-        ])
+        bare, boxed, writable, url, check = pool.map(
+            lambda a: _cli(*a, cwd=place.work),
+            [
+                ["call", "read", secret, *server],
+                ["call", "read", secret, "--sandbox", "--sandbox-backend", "landlock", *server],
+                [
+                    "call",
+                    "write",
+                    target,
+                    "--writable",
+                    str(place.outside / "out"),
+                    "--sandbox-backend",
+                    "landlock",
+                    *server,
+                ],
+                ["tools", "--url", "http://127.0.0.1:9/mcp", "--network", "example.com"],
+                ["check", "--config", str(config), "--sandbox-backend", "landlock", "-v"],
+            ],
+        )
     for r in (bare, boxed, writable, url, check):
         print(r.returncode, r.stdout.strip()[:100], r.stderr.strip()[-300:])
     assert bare.returncode == 0 and "OUTSIDE" in bare.stdout
@@ -241,8 +281,10 @@ def test_the_cli_sandbox_flags_box_the_server_and_writable_opens_a_path(place: E
 def test_readable_paths_open_to_reading_only_on_landlock(place: EscapePlace) -> None:
     async def main(box: Sandbox) -> tuple[str, str]:
         async with place.server(box).session() as conn:
-            return (str(await conn.call_tool("read", {"path": str(place.outside / "notes.txt")})),
-                    str(await conn.call_tool("write", {"path": str(place.outside / "new.txt")})))
+            return (
+                str(await conn.call_tool("read", {"path": str(place.outside / "notes.txt")})),
+                str(await conn.call_tool("write", {"path": str(place.outside / "new.txt")})),
+            )
 
     read, write = run(main(Sandbox(backend="landlock", readable=[str(place.outside)])))
     assert read == "ok OUTSIDE\n" and write.startswith("denied")
@@ -254,7 +296,9 @@ def test_a_folder_in_the_arguments_is_not_granted_but_a_script_is(place: EscapeP
     # "/" or a data root handed to a server must not open the file system:
     # only a script's own folder is granted, so that it can run.
     async def main() -> str:
-        server = MCPServerStdio(command=PY, args=[ESCAPE_SERVER, "/", str(place.outside)], cwd=str(place.work), sandbox=LL)
+        server = MCPServerStdio(
+            command=PY, args=[ESCAPE_SERVER, "/", str(place.outside)], cwd=str(place.work), sandbox=LL
+        )
         async with server.session() as conn:
             return str(await conn.call_tool("read", {"path": str(place.outside / "notes.txt")}))
 
@@ -289,8 +333,11 @@ def test_a_readable_home_keeps_home_and_its_secret_stores_stay_hidden(place: Esc
             assert conn.server_pid is not None
             with open(f"/proc/{conn.server_pid}/environ", "rb") as f:
                 home = next(v for v in f.read().decode().split("\0") if v.startswith("HOME="))
-            return (home, str(await conn.call_tool("read", {"path": str(place.home / "notes.txt")})),
-                    str(await conn.call_tool("read", {"path": str(place.home / ".ssh" / "id_rsa")})))
+            return (
+                home,
+                str(await conn.call_tool("read", {"path": str(place.home / "notes.txt")})),
+                str(await conn.call_tool("read", {"path": str(place.home / ".ssh" / "id_rsa")})),
+            )
 
     home, notes, secret = run(main())
     assert home == f"HOME={place.home}" and notes == "ok NOTES\n"

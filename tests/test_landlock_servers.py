@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 from conftest import PY, ROOT, raw_args, run
-
-from lovia_mcp import Limits, MCPError, MCPServerStdio, Sandbox
 from lovia_mcp_worker.sandbox import landlock
 
-pytestmark = pytest.mark.skipif(landlock.ABI < landlock.NETWORK_ABI,
-                                reason="needs Landlock ABI 4 (Linux 6.7+) for the network rules")
+from lovia_mcp import Limits, MCPError, MCPServerStdio, Sandbox
+
+pytestmark = pytest.mark.skipif(
+    landlock.ABI < landlock.NETWORK_ABI, reason="needs Landlock ABI 4 (Linux 6.7+) for the network rules"
+)
 
 LL = Sandbox(backend="landlock")
 # Bound on a git command run by the test itself.
@@ -42,7 +43,9 @@ FAIL_WAIT = 20.0
 
 def test_stats_report_the_landlock_backend_and_timeouts_restarts_and_stderr_work() -> None:
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=HANG_TIMEOUT, kill_grace=0.2)
+        server = MCPServerStdio(
+            command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=HANG_TIMEOUT, kill_grace=0.2
+        )
         async with server.session() as conn:
             first = conn.server_pid
             stats = await conn.stats()
@@ -64,8 +67,14 @@ def test_stats_report_the_landlock_backend_and_timeouts_restarts_and_stderr_work
 
 def test_the_memory_and_cpu_limits_hold_on_landlock() -> None:
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, auto_reconnect=False,
-                                limits=Limits(memory_mb=80, cpu_seconds=30))
+        server = MCPServerStdio(
+            command=PY,
+            args=raw_args(),
+            name="raw",
+            sandbox=LL,
+            auto_reconnect=False,
+            limits=Limits(memory_mb=80, cpu_seconds=30),
+        )
         async with server.session() as conn:
             with pytest.raises(MCPError) as info:
                 await asyncio.wait_for(conn.call_tool("alloc", {"mb": 400}), FAIL_WAIT)
@@ -114,8 +123,9 @@ def test_node_servers_run_on_landlock_and_the_filesystem_server_stays_in_its_dir
         async with MCPServerStdio(command=NODE, args=[str(everything), "stdio"], sandbox=LL).session() as conn:
             out["echo"] = str(await conn.call_tool("echo", {"message": "boxed"}))
         # The server is told it may use a folder outside its cwd: Landlock keeps it to its cwd.
-        async with MCPServerStdio(command=NODE, args=[str(filesystem), str(root), str(outside)], cwd=root,
-                                  sandbox=LL).session() as conn:
+        async with MCPServerStdio(
+            command=NODE, args=[str(filesystem), str(root), str(outside)], cwd=root, sandbox=LL
+        ).session() as conn:
             for key, name, args in (
                 ("inside", "write_file", {"path": str(root / "in.txt"), "content": "ok"}),
                 ("outside", "write_file", {"path": str(outside / "escaped.txt"), "content": "x"}),
@@ -135,7 +145,9 @@ def test_node_servers_run_on_landlock_and_the_filesystem_server_stays_in_its_dir
         shutil.rmtree(outside, ignore_errors=True)
 
 
-def test_the_time_server_runs_and_the_git_server_commits_on_landlock_only_when_write_deny_is_waived(tmp_path: Path) -> None:
+def test_the_time_server_runs_and_the_git_server_commits_on_landlock_only_when_write_deny_is_waived(
+    tmp_path: Path,
+) -> None:
     git_server = THIRDPARTY / "venv" / "bin" / "mcp-server-git"
     _need(git_server)
     if shutil.which("git") is None:
@@ -144,8 +156,12 @@ def test_the_time_server_runs_and_the_git_server_commits_on_landlock_only_when_w
     repo.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True, timeout=GIT_TIMEOUT)
     (repo / "a.txt").write_text("one\n")
-    ident = {"GIT_AUTHOR_NAME": "Boxed", "GIT_AUTHOR_EMAIL": "boxed@example.invalid",
-             "GIT_COMMITTER_NAME": "Boxed", "GIT_COMMITTER_EMAIL": "boxed@example.invalid"}
+    ident = {
+        "GIT_AUTHOR_NAME": "Boxed",
+        "GIT_AUTHOR_EMAIL": "boxed@example.invalid",
+        "GIT_COMMITTER_NAME": "Boxed",
+        "GIT_COMMITTER_EMAIL": "boxed@example.invalid",
+    }
 
     async def add_and_commit(write_deny: bool) -> list[str]:
         box = Sandbox(backend="landlock", writable=[str(repo)], write_deny=write_deny)
@@ -166,8 +182,9 @@ def test_the_time_server_runs_and_the_git_server_commits_on_landlock_only_when_w
     assert kept[0].startswith("[tool error]") and "index.lock" in kept[0], kept
     waived = run(add_and_commit(False))
     assert not any(r.startswith("[tool error]") for r in waived), waived
-    log = subprocess.run(["git", "log", "--format=%s %an"], cwd=repo, capture_output=True, text=True,
-                         timeout=GIT_TIMEOUT)
+    log = subprocess.run(
+        ["git", "log", "--format=%s %an"], cwd=repo, capture_output=True, text=True, timeout=GIT_TIMEOUT
+    )
     assert log.stdout.strip() == "boxed Boxed"
 
 
@@ -180,7 +197,9 @@ def test_a_timeout_kills_the_whole_landlock_tree_grandchildren_and_orphans_inclu
     import psutil
 
     async def main() -> list[int]:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=HANG_TIMEOUT, kill_grace=0.2)
+        server = MCPServerStdio(
+            command=PY, args=raw_args(), name="raw", sandbox=LL, timeout=HANG_TIMEOUT, kill_grace=0.2
+        )
         async with server.session() as conn:
             children = json.loads(str(await conn.call_tool("spawn", {"n": 2})))
             orphans = json.loads(str(await conn.call_tool("spawn", {"n": 1, "orphan": True})))
@@ -218,9 +237,19 @@ def test_a_config_file_sandbox_block_chooses_the_backend(tmp_path: Path) -> None
     from lovia_mcp.config_file.loader import load_servers
 
     config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"raw": {
-        "command": PY, "args": raw_args(), "sandbox": {"backend": "landlock", "write_deny": False},
-    }}}))
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "raw": {
+                        "command": PY,
+                        "args": raw_args(),
+                        "sandbox": {"backend": "landlock", "write_deny": False},
+                    }
+                }
+            }
+        )
+    )
     (server,) = load_servers(str(config))
     assert isinstance(server, MCPServerStdio) and server.sandbox == Sandbox(backend="landlock", write_deny=False)
 
@@ -233,8 +262,9 @@ def test_a_config_file_sandbox_block_chooses_the_backend(tmp_path: Path) -> None
 
 def test_a_dead_workers_private_folder_is_removed_by_the_next_landlock_spawn() -> None:
     # A worker killed outright (SIGKILL) cannot remove its folder; its pid names it.
-    dead = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          timeout=GIT_TIMEOUT, check=True)
+    dead = subprocess.run(
+        [PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, timeout=GIT_TIMEOUT, check=True
+    )
     stale = Path(f"/tmp/lovia-mcp-ll-{dead.stdout.strip()}-test")
     (stale / "s0" / "tmp").mkdir(parents=True)
 

@@ -15,16 +15,18 @@ from conftest import ROOT
 
 PACKAGES = {"lovia_mcp": ROOT / "lovia_mcp", "lovia_mcp_worker": ROOT / "worker" / "lovia_mcp_worker"}
 # What the agent may import from the worker package (lovia_mcp/__init__ says why).
-AGENT_SURFACE = frozenset({
-    "lovia_mcp_worker.wire",
-    "lovia_mcp_worker.wire.messages",
-    "lovia_mcp_worker.wire.mcpjson",
-    "lovia_mcp_worker.wire.confinement",
-    "lovia_mcp_worker.wire.framing",
-    "lovia_mcp_worker.session.host",
-    "lovia_mcp_worker.sandbox.netrequest",
-    "lovia_mcp_worker.sandbox.registry",
-})
+AGENT_SURFACE = frozenset(
+    {
+        "lovia_mcp_worker.wire",
+        "lovia_mcp_worker.wire.messages",
+        "lovia_mcp_worker.wire.mcpjson",
+        "lovia_mcp_worker.wire.confinement",
+        "lovia_mcp_worker.wire.framing",
+        "lovia_mcp_worker.session.host",
+        "lovia_mcp_worker.sandbox.netrequest",
+        "lovia_mcp_worker.sandbox.registry",
+    }
+)
 
 
 def _modules(package: str) -> dict[str, Path]:
@@ -93,7 +95,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()

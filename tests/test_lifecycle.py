@@ -30,6 +30,7 @@ from lovia.testing import ScriptedProvider, batch, call, text
 
 from lovia_mcp import MCP, MCPError
 
+
 # --------------------------------------------------------------------------- #
 # Per run and persistent
 # --------------------------------------------------------------------------- #
@@ -176,12 +177,14 @@ def test_the_call_that_crashed_the_server_is_retried_once_on_a_fresh_server_and_
 def test_without_auto_reconnect_the_crash_reaches_the_model_and_the_next_call_gets_a_fresh_server(
     isolation: str,
 ) -> None:
-    result, _ = run(drive(
-        MCP(raw(isolation, "--crash-after", "2", auto_reconnect=False)),
-        call("raw__echo", {"text": "one"}),
-        call("raw__echo", {"text": "two"}),
-        call("raw__counter", {}),
-    ))
+    result, _ = run(
+        drive(
+            MCP(raw(isolation, "--crash-after", "2", auto_reconnect=False)),
+            call("raw__echo", {"text": "one"}),
+            call("raw__echo", {"text": "two"}),
+            call("raw__counter", {}),
+        )
+    )
 
     one, two, counter = outputs(result)
     assert one == "one"
@@ -231,8 +234,13 @@ def test_a_retry_that_finds_the_crash_condition_gone_succeeds_within_the_same_ca
     logger = logging.getLogger("lovia_mcp")
     logger.addHandler(handler)
     try:
-        result, _ = run(drive(MCP(raw(isolation, "--crash-if-exists", str(crash_file))),
-                              call("raw__echo", {"text": "survived"}), call("raw__counter", {})))
+        result, _ = run(
+            drive(
+                MCP(raw(isolation, "--crash-if-exists", str(crash_file))),
+                call("raw__echo", {"text": "survived"}),
+                call("raw__counter", {}),
+            )
+        )
     finally:
         logger.removeHandler(handler)
 
@@ -242,9 +250,14 @@ def test_a_retry_that_finds_the_crash_condition_gone_succeeds_within_the_same_ca
 
 @ISOLATIONS
 def test_lovias_own_in_process_plugin_never_recovers_after_a_server_crash_while_ours_does(isolation: str) -> None:
-    script = [call("raw__exit", {"code": 1}), call("raw__echo", {"text": "after"}), call("raw__echo", {"text": "again"})]
-    theirs, _ = run(drive(lovia_mcp_plugin.MCP(lovia_mcp_plugin.MCPServerStdio(command=PY, args=raw_args(), name="raw")),
-                          *script))
+    script = [
+        call("raw__exit", {"code": 1}),
+        call("raw__echo", {"text": "after"}),
+        call("raw__echo", {"text": "again"}),
+    ]
+    theirs, _ = run(
+        drive(lovia_mcp_plugin.MCP(lovia_mcp_plugin.MCPServerStdio(command=PY, args=raw_args(), name="raw")), *script)
+    )
     ours, _ = run(drive(MCP(raw(isolation)), *script))
 
     assert [o.split("\n")[0] for o in outputs(theirs)] == [
@@ -280,7 +293,10 @@ def test_closing_an_in_process_connection_does_not_wait_for_another_that_stays_o
 def _python(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=30, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
     )
 
 

@@ -17,11 +17,10 @@ import json
 import random
 from typing import Any
 
-import msgspec
 import mcp.types as sdk
+import msgspec
 import pytest
 from lovia.plugins.mcp import render_mcp_content
-
 from lovia_mcp_worker.wire.mcpjson import (
     MAX_LIST_PAGES,
     ContentBlock,
@@ -37,21 +36,42 @@ from lovia_mcp_worker.wire.messages import Result, agent_decoder, encoder
 
 # One block of each MCP type, every field the wire struct models set.
 BLOCKS: dict[str, dict[str, Any]] = {
-    "text": {"type": "text", "text": "héllo 😀", "annotations": {"audience": ["user"], "priority": 0.5},
-             "_meta": {"example.com/trace": "t-1"}},
+    "text": {
+        "type": "text",
+        "text": "héllo 😀",
+        "annotations": {"audience": ["user"], "priority": 0.5},
+        "_meta": {"example.com/trace": "t-1"},
+    },
     "image": {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png", "annotations": {"priority": 0.1}},
     "audio": {"type": "audio", "data": "AAAA", "mimeType": "audio/wav", "_meta": {"n": [1, 2]}},
-    "resource_link": {"type": "resource_link", "uri": "file:///c.txt", "name": "c.txt", "title": "C",
-                      "description": "a link", "mimeType": "text/plain", "annotations": {"audience": ["assistant"]}},
-    "resource_text": {"type": "resource", "resource": {"uri": "file:///a.txt", "mimeType": "text/plain", "text": "inline"},
-                      "_meta": {"example.com/source": "disk"}},
-    "resource_blob": {"type": "resource", "resource": {"uri": "file:///b.bin", "mimeType": "application/octet-stream",
-                                                       "blob": "AAAAAAAA"}},
+    "resource_link": {
+        "type": "resource_link",
+        "uri": "file:///c.txt",
+        "name": "c.txt",
+        "title": "C",
+        "description": "a link",
+        "mimeType": "text/plain",
+        "annotations": {"audience": ["assistant"]},
+    },
+    "resource_text": {
+        "type": "resource",
+        "resource": {"uri": "file:///a.txt", "mimeType": "text/plain", "text": "inline"},
+        "_meta": {"example.com/source": "disk"},
+    },
+    "resource_blob": {
+        "type": "resource",
+        "resource": {"uri": "file:///b.bin", "mimeType": "application/octet-stream", "blob": "AAAAAAAA"},
+    },
 }
 # The SDK model each block validates as.
-SDK_MODELS = {"text": sdk.TextContent, "image": sdk.ImageContent, "audio": sdk.AudioContent,
-              "resource_link": sdk.ResourceLink, "resource_text": sdk.EmbeddedResource,
-              "resource_blob": sdk.EmbeddedResource}
+SDK_MODELS = {
+    "text": sdk.TextContent,
+    "image": sdk.ImageContent,
+    "audio": sdk.AudioContent,
+    "resource_link": sdk.ResourceLink,
+    "resource_text": sdk.EmbeddedResource,
+    "resource_blob": sdk.EmbeddedResource,
+}
 # A value of the wrong JSON type for each kind of field.
 WRONG = {str: 5, dict: "not an object", float: "high", list: "not a list"}
 
@@ -91,8 +111,12 @@ def test_the_wire_blocks_keep_the_sdk_attribute_names_a_renderer_reads() -> None
     assert text.annotations == {"audience": ["user"], "priority": 0.5} and text.meta == {"example.com/trace": "t-1"}
     assert image.mime_type == "image/png" and link.mime_type == "text/plain" and link.name == "c.txt"
     assert res.resource is not None and res.resource.mime_type == "text/plain" and res.resource.text == "inline"
-    assert text.model_dump() == {"type": "text", "text": "héllo 😀", "annotations": {"audience": ["user"], "priority": 0.5},
-                                 "meta": {"example.com/trace": "t-1"}}
+    assert text.model_dump() == {
+        "type": "text",
+        "text": "héllo 😀",
+        "annotations": {"audience": ["user"], "priority": 0.5},
+        "meta": {"example.com/trace": "t-1"},
+    }
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -195,8 +219,12 @@ def test_is_error_and_structured_content_are_read_leniently_and_structured_conte
 
 @pytest.mark.parametrize(
     ("raw", "message"),
-    [(b"[1, 2]", "was a list, not an object"), (b'"text"', "was a str, not an object"),
-     (b"{not json", "could not be decoded"), (b"[" * 5000 + b"]" * 5000, "could not be decoded")],
+    [
+        (b"[1, 2]", "was a list, not an object"),
+        (b'"text"', "was a str, not an object"),
+        (b"{not json", "could not be decoded"),
+        (b"[" * 5000 + b"]" * 5000, "could not be decoded"),
+    ],
 )
 def test_a_result_that_is_not_a_json_object_is_a_clear_error(raw: bytes, message: str) -> None:
     for read in (call_result, lambda r: tools_page(r, print)):
@@ -207,12 +235,23 @@ def test_a_result_that_is_not_a_json_object_is_a_clear_error(raw: bytes, message
 
 def test_a_tool_page_skips_malformed_entries_with_a_warning_and_reads_loose_fields_as_not_given() -> None:
     warnings: list[str] = []
-    page = {"tools": [
-        {"name": "ok", "description": "d", "inputSchema": {"type": "object"}, "_meta": {"k": 1},
-         "annotations": {"title": "OK", "readOnlyHint": True, "futureHint": 1}},
-        {"name": "loose", "description": 5, "annotations": {"destructiveHint": "very", "idempotentHint": True}},
-        {"description": "nameless"}, {"name": ""}, {"name": 3}, "not an object",
-    ], "nextCursor": "c2"}
+    page = {
+        "tools": [
+            {
+                "name": "ok",
+                "description": "d",
+                "inputSchema": {"type": "object"},
+                "_meta": {"k": 1},
+                "annotations": {"title": "OK", "readOnlyHint": True, "futureHint": 1},
+            },
+            {"name": "loose", "description": 5, "annotations": {"destructiveHint": "very", "idempotentHint": True}},
+            {"description": "nameless"},
+            {"name": ""},
+            {"name": 3},
+            "not an object",
+        ],
+        "nextCursor": "c2",
+    }
 
     specs, cursor = tools_page(json.dumps(page), warnings.append)
 
@@ -222,7 +261,11 @@ def test_a_tool_page_skips_malformed_entries_with_a_warning_and_reads_loose_fiel
     assert (ok.description, json.loads(ok.input_schema), ok.meta) == ("d", {"type": "object"}, b'{"k": 1}')
     assert ok.annotations == ToolAnnotations(title="OK", read_only_hint=True)
     assert to_json(ok.annotations) == {"title": "OK", "readOnlyHint": True}
-    assert (loose.description, loose.input_schema, loose.annotations) == (None, b"null", ToolAnnotations(idempotent_hint=True))
+    assert (loose.description, loose.input_schema, loose.annotations) == (
+        None,
+        b"null",
+        ToolAnnotations(idempotent_hint=True),
+    )
     assert len(warnings) == 4 and all("skipped a malformed tool entry" in w for w in warnings)
 
 

@@ -161,13 +161,15 @@ def test_a_server_with_unsafe_and_repeated_names_offers_valid_unique_tools_that_
 
 @ISOLATIONS
 def test_an_agent_calls_made_safe_tools_and_the_server_receives_their_raw_names(isolation: str) -> None:
-    result, model = run(drive(
-        MCP(names_server(isolation)),
-        call(visible("get weather"), {}),
-        call(visible("x" * 300), {}),
-        call(visible("a.b"), {}),
-        call("srv__a_b", {}),
-    ))
+    result, model = run(
+        drive(
+            MCP(names_server(isolation)),
+            call(visible("get weather"), {}),
+            call(visible("x" * 300), {}),
+            call(visible("a.b"), {}),
+            call("srv__a_b", {}),
+        )
+    )
 
     offered = set(model.offered[0])
     assert all(PROVIDER_RULE.match(n) for n in offered), offered
@@ -214,7 +216,7 @@ def _lovia_mcp(*args: str) -> subprocess.CompletedProcess[str]:
 def test_lovia_mcp_call_takes_the_visible_name_or_the_raw_name_and_suggests_visible_names() -> None:
     invocations = [
         ["call", visible("get weather")],
-        ["call", visible("get weather")[len("srv__"):]],  # without the --name prefix
+        ["call", visible("get weather")[len("srv__") :]],  # without the --name prefix
         ["call", "héllo"],  # the server's own name
         ["call", "get wether"],
     ]

@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 from helpers import PY, pid_alive, run
-
 from lovia_mcp_worker.sandbox import netproxy
 from lovia_mcp_worker.sandbox.netproxy import host_allowed
 
@@ -233,9 +232,21 @@ def test_a_string_that_is_no_host_name_never_matches(host: str) -> None:
 @pytest.mark.parametrize(
     "entry",
     [
-        "*", "", "api.*.test", "https://api.example.test", "api.example.test/path", "*.127.0.0.1",
-        "api.example.test:0", "api.example.test:https", "10.0.0.1/8", "10.0.0.0/33", "*.10.0.0.0/8", "127.1",
-        "[api.example.test]:443", "fe80::1%eth0", "[::1]:8o",
+        "*",
+        "",
+        "api.*.test",
+        "https://api.example.test",
+        "api.example.test/path",
+        "*.127.0.0.1",
+        "api.example.test:0",
+        "api.example.test:https",
+        "10.0.0.1/8",
+        "10.0.0.0/33",
+        "*.10.0.0.0/8",
+        "127.1",
+        "[api.example.test]:443",
+        "fe80::1%eth0",
+        "[::1]:8o",
     ],
 )
 @pytest.mark.unit
@@ -752,8 +763,14 @@ def test_a_command_the_bridge_cannot_execute_is_reported_with_status_127(sock_pa
 def test_the_bridge_refuses_bad_arguments_with_usage(args: list[str], message: str) -> None:
     async def main() -> None:
         proc = await asyncio.create_subprocess_exec(
-            PY, "-I", "-S", netproxy.BRIDGE_SCRIPT, *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=bridge_env(),
+            PY,
+            "-I",
+            "-S",
+            netproxy.BRIDGE_SCRIPT,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=bridge_env(),
         )
         out, err = await proc.communicate()
 

@@ -14,10 +14,10 @@ import time
 
 import pytest
 from helpers import ISOLATIONS, PY, run
-
-from lovia_mcp import MCPError, MCPServerStdio
 from lovia_mcp_worker.wire import failures
 from lovia_mcp_worker.wire.confinement import Limits
+
+from lovia_mcp import MCPError, MCPServerStdio
 
 NOT_MCP = "does not look like an MCP stdio server"
 # Generous: a command that is not a server fails as soon as it answers or
@@ -74,7 +74,7 @@ def test_a_banner_then_exit_quotes_the_first_bytes_of_the_banner(isolation: str)
     banner = "Welcome to frobnicator 2.1 " + "=" * 300
     err, _ = run(open_error(PY, ["-c", f"print({banner!r}); print('usage: frob [opts]')"], isolation))
     assert err.kind == "open"
-    assert f"it wrote {banner[:failures.STDOUT_QUOTE_BYTES]!r}..." in str(err), str(err)
+    assert f"it wrote {banner[: failures.STDOUT_QUOTE_BYTES]!r}..." in str(err), str(err)
     assert "usage: frob" not in str(err)  # only the first bytes are quoted
     assert NOT_MCP in str(err)
     no_empty_tail_promise(err)
@@ -85,7 +85,9 @@ def test_a_silent_command_times_out_saying_it_never_answered_and_wrote_nothing(i
     err, elapsed = run(open_error(PY, ["-c", "import time; time.sleep(300)"], isolation, open_timeout=1.0))
     print(f"[{isolation}] silent: {err} ({elapsed:.3f} s)")
     assert err.kind == "open"
-    assert "within open_timeout=1 s: it never answered the MCP initialize request and wrote nothing on stdout" in str(err)
+    assert "within open_timeout=1 s: it never answered the MCP initialize request and wrote nothing on stdout" in str(
+        err
+    )
     no_empty_tail_promise(err)
 
 

@@ -21,8 +21,8 @@ from lovia.plugins.mcp import render_mcp_content
 from lovia.run_context import RunContext
 from lovia.testing import call
 from lovia.tools.base import truncate_tool_output
-from lovia_mcp_worker.wire.mcpjson import ContentBlock, Resource
 from lovia_mcp_worker.session.cut import KEEP_SLACK, cut_middle, keeps_structured
+from lovia_mcp_worker.wire.mcpjson import ContentBlock, Resource
 
 from lovia_mcp import MCP, MCPToolResult
 from lovia_mcp.render import FIT_MIN, truncate_to_fit
@@ -112,7 +112,8 @@ async def whole_text(isolation: str, arguments: dict[str, Any]) -> str:
 @ISOLATIONS
 @pytest.mark.parametrize("error", [False, True])
 def test_under_the_servers_cap_the_model_sees_lovias_cut_of_the_whole_result_and_the_middle_never_crossed(
-    isolation: str, error: bool,
+    isolation: str,
+    error: bool,
 ) -> None:
     arguments = {**BIG, "error": error, "structured": 500_000}
     whole = run(whole_text(isolation, arguments))

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from helpers import script_json
-
 from lovia_mcp_worker.forkserver import pages
 from lovia_mcp_worker.forkserver.server import _Idle, _Pool
 
@@ -45,12 +44,15 @@ POPULATE = _kernel_at_least(5, 14)
 def _private(n: int) -> mmap.mmap:
     """``n`` fresh pages of a private anonymous mapping (what a heap is; mmap's default is shared)."""
     return mmap.mmap(-1, n * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
 WORKER = str(Path(__file__).parents[1] / "worker")
 
 # The parent fills 300 pages; child A writes them after noting its own pages
 # (its report); child B copies the report's pages ahead, then writes them;
 # child C writes them without. Each child reports its faults while writing.
-FORKS = r"""
+FORKS = (
+    r"""
 import array, json, os, resource, sys
 sys.path.insert(0, %r)
 from lovia_mcp_worker.forkserver import pages
@@ -102,7 +104,9 @@ print(json.dumps({
     "with": faults_writing(True, report),
     "without": faults_writing(False, report),
 }))
-""" % WORKER
+"""
+    % WORKER
+)
 
 
 @pytest.mark.timeout(60)
@@ -172,7 +176,8 @@ def _address(m: mmap.mmap) -> int:
 # The forkserver's side (_Pool.heard) in this process; each "worker" a fork
 # that shares 8 written pages of a buffer with it, notes them, writes them
 # in its "open" and tells the pool socket how the open went.
-POOL = r"""
+POOL = (
+    r"""
 import array, json, mmap, os, selectors, socket, sys
 sys.path.insert(0, %r)
 from lovia_mcp_worker.forkserver import pages
@@ -222,7 +227,9 @@ first = pool.learned
 serve_one(True)  # a later report changes nothing
 seen["kept_the_first"] = pool.learned is first
 print(json.dumps(seen))
-""" % WORKER
+"""
+    % WORKER
+)
 
 
 @pytest.mark.timeout(60)

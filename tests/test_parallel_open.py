@@ -32,13 +32,16 @@ def test_servers_open_concurrently_so_a_run_waits_for_the_slowest_not_the_sum(is
         return time.monotonic() - started
 
     elapsed = run(main())
-    print(f"[{isolation}] {N} servers, each {DELAY:g} s to start: run took {elapsed:.2f} s (sequential >= {N * DELAY:g} s)")
+    print(
+        f"[{isolation}] {N} servers, each {DELAY:g} s to start: run took {elapsed:.2f} s (sequential >= {N * DELAY:g} s)"
+    )
     assert elapsed < (N - 1) * DELAY, elapsed
 
 
 def test_when_one_server_fails_to_open_the_error_names_it_and_the_others_are_closed() -> None:
-    plugin = MCP(slow("good1"), MCPServerStdio(command=PY, args=[RAW_SERVER, "--exit-on-start", "3"], name="bad"),
-                 slow("good2"))
+    plugin = MCP(
+        slow("good1"), MCPServerStdio(command=PY, args=[RAW_SERVER, "--exit-on-start", "3"], name="bad"), slow("good2")
+    )
 
     async def main() -> None:
         with pytest.raises(MCPError) as info:

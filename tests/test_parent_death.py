@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 from helpers import GONE_WAIT, PY, ROOT, alive_after, raw_args, reap_zombies, run, wait_gone
-
-from lovia_mcp import Limits, MCPServerStdio
 from lovia_mcp_worker.containment import launch
 from lovia_mcp_worker.wire.confinement import Limits as WireLimits
+
+from lovia_mcp import Limits, MCPServerStdio
 
 pytestmark = pytest.mark.linux_only
 
@@ -100,7 +100,9 @@ def test_a_launched_process_dies_with_its_parent_killed_by_sigkill_and_a_plain_o
     if how == "setpriv" and launch._SETPRIV is None:  # noqa: SLF001
         pytest.skip("no setpriv on this machine")
     worker = str(Path(launch.__file__).parents[2])
-    parent = subprocess.Popen([PY, "-c", PARENT % worker, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [PY, "-c", PARENT % worker, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     child = -1
     try:
         assert parent.stdout is not None
@@ -132,13 +134,19 @@ def test_a_server_opened_by_lovia_mcp_gets_sigkill_as_its_parent_death_signal(
     server = tmp_path / "server.py"
     # It reports itself to a file (its stdout is the protocol's), then becomes the raw server.
     server.write_text(
-        f"import sys\nsys.stdout = open({str(report)!r}, 'w')\n" + REPORT
+        f"import sys\nsys.stdout = open({str(report)!r}, 'w')\n"
+        + REPORT
         + f"sys.stdout.close()\nos.execv(sys.executable, [sys.executable, *{raw_args()!r}])\n"
     )
 
     async def main() -> None:
-        config = MCPServerStdio(command=PY, args=[str(server)], name="r", isolation=isolation,  # type: ignore[arg-type]
-                                limits=limits or Limits())
+        config = MCPServerStdio(
+            command=PY,
+            args=[str(server)],
+            name="r",
+            isolation=isolation,  # type: ignore[arg-type]
+            limits=limits or Limits(),
+        )
         async with config.session() as conn:
             assert conn.tools()
 

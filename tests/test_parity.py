@@ -41,16 +41,30 @@ OPTIONS: dict[str, Any] = {
 }
 # lovia's MCPConnection fields that a caller reads (the private ones and the
 # transport factory aside).
-FIELDS = [f.name for f in dataclasses.fields(lovia_mcp_plugin.MCPConnection)
-          if not f.name.startswith("_") and f.name != "transport"]
+FIELDS = [
+    f.name
+    for f in dataclasses.fields(lovia_mcp_plugin.MCPConnection)
+    if not f.name.startswith("_") and f.name != "transport"
+]
 
 
 @pytest.mark.unit
 def test_the_fields_compared_are_lovias_public_connection_fields() -> None:
-    assert sorted(FIELDS) == sorted([
-        "prefix", "include_tools", "exclude_tools", "needs_approval", "retries", "timeout", "max_output_chars",
-        "result_renderer", "auto_reconnect", "close_after_run", "defer",
-    ])
+    assert sorted(FIELDS) == sorted(
+        [
+            "prefix",
+            "include_tools",
+            "exclude_tools",
+            "needs_approval",
+            "retries",
+            "timeout",
+            "max_output_chars",
+            "result_renderer",
+            "auto_reconnect",
+            "close_after_run",
+            "defer",
+        ]
+    )
 
 
 @ISOLATIONS

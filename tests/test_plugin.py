@@ -35,7 +35,8 @@ def test_a_named_server_offers_its_tools_as_name__tool_and_calls_them_by_raw_nam
     assert {f"raw__{t}" for t in RAW_TOOLS} <= offered
     assert not RAW_TOOLS & offered
     assert model.offered[0]["raw__add"]["parameters"]["properties"] == {
-        "a": {"type": "number"}, "b": {"type": "number"},
+        "a": {"type": "number"},
+        "b": {"type": "number"},
     }
     assert outputs(result) == ["hi there"]
 
@@ -51,7 +52,8 @@ def test_an_unnamed_server_offers_its_tools_under_their_raw_names(isolation: str
 @ISOLATIONS
 def test_include_and_exclude_tools_filter_on_raw_names_before_prefixing(isolation: str) -> None:
     server = raw(
-        isolation, name="raw",
+        isolation,
+        name="raw",
         include_tools=["echo", "add", "fail", "raw__counter"],  # a prefixed name matches nothing
         exclude_tools=["fail"],
     )
@@ -86,13 +88,15 @@ def test_needs_approval_true_runs_a_tool_only_when_the_approval_flow_allows_it(i
         return tool_call.name == "raw__echo"
 
     plugin = MCP(raw(isolation, name="raw", needs_approval=True))
-    result, _ = run(drive(
-        plugin,
-        call("raw__add", {"a": 1, "b": 1}),
-        call("raw__echo", {"text": "allowed"}),
-        call("raw__counter", {}),
-        approval_handler=handler,
-    ))
+    result, _ = run(
+        drive(
+            plugin,
+            call("raw__add", {"a": 1, "b": 1}),
+            call("raw__echo", {"text": "allowed"}),
+            call("raw__counter", {}),
+            approval_handler=handler,
+        )
+    )
 
     assert asked == ["raw__add", "raw__echo", "raw__counter"]
     assert outputs(result) == [
@@ -113,13 +117,15 @@ def test_a_needs_approval_predicate_gates_only_the_calls_it_flags_and_denied_cal
         return args.get("text") == "rm -rf"
 
     plugin = MCP(raw(isolation, name="raw", needs_approval=risky))
-    result, _ = run(drive(
-        plugin,
-        call("raw__echo", {"text": "rm -rf"}),
-        call("raw__echo", {"text": "ls"}),
-        call("raw__counter", {}),
-        approval_handler=lambda tool_call, ctx: False,
-    ))
+    result, _ = run(
+        drive(
+            plugin,
+            call("raw__echo", {"text": "rm -rf"}),
+            call("raw__echo", {"text": "ls"}),
+            call("raw__counter", {}),
+            approval_handler=lambda tool_call, ctx: False,
+        )
+    )
 
     assert seen == [{"text": "rm -rf"}, {"text": "ls"}, {}]
     # The server counted two calls (ls, counter): the denied one never crossed.
@@ -225,7 +231,10 @@ def test_a_custom_result_renderer_receives_the_raw_mcp_tool_result_with_sdk_attr
     assert (audio.mime_type, audio.data) == ("audio/wav", "AAAA")
     assert embedded.resource.uri == "file:///a.txt"
     assert (embedded.resource.mime_type, embedded.resource.text) == ("text/plain", "inline text")
-    assert (blob.resource.blob, getattr(blob.resource, "text", None)) == ("AAAAAAAA", None)  # the SDK's BlobResourceContents
+    assert (blob.resource.blob, getattr(blob.resource, "text", None)) == (
+        "AAAAAAAA",
+        None,
+    )  # the SDK's BlobResourceContents
     assert (link.uri, link.name) == ("file:///c.txt", "c.txt")
     assert added.structured_content == {"sum": 5}
     assert [b.text for b in added.content] == ["5"]
@@ -239,13 +248,15 @@ def test_two_named_servers_with_the_same_tools_coexist_and_each_keeps_its_own_op
         raw(isolation, name="capped", max_output_chars=100, needs_approval=True),
         raw(isolation, name="free"),
     )
-    result, _ = run(drive(
-        plugin,
-        call("capped__echo", {"text": "y"}),
-        call("free__big", {"size": 500}),
-        call("free__echo", {"text": "free"}),
-        approval_handler=lambda tool_call, ctx: False,
-    ))
+    result, _ = run(
+        drive(
+            plugin,
+            call("capped__echo", {"text": "y"}),
+            call("free__big", {"size": 500}),
+            call("free__echo", {"text": "free"}),
+            approval_handler=lambda tool_call, ctx: False,
+        )
+    )
 
     assert outputs(result) == ["Tool capped__echo was not approved.", "x" * 500, "free"]
 
@@ -258,7 +269,10 @@ def _sdk_view(block: Any) -> tuple[Any, ...]:
     res = getattr(block, "resource", None)
     uri = getattr(block, "uri", None)
     return (
-        block.type, getattr(block, "text", None), getattr(block, "mime_type", None), getattr(block, "data", None),
+        block.type,
+        getattr(block, "text", None),
+        getattr(block, "mime_type", None),
+        getattr(block, "data", None),
         None if uri is None else str(uri),
         None if res is None else (str(res.uri), res.mime_type, getattr(res, "text", None), getattr(res, "blob", None)),
     )
@@ -279,7 +293,9 @@ def test_a_renderer_written_against_the_sdk_models_reads_the_same_values_as_unde
 
     theirs: list[Any] = []
     ours: list[Any] = []
-    lovia_server = lovia_plugin.MCPServerStdio(command=PY, args=raw_args(), name="raw", result_renderer=recording(theirs))
+    lovia_server = lovia_plugin.MCPServerStdio(
+        command=PY, args=raw_args(), name="raw", result_renderer=recording(theirs)
+    )
     run(drive(lovia_plugin.MCP(lovia_server), *script))
     run(drive(MCP(raw(isolation, name="raw", result_renderer=recording(ours))), *script))
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import raw, run, script_json
-
-from lovia_mcp.client import forkserver as _forkserver_mod
 from lovia_mcp_worker.containment import cgroup_layout
 from lovia_mcp_worker.forkserver.server import MAX_IDLE, MIN_IDLE, OPEN_WAIT
+
+from lovia_mcp.client import forkserver as _forkserver_mod
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
 
@@ -97,8 +97,11 @@ def test_an_idle_worker_that_is_killed_or_terminated_is_replaced_and_the_next_op
 
 
 @pytest.mark.timeout(90)
-def test_a_burst_of_opens_grows_the_idle_pool_to_serve_the_next_burst_and_every_idle_worker_goes_with_the_agent() -> None:
+def test_a_burst_of_opens_grows_the_idle_pool_to_serve_the_next_burst_and_every_idle_worker_goes_with_the_agent() -> (
+    None
+):
     """Five opens at once find the pool short; the pool grows (bounded), and the next burst forks nothing on request."""
+
     async def main() -> None:
         server = raw("process")
         async with server.session():
@@ -196,19 +199,22 @@ def test_an_emptied_pool_is_refilled_once_the_opens_it_served_have_answered_not_
     workers, each held at a gate before it answers: while they wait, the
     pool stays empty; once they answer, it is refilled.
     """
-    seen = _with_a_full_pool(tmp_path, (
-        "    async with contextlib.AsyncExitStack() as stack:\n"
-        "        opens = [asyncio.ensure_future(stack.enter_async_context(MCPServerStdio(\n"
-        "            command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
-        "            name=f'gated{i}').session())) for i, gate in enumerate(gates)]\n"
-        "        writers = await held_at(gates)\n"
-        "        held = fs.idle_pids()\n"
-        "        release(writers)\n"
-        "        conns = await asyncio.gather(*opens)\n"
-        "        refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
-        "        print(json.dumps({'pool': sorted(pool), 'served': sorted(c.worker_pid for c in conns),\n"
-        "                          'held': held, 'refill': refill}), flush=True)\n"
-    ))
+    seen = _with_a_full_pool(
+        tmp_path,
+        (
+            "    async with contextlib.AsyncExitStack() as stack:\n"
+            "        opens = [asyncio.ensure_future(stack.enter_async_context(MCPServerStdio(\n"
+            "            command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
+            "            name=f'gated{i}').session())) for i, gate in enumerate(gates)]\n"
+            "        writers = await held_at(gates)\n"
+            "        held = fs.idle_pids()\n"
+            "        release(writers)\n"
+            "        conns = await asyncio.gather(*opens)\n"
+            "        refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
+            "        print(json.dumps({'pool': sorted(pool), 'served': sorted(c.worker_pid for c in conns),\n"
+            "                          'held': held, 'refill': refill}), flush=True)\n"
+        ),
+    )
     pool = seen["pool"]
     assert isinstance(pool, list) and len(pool) == MIN_IDLE
     assert seen["served"] == pool  # every open took a waiting worker
@@ -225,19 +231,22 @@ def test_a_pool_emptied_by_warm_spares_is_refilled_beside_their_opens(tmp_path: 
     pool is refilled while they wait, before the forkserver's fallback for
     opens that do not answer (OPEN_WAIT after the request) could have.
     """
-    seen = _with_a_full_pool(tmp_path, (
-        "    spared = [MCPServerStdio(command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
-        "                             name=f'gated{i}', spares=1) for i, gate in enumerate(gates)]\n"
-        "    asked = time.monotonic()\n"
-        "    warming = asyncio.ensure_future(warm_spares(*spared))\n"
-        "    writers = await held_at(gates)\n"
-        "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
-        "    waited = time.monotonic() - asked\n"
-        "    release(writers)\n"
-        "    await warming\n"
-        "    await close_spares(*spared)\n"
-        "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'waited': waited}), flush=True)\n"
-    ))
+    seen = _with_a_full_pool(
+        tmp_path,
+        (
+            "    spared = [MCPServerStdio(command=PY, args=[str(SERVERS / 'gated_server.py'), gate], isolation='process',\n"
+            "                             name=f'gated{i}', spares=1) for i, gate in enumerate(gates)]\n"
+            "    asked = time.monotonic()\n"
+            "    warming = asyncio.ensure_future(warm_spares(*spared))\n"
+            "    writers = await held_at(gates)\n"
+            "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
+            "    waited = time.monotonic() - asked\n"
+            "    release(writers)\n"
+            "    await warming\n"
+            "    await close_spares(*spared)\n"
+            "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'waited': waited}), flush=True)\n"
+        ),
+    )
     pool = seen["pool"]
     assert isinstance(pool, list) and len(pool) == MIN_IDLE
     assert seen["refill"] is not None and seen["refill"] not in pool
@@ -253,7 +262,7 @@ _HELD_RUN = (
     "    held, go = asyncio.Event(), asyncio.Event()\n"
     "    @tool\n"
     "    async def hold() -> str:\n"
-    "        \"\"\"Hold the run in its tool call.\"\"\"\n"
+    '        """Hold the run in its tool call."""\n'
     "        held.set()\n"
     "        await go.wait()\n"
     "        return 'ok'\n"
@@ -273,16 +282,20 @@ def test_a_pool_emptied_by_a_runs_opens_is_not_refilled_while_the_run_goes_on(tm
     a tool call. The opens have answered, but the pool stays empty until the
     forkserver's fallback (``OPEN_WAIT`` after the last request) refills it.
     """
-    seen = _with_a_full_pool(tmp_path, _HELD_RUN + (
-        "    await held.wait()\n"
-        "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
-        "    waited = time.monotonic() - asked\n"
-        "    go.set()\n"
-        "    result = await running\n"
-        "    await plugin.aclose()\n"
-        "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'waited': waited, 'output': result.output}),\n"
-        "          flush=True)\n"
-    ))
+    seen = _with_a_full_pool(
+        tmp_path,
+        _HELD_RUN
+        + (
+            "    await held.wait()\n"
+            "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
+            "    waited = time.monotonic() - asked\n"
+            "    go.set()\n"
+            "    result = await running\n"
+            "    await plugin.aclose()\n"
+            "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'waited': waited, 'output': result.output}),\n"
+            "          flush=True)\n"
+        ),
+    )
     assert seen["output"] == "done"
     assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
     # Not before the fallback: every request was made after `asked`.
@@ -293,17 +306,21 @@ def test_a_pool_emptied_by_a_runs_opens_is_not_refilled_while_the_run_goes_on(tm
 @pytest.mark.timeout(60)
 def test_a_pool_emptied_by_a_runs_opens_is_refilled_once_the_run_has_ended(tmp_path: Path) -> None:
     """The run's end tells the forkserver (``E``): the pool is refilled then, before its fallback could."""
-    seen = _with_a_full_pool(tmp_path, _HELD_RUN + (
-        "    await held.wait()\n"
-        "    go.set()\n"
-        "    result = await running\n"
-        "    ended = time.monotonic() - asked\n"
-        "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
-        "    refilled = time.monotonic() - asked\n"
-        "    await plugin.aclose()\n"
-        "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'ended': ended, 'refilled': refilled}),\n"
-        "          flush=True)\n"
-    ))
+    seen = _with_a_full_pool(
+        tmp_path,
+        _HELD_RUN
+        + (
+            "    await held.wait()\n"
+            "    go.set()\n"
+            "    result = await running\n"
+            "    ended = time.monotonic() - asked\n"
+            "    refill = await asyncio.to_thread(fs.idle_pid, WAIT)\n"
+            "    refilled = time.monotonic() - asked\n"
+            "    await plugin.aclose()\n"
+            "    print(json.dumps({'pool': sorted(pool), 'refill': refill, 'ended': ended, 'refilled': refilled}),\n"
+            "          flush=True)\n"
+        ),
+    )
     assert seen["refill"] is not None and seen["refill"] not in seen["pool"]
     ended, refilled = seen["ended"], seen["refilled"]
     assert isinstance(ended, float) and isinstance(refilled, float)

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 from helpers import ISOLATIONS, PY, SERVERS, run, serving
-
-from lovia_mcp import MCPServerStdio, MCPServerStreamableHTTP
 from lovia_mcp_worker.session.progress import PROGRESS_INTERVAL, ProgressForwarder
 from lovia_mcp_worker.wire.messages import Progress
+
+from lovia_mcp import MCPServerStdio, MCPServerStreamableHTTP
 
 RAW = str(SERVERS / "progress_server.py")
 SDK = str(SERVERS / "progress_sdk_server.py")
@@ -110,7 +110,9 @@ async def reported(server: Any, gate: Path) -> AsyncIterator[tuple[Any, list[log
 
 
 @ISOLATIONS
-def test_progress_of_a_running_raw_server_call_is_logged_with_server_tool_and_figures(isolation: str, gate: Path) -> None:
+def test_progress_of_a_running_raw_server_call_is_logged_with_server_tool_and_figures(
+    isolation: str, gate: Path
+) -> None:
     async def main() -> None:
         server = MCPServerStdio(command=PY, args=[RAW], name="prog", isolation=isolation)  # type: ignore[arg-type]
         async with reported(server, gate) as (conn, running):
@@ -162,8 +164,10 @@ def test_a_server_flooding_progress_is_coalesced_and_its_last_value_still_arrive
                 elapsed = time.monotonic() - started
         records = handler.records
         bound = elapsed / PROGRESS_INTERVAL + 2
-        print(f"[{isolation}] {n} progress notifications in {elapsed * 1000:.0f} ms -> {len(records)} records "
-              f"(bound {bound:.0f})")
+        print(
+            f"[{isolation}] {n} progress notifications in {elapsed * 1000:.0f} ms -> {len(records)} records "
+            f"(bound {bound:.0f})"
+        )
         assert 1 <= len(records) <= bound
         assert records[-1].progress == float(n)  # type: ignore[attr-defined]
         assert records[-1].getMessage() == f"prog/flood: {n}/{n}"

@@ -12,19 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from helpers import PY, SERVERS, raw_args, run, serving
-
 from lovia import Agent, Runner
 from lovia.exceptions import UserError
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
+
 from lovia_mcp import MCP, MCPError, MCPServerStdio, MCPServerStreamableHTTP, close_spares, warm_spares
 
 META_SERVER = str(SERVERS / "meta_sdk_server.py")
@@ -32,7 +30,8 @@ MODERN_SERVER = str(SERVERS / "modern_server.py")
 MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
 ENVELOPE = (
-    "io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientInfo",
+    "io.modelcontextprotocol/protocolVersion",
+    "io.modelcontextprotocol/clientInfo",
     "io.modelcontextprotocol/clientCapabilities",
 )
 
@@ -140,7 +139,9 @@ def test_a_handshake_era_raw_server_still_opens_under_auto() -> None:
 def test_an_input_required_result_reaches_the_model_as_a_tool_error_naming_what_was_asked() -> None:
     async def main() -> None:
         agent = Agent(
-            name="a", model=ScriptedProvider([call("modern__ask", {}), text("done")]), plugins=[MCP(modern())],
+            name="a",
+            model=ScriptedProvider([call("modern__ask", {}), text("done")]),
+            plugins=[MCP(modern())],
         )
         result = await Runner.run(agent, "go")
         [entry] = [e for e in result.entries if isinstance(e, ToolResultEntry)]
@@ -195,7 +196,9 @@ def test_the_sdk_http_server_speaks_the_era_each_protocol_option_asks_for(
 
 
 @pytest.mark.parametrize("isolation", ["process", "none"])
-def test_an_http_server_that_speaks_only_2026_07_28_opens_and_gets_the_envelope(modern_url: str, isolation: str) -> None:
+def test_an_http_server_that_speaks_only_2026_07_28_opens_and_gets_the_envelope(
+    modern_url: str, isolation: str
+) -> None:
     async def main() -> None:
         server = MCPServerStreamableHTTP(url=modern_url, name="modern", isolation=isolation)  # type: ignore[arg-type]
         async with server.session() as conn:
@@ -281,10 +284,14 @@ def test_a_standby_taking_over_reuses_its_listing_while_fresh_and_re_lists_it_on
 def test_the_protocol_option_is_read_from_a_config_file() -> None:
     from lovia_mcp import load_servers
 
-    [legacy, pinned] = load_servers({"mcpServers": {
-        "modern": {"command": PY, "args": [MODERN_SERVER], "protocol": "legacy"},
-        "pinned": {"command": PY, "args": [MODERN_SERVER], "protocol": MODERN},
-    }})
+    [legacy, pinned] = load_servers(
+        {
+            "mcpServers": {
+                "modern": {"command": PY, "args": [MODERN_SERVER], "protocol": "legacy"},
+                "pinned": {"command": PY, "args": [MODERN_SERVER], "protocol": MODERN},
+            }
+        }
+    )
     assert legacy.protocol == "legacy" and pinned.protocol == MODERN
     with pytest.raises(UserError, match="unknown protocol"):
         load_servers({"mcpServers": {"x": {"command": PY, "protocol": "2030"}}})

@@ -72,13 +72,26 @@ def test_lovias_own_plugin_renders_the_reference_string() -> None:
 
 @ISOLATIONS
 def test_a_renderer_using_sdk_isinstance_checks_renders_as_under_lovias_plugin(isolation: str) -> None:
-    reference = run(render_with(lovia_mcp_plugin.MCP(
-        lovia_mcp_plugin.MCPServerStdio(command=PY, args=[BLOCKS], name="blk", result_renderer=sdk_renderer)
-    )))
-    ours = run(render_with(MCP(MCPServerStdio(
-        command=PY, args=[BLOCKS], name="blk", result_renderer=sdk_renderer,
-        isolation=isolation,  # type: ignore[arg-type]
-    ))))
+    reference = run(
+        render_with(
+            lovia_mcp_plugin.MCP(
+                lovia_mcp_plugin.MCPServerStdio(command=PY, args=[BLOCKS], name="blk", result_renderer=sdk_renderer)
+            )
+        )
+    )
+    ours = run(
+        render_with(
+            MCP(
+                MCPServerStdio(
+                    command=PY,
+                    args=[BLOCKS],
+                    name="blk",
+                    result_renderer=sdk_renderer,
+                    isolation=isolation,  # type: ignore[arg-type]
+                )
+            )
+        )
+    )
     print(f"[{isolation}] {ours}")
     assert ours == reference
     assert "image:image/png|prio=0.1" in ours
@@ -94,15 +107,36 @@ def test_a_renderer_gets_our_result_class_with_sdk_blocks_and_unknown_blocks_as_
         seen.append(result)
         return "kept"
 
-    assert run(render_with(MCP(MCPServerStdio(
-        command=PY, args=[BLOCKS], name="blk", result_renderer=keep, isolation=isolation,  # type: ignore[arg-type]
-    )), unknown=True)) == "kept"
+    assert (
+        run(
+            render_with(
+                MCP(
+                    MCPServerStdio(
+                        command=PY,
+                        args=[BLOCKS],
+                        name="blk",
+                        result_renderer=keep,
+                        isolation=isolation,  # type: ignore[arg-type]
+                    )
+                ),
+                unknown=True,
+            )
+        )
+        == "kept"
+    )
     (result,) = seen
     assert isinstance(result, MCPToolResult) and isinstance(result, lovia_mcp_plugin.MCPToolResult)
     assert result.is_error is False
     kinds = [type(b).__name__ for b in result.content]
-    assert kinds == ["TextContent", "ImageContent", "AudioContent", "EmbeddedResource", "EmbeddedResource",
-                     "ResourceLink", "ContentBlock"]
+    assert kinds == [
+        "TextContent",
+        "ImageContent",
+        "AudioContent",
+        "EmbeddedResource",
+        "EmbeddedResource",
+        "ResourceLink",
+        "ContentBlock",
+    ]
     widget = result.content[-1]
     assert widget.type == "widget" and widget.model_dump()["knobs"] == 3
 

@@ -10,14 +10,12 @@ model gets a valid object schema and every tool stays callable.
 
 from __future__ import annotations
 
-
 import pytest
 from helpers import ISOLATIONS, PY, SERVERS, Model, drive, raw, results, run
 from lovia.plugins.mcp import normalize_schema as lovia_normalize_schema
 from lovia.testing import call
 
 from lovia_mcp import MCPServerStdio, MCPToolResult, normalize_schema, render_mcp_content
-
 
 # Base64 payloads raw_server's `mixed` tool returns: the model must never see them.
 IMAGE_B64 = "aGVsbG8gd29ybGQ="
@@ -34,7 +32,7 @@ def seen_by_model(model: Model) -> str:
 # --------------------------------------------------------------------------- #
 @ISOLATIONS
 def test_text_passes_through_unchanged(isolation: str) -> None:
-    sample = "line one\n  line two: ünïcødé ✓ \"quoted\" \\ back\tslash"
+    sample = 'line one\n  line two: ünïcødé ✓ "quoted" \\ back\tslash'
     result, model = run(drive(raw(isolation), call("raw__echo", {"text": sample})))
 
     (entry,) = results(result)
@@ -84,13 +82,15 @@ def test_structured_content_is_kept_on_the_result_while_the_model_reads_the_text
 @ISOLATIONS
 def test_an_sdk_server_serves_text_structured_output_images_and_tool_errors(isolation: str) -> None:
     server = MCPServerStdio(command=PY, args=[str(SERVERS / "sdk_server.py")], name="sdk", isolation=isolation)  # type: ignore[arg-type]
-    result, model = run(drive(
-        server,
-        call("sdk__greet", {"name": "Ada"}),
-        call("sdk__divide", {"a": 7, "b": 2}),
-        call("sdk__pixel", {}),
-        call("sdk__divide", {"a": 1, "b": 0}),
-    ))
+    result, model = run(
+        drive(
+            server,
+            call("sdk__greet", {"name": "Ada"}),
+            call("sdk__divide", {"a": 7, "b": 2}),
+            call("sdk__pixel", {}),
+            call("sdk__divide", {"a": 1, "b": 0}),
+        )
+    )
 
     assert set(model.offered[0]) >= {"sdk__greet", "sdk__divide", "sdk__pixel", "sdk__whoami"}
     assert model.offered[0]["sdk__divide"]["parameters"]["required"] == ["a", "b"]
@@ -114,11 +114,13 @@ LOOSE = ["loose_null", "loose_empty", "loose_noprops", "loose_broken", "loose_mi
 def test_a_server_listing_loose_schemas_has_every_tool_offered_with_a_valid_schema_and_callable(
     isolation: str,
 ) -> None:
-    result, model = run(drive(
-        raw(isolation, "--loose-schemas"),
-        *(call(f"raw__{name}", {}) for name in LOOSE),
-        call("raw__echo", {"text": "fine"}),
-    ))
+    result, model = run(
+        drive(
+            raw(isolation, "--loose-schemas"),
+            *(call(f"raw__{name}", {}) for name in LOOSE),
+            call("raw__echo", {"text": "fine"}),
+        )
+    )
 
     offered = model.offered[0]
     for name in LOOSE:
@@ -157,7 +159,13 @@ def test_normalize_schema_turns_any_listed_schema_into_a_valid_object_schema(sch
 
 @pytest.mark.unit
 def test_normalize_schema_agrees_with_lovias_on_every_schema_lovia_already_repairs() -> None:
-    for schema in (None, {}, {"type": "object"}, {"properties": {"a": {}}}, {"type": "object", "properties": {"a": {}}}):
+    for schema in (
+        None,
+        {},
+        {"type": "object"},
+        {"properties": {"a": {}}},
+        {"type": "object", "properties": {"a": {}}},
+    ):
         assert normalize_schema(schema) == lovia_normalize_schema(schema)
 
 

@@ -13,17 +13,15 @@ import asyncio
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from helpers import PY, ROOT, EscapePlace, raw_args, run
-
 from lovia.exceptions import UserError
+from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio, Sandbox
-from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 pytestmark = pytest.mark.skipif(sandbox_mod.BWRAP is None, reason="bubblewrap is not available (Linux only)")
 
@@ -173,7 +171,9 @@ def test_timeouts_tree_kills_restarts_stats_and_stderr_work_inside_the_sandbox()
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(conn.call_tool("hang", timeout=1), 1)
             assert str(await asyncio.wait_for(conn.call_tool("echo", {"text": "after"}), 15)) == "after"
-            print(f"hung sandboxed server replaced; next call served {time.monotonic() - started:.2f} s after the start")
+            print(
+                f"hung sandboxed server replaced; next call served {time.monotonic() - started:.2f} s after the start"
+            )
             second = conn.server_pid
             assert second != first
             with pytest.raises(MCPError) as info:
@@ -190,8 +190,14 @@ def test_timeouts_tree_kills_restarts_stats_and_stderr_work_inside_the_sandbox()
 
 def test_the_memory_limit_holds_inside_the_sandbox() -> None:
     async def main() -> None:
-        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", sandbox=Sandbox(), auto_reconnect=False,
-                                limits=Limits(memory_mb=80))
+        server = MCPServerStdio(
+            command=PY,
+            args=raw_args(),
+            name="raw",
+            sandbox=Sandbox(),
+            auto_reconnect=False,
+            limits=Limits(memory_mb=80),
+        )
         async with server.session() as conn:
             with pytest.raises(MCPError) as info:
                 await asyncio.wait_for(conn.call_tool("alloc", {"mb": 400}), 20)
@@ -209,13 +215,20 @@ def test_the_plugin_sandbox_applies_to_stdio_servers_without_their_own(place: Es
 
 @pytest.mark.unit
 def test_a_sandbox_setup_failure_is_read_back_with_the_user_namespace_hint() -> None:
-    why = sandbox_mod.setup_error(1, ["bwrap: No permissions to create a new namespace, likely because the kernel does not allow non-privileged user namespaces."])
+    why = sandbox_mod.setup_error(
+        1,
+        [
+            "bwrap: No permissions to create a new namespace, likely because the kernel does not allow non-privileged user namespaces."
+        ],
+    )
     assert why is not None and "could not be set up" in why and "user namespaces" in why
     assert sandbox_mod.setup_error(1, ["bwrap: execvp nope: No such file or directory"]) == "No such file or directory"
     assert sandbox_mod.setup_error(1, ["the server's own last line"]) is None
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become an ordinary user")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become an ordinary user"
+)
 def test_the_sandbox_command_line_works_for_an_ordinary_user(monkeypatch: pytest.MonkeyPatch) -> None:
     # The agent's interpreter may live where an ordinary user cannot run it
     # (here: under /root), so this runs the very bwrap command line the
@@ -233,11 +246,17 @@ def test_the_sandbox_command_line_works_for_an_ordinary_user(monkeypatch: pytest
 def _run_as_nobody(work: Path) -> None:
     probe = f"ls /proc | grep -c '^[0-9]'; touch {work}/inside; touch {ROOT}/nobody.txt 2>/dev/null || echo denied"
     fd = sandbox_mod.filter_fd(Sandbox())
-    argv = sandbox_mod.command(Sandbox(), ["/bin/sh", "-c", probe], cwd=str(work), env={"HOME": str(work)}, seccomp_fd=fd)
+    argv = sandbox_mod.command(
+        Sandbox(), ["/bin/sh", "-c", probe], cwd=str(work), env={"HOME": str(work)}, seccomp_fd=fd
+    )
     try:
         proc = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
-            capture_output=True, text=True, timeout=30, cwd=work, pass_fds=(fd,),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=work,
+            pass_fds=(fd,),
         )
     finally:
         os.close(fd)
@@ -266,6 +285,6 @@ def test_a_server_installed_under_tmp_stays_visible_read_only_through_the_privat
     top = "/tmp/" + str(tmp_path).split("/")[2]
     assert sandbox_mod.tmp_roots([str(script), "/usr/bin/env", "relative"]) == [top]
     argv = sandbox_mod.command(Sandbox(), [PY, str(script)], cwd=None, env={}, seccomp_fd=99)
-    after_tmp = argv[argv.index("--tmpfs"):]
+    after_tmp = argv[argv.index("--tmpfs") :]
     binds = [tuple(after_tmp[i + 1 : i + 3]) for i, a in enumerate(after_tmp) if a == "--ro-bind"]
     assert (top, top) in binds

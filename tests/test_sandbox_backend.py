@@ -22,14 +22,13 @@ from pathlib import Path
 
 import pytest
 from conftest import PY, ROOT, SERVERS, raw_args, run
-
 from lovia.exceptions import UserError
-
-from lovia_mcp import MCPServerStdio, Sandbox
-from lovia_mcp.cli._args import build_parser
 from lovia_mcp_worker.sandbox import bwrap, landlock, registry
 from lovia_mcp_worker.sandbox.base import LaunchPlan, SandboxError
 from lovia_mcp_worker.wire.messages import ServerSpec
+
+from lovia_mcp import MCPServerStdio, Sandbox
+from lovia_mcp.cli._args import build_parser
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -55,8 +54,13 @@ def where(tmp_path: Path) -> Iterator[Where]:
 
 
 def agent(backend_name: str, where: Where, port: int, *flags: str) -> dict[str, object]:
-    proc = subprocess.run([PY, AGENT, backend_name, str(where.work), str(where.secret), str(port), *flags],
-                          capture_output=True, text=True, timeout=AGENT_RUN_TIMEOUT, cwd=ROOT)
+    proc = subprocess.run(
+        [PY, AGENT, backend_name, str(where.work), str(where.secret), str(port), *flags],
+        capture_output=True,
+        text=True,
+        timeout=AGENT_RUN_TIMEOUT,
+        cwd=ROOT,
+    )
     print(proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr
     out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -129,8 +133,9 @@ def test_the_vscode_block_carries_backend_deny_write_and_denied_domains(tmp_path
     assert isinstance(box, Sandbox)
     assert box.backend == "landlock" and box.read_only == ["conf"] and box.network == ["api.github.com"]
     with pytest.raises(UserError) as info:
-        MCPServerStdio(command="x", sandbox={"network": {"allowedDomains": ["*.github.com"],
-                                                         "deniedDomains": ["gist.github.com"]}})
+        MCPServerStdio(
+            command="x", sandbox={"network": {"allowedDomains": ["*.github.com"], "deniedDomains": ["gist.github.com"]}}
+        )
     assert "gist.github.com" in str(info.value) and info.value.hint
 
 
@@ -158,7 +163,7 @@ def test_landlock_without_scoping_warns_that_signals_are_not_scoped(
     assert any("cannot scope signals" in r.getMessage() for r in caplog.records)
 
 
-APPARMOR_LIKE = r'''
+APPARMOR_LIKE = r"""
 import os, struct, sys
 from lovia_mcp_worker.sandbox import bwrap, seccomp
 # Like Ubuntu's AppArmor restriction: a user namespace may be made, but
@@ -172,7 +177,7 @@ prog = b"".join(struct.pack("<HBBI", *i) for i in (
 ))
 seccomp.install(prog)
 print(bwrap.userns_refused())
-'''
+"""
 
 
 def test_a_user_namespace_without_capabilities_counts_as_refused() -> None:

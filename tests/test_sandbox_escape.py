@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 import msgspec
 import pytest
 from helpers import ESCAPE_SERVER, PY, RAW_SERVER, ROOT, EscapePlace, register_shared, run
+from lovia_mcp_worker.sandbox import bwrap, landlock, seccomp
 
 from lovia_mcp import MCPServerStdio, Sandbox
-from lovia_mcp_worker.sandbox import bwrap, landlock, seccomp
 
 pytestmark = pytest.mark.skipif(bwrap.BWRAP is None, reason="bubblewrap is not available (Linux only)")
 
@@ -88,8 +88,11 @@ PROBES: list[Probe] = [
     Probe("abstract_unix_connect", "connect() to a host abstract unix socket, with the host's network", shape="on"),
     # Landlock's proxy listens on a loopback port: there is no socket folder.
     Probe("folder_write", "write into the network proxy's socket folder", shape="list", expect={"bwrap": True}),
-    Probe("other_mem", "open another process's memory for writing (bwrap's init and the network bridge "
-          "may make AF_UNIX sockets)", shape="list"),
+    Probe(
+        "other_mem",
+        "open another process's memory for writing (bwrap's init and the network bridge may make AF_UNIX sockets)",
+        shape="list",
+    ),
     Probe("capabilities", "hold an effective capability"),
     Probe("new_userns", "create a user namespace"),
     # The allowlist's box runs under a filter without the AF_UNIX rule (bwrap's
@@ -104,8 +107,11 @@ PROBES: list[Probe] = [
     Probe("perf_event_open", "open a perf counter"),
     Probe("open_by_handle", "open a file by handle (the 'shocker' escape)"),
     # Issue 34: what outlives the box, and what the filter hid.
-    Probe("setuid_file", "leave a setuid/setgid file in its cwd (chmod 6755 on a copy of /bin/sh, "
-          "open(O_CREAT, 04755), mkdir 02777, mknod 04755): a root shell for any host user later"),
+    Probe(
+        "setuid_file",
+        "leave a setuid/setgid file in its cwd (chmod 6755 on a copy of /bin/sh, "
+        "open(O_CREAT, 04755), mkdir 02777, mknod 04755): a root shell for any host user later",
+    ),
     Probe("fifo_device", "leave a FIFO, a device node or a socket file in its cwd (mkfifo, mknod, a whiteout)"),
     Probe("sock_diag", "list the host's TCP sockets (its services and their peers) through NETLINK_SOCK_DIAG"),
     Probe("list/sock_diag", "the same, in the allowlist's box", shape="list"),
@@ -113,8 +119,7 @@ PROBES: list[Probe] = [
     # from bwrap's arguments, every other probe still fails (the filter hides
     # it) while the server is the host's root with a full bounding set.
     # Landlock never makes namespaces: the agent's user namespace is its design.
-    Probe("host_userns", "run in the agent's user namespace (/proc/self/ns/user, the uid map)",
-          expect={"bwrap": True}),
+    Probe("host_userns", "run in the agent's user namespace (/proc/self/ns/user, the uid map)", expect={"bwrap": True}),
     Probe("bounding_set", "hold a capability in the bounding, permitted, inheritable or ambient set"),
 ]
 BACKENDS = ["bwrap"] + (["landlock"] if landlock.ABI >= landlock.NETWORK_ABI else [])
@@ -438,9 +443,22 @@ def _as_nobody(agent: str, *args: str) -> subprocess.CompletedProcess[str]:
     }
     try:
         proc = subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-             python, "-c", agent, str(home), *args],
-            capture_output=True, text=True, timeout=NOBODY_WAIT, env=env, cwd=home,
+            [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",
+                python,
+                "-c",
+                agent,
+                str(home),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=NOBODY_WAIT,
+            env=env,
+            cwd=home,
         )
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -468,7 +486,7 @@ def test_a_sandboxed_open_works_for_an_ordinary_user(backend: str) -> None:
 
 # Issue 34's attacks as an ordinary user: the escape server bare, then boxed,
 # each probe's answer as JSON; the agent is the host client of the listener.
-NOBODY_PROBES = r'''
+NOBODY_PROBES = r"""
 import asyncio, json, socket, sys
 from lovia_mcp import MCPServerStdio, Sandbox
 cwd, escape, backend, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -490,7 +508,7 @@ async def probes(box):
             out[name] = text
     return out
 print(json.dumps({"bare": asyncio.run(probes(None)), "box": asyncio.run(probes(Sandbox(backend=backend)))}))
-'''
+"""
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -509,7 +527,7 @@ def test_an_ordinary_users_server_leaves_no_setuid_file_or_fifo_and_cannot_list_
             assert out.startswith("denied"), (name, out)
 
 
-REFUSING_AGENT = r'''
+REFUSING_AGENT = r"""
 import asyncio, sys
 from lovia_mcp import MCPError, MCPServerStdio, Sandbox
 from lovia_mcp_worker.sandbox import seccomp
@@ -525,13 +543,11 @@ async def main():
         return
     print("opened: the server ran")
 asyncio.run(main())
-'''
+"""
 
 
 def test_where_user_namespaces_are_refused_the_namespace_backend_fails_loudly_with_a_hint() -> None:
-    proc = subprocess.run(
-        [PY, "-c", REFUSING_AGENT, RAW_SERVER], capture_output=True, text=True, timeout=NOBODY_WAIT
-    )
+    proc = subprocess.run([PY, "-c", REFUSING_AGENT, RAW_SERVER], capture_output=True, text=True, timeout=NOBODY_WAIT)
     print(proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("refused: open"), proc.stdout
@@ -543,7 +559,11 @@ def test_a_warm_spare_of_a_sandboxed_server_is_sandboxed_and_filtered(tmp_path: 
 
     async def main() -> tuple[str, str, str]:
         server = MCPServerStdio(
-            command=PY, args=[ESCAPE_SERVER], cwd=str(tmp_path), sandbox=Sandbox(), spares=1,
+            command=PY,
+            args=[ESCAPE_SERVER],
+            cwd=str(tmp_path),
+            sandbox=Sandbox(),
+            spares=1,
             env={"ESCAPE_HOST_MNT": os.readlink("/proc/self/ns/mnt")},
         )
         try:

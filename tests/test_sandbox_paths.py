@@ -35,17 +35,18 @@ from pathlib import Path
 
 import pytest
 from helpers import PY, ROOT, SERVERS, run
-
-from lovia_mcp import MCPError, MCPServerStdio, Sandbox
-from lovia_mcp_worker.wire.confinement import PathPin
 from lovia_mcp_worker.sandbox import bwrap, landlock, pins
 from lovia_mcp_worker.sandbox.base import SandboxError
+from lovia_mcp_worker.wire.confinement import PathPin
+
+from lovia_mcp import MCPError, MCPServerStdio, Sandbox
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
 SWAP_SERVER = str(SERVERS / "swap_server.py")
 BACKENDS = (["bwrap"] if bwrap.BWRAP is not None and bwrap.userns_refused() is None else []) + (
-    ["landlock"] if landlock.ABI >= landlock.NETWORK_ABI else [])
+    ["landlock"] if landlock.ABI >= landlock.NETWORK_ABI else []
+)
 # Bound on one call that crashes its server and is retried on a fresh one
 # (two sandboxed starts, ~0.1 s each); the margin is for a loaded 2-core machine.
 CALL_WAIT = 30.0
@@ -122,13 +123,16 @@ def test_a_path_swapped_for_a_symlink_refuses_the_next_start_and_the_outside_sta
 def test_a_sandboxed_server_cannot_write_next_to_its_cwd(tmp_path: Path, backend_name: str) -> None:
     # The sibling and the parent of cwd: a Landlock rule on cwd's parent would open both.
     place = Place(tmp_path)
-    server = MCPServerStdio(command=PY, args=[SWAP_SERVER], name="swap", cwd=str(place.work),
-                            sandbox=Sandbox(backend=backend_name))  # type: ignore[arg-type]
+    server = MCPServerStdio(
+        command=PY, args=[SWAP_SERVER], name="swap", cwd=str(place.work), sandbox=Sandbox(backend=backend_name)
+    )  # type: ignore[arg-type]
 
     async def main() -> list[str]:
         async with server.session() as conn:
-            return [str(await conn.call_tool("write", {"path": str(p)}))
-                    for p in (place.outside / "x.txt", tmp_path / "x.txt", place.work / "inside.txt")]
+            return [
+                str(await conn.call_tool("write", {"path": str(p)}))
+                for p in (place.outside / "x.txt", tmp_path / "x.txt", place.work / "inside.txt")
+            ]
 
     sibling, parent, inside = run(main())
     print(backend_name, sibling, parent, inside, sep=" | ")
@@ -140,10 +144,15 @@ def test_a_sandboxed_server_cannot_write_next_to_its_cwd(tmp_path: Path, backend
 @pytest.mark.parametrize("backend_name", BACKENDS)
 def test_the_pinned_paths_descriptors_never_reach_the_server(tmp_path: Path, backend_name: str) -> None:
     place = Place(tmp_path)
-    server = MCPServerStdio(command=PY, args=[SWAP_SERVER], name="swap", cwd=str(place.work),
-                            sandbox=Sandbox(writable=[str(place.work / "a" / "out")],
-                                            readable=[str(place.work / "r" / "in")],
-                                            backend=backend_name))  # type: ignore[arg-type]
+    server = MCPServerStdio(
+        command=PY,
+        args=[SWAP_SERVER],
+        name="swap",
+        cwd=str(place.work),
+        sandbox=Sandbox(
+            writable=[str(place.work / "a" / "out")], readable=[str(place.work / "r" / "in")], backend=backend_name
+        ),
+    )  # type: ignore[arg-type]
 
     async def main() -> str:
         async with server.session() as conn:
@@ -162,8 +171,13 @@ def test_a_link_one_connection_left_redirects_no_later_connection_but_a_folder_m
     # Per-run connections re-open the same config: the path resolves as it did the first time.
     place = Place(tmp_path)
     out = place.work / "a" / "out"
-    server = MCPServerStdio(command=PY, args=[SWAP_SERVER], name="swap", cwd=str(place.work),
-                            sandbox=Sandbox(writable=[str(out)], backend=backend_name))  # type: ignore[arg-type]
+    server = MCPServerStdio(
+        command=PY,
+        args=[SWAP_SERVER],
+        name="swap",
+        cwd=str(place.work),
+        sandbox=Sandbox(writable=[str(out)], backend=backend_name),
+    )  # type: ignore[arg-type]
 
     async def once() -> str:
         async with server.session() as conn:
@@ -185,7 +199,7 @@ def test_a_link_one_connection_left_redirects_no_later_connection_but_a_folder_m
 # --------------------------------------------------------------------------- #
 # The same attack in a fresh agent: refused user namespaces, refused openat2, an ordinary user
 # --------------------------------------------------------------------------- #
-AGENT = r'''
+AGENT = r"""
 import asyncio, json, os, struct, sys
 from lovia_mcp import MCPError, MCPServerStdio, Sandbox
 from lovia_mcp_worker.sandbox import seccomp
@@ -212,13 +226,27 @@ async def main():
             went = "refused: " + str(exc)
     print(json.dumps({"backend": used, "outcome": went, "swapped": os.path.islink(out)}))
 asyncio.run(main())
-'''
+"""
 
 
-def _agent(argv: list[str], work: Path, backend_name: str, link: str, refuse: str,
-           env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, object]:
-    proc = subprocess.run([*argv, "-c", AGENT, SWAP_SERVER, str(work), backend_name, link, refuse],
-                          capture_output=True, text=True, timeout=AGENT_WAIT, env=env, cwd=cwd, check=False)
+def _agent(
+    argv: list[str],
+    work: Path,
+    backend_name: str,
+    link: str,
+    refuse: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> dict[str, object]:
+    proc = subprocess.run(
+        [*argv, "-c", AGENT, SWAP_SERVER, str(work), backend_name, link, refuse],
+        capture_output=True,
+        text=True,
+        timeout=AGENT_WAIT,
+        env=env,
+        cwd=cwd,
+        check=False,
+    )
     print(proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -264,10 +292,20 @@ def test_as_an_ordinary_user_the_swap_is_refused(backend_name: str) -> None:
         for p in [base, *base.rglob("*")]:
             os.chown(p, NOBODY, NOBODY)
         link = "../../outside" if backend_name == "bwrap" else str(place.outside)
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(place.work),
-               "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "worker"), str(site)])}
-        seen = _agent(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python],
-                      place.work, backend_name, link, "", env=env, cwd=place.work)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(place.work),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "worker"), str(site)]),
+        }
+        seen = _agent(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python],
+            place.work,
+            backend_name,
+            link,
+            "",
+            env=env,
+            cwd=place.work,
+        )
         _expect_refused(seen, backend_name, place)
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -289,8 +327,10 @@ def test_a_path_is_opened_without_following_any_symlink_in_it(
     fd = pins.open_unfollowed(str(tmp_path / "real" / "dir"))
     try:
         st = os.fstat(fd)
-        assert (st.st_dev, st.st_ino) == (os.stat(tmp_path / "real" / "dir").st_dev,
-                                          os.stat(tmp_path / "real" / "dir").st_ino)
+        assert (st.st_dev, st.st_ino) == (
+            os.stat(tmp_path / "real" / "dir").st_dev,
+            os.stat(tmp_path / "real" / "dir").st_ino,
+        )
     finally:
         os.close(fd)
     for through in (tmp_path / "link" / "dir", tmp_path / "real" / "tail"):  # a link on the way, a link at the end
@@ -366,8 +406,14 @@ def test_a_spec_without_pins_is_pinned_by_the_first_start_in_the_worker(tmp_path
 @pytest.mark.skipif(bwrap.BWRAP is None, reason="bubblewrap is not available")
 def test_bwrap_binds_the_held_descriptors_at_the_resolved_paths_and_a_nested_writable_path_once() -> None:
     held = {"/srv/link": ("/srv/p", 7), "/srv/p/a/out": ("/srv/p/a/out", 8), "/data": ("/data", 9)}
-    argv = bwrap.command(Sandbox(writable=["/srv/p/a/out", "/data"], write_deny=False), ["/bin/true"],
-                         cwd="/srv/link", env={}, seccomp_fd=3, held=held)
-    binds = [argv[i:i + 3] for i, a in enumerate(argv) if a in ("--bind", "--bind-fd")]
+    argv = bwrap.command(
+        Sandbox(writable=["/srv/p/a/out", "/data"], write_deny=False),
+        ["/bin/true"],
+        cwd="/srv/link",
+        env={},
+        seccomp_fd=3,
+        held=held,
+    )
+    binds = [argv[i : i + 3] for i, a in enumerate(argv) if a in ("--bind", "--bind-fd")]
     assert binds == [["--bind-fd", "7", "/srv/p"], ["--bind-fd", "9", "/data"]]
     assert argv[argv.index("--chdir") + 1] == "/srv/p"

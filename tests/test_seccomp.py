@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from lovia_mcp_worker.sandbox import seccomp
 
 pytestmark = pytest.mark.skipif(
@@ -36,7 +35,7 @@ CHILD_TIMEOUT = 30.0
 
 # The child: argv[1] is "none", "network", "offline", "offline_unix" or "offline_nolisten" (which
 # filter to install; the last is the Landlock backend's with the network closed).
-CHILD = r'''
+CHILD = r"""
 import ctypes, errno, json, mmap, os, platform, socket, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -76,7 +75,7 @@ for name, nr, args in calls:
     os.waitpid(pid, 0)
     out[name] = int(data) if data else -1
 print(json.dumps(out))
-'''
+"""
 
 MACHINE = platform.machine()
 NR = seccomp.SYSCALLS[MACHINE]
@@ -154,14 +153,16 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     "openat2": ("openat2", [AT_FDCWD, ONE, ONE, 24], errno.ENOSYS),  # its mode is in memory
 }
 if MACHINE == "x86_64":  # aarch64 has only the *at calls
-    CALLS.update({
-        "chmod_setuid": ("chmod", [ONE, 0o4755], errno.EPERM),
-        "open_creat_setgid": ("open", [ONE, os.O_CREAT | os.O_WRONLY, 0o2644], errno.EPERM),
-        "creat_setuid": ("creat", [ONE, 0o4755], errno.EPERM),
-        "mkdir_setuid": ("mkdir", [ONE, 0o4777], errno.EPERM),
-        "mknod_fifo": ("mknod", [ONE, S_IFIFO | 0o644, 0], errno.EPERM),
-        "mknod_setgid_regular": ("mknod", [ONE, 0o2755, 0], errno.EPERM),
-    })
+    CALLS.update(
+        {
+            "chmod_setuid": ("chmod", [ONE, 0o4755], errno.EPERM),
+            "open_creat_setgid": ("open", [ONE, os.O_CREAT | os.O_WRONLY, 0o2644], errno.EPERM),
+            "creat_setuid": ("creat", [ONE, 0o4755], errno.EPERM),
+            "mkdir_setuid": ("mkdir", [ONE, 0o4777], errno.EPERM),
+            "mknod_fifo": ("mknod", [ONE, S_IFIFO | 0o644, 0], errno.EPERM),
+            "mknod_setgid_regular": ("mknod", [ONE, 0o2755, 0], errno.EPERM),
+        }
+    )
 # Refused only with the network off.
 OFFLINE_CALLS: dict[str, tuple[str, list[int], int]] = {
     "socket_udp": ("socket", [socket.AF_INET, socket.SOCK_DGRAM, 0], errno.EPERM),
@@ -172,8 +173,11 @@ OFFLINE_CALLS: dict[str, tuple[str, list[int], int]] = {
     "socket_vsock": ("socket", [40, socket.SOCK_STREAM, 0], errno.EPERM),  # AF_VSOCK
     # Netlink is for listing interfaces (NETLINK_ROUTE): sock_diag lists every TCP socket of the namespace.
     "socket_netlink_sock_diag": ("socket", [socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG], errno.EPERM),
-    "socket_netlink_audit": ("socket", [socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_AUDIT],
-                             errno.EPERM),
+    "socket_netlink_audit": (
+        "socket",
+        [socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_AUDIT],
+        errno.EPERM,
+    ),
     "socket_netlink_uevent": ("socket", [socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT], errno.EPERM),
 }
 # Refused only by the Landlock backend's filter with the network closed: a listen() on a socket never
@@ -296,7 +300,7 @@ def test_foreign_abi_system_calls_get_enosys(results: dict[str, dict[str, int]])
         assert results[mode]["x32_getpid"] == errno.ENOSYS
 
 
-WORK = r'''
+WORK = r"""
 import asyncio, os, socket, subprocess, sys, threading
 from lovia_mcp_worker.sandbox import seccomp
 seccomp.install(seccomp.program(network=False))
@@ -330,9 +334,9 @@ async def main():
     assert out == b"asyncio\n", out
 asyncio.run(main())
 print("all ok")
-'''
+"""
 
-NODE = r'''
+NODE = r"""
 const { execFileSync, spawn } = require("child_process");
 const net = require("net");
 const out = execFileSync(process.execPath, ["-e", "process.stdout.write('child')"]).toString();
@@ -343,7 +347,7 @@ server.listen(0, "127.0.0.1", () => {
     server.close();
   });
 });
-'''
+"""
 
 
 def test_python_threads_pipes_tcp_subprocesses_and_asyncio_run_under_the_filter() -> None:
@@ -360,9 +364,7 @@ def test_node_starts_spawns_and_serves_tcp_under_the_filter() -> None:
         "seccomp.install(seccomp.program(network=False))\n"
         "os.execvp('node', ['node', '-e', sys.argv[1]])\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", launcher, NODE], capture_output=True, text=True, timeout=CHILD_TIMEOUT
-    )
+    proc = subprocess.run([sys.executable, "-c", launcher, NODE], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "child hi ok"
 
@@ -408,7 +410,8 @@ AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 def _bpf(prog: bytes, arch: str, nr: int, args: list[int]) -> int:
     """Run a filter on one call as the kernel would (the opcodes seccomp.py emits): errno, 0 if allowed."""
     data = struct.pack("<iI8x", nr, AUDIT_ARCH[arch]) + b"".join(
-        struct.pack("<Q", a & 0xFFFFFFFFFFFFFFFF) for a in (args + [0] * 6)[:6])
+        struct.pack("<Q", a & 0xFFFFFFFFFFFFFFFF) for a in (args + [0] * 6)[:6]
+    )
     acc, pc = 0, 0
     while True:
         code, jt, jf, k = struct.unpack_from("<HBBI", prog, 8 * pc)
@@ -426,9 +429,12 @@ def _bpf(prog: bytes, arch: str, nr: int, args: list[int]) -> int:
             raise AssertionError(f"opcode {code:#x} at {pc - 1}")
 
 
-EMULATED_MODES: dict[str, dict[str, bool]] = {"network": {"network": True}, "offline": {"network": False},
-                  "offline_unix": {"network": False, "allow_unix": True},
-                  "offline_nolisten": {"network": False, "allow_listen": False}}
+EMULATED_MODES: dict[str, dict[str, bool]] = {
+    "network": {"network": True},
+    "offline": {"network": False},
+    "offline_unix": {"network": False, "allow_unix": True},
+    "offline_nolisten": {"network": False, "allow_listen": False},
+}
 
 
 def test_the_filter_as_emulated_answers_as_the_kernel_did(results: dict[str, dict[str, int]]) -> None:
@@ -450,8 +456,11 @@ def test_the_filter_as_emulated_answers_as_the_kernel_did(results: dict[str, dic
 def test_the_aarch64_filter_refuses_and_allows_the_same_calls_by_its_own_numbers(mode: str) -> None:
     prog = seccomp.program(**EMULATED_MODES[mode], machine="aarch64")
     nr = seccomp.SYSCALLS["aarch64"]
-    expected = {**CALLS, **(OFFLINE_CALLS if mode != "network" else {}),
-                **(NOLISTEN_CALLS if mode == "offline_nolisten" else {})}
+    expected = {
+        **CALLS,
+        **(OFFLINE_CALLS if mode != "network" else {}),
+        **(NOLISTEN_CALLS if mode == "offline_nolisten" else {}),
+    }
     if mode == "offline_unix":
         expected = {n: v for n, v in expected.items() if not n.startswith("socket_unix")}
     checked = 0
@@ -492,7 +501,6 @@ def test_system_call_numbers_match_the_kernel_headers(arch: str) -> None:
     assert len(checked) >= len(seccomp.SYSCALLS[arch]) - 4
 
 
-
 def _bridge(seccomp_fd: int | None, command: list[str]) -> subprocess.CompletedProcess[str]:
     from lovia_mcp_worker.sandbox import netproxy
 
@@ -502,7 +510,10 @@ def _bridge(seccomp_fd: int | None, command: list[str]) -> subprocess.CompletedP
         port = probe.getsockname()[1]
     argv = netproxy.bridge_argv(command, socket_path="/nonexistent/proxy.sock", port=port, seccomp_fd=seccomp_fd)
     return subprocess.run(
-        argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
         pass_fds=() if seccomp_fd is None else (seccomp_fd,),
     )
 
@@ -511,8 +522,9 @@ STATUS = "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status"
 
 
 def test_the_network_bridge_installs_the_filter_on_the_server_it_becomes() -> None:
-    from lovia_mcp import Sandbox
     from lovia_mcp_worker.sandbox import bwrap
+
+    from lovia_mcp import Sandbox
 
     fd = bwrap.filter_fd(Sandbox())
     try:

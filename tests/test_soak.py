@@ -131,8 +131,7 @@ def left_proxy_folders(before: set[str]) -> list[str]:
     their folders have a live listener; a leaked one has none.
     """
     live = live_proxy_sockets()
-    return [d for d in set(glob.glob(PROXY_FOLDERS)) - before
-            if not any(s.startswith(d + "/") for s in live)]
+    return [d for d in set(glob.glob(PROXY_FOLDERS)) - before if not any(s.startswith(d + "/") for s in live)]
 
 
 def server(sandbox: Sandbox | None = None) -> MCPServerStdio:
@@ -162,6 +161,7 @@ def test_100000_calls_on_one_connection_leave_agent_and_worker_memory_and_descri
             done = 0
             started = time.monotonic()
             while done < CALLS:
+
                 async def lane(lane_id: int) -> None:
                     for i in range(CALLS_PER_SAMPLE // IN_FLIGHT):
                         token = f"{done + lane_id}-{i}"
@@ -183,8 +183,10 @@ def test_100000_calls_on_one_connection_leave_agent_and_worker_memory_and_descri
     print(f"{CALLS:,} calls, {IN_FLIGHT} in flight: {rate:,.0f} calls/s")
     for s in (agent, worker):
         rss, fds = s.slopes(WARM_CALLS)
-        print(f"{s.name}: RSS {rss:+.2f} bytes/call ({s.rss[0] / 2**20:.1f} -> {s.rss[-1] / 2**20:.1f} MB), "
-              f"descriptors {fds * CALLS:+.2f} per {CALLS:,} calls ({s.fds[0]:.0f} -> {s.fds[-1]:.0f})")
+        print(
+            f"{s.name}: RSS {rss:+.2f} bytes/call ({s.rss[0] / 2**20:.1f} -> {s.rss[-1] / 2**20:.1f} MB), "
+            f"descriptors {fds * CALLS:+.2f} per {CALLS:,} calls ({s.fds[0]:.0f} -> {s.fds[-1]:.0f})"
+        )
         assert rss < MAX_BYTES_PER_CALL, (s.name, rss)
         assert fds < MAX_FDS_PER_CALL, (s.name, fds, s.fds)
     assert left == [], left
@@ -215,6 +217,7 @@ def test_1000_open_close_cycles_leave_agent_and_forkserver_flat_and_no_process_c
         done = 0
         started = time.monotonic()
         while done < CYCLES:
+
             async def lane(lane_id: int) -> None:
                 nonlocal proxied
                 for i in range(lane_id, CYCLES_PER_SAMPLE, CYCLE_LANES):
@@ -231,16 +234,20 @@ def test_1000_open_close_cycles_leave_agent_and_forkserver_flat_and_no_process_c
             gc.collect()
             agent.take(done)
             forkserver.take(done)
-        print(f"{CYCLES:,} open/close cycles, {CYCLE_LANES} at once: "
-              f"{(time.monotonic() - started) / CYCLES * 1000:.1f} ms a cycle")
+        print(
+            f"{CYCLES:,} open/close cycles, {CYCLE_LANES} at once: "
+            f"{(time.monotonic() - started) / CYCLES * 1000:.1f} ms a cycle"
+        )
         left, _ = await alive_after(sorted(pids), GONE_WITHIN)
         return left, proxied
 
     left, proxied = asyncio.run(main())
     for s in (agent, forkserver):
         rss, fds = s.slopes(WARM_CYCLES)
-        print(f"{s.name}: RSS {rss:+.0f} bytes/cycle ({s.rss[0] / 2**20:.1f} -> {s.rss[-1] / 2**20:.1f} MB), "
-              f"descriptors {fds:+.4f} per cycle ({s.fds[0]:.0f} -> {s.fds[-1]:.0f})")
+        print(
+            f"{s.name}: RSS {rss:+.0f} bytes/cycle ({s.rss[0] / 2**20:.1f} -> {s.rss[-1] / 2**20:.1f} MB), "
+            f"descriptors {fds:+.4f} per cycle ({s.fds[0]:.0f} -> {s.fds[-1]:.0f})"
+        )
         assert rss < MAX_BYTES_PER_CYCLE, (s.name, rss)
         assert fds < MAX_FDS_PER_CYCLE, (s.name, fds, s.fds)
     assert left == [], f"processes of the cycles still alive: {left}"

@@ -22,15 +22,25 @@ from typing import Any
 
 import pytest
 from helpers import (
-    PY, RAW_SERVER, Model, alive_after, alive_after_sync, drive, end_process, leftover_cgroups, outputs, pid_alive, pid_of,
-    raw, run,
+    PY,
+    RAW_SERVER,
+    Model,
+    alive_after,
+    alive_after_sync,
+    drive,
+    end_process,
+    leftover_cgroups,
+    outputs,
+    pid_alive,
+    pid_of,
+    raw,
+    run,
 )
 from lovia import Agent, Runner
 from lovia.testing import call, text
 
 from lovia_mcp import MCP, MCPConnection, MCPError, MCPServerStdio, UserError, close_spares, spares, warm_spares
 from lovia_mcp.config import MAX_SPARES
-
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
 
@@ -110,10 +120,18 @@ def seen(text: str) -> Iterator[_Seen]:
 
 
 # -- config ------------------------------------------------------------------ #
-@pytest.mark.parametrize("options", [
-    {"spares": -1}, {"spares": True}, {"spares": 1.5}, {"spares": MAX_SPARES + 1},
-    {"spare_idle": 0}, {"spare_idle": -3.0}, {"spare_idle": "60"},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"spares": -1},
+        {"spares": True},
+        {"spares": 1.5},
+        {"spares": MAX_SPARES + 1},
+        {"spare_idle": 0},
+        {"spare_idle": -3.0},
+        {"spare_idle": "60"},
+    ],
+)
 @pytest.mark.unit
 def test_bad_spares_options_are_refused_with_a_hint(options: dict[str, Any]) -> None:
     with pytest.raises(UserError) as info:
@@ -382,6 +400,7 @@ def test_a_spare_ready_on_another_running_loop_is_not_handed_to_this_one() -> No
     thread = threading.Thread(target=other.run_forever, name="other-loop", daemon=True)
     thread.start()
     try:
+
         async def warm() -> int | None:
             await warm_spares(server)
             return ready_spares()[0].server_pid
@@ -400,6 +419,7 @@ def test_a_spare_ready_on_another_running_loop_is_not_handed_to_this_one() -> No
         assert asyncio.run_coroutine_threadsafe(close_spares(), other).result(GONE_WAIT) is None
         assert theirs is not None and not pid_alive(theirs)
     finally:
+
         async def end() -> None:  # what asyncio.run does at a loop's end
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
@@ -432,8 +452,9 @@ asyncio.run(main())
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("how", ["SIGKILL", "exit"])
 def test_an_agent_killed_or_exiting_with_spares_ready_leaves_no_process(how: str) -> None:
-    agent = subprocess.Popen([PY, "-c", AGENT_CODE, RAW_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+    agent = subprocess.Popen(
+        [PY, "-c", AGENT_CODE, RAW_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         assert agent.stdout is not None and agent.stdin is not None
         ready, _, _ = select.select([agent.stdout], [], [], REPORT_WAIT)
@@ -462,8 +483,11 @@ def server_pids(worker: int) -> set[int]:
     """The raw servers running under a worker (its current and standby generations)."""
     import psutil
 
-    return {p.pid for p in psutil.Process(worker).children(recursive=True)
-            if any(a.endswith("raw_server.py") for a in p.cmdline())}
+    return {
+        p.pid
+        for p in psutil.Process(worker).children(recursive=True)
+        if any(a.endswith("raw_server.py") for a in p.cmdline())
+    }
 
 
 async def standby_up(conn: MCPConnection, ready: _Seen, n: int, current: int) -> int:

@@ -12,7 +12,6 @@ from helpers import PY, SERVERS, raw_args, run, wait_gone
 
 from lovia_mcp import MCP, MCPError, MCPServerStdio, Stats
 
-
 SUP_SERVER = str(SERVERS / "sup_server.py")
 
 
@@ -61,7 +60,9 @@ def test_stats_count_a_replaced_worker_as_a_restart_with_its_reason() -> None:
 
 def test_a_plugin_lists_the_connections_it_opened_for_a_run_until_they_close() -> None:
     async def main() -> tuple[int, list[int | None], int]:
-        plugin = MCP(MCPServerStdio(command=PY, args=raw_args(), name="a"), MCPServerStdio(command=PY, args=raw_args(), name="b"))
+        plugin = MCP(
+            MCPServerStdio(command=PY, args=raw_args(), name="a"), MCPServerStdio(command=PY, args=raw_args(), name="b")
+        )
         instance = await plugin.setup(None)
         during = plugin.connections()
         pids = [(await c.stats()).server_pid for c in during]

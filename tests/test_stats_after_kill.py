@@ -32,9 +32,11 @@ def test_stats_after_a_limit_kill_show_no_restart_yet_and_no_dead_pid_then_one_r
                 await conn.call_tool("fork", {"n": 20})
             assert info.value.kind == "limit"
             after_kill = await conn.stats()
-            print(f"[{isolation}] after the kill: restarts={after_kill.restarts} "
-                  f"reason={after_kill.last_restart_reason!r} server_pid={after_kill.server_pid} "
-                  f"conn.server_pid={conn.server_pid}")
+            print(
+                f"[{isolation}] after the kill: restarts={after_kill.restarts} "
+                f"reason={after_kill.last_restart_reason!r} server_pid={after_kill.server_pid} "
+                f"conn.server_pid={conn.server_pid}"
+            )
             assert after_kill.restarts == 0
             assert after_kill.last_restart_reason is None
             assert after_kill.server_pid is None

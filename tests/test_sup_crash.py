@@ -18,10 +18,10 @@ import time
 
 import pytest
 from helpers import ISOLATIONS, PY, alive_after, pid_alive, pid_of, raw_args, run
-
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
+
 from lovia_mcp import MCP, MCPError, MCPServerStdio
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
@@ -51,7 +51,11 @@ def test_server_dying_mid_call_raises_mcp_error_with_exit_status_and_stderr_at_o
 ) -> None:
     async def main() -> None:
         server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", auto_reconnect=False, isolation=isolation  # type: ignore[arg-type]
+            command=PY,
+            args=raw_args(),
+            name="raw",
+            auto_reconnect=False,
+            isolation=isolation,  # type: ignore[arg-type]
         )
         async with server.session() as conn:
             old = await pid_of(conn)
@@ -221,7 +225,9 @@ def test_crash_loop_opens_the_circuit_fails_fast_and_recovers_after_the_window(t
             recovered_after = time.monotonic() - first_restart
             assert str(reply) == "back"
             assert recovered_after >= window
-            print(f"circuit failed fast in {fail_fast * 1000:.1f} ms, closed {recovered_after:.2f} s after first restart")
+            print(
+                f"circuit failed fast in {fail_fast * 1000:.1f} ms, closed {recovered_after:.2f} s after first restart"
+            )
 
     run(main())
 
@@ -256,7 +262,11 @@ def test_server_exit_is_noticed_while_a_grandchild_still_holds_its_pipes(isolati
     # for those pipes too.
     async def main() -> None:
         server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", auto_reconnect=False, isolation=isolation  # type: ignore[arg-type]
+            command=PY,
+            args=raw_args(),
+            name="raw",
+            auto_reconnect=False,
+            isolation=isolation,  # type: ignore[arg-type]
         )
         async with server.session() as conn:
             grandchildren = json.loads(str(await conn.call_tool("spawn", {"n": 2})))

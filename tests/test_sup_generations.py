@@ -61,8 +61,10 @@ def test_a_call_issued_during_the_kill_grace_is_served_by_a_fresh_server_within_
             stats = await conn.stats()
             assert stats.timeouts == 1 and stats.restarts == 1 and stats.server_pid == new
             assert served < TIMEOUT, served
-            print(f"[{enforcement}, {isolation}] next call served {served * 1000:.0f} ms after the timeout; "
-                  f"old tree gone after {gone:.2f} s (kill_grace={grace:g})")
+            print(
+                f"[{enforcement}, {isolation}] next call served {served * 1000:.0f} ms after the timeout; "
+                f"old tree gone after {gone:.2f} s (kill_grace={grace:g})"
+            )
 
     run(main())
 
@@ -89,8 +91,10 @@ def test_a_call_running_beside_a_timed_out_call_is_retried_once_on_the_fresh_ser
             assert answered != old and pid_alive(answered)
             assert answered == (await conn.stats()).server_pid
             assert not pid_alive(old)
-            print(f"[{enforcement}] the innocent call answered from the fresh server after {took:.2f} s "
-                  f"(timeout {TIMEOUT:g} s + kill_grace {grace:g} s)")
+            print(
+                f"[{enforcement}] the innocent call answered from the fresh server after {took:.2f} s "
+                f"(timeout {TIMEOUT:g} s + kill_grace {grace:g} s)"
+            )
 
     run(main())
 
@@ -129,8 +133,10 @@ def test_a_timeout_partly_spent_replacing_a_dead_worker_still_kills_the_hung_ser
             assert alive == [], "the hung server survived: its timeout was not recognised"
             stats = await conn.stats()
             assert stats.timeouts == 1
-            print(f"[{enforcement}] hung server on the replacement worker gone {time.monotonic() - started:.2f} s "
-                  f"after the call began")
+            print(
+                f"[{enforcement}] hung server on the replacement worker gone {time.monotonic() - started:.2f} s "
+                f"after the call began"
+            )
 
     run(main())
 
@@ -161,8 +167,10 @@ def test_a_fast_1gb_allocation_with_memory_mb_100_is_stopped_and_under_cgroups_n
             else:
                 assert peak > limit and allocated < 1024, (peak, allocated)
                 assert stats.oom_kills == 0
-            print(f"[{enforcement}] memory_mb={limit}: tree peak {peak:.1f} MB ({peak - limit:+.1f} MB over), "
-                  f"server allocated {allocated} MB, stopped after {elapsed:.2f} s")
+            print(
+                f"[{enforcement}] memory_mb={limit}: tree peak {peak:.1f} MB ({peak - limit:+.1f} MB over), "
+                f"server allocated {allocated} MB, stopped after {elapsed:.2f} s"
+            )
 
     run(main())
 
@@ -191,8 +199,10 @@ def test_a_fork_storm_with_max_processes_20_is_stopped_and_under_cgroups_never_p
             assert (await alive_after([old], 3.0))[0] == []
             assert await pid_of(conn) != old
             assert (await conn.stats()).processes == 1  # the fresh server alone
-            print(f"[{enforcement}] max_processes=20: largest count {max(figure, forked + 1)} "
-                  f"(figure {figure}, {forked} children forked), stopped after {elapsed:.2f} s")
+            print(
+                f"[{enforcement}] max_processes=20: largest count {max(figure, forked + 1)} "
+                f"(figure {figure}, {forked} children forked), stopped after {elapsed:.2f} s"
+            )
 
     run(main())
 
@@ -260,8 +270,10 @@ def test_a_server_that_keeps_killing_its_worker_opens_the_connections_restart_ci
             assert kinds == ["worker_died", "worker_died", "circuit_open", "circuit_open", "circuit_open"], kinds
             assert conn.worker_restarts == 3
             assert fail_fast < 0.1, fail_fast
-            print(f"worker-killing server: {conn.worker_restarts} worker restarts, then failing fast "
-                  f"in {fail_fast * 1000:.1f} ms")
+            print(
+                f"worker-killing server: {conn.worker_restarts} worker restarts, then failing fast "
+                f"in {fail_fast * 1000:.1f} ms"
+            )
 
     run(main())
 
@@ -314,6 +326,7 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watch(monkeypatch: pytes
             assert str(await conn.call_tool("echo", {"text": "ok"})) == "ok"
             stats = await conn.stats()
             assert stats.enforcement == "watch" and stats.processes == 1
+
     run(main())
     assert cgroup_layout.layout() is None  # the watch, for the rest of this process's detection
 

@@ -21,10 +21,10 @@ import sys
 
 import pytest
 from helpers import ISOLATIONS, alive_after, limit_hit, raw, run, sup
-
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
+
 from lovia_mcp import MCP, Limits
 from lovia_mcp.client import channel as _channel
 
@@ -40,15 +40,20 @@ KILL_DONE_WITHIN = 1.0
 
 @ISOLATIONS
 @pytest.mark.timing
-def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_figure(isolation: str, enforcement: str) -> None:
+def test_memory_over_the_limit_kills_the_tree_with_an_error_naming_limit_and_figure(
+    isolation: str, enforcement: str
+) -> None:
     async def main() -> None:
         server = sup(isolation, limits=Limits(memory_mb=60))
         async with server.session() as conn:
             old = int(str(await conn.call_tool("pid")))
             err, elapsed = await limit_hit(conn, "hold", {"mb": 150})
             assert err.tool_name == "hold"
-            match = re.search(r"memory limit: ([\d.]+) MB (resident|in its process tree, where the kernel's OOM "
-                              r"killer stopped it) .*\(memory_mb=60\)", str(err))
+            match = re.search(
+                r"memory limit: ([\d.]+) MB (resident|in its process tree, where the kernel's OOM "
+                r"killer stopped it) .*\(memory_mb=60\)",
+                str(err),
+            )
             assert match, str(err)
             figure = float(match.group(1))
             if enforcement == "cgroup":
@@ -93,7 +98,9 @@ def test_process_count_over_the_limit_is_killed_even_as_root(isolation: str, enf
             assert int(str(await conn.call_tool("pid"))) != old
             # Every forked child went with it: the tree is the fresh server alone.
             assert (await conn.stats()).processes == 1
-            print(f"[{isolation}, {enforcement}, uid {os.getuid()}] process limit: killed at {figure} after {elapsed:.3f} s")
+            print(
+                f"[{isolation}, {enforcement}, uid {os.getuid()}] process limit: killed at {figure} after {elapsed:.3f} s"
+            )
 
     run(main())
 
@@ -140,8 +147,9 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
             result = await Runner.run(agent, "big please")
             during = received[0] - before
             [output] = [e.output for e in result.entries if isinstance(e, ToolResultEntry)]
-            assert output.startswith("Tool error: MCP tool 'big' failed: the server's message was larger than "
-                                     "max_result_bytes=1,048,576")
+            assert output.startswith(
+                "Tool error: MCP tool 'big' failed: the server's message was larger than max_result_bytes=1,048,576"
+            )
             assert "Raise Limits(max_result_bytes=...)" in output
             assert len(output) < 1000, output
             assert during < 64 * 1024, during  # the 20 MB result stayed in the worker

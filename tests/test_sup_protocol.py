@@ -172,8 +172,11 @@ def test_server_that_never_answers_the_handshake_fails_at_open_within_open_timeo
     async def main() -> None:
         # Writes to stderr, then sits there (in a grandchild) without a word on stdout.
         server = MCPServerStdio(
-            command="sh", args=["-c", "echo 'listening on port 8080' >&2; echo 'waiting for config' >&2; sleep 300"],
-            name="mute", open_timeout=open_timeout, isolation=isolation,  # type: ignore[arg-type]
+            command="sh",
+            args=["-c", "echo 'listening on port 8080' >&2; echo 'waiting for config' >&2; sleep 300"],
+            name="mute",
+            open_timeout=open_timeout,
+            isolation=isolation,  # type: ignore[arg-type]
         )
         started = time.monotonic()
         with pytest.raises(MCPError) as info:

@@ -21,7 +21,6 @@ from lovia_mcp.client import forkserver as _forkserver_mod
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
 
-
 async def _server_env(server: MCPServerStdio) -> dict[str, str]:
     async with server.session() as conn:
         env = json.loads(str(await conn.call_tool("pid")))["env"]
@@ -43,7 +42,7 @@ def test_server_runs_in_the_given_cwd(isolation: str, tmp_path: object) -> None:
 def test_relative_command_is_resolved_against_cwd(isolation: str, tmp_path: object) -> None:
     script = os.path.join(str(tmp_path), "server.sh")
     with open(script, "w") as f:
-        f.write(f"#!/bin/sh\nexec {PY} {raw_args()[0]} \"$@\"\n")
+        f.write(f'#!/bin/sh\nexec {PY} {raw_args()[0]} "$@"\n')
     os.chmod(script, 0o755)
 
     async def main() -> None:
@@ -79,8 +78,12 @@ def test_agent_secrets_are_invisible_to_the_server_unless_named_in_inherit_env(
 
         shared = await _server_env(
             MCPServerStdio(
-                command=PY, args=raw_args(), name="raw", isolation=isolation,  # type: ignore[arg-type]
-                inherit_env=["LOVIA_TEST_SHARED", "LOVIA_TEST_UNSET"], env={"API_URL": "http://example"},
+                command=PY,
+                args=raw_args(),
+                name="raw",
+                isolation=isolation,  # type: ignore[arg-type]
+                inherit_env=["LOVIA_TEST_SHARED", "LOVIA_TEST_UNSET"],
+                env={"API_URL": "http://example"},
             )
         )
         assert shared["LOVIA_TEST_SHARED"] == "shared-value"
@@ -150,7 +153,10 @@ def test_env_overrides_allowlisted_variables(isolation: str) -> None:
     async def main() -> None:
         env = await _server_env(
             MCPServerStdio(
-                command=PY, args=raw_args(), name="raw", isolation=isolation,  # type: ignore[arg-type]
+                command=PY,
+                args=raw_args(),
+                name="raw",
+                isolation=isolation,  # type: ignore[arg-type]
                 env={"HOME": "/srv/override", "LANG": "fr_FR.UTF-8"},
             )
         )

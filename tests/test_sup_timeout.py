@@ -16,10 +16,10 @@ import time
 
 import pytest
 from helpers import ISOLATIONS, PY, SERVERS, alive_after, pid_alive, raw_args, run
-
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
+
 from lovia_mcp import MCP, MCPServerStdio
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
@@ -34,7 +34,11 @@ KILL_GRACE = 1.0
 def test_hung_call_gets_lovia_timeout_error_tree_is_killed_and_next_call_uses_fresh_server(isolation: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", timeout=TIMEOUT, kill_grace=KILL_GRACE,
+            command=PY,
+            args=raw_args(),
+            name="raw",
+            timeout=TIMEOUT,
+            kill_grace=KILL_GRACE,
             isolation=isolation,  # type: ignore[arg-type]
         )
         async with server.session() as conn:

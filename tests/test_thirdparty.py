@@ -39,10 +39,10 @@ from helpers import ROOT
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, batch, text
 from lovia.transcript import ToolResultEntry
+from lovia_mcp_worker.containment.launch import ENV_ALLOWLIST
 
 from lovia_mcp import MCP, MCPConnection, MCPServerStdio, MCPToolResult, Sandbox
 from lovia_mcp.render import default_renderer
-from lovia_mcp_worker.containment.launch import ENV_ALLOWLIST
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -195,9 +195,7 @@ def test_everything_server_answers_calls_through_the_worker(loop: LoopThread, ev
     assert calls == 12
 
 
-def test_everything_tiny_image_renders_as_a_placeholder_without_base64(
-    loop: LoopThread, every: MCPConnection
-) -> None:
+def test_everything_tiny_image_renders_as_a_placeholder_without_base64(loop: LoopThread, every: MCPConnection) -> None:
     result = loop.run(every.call_tool("get-tiny-image", {}))
     images = [b for b in result.content if b.type == "image"]
     assert len(images) == 1 and images[0].mime_type == "image/png"
@@ -444,8 +442,9 @@ def test_filesystem_server_in_a_sandbox_writes_only_its_directory_even_when_it_a
     outside.mkdir(parents=True, exist_ok=True)
     # The server itself is told it may use the whole file system ("/"): the
     # sandbox is what keeps it to root.
-    server = MCPServerStdio(command=NODE, args=[str(FILESYSTEM_JS), "/"], cwd=root, name="fs",
-                            env={"HOME": str(home)}, sandbox=Sandbox())
+    server = MCPServerStdio(
+        command=NODE, args=[str(FILESYSTEM_JS), "/"], cwd=root, name="fs", env={"HOME": str(home)}, sandbox=Sandbox()
+    )
 
     async def main() -> dict[str, MCPToolResult]:
         async with server.session() as conn:
@@ -477,8 +476,12 @@ def test_git_server_in_a_sandbox_commits_to_a_repository_passed_as_writable(loop
     repo.mkdir()
     _git(repo, "init", "-q")
     (repo / "a.txt").write_text("one\n")
-    ident = {"GIT_AUTHOR_NAME": "Boxed", "GIT_AUTHOR_EMAIL": "boxed@example.invalid",
-             "GIT_COMMITTER_NAME": "Boxed", "GIT_COMMITTER_EMAIL": "boxed@example.invalid"}
+    ident = {
+        "GIT_AUTHOR_NAME": "Boxed",
+        "GIT_AUTHOR_EMAIL": "boxed@example.invalid",
+        "GIT_COMMITTER_NAME": "Boxed",
+        "GIT_COMMITTER_EMAIL": "boxed@example.invalid",
+    }
     server = MCPServerStdio(command=str(GIT_BIN), name="git", env=ident, sandbox=Sandbox(writable=[str(repo)]))
 
     async def main() -> tuple[MCPToolResult, MCPToolResult]:

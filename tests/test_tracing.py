@@ -10,7 +10,6 @@ cleared before each test here).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -21,6 +20,9 @@ from typing import Any
 
 import pytest
 from helpers import ISOLATIONS, PY, SERVERS, raw_args, run, serving
+from lovia import Agent, Runner
+from lovia.testing import ScriptedProvider, call, text
+from lovia_mcp_worker.sandbox import bwrap
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -29,11 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from lovia import Agent, Runner
-from lovia.testing import ScriptedProvider, call, text
 from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio, MCPServerStreamableHTTP, Sandbox, tracing
-from lovia_mcp_worker.sandbox import bwrap
-
 
 META_SERVER = str(SERVERS / "meta_sdk_server.py")
 SUP_SERVER = str(SERVERS / "sup_server.py")
@@ -172,7 +170,10 @@ def test_lovias_tool_call_span_parents_the_mcp_span_in_an_agent_run() -> None:
 def test_a_crash_mid_call_marks_the_span_an_error_and_the_retry_and_restart_are_events(isolation: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
-            command=PY, args=raw_args("--crash-after", "2"), name="raw", isolation=isolation,  # type: ignore[arg-type]
+            command=PY,
+            args=raw_args("--crash-after", "2"),
+            name="raw",
+            isolation=isolation,  # type: ignore[arg-type]
         )
         async with server.session() as conn:
             await conn.call_tool("echo", {"text": "fine"})
@@ -212,7 +213,12 @@ def test_a_crash_without_a_retry_fails_the_span_with_its_error_type() -> None:
 def test_a_timed_out_call_marks_its_span_a_timeout_error(isolation: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
-            command=PY, args=raw_args(), name="raw", isolation=isolation, timeout=TIMEOUT, kill_grace=0.1,  # type: ignore[arg-type]
+            command=PY,
+            args=raw_args(),
+            name="raw",
+            isolation=isolation,
+            timeout=TIMEOUT,
+            kill_grace=0.1,  # type: ignore[arg-type]
         )
         agent = Agent(name="a", model=ScriptedProvider([call("raw__hang", {}), text("done")]), plugins=[MCP(server)])
         await Runner.run(agent, "go")
@@ -230,7 +236,11 @@ def test_a_timed_out_call_marks_its_span_a_timeout_error(isolation: str) -> None
 def test_a_memory_limit_kill_is_a_span_event_naming_the_figure(enforcement: str) -> None:
     async def main() -> None:
         server = MCPServerStdio(
-            command=PY, args=[SUP_SERVER], name="sup", auto_reconnect=False, limits=Limits(memory_mb=60),
+            command=PY,
+            args=[SUP_SERVER],
+            name="sup",
+            auto_reconnect=False,
+            limits=Limits(memory_mb=60),
         )
         async with server.session() as conn:
             with pytest.raises(MCPError):
@@ -260,8 +270,11 @@ def test_every_operation_records_the_duration_histogram_with_its_attributes() ->
     assert data is not None
     points = [
         point
-        for rm in data.resource_metrics for sm in rm.scope_metrics if sm.scope.name == tracing.SCOPE
-        for metric in sm.metrics if metric.name == tracing.DURATION_METRIC
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        if sm.scope.name == tracing.SCOPE
+        for metric in sm.metrics
+        if metric.name == tracing.DURATION_METRIC
         for point in metric.data.data_points  # type: ignore[union-attr]
         if point.attributes.get("lovia_mcp.server.name") == "metered"
     ]

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-
 from lovia_mcp_worker.containment import proctree
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc")
@@ -61,7 +60,9 @@ def family() -> Iterator[Family]:
 
 
 @pytest.mark.timeout(30)
-def test_the_walk_finds_what_psutils_parent_map_finds_children_of_other_threads_and_grandchildren(family: Family) -> None:
+def test_the_walk_finds_what_psutils_parent_map_finds_children_of_other_threads_and_grandchildren(
+    family: Family,
+) -> None:
     root, pids = family
     assert len(pids) == 4
     expected = {p.pid for p in psutil.Process(root.pid).children(recursive=True)}

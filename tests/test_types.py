@@ -13,7 +13,10 @@ from helpers import ROOT
 def test_both_packages_type_check_clean_under_mypy_strict() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-incremental"],
-        cwd=ROOT, capture_output=True, text=True, timeout=170,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Success: no issues found" in done.stdout

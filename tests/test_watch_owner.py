@@ -10,7 +10,6 @@ import os
 import subprocess
 
 import pytest
-
 from lovia_mcp_worker.containment import guard
 from lovia_mcp_worker.containment.guard import CLOCK_TICK, WatchTree
 

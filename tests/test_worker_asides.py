@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from helpers import PY, RAW_SERVER, frame, run
-
 from lovia_mcp_worker.forkserver import channel, worker
 from lovia_mcp_worker.wire.framing import FrameReader
 from lovia_mcp_worker.wire.messages import (
@@ -138,6 +137,8 @@ def test_a_log_from_another_thread_reaches_the_agent_written_by_the_loops_thread
         await until(lambda: any(isinstance(m, Log) and "from a thread" in m.message for m in got))
 
     writes, threads, _ = run(_serve(log_from_a_thread))
-    loops = {threads[i] for i, w in enumerate(writes) if any(isinstance(m, Log) and "from a thread" in m.message for m in w)}
+    loops = {
+        threads[i] for i, w in enumerate(writes) if any(isinstance(m, Log) and "from a thread" in m.message for m in w)
+    }
     print(f"written by threads {loops}; the test's (the loop's) is {threading.get_ident()}")
     assert loops == {threading.get_ident()}

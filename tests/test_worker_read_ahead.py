@@ -15,7 +15,6 @@ import socket
 from typing import Any
 
 from helpers import PY, RAW_SERVER, frame, run
-
 from lovia_mcp_worker.forkserver import worker
 from lovia_mcp_worker.wire.framing import FrameReader
 from lovia_mcp_worker.wire.messages import (

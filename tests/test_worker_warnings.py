@@ -15,13 +15,11 @@ import contextlib
 import logging
 import socket
 import subprocess
-import sys
 import textwrap
 import warnings
 
 import pytest
 from helpers import PY, SERVERS, run
-
 from lovia_mcp_worker.forkserver import worker
 from lovia_mcp_worker.wire.framing import FrameReader
 from lovia_mcp_worker.wire.messages import Log, WorkerMessage, agent_decoder
@@ -113,12 +111,12 @@ def test_a_session_under_dev_mode_prints_nothing_on_the_agents_stderr_for_stdio_
 
         async def main(url):
             for _ in range(2):
-                async with MCPServerStdio(command={PY!r}, args=[{str(SERVERS / 'raw_server.py')!r}], name="raw").session() as c:
+                async with MCPServerStdio(command={PY!r}, args=[{str(SERVERS / "raw_server.py")!r}], name="raw").session() as c:
                     await c.call_tool("echo", {{"text": "x"}})
                 async with MCPServerStreamableHTTP(url=url, name="web").session() as c:
                     await c.call_tool("echo", {{"text": "x"}})
 
-        server = subprocess.Popen([{PY!r}, {str(SERVERS / 'http_server.py')!r}], stdout=subprocess.PIPE,
+        server = subprocess.Popen([{PY!r}, {str(SERVERS / "http_server.py")!r}], stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL)
         try:
             port = int(server.stdout.readline().split()[1])
@@ -133,6 +131,8 @@ def test_a_session_under_dev_mode_prints_nothing_on_the_agents_stderr_for_stdio_
     # asyncio's debug mode reports slow callbacks of the agent's own loop on
     # a loaded machine ("Executing <Task ...> took 0.2 seconds"): not ours.
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("Executing <")]
-    print(f"exit {proc.returncode}; stderr lines: {len(proc.stderr.splitlines())}, not asyncio's slow-callback notes: {len(lines)}")
+    print(
+        f"exit {proc.returncode}; stderr lines: {len(proc.stderr.splitlines())}, not asyncio's slow-callback notes: {len(lines)}"
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
     assert lines == [], "\n".join(lines[:20])

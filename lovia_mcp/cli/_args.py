@@ -117,7 +117,10 @@ def _header(text: str) -> tuple[str, str]:
 
 def _verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
     parser.add_argument(
-        "-v", "--verbose", action="count", default=0 if top else argparse.SUPPRESS,
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if top else argparse.SUPPRESS,
         help="show the lovia_mcp logs (the server's stderr included) on stderr; -vv for debug",
     )
 
@@ -127,45 +130,91 @@ def _server_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("server (a command after '--', --url, or --config)")
     g.add_argument("--url", help="a streamable-HTTP MCP endpoint instead of a command")
-    g.add_argument("--header", metavar="'NAME: VALUE'", type=_header, action="append", default=[],
-                   help="an HTTP header for --url (repeatable; NAME=VALUE also works)")
+    g.add_argument(
+        "--header",
+        metavar="'NAME: VALUE'",
+        type=_header,
+        action="append",
+        default=[],
+        help="an HTTP header for --url (repeatable; NAME=VALUE also works)",
+    )
     g.add_argument("--name", help="the server's name: prefixes its tools as NAME__tool, as in an agent")
-    g.add_argument("--config", metavar="FILE",
-                   help="the servers of a config file (.mcp.json, .vscode/mcp.json, Claude Desktop's, Cursor's); "
-                        "each entry's key is its --name")
-    g.add_argument("--server", metavar="NAME", action="append", default=[],
-                   help="with --config: only this entry (repeatable)")
+    g.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the servers of a config file (.mcp.json, .vscode/mcp.json, Claude Desktop's, Cursor's); "
+        "each entry's key is its --name",
+    )
+    g.add_argument(
+        "--server", metavar="NAME", action="append", default=[], help="with --config: only this entry (repeatable)"
+    )
     g = p.add_argument_group("how the server runs")
     g.add_argument("--cwd", metavar="DIR", help="the server's working directory")
-    g.add_argument("--env", metavar="NAME=VALUE", type=_pair, action="append", default=[],
-                   help="set a variable in the server's environment (repeatable)")
-    g.add_argument("--inherit-env", metavar="NAME", action="append", default=[],
-                   help="pass this variable from the current environment (repeatable); "
-                        "in process isolation the server otherwise gets only a small allowlist "
-                        "(PATH, HOME, LANG, ...)")
-    g.add_argument("--isolation", choices=ISOLATIONS,
-                   help="'process' (default): the server and the MCP SDK in a worker process; "
-                        "'none': in this process")
-    g.add_argument("--timeout", metavar="SECONDS", type=_positive(float),
-                   help="call: give up on the tool call after this long (the server tree is "
-                        "killed); tools: same as --open-timeout")
-    g.add_argument("--open-timeout", metavar="SECONDS", type=_positive(float),
-                   help="give up if the server has not started and listed its tools after this "
-                        "long (default 120: long enough for a first 'npx -y' download)")
+    g.add_argument(
+        "--env",
+        metavar="NAME=VALUE",
+        type=_pair,
+        action="append",
+        default=[],
+        help="set a variable in the server's environment (repeatable)",
+    )
+    g.add_argument(
+        "--inherit-env",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="pass this variable from the current environment (repeatable); "
+        "in process isolation the server otherwise gets only a small allowlist "
+        "(PATH, HOME, LANG, ...)",
+    )
+    g.add_argument(
+        "--isolation",
+        choices=ISOLATIONS,
+        help="'process' (default): the server and the MCP SDK in a worker process; 'none': in this process",
+    )
+    g.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        help="call: give up on the tool call after this long (the server tree is "
+        "killed); tools: same as --open-timeout",
+    )
+    g.add_argument(
+        "--open-timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        help="give up if the server has not started and listed its tools after this "
+        "long (default 120: long enough for a first 'npx -y' download)",
+    )
     g = p.add_argument_group("sandbox (Linux, process isolation; any of these turns it on)")
-    g.add_argument("--sandbox", action="store_true",
-                   help="run the server in Sandbox(): no network, the file system read-only but for its "
-                        "cwd, secret stores hidden")
-    g.add_argument("--network", metavar="HOST", action="append", default=[],
-                   help="let the sandboxed server reach this host name through the worker's proxy "
-                        "(repeatable; '*.example.com' for subdomains)")
-    g.add_argument("--writable", metavar="PATH", action="append", default=[],
-                   help="let the sandboxed server write this path besides its cwd (repeatable)")
+    g.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run the server in Sandbox(): no network, the file system read-only but for its cwd, secret stores hidden",
+    )
+    g.add_argument(
+        "--network",
+        metavar="HOST",
+        action="append",
+        default=[],
+        help="let the sandboxed server reach this host name through the worker's proxy "
+        "(repeatable; '*.example.com' for subdomains)",
+    )
+    g.add_argument(
+        "--writable",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="let the sandboxed server write this path besides its cwd (repeatable)",
+    )
     # The registry names the backends without loading any of them.
     from lovia_mcp_worker.sandbox.registry import names
 
-    g.add_argument("--sandbox-backend", choices=names(),
-                   help="'auto' (default): namespaces (bubblewrap) where they can be made, else Landlock")
+    g.add_argument(
+        "--sandbox-backend",
+        choices=names(),
+        help="'auto' (default): namespaces (bubblewrap) where they can be made, else Landlock",
+    )
     g = p.add_argument_group("limits on the server's process tree (process isolation)")
     g.add_argument("--memory-mb", metavar="MB", type=_positive(float), help="resident memory of the tree")
     g.add_argument("--cpu-seconds", metavar="SECONDS", type=_positive(float), help="CPU time of the tree")
@@ -176,9 +225,11 @@ def _server_options() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description=_wrap("Check an MCP server before wiring it into a lovia agent: list its tools, "
-                          "call one, check every server of a config file, or run the offline demo. Each server runs in its own worker "
-                          "process, exactly as with lovia_mcp.MCP."),
+        description=_wrap(
+            "Check an MCP server before wiring it into a lovia agent: list its tools, "
+            "call one, check every server of a config file, or run the offline demo. Each server runs in its own worker "
+            "process, exactly as with lovia_mcp.MCP."
+        ),
         epilog=EXAMPLES + "\n" + EXIT_STATUS_HELP,
         formatter_class=_formatter,
     )
@@ -188,62 +239,89 @@ def build_parser() -> argparse.ArgumentParser:
     server = _server_options()
 
     tools = sub.add_parser(
-        "tools", parents=[server], formatter_class=_formatter,
+        "tools",
+        parents=[server],
+        formatter_class=_formatter,
         usage=f"{PROG} tools [options] (-- COMMAND [ARGS...] | --url URL | --config FILE)",
         help="list a server's tools (name, description, parameters)",
-        description=_wrap("List the tools an agent would see: names (prefixed with --name if given), "
-                          "descriptions, and parameters as sent to the model "
-                          "('name?' is optional, '= x' a default)."),
+        description=_wrap(
+            "List the tools an agent would see: names (prefixed with --name if given), "
+            "descriptions, and parameters as sent to the model "
+            "('name?' is optional, '= x' a default)."
+        ),
         epilog=f"examples:\n  {PROG} tools -- npx -y @modelcontextprotocol/server-everything\n"
-               f"  {PROG} tools --json -- python my_server.py | jq '.[].name'\n\n" + EXIT_STATUS_HELP,
+        f"  {PROG} tools --json -- python my_server.py | jq '.[].name'\n\n" + EXIT_STATUS_HELP,
     )
-    tools.add_argument("--json", action="store_true",
-                       help="a JSON list of {name, description, parameters, annotations} (parameters: the JSON schema; "
-                            "annotations: the server's hints such as readOnlyHint) instead of a table")
+    tools.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list of {name, description, parameters, annotations} (parameters: the JSON schema; "
+        "annotations: the server's hints such as readOnlyHint) instead of a table",
+    )
     _verbosity(tools, top=False)
 
     call = sub.add_parser(
-        "call", parents=[server], formatter_class=_formatter,
+        "call",
+        parents=[server],
+        formatter_class=_formatter,
         usage=f"{PROG} call TOOL [ARGUMENTS] [options] (-- COMMAND [ARGS...] | --url URL | --config FILE)",
         help="call one tool and print its result as the model would read it",
-        description=_wrap("Call one tool and print the result rendered as the model reads it "
-                          "(an error result reads '[tool error] ...' and exits with status 1)."),
-        epilog=f"examples:\n  {PROG} call add '{{\"a\": 1, \"b\": 2}}' -- python my_server.py\n"
-               f"  echo '{{\"path\": \"/tmp\"}}' | {PROG} call list_dir - -- python my_server.py\n\n"
-               + EXIT_STATUS_HELP,
+        description=_wrap(
+            "Call one tool and print the result rendered as the model reads it "
+            "(an error result reads '[tool error] ...' and exits with status 1)."
+        ),
+        epilog=f'examples:\n  {PROG} call add \'{{"a": 1, "b": 2}}\' -- python my_server.py\n'
+        f'  echo \'{{"path": "/tmp"}}\' | {PROG} call list_dir - -- python my_server.py\n\n' + EXIT_STATUS_HELP,
     )
     call.add_argument("tool", metavar="TOOL", help="the tool's name (with or without the --name prefix)")
-    call.add_argument("arguments", metavar="ARGUMENTS", nargs="?", default="{}",
-                      help="the arguments as a JSON object (default {}); '-' reads them from stdin")
-    call.add_argument("--json", action="store_true",
-                      help="print {content, is_error, structured_content} as JSON instead of the rendered text")
+    call.add_argument(
+        "arguments",
+        metavar="ARGUMENTS",
+        nargs="?",
+        default="{}",
+        help="the arguments as a JSON object (default {}); '-' reads them from stdin",
+    )
+    call.add_argument(
+        "--json",
+        action="store_true",
+        help="print {content, is_error, structured_content} as JSON instead of the rendered text",
+    )
     _verbosity(call, top=False)
 
     check = sub.add_parser(
-        "check", parents=[server], formatter_class=_formatter,
+        "check",
+        parents=[server],
+        formatter_class=_formatter,
         usage=f"{PROG} check [options] (--config FILE | -- COMMAND [ARGS...] | --url URL)",
         help="open every server of a config at once and print a table: status, tools, open time, error",
-        description=_wrap("Open every server (in parallel, as an agent's MCP plugin does), list its tools, "
-                          "close it, and print one row per server: name, status, number of tools, open "
-                          "time, and the error of those that failed (in full on stderr). Exits 3 when "
-                          "any server failed, after printing the table."),
+        description=_wrap(
+            "Open every server (in parallel, as an agent's MCP plugin does), list its tools, "
+            "close it, and print one row per server: name, status, number of tools, open "
+            "time, and the error of those that failed (in full on stderr). Exits 3 when "
+            "any server failed, after printing the table."
+        ),
         epilog=f"examples:\n  {PROG} check --config .mcp.json\n"
-               f"  {PROG} check --config .vscode/mcp.json --server github --open-timeout 30\n\n"
-               + EXIT_STATUS_HELP,
+        f"  {PROG} check --config .vscode/mcp.json --server github --open-timeout 30\n\n" + EXIT_STATUS_HELP,
     )
-    check.add_argument("--json", action="store_true",
-                       help="a JSON list of {name, status, tools, open_seconds, error} instead of a table")
+    check.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list of {name, status, tools, open_seconds, error} instead of a table",
+    )
     _verbosity(check, top=False)
 
     _serve_parser(sub)
 
     demo = sub.add_parser(
-        "demo", formatter_class=_formatter,
+        "demo",
+        formatter_class=_formatter,
         help="run the offline demo: a lovia agent survives its MCP server crashing",
-        description=_wrap("A real lovia Agent, driven by a scripted model (offline, no API key), uses the "
-                          "example server lovia_mcp/examples/demo_server.py through "
-                          "MCP(..., isolation='process'): normal calls, an error result, a server crash "
-                          "and recovery. Exits 0 when every expectation held, 1 otherwise."),
+        description=_wrap(
+            "A real lovia Agent, driven by a scripted model (offline, no API key), uses the "
+            "example server lovia_mcp/examples/demo_server.py through "
+            "MCP(..., isolation='process'): normal calls, an error result, a server crash "
+            "and recovery. Exits 0 when every expectation held, 1 otherwise."
+        ),
     )
     _verbosity(demo, top=False)
     return parser
@@ -251,43 +329,87 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _serve_parser(sub: Any) -> None:
     from ..gateway.options import (
-        DEFAULT_DRAIN, DEFAULT_HEAD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
+        DEFAULT_DRAIN,
+        DEFAULT_HEAD_TIMEOUT,
+        DEFAULT_LISTEN,
+        DEFAULT_MAX_BODY,
+        DEFAULT_MAX_CONNECTIONS,
         DEFAULT_MAX_HTTP_SESSIONS,
     )
 
     serve = sub.add_parser(
-        "serve", formatter_class=_formatter,
+        "serve",
+        formatter_class=_formatter,
         usage=f"{PROG} serve --config FILE [--listen HOST:PORT] [--token-file FILE] [options]",
         help="serve a config's servers, each contained, over streamable HTTP (the gateway)",
-        description=_wrap("Serve every server of a config file over streamable HTTP: /mcp with every tool "
-                          "as <server>__<tool>, /servers/<name>/mcp with one server's tools, /healthz, /readyz, "
-                          "/metrics. Each server runs in its own worker with its limits and sandbox. Prints the "
-                          "URL, then 'ready' once the servers are open. SIGTERM drains and exits 0. "
-                          "See docs/gateway.md."),
+        description=_wrap(
+            "Serve every server of a config file over streamable HTTP: /mcp with every tool "
+            "as <server>__<tool>, /servers/<name>/mcp with one server's tools, /healthz, /readyz, "
+            "/metrics. Each server runs in its own worker with its limits and sandbox. Prints the "
+            "URL, then 'ready' once the servers are open. SIGTERM drains and exits 0. "
+            "See docs/gateway.md."
+        ),
         epilog=f"examples:\n  {PROG} serve --config mcp.json --listen 127.0.0.1:0\n"
-               f"  {PROG} serve --config mcp.json --listen 0.0.0.0:8765 --token-file /run/secrets/tokens\n",
+        f"  {PROG} serve --config mcp.json --listen 0.0.0.0:8765 --token-file /run/secrets/tokens\n",
     )
-    serve.add_argument("--config", metavar="FILE", required=True,
-                       help="an mcp.json (the same files as 'check'); entries may set session, max_sessions, idle")
-    serve.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
-                       help=f"address to serve on (default {DEFAULT_LISTEN}; port 0 picks a free one); "
-                            "a non-loopback address needs --token-file")
-    serve.add_argument("--token-file", metavar="FILE",
-                       help="bearer tokens, one a line; every request but /healthz and /readyz must carry one")
-    serve.add_argument("--max-body-bytes", metavar="N", type=_positive(int), default=DEFAULT_MAX_BODY,
-                       help=f"largest request body (default {DEFAULT_MAX_BODY}); larger ones get HTTP 413")
-    serve.add_argument("--max-http-sessions", metavar="N", type=_positive(int), default=DEFAULT_MAX_HTTP_SESSIONS,
-                       help=f"open MCP sessions per endpoint (default {DEFAULT_MAX_HTTP_SESSIONS}); past it HTTP 503")
-    serve.add_argument("--max-connections", metavar="N", type=_positive(int), default=None,
-                       help=f"open HTTP connections at once (default {DEFAULT_MAX_CONNECTIONS}, less if the open-file "
-                            "limit asks it); past it a new one displaces one still sending its request head")
-    serve.add_argument("--head-timeout", metavar="SECONDS", type=_positive(float), default=DEFAULT_HEAD_TIMEOUT,
-                       help=f"a connection that has not sent a whole request head in this long is closed "
-                            f"(default {DEFAULT_HEAD_TIMEOUT:g})")
-    serve.add_argument("--drain-seconds", metavar="SECONDS", type=_positive(float), default=DEFAULT_DRAIN,
-                       help=f"on SIGTERM, how long calls in flight may take to finish (default {DEFAULT_DRAIN:g})")
-    serve.add_argument("--log-format", choices=("json", "text"), default="json",
-                       help="logs on stderr: JSON lines (default) or text")
+    serve.add_argument(
+        "--config",
+        metavar="FILE",
+        required=True,
+        help="an mcp.json (the same files as 'check'); entries may set session, max_sessions, idle",
+    )
+    serve.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default=DEFAULT_LISTEN,
+        help=f"address to serve on (default {DEFAULT_LISTEN}; port 0 picks a free one); "
+        "a non-loopback address needs --token-file",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="bearer tokens, one a line; every request but /healthz and /readyz must carry one",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        metavar="N",
+        type=_positive(int),
+        default=DEFAULT_MAX_BODY,
+        help=f"largest request body (default {DEFAULT_MAX_BODY}); larger ones get HTTP 413",
+    )
+    serve.add_argument(
+        "--max-http-sessions",
+        metavar="N",
+        type=_positive(int),
+        default=DEFAULT_MAX_HTTP_SESSIONS,
+        help=f"open MCP sessions per endpoint (default {DEFAULT_MAX_HTTP_SESSIONS}); past it HTTP 503",
+    )
+    serve.add_argument(
+        "--max-connections",
+        metavar="N",
+        type=_positive(int),
+        default=None,
+        help=f"open HTTP connections at once (default {DEFAULT_MAX_CONNECTIONS}, less if the open-file "
+        "limit asks it); past it a new one displaces one still sending its request head",
+    )
+    serve.add_argument(
+        "--head-timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=DEFAULT_HEAD_TIMEOUT,
+        help=f"a connection that has not sent a whole request head in this long is closed "
+        f"(default {DEFAULT_HEAD_TIMEOUT:g})",
+    )
+    serve.add_argument(
+        "--drain-seconds",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=DEFAULT_DRAIN,
+        help=f"on SIGTERM, how long calls in flight may take to finish (default {DEFAULT_DRAIN:g})",
+    )
+    serve.add_argument(
+        "--log-format", choices=("json", "text"), default="json", help="logs on stderr: JSON lines (default) or text"
+    )
     _verbosity(serve, top=False)
 
 
@@ -309,6 +431,16 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TOOL_ERROR", "EXIT_USAGE",
-           "OPTION_FLAGS", "PROG", "UsageError", "build_parser", "split_command"]
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TOOL_ERROR",
+    "EXIT_USAGE",
+    "OPTION_FLAGS",
+    "PROG",
+    "UsageError",
+    "build_parser",
+    "split_command",
+]

@@ -10,9 +10,9 @@ from typing import Any, Final
 
 import msgspec
 
-from ._args import PROG, UsageError
 from ..config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP, Sandbox
 from ..config_file.loader import load_servers
+from ._args import PROG, UsageError
 
 # Longest server label (a command line) on the status line and in tables.
 MAX_LABEL: Final = 60
@@ -23,8 +23,10 @@ def servers_from(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
     if ns.config is not None:
         return _from_config(ns, command)
     if ns.server:
-        raise UsageError("--server applies to --config only",
-                         hint="Name the servers of a config file: --config mcp.json --server NAME.")
+        raise UsageError(
+            "--server applies to --config only",
+            hint="Name the servers of a config file: --config mcp.json --server NAME.",
+        )
     return [_server(ns, command)]
 
 
@@ -43,8 +45,7 @@ def _sandbox(ns: argparse.Namespace) -> Sandbox | None:
     """The Sandbox the sandbox flags ask for, or None when none of them is given."""
     if not (ns.sandbox or ns.network or ns.writable or ns.sandbox_backend):
         return None
-    return Sandbox(network=list(ns.network) or False, writable=list(ns.writable),
-                   backend=ns.sandbox_backend or "auto")
+    return Sandbox(network=list(ns.network) or False, writable=list(ns.writable), backend=ns.sandbox_backend or "auto")
 
 
 def _open_timeout(ns: argparse.Namespace) -> float | None:
@@ -55,15 +56,24 @@ def _open_timeout(ns: argparse.Namespace) -> float | None:
 
 
 def _from_config(ns: argparse.Namespace, command: list[str] | None) -> list[MCPServer]:
-    clash = [flag for flag, used in (
-        ("a command after '--'", command is not None), ("--url", ns.url is not None), ("--header", bool(ns.header)),
-        ("--name", ns.name is not None), ("--cwd", ns.cwd is not None), ("--env", bool(ns.env)),
-        ("--inherit-env", bool(ns.inherit_env)),
-    ) if used]
+    clash = [
+        flag
+        for flag, used in (
+            ("a command after '--'", command is not None),
+            ("--url", ns.url is not None),
+            ("--header", bool(ns.header)),
+            ("--name", ns.name is not None),
+            ("--cwd", ns.cwd is not None),
+            ("--env", bool(ns.env)),
+            ("--inherit-env", bool(ns.inherit_env)),
+        )
+        if used
+    ]
     if clash:
-        raise UsageError(f"{', '.join(clash)} cannot be combined with --config",
-                         hint="Set them in the file's entry (command, url, headers, cwd, env, inherit_env), "
-                              "or drop --config.")
+        raise UsageError(
+            f"{', '.join(clash)} cannot be combined with --config",
+            hint="Set them in the file's entry (command, url, headers, cwd, env, inherit_env), or drop --config.",
+        )
     # One call, one answer: a retry would run a failing tool twice. No
     # standby either: a command opens each server once, and a spare would
     # start the server a second time.
@@ -76,18 +86,28 @@ def _from_config(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
         names = [s.name for s in servers]
         missing = [n for n in ns.server if n not in names]
         if missing:
-            raise UsageError(f"{ns.config} has no server {', '.join(map(repr, missing))}",
-                             hint=f"Its servers: {', '.join(map(repr, names)) or 'none enabled'}.")
+            raise UsageError(
+                f"{ns.config} has no server {', '.join(map(repr, missing))}",
+                hint=f"Its servers: {', '.join(map(repr, names)) or 'none enabled'}.",
+            )
         servers = [s for s in servers if s.name in ns.server]
     if not servers:
-        raise UsageError(f"{ns.config}: every server in it is disabled",
-                         hint='Set "disabled": false on the one to use.')
-    given = {k: v for k, v in (("memory_mb", ns.memory_mb), ("cpu_seconds", ns.cpu_seconds),
-                               ("max_processes", ns.max_processes)) if v is not None}
+        raise UsageError(
+            f"{ns.config}: every server in it is disabled", hint='Set "disabled": false on the one to use.'
+        )
+    given = {
+        k: v
+        for k, v in (("memory_mb", ns.memory_mb), ("cpu_seconds", ns.cpu_seconds), ("max_processes", ns.max_processes))
+        if v is not None
+    }
     if given:
         # On top of the entry's own limits, which keep what the flags do not set.
-        servers = [dataclasses.replace(s, limits=msgspec.structs.replace(s.limits or Limits(), **given))
-                   if isinstance(s, MCPServerStdio) else s for s in servers]
+        servers = [
+            dataclasses.replace(s, limits=msgspec.structs.replace(s.limits or Limits(), **given))
+            if isinstance(s, MCPServerStdio)
+            else s
+            for s in servers
+        ]
     box = _sandbox(ns)
     if box is not None:
         # Replaces each command entry's own sandbox block: the flags say the whole box.
@@ -99,13 +119,14 @@ def _server(ns: argparse.Namespace, command: list[str] | None) -> MCPServer:
     have_command = bool(command)
     example = f"{PROG} {ns.command}{' ' + ns.tool if ns.command == 'call' else ''}"
     if command is not None and not command:
-        raise UsageError("no command after '--'",
-                          hint=f"Put the server's command after '--': {example} -- python server.py")
+        raise UsageError(
+            "no command after '--'", hint=f"Put the server's command after '--': {example} -- python server.py"
+        )
     if not have_command and ns.url is None:
         raise UsageError(
             "no server given",
             hint=f"Put the server's command after '--' ({example} -- npx -y some-mcp-server), "
-                 "pass --url http://host/mcp, or --config mcp.json.",
+            "pass --url http://host/mcp, or --config mcp.json.",
         )
     if have_command and ns.url is not None:
         raise UsageError("both a command and --url given", hint="Pass one server: a command after '--', or --url.")
@@ -126,14 +147,24 @@ def _server(ns: argparse.Namespace, command: list[str] | None) -> MCPServer:
         common["open_timeout"] = open_timeout
 
     if ns.url is not None:
-        local = [opt for opt, used in (
-            ("--cwd", ns.cwd is not None), ("--env", bool(ns.env)), ("--inherit-env", bool(ns.inherit_env)),
-            ("--memory-mb", ns.memory_mb is not None), ("--cpu-seconds", ns.cpu_seconds is not None),
-            ("--max-processes", ns.max_processes is not None), ("--sandbox and its options", _sandbox(ns) is not None),
-        ) if used]
+        local = [
+            opt
+            for opt, used in (
+                ("--cwd", ns.cwd is not None),
+                ("--env", bool(ns.env)),
+                ("--inherit-env", bool(ns.inherit_env)),
+                ("--memory-mb", ns.memory_mb is not None),
+                ("--cpu-seconds", ns.cpu_seconds is not None),
+                ("--max-processes", ns.max_processes is not None),
+                ("--sandbox and its options", _sandbox(ns) is not None),
+            )
+            if used
+        ]
         if local:
-            raise UsageError(f"{', '.join(local)} apply to a server started from a command, not to --url",
-                              hint="Drop them, or start the server with a command after '--'.")
+            raise UsageError(
+                f"{', '.join(local)} apply to a server started from a command, not to --url",
+                hint="Drop them, or start the server with a command after '--'.",
+            )
         return MCPServerStreamableHTTP(url=ns.url, headers=dict(ns.header) or None, **common)
     if ns.header:
         raise UsageError("--header applies to --url only", hint="Pass environment variables with --env NAME=VALUE.")

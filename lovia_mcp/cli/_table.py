@@ -75,8 +75,9 @@ def tools_table(tools: Sequence[Any], width: int) -> str:
         blocks = []
         for name, params, description in rows:
             block = [name]
-            block += textwrap.wrap(description, max(20, width - 4), initial_indent="    ",
-                                   subsequent_indent="    ", break_on_hyphens=False)
+            block += textwrap.wrap(
+                description, max(20, width - 4), initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False
+            )
             block += [f"    {p}" for p in params if p != "-"]
             blocks.append("\n".join(block))
         return "\n\n".join(blocks)
@@ -86,7 +87,11 @@ def tools_table(tools: Sequence[Any], width: int) -> str:
         mid = [piece for p in params for piece in (textwrap.wrap(p, param_w, subsequent_indent="  ") or [p])]
         right = textwrap.wrap(description, desc_w, break_on_hyphens=False) or [""]
         for i in range(max(len(left), len(mid), len(right))):
-            cells = (left[i] if i < len(left) else "", mid[i] if i < len(mid) else "", right[i] if i < len(right) else "")
+            cells = (
+                left[i] if i < len(left) else "",
+                mid[i] if i < len(mid) else "",
+                right[i] if i < len(right) else "",
+            )
             lines.append(f"{cells[0]:<{name_w}}  {cells[1]:<{param_w}}  {cells[2]}".rstrip())
     return "\n".join(lines)
 
@@ -102,8 +107,13 @@ class CheckRow:
     error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": "ok" if self.ok else "failed", "tools": self.tools,
-                "open_seconds": round(self.open_seconds, 3), "error": self.error}
+        return {
+            "name": self.name,
+            "status": "ok" if self.ok else "failed",
+            "tools": self.tools,
+            "open_seconds": round(self.open_seconds, 3),
+            "error": self.error,
+        }
 
 
 def _error_cell(row: CheckRow) -> str:
@@ -112,21 +122,38 @@ def _error_cell(row: CheckRow) -> str:
     first = row.error.splitlines()[0]
     # The row already names the server.
     lead = f"MCP server {row.name!r} failed: "
-    return first[len(lead):] if first.startswith(lead) else first
+    return first[len(lead) :] if first.startswith(lead) else first
 
 
 def check_table(rows: Sequence[CheckRow], width: int) -> str:
     """NAME / STATUS / TOOLS / OPEN / ERROR; the error's first line, cut to ``width``."""
-    cells = [(terminal_line(r.name), "ok" if r.ok else "failed", "-" if r.tools is None else str(r.tools),
-              f"{r.open_seconds:.2f} s", terminal_line(_error_cell(r))) for r in rows]
+    cells = [
+        (
+            terminal_line(r.name),
+            "ok" if r.ok else "failed",
+            "-" if r.tools is None else str(r.tools),
+            f"{r.open_seconds:.2f} s",
+            terminal_line(_error_cell(r)),
+        )
+        for r in rows
+    ]
     head = ("NAME", "STATUS", "TOOLS", "OPEN", "ERROR")
     widths = [max(len(head[i]), *(len(c[i]) for c in cells)) for i in range(4)]
     room = max(MIN_ERROR_WIDTH, width - sum(widths) - 2 * len(widths))
     lines = []
     for row in (head, *cells):
         error = row[4] if len(row[4]) <= room else row[4][: room - 1] + "…"
-        lines.append("  ".join([row[0].ljust(widths[0]), row[1].ljust(widths[1]),
-                                row[2].rjust(widths[2]), row[3].rjust(widths[3]), error]).rstrip())
+        lines.append(
+            "  ".join(
+                [
+                    row[0].ljust(widths[0]),
+                    row[1].ljust(widths[1]),
+                    row[2].rjust(widths[2]),
+                    row[3].rjust(widths[3]),
+                    error,
+                ]
+            ).rstrip()
+        )
     return "\n".join(lines)
 
 

@@ -41,9 +41,13 @@ from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from lovia.exceptions import LoviaError, MCPError, UserError
-
 from lovia_mcp_worker.wire.messages import Option
 
+from .._errors import reworded
+from .._names import prefix_head
+from ..annotations import as_json
+from ..config import MCPServer
+from ..render import render_mcp_content
 from ._args import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
@@ -61,11 +65,6 @@ from ._progress import Progress, show_progress_records
 from ._servers import label, servers_from
 from ._table import CheckRow, check_table, parameter_lines, tools_table
 from ._terminal import TerminalFormatter, terminal_block, terminal_json
-from .._errors import reworded
-from .._names import prefix_head
-from ..annotations import as_json
-from ..config import MCPServer
-from ..render import render_mcp_content
 
 if TYPE_CHECKING:
     from ..connection import MCPConnection
@@ -85,8 +84,10 @@ def _arguments(text: str) -> dict[str, Any]:
             hint="""Pass a JSON object in single quotes: '{"city": "Oslo"}' (or '{}' for none).""",
         ) from None
     if not isinstance(value, dict):
-        raise UsageError(f"the tool arguments must be a JSON object, got {type(value).__name__}: {text.strip()[:80]}",
-                          hint="""Wrap them in an object keyed by parameter name: '{"items": [1, 2]}'.""")
+        raise UsageError(
+            f"the tool arguments must be a JSON object, got {type(value).__name__}: {text.strip()[:80]}",
+            hint="""Wrap them in an object keyed by parameter name: '{"items": [1, 2]}'.""",
+        )
     return value
 
 
@@ -124,8 +125,10 @@ def _pick(ns: argparse.Namespace, servers: list[MCPServer]) -> MCPServer:
     if prefixed:
         return max(prefixed, key=lambda s: len(s.name or ""))
     names = ", ".join(s.name or "" for s in servers)
-    raise UsageError(f"{ns.config} has {len(servers)} servers: which one has the tool {ns.tool!r}?",
-                     hint=f"Pass --server NAME (one of {names}), or the tool's name with its prefix (NAME__tool).")
+    raise UsageError(
+        f"{ns.config} has {len(servers)} servers: which one has the tool {ns.tool!r}?",
+        hint=f"Pass --server NAME (one of {names}), or the tool's name with its prefix (NAME__tool).",
+    )
 
 
 async def _open(server: MCPServer, progress: Progress, stack: AsyncExitStack) -> MCPConnection:
@@ -135,7 +138,10 @@ async def _open(server: MCPServer, progress: Progress, stack: AsyncExitStack) ->
 
 
 async def _call(
-    ns: argparse.Namespace, servers: list[MCPServer], arguments: dict[str, Any], command: list[str] | None,
+    ns: argparse.Namespace,
+    servers: list[MCPServer],
+    arguments: dict[str, Any],
+    command: list[str] | None,
     progress: Progress,
 ) -> int:
     server = _pick(ns, servers)
@@ -150,9 +156,9 @@ async def _call(
             # visible names: what this command and an agent both take.
             keys: dict[str, str] = {}
             for visible, raw_name in sorted(conn.raw_names.items()):
-                keys.setdefault(visible[len(head):], visible)
+                keys.setdefault(visible[len(head) :], visible)
                 keys.setdefault(raw_name, visible)
-            typed = ns.tool[len(head):] if head and ns.tool.startswith(head) else ns.tool
+            typed = ns.tool[len(head) :] if head and ns.tool.startswith(head) else ns.tool
             close = list(dict.fromkeys(keys[c] for c in difflib.get_close_matches(typed, sorted(keys), n=3)))
             raise UsageError(
                 f"the server has no tool {ns.tool!r}",
@@ -171,11 +177,15 @@ async def _call(
                 tool_name=raw,
             ) from None
     if ns.json:
-        print(terminal_json({
-            "content": [_content_json(b) for b in result.content],
-            "is_error": result.is_error,
-            "structured_content": result.structured_content,
-        }))
+        print(
+            terminal_json(
+                {
+                    "content": [_content_json(b) for b in result.content],
+                    "is_error": result.is_error,
+                    "structured_content": result.structured_content,
+                }
+            )
+        )
     else:
         print(terminal_block(render_mcp_content(result.content, is_error=result.is_error)))
     return EXIT_TOOL_ERROR if result.is_error else EXIT_OK
@@ -200,8 +210,7 @@ async def _tools_of(server: MCPServer, progress: Progress, named: bool) -> list[
 
 async def _tools(ns: argparse.Namespace, servers: list[MCPServer], progress: Progress) -> int:
     # All at once, as the plugin opens them; every open finishes (and closes) before an error is raised.
-    listed = await asyncio.gather(*(_tools_of(s, progress, len(servers) > 1) for s in servers),
-                                  return_exceptions=True)
+    listed = await asyncio.gather(*(_tools_of(s, progress, len(servers) > 1) for s in servers), return_exceptions=True)
     for outcome in listed:
         if isinstance(outcome, BaseException):
             raise outcome
@@ -233,8 +242,13 @@ async def _check_one(server: MCPServer, progress: Progress) -> CheckRow:
         error = f"unexpected {type(exc).__name__}: {exc}"
     else:
         return CheckRow(name=label(server), ok=True, tools=count, open_seconds=opened)
-    return CheckRow(name=label(server), ok=False, tools=None,
-                    open_seconds=time.monotonic() - start if opened is None else opened, error=error)
+    return CheckRow(
+        name=label(server),
+        ok=False,
+        tools=None,
+        open_seconds=time.monotonic() - start if opened is None else opened,
+        error=error,
+    )
 
 
 async def _check(ns: argparse.Namespace, servers: list[MCPServer], progress: Progress) -> int:
@@ -318,9 +332,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns, extra = parser.parse_known_args(options)
     if extra:
         where = f" to '{PROG} {ns.command}'" if ns.command else ""
-        parser.error(f"unexpected argument(s){where}: {' '.join(extra)}"
-                     + ("\n  hint: put the server's own command and its options after '--'"
-                        if ns.command in ("tools", "call", "check") else ""))
+        parser.error(
+            f"unexpected argument(s){where}: {' '.join(extra)}"
+            + (
+                "\n  hint: put the server's own command and its options after '--'"
+                if ns.command in ("tools", "call", "check")
+                else ""
+            )
+        )
     verbosity: int = getattr(ns, "verbose", 0)
     _configure_logging(verbosity)
     if ns.command is None:
@@ -379,11 +398,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the command's promise: a message, never a traceback
         if verbosity > 1:
             traceback.print_exc()
-        return _fail(f"unexpected {type(exc).__name__}: {exc}\n  hint: run with -vv for the traceback "
-                     "and report it (it is a bug in lovia-mcp or its dependencies)", EXIT_FAILED)
+        return _fail(
+            f"unexpected {type(exc).__name__}: {exc}\n  hint: run with -vv for the traceback "
+            "and report it (it is a bug in lovia-mcp or its dependencies)",
+            EXIT_FAILED,
+        )
     finally:
         progress.clear()
 
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_TOOL_ERROR", "EXIT_USAGE", "build_parser", "check_table", "cli_words",
-           "main", "parameter_lines", "tools_table"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_TOOL_ERROR",
+    "EXIT_USAGE",
+    "build_parser",
+    "check_table",
+    "cli_words",
+    "main",
+    "parameter_lines",
+    "tools_table",
+]

@@ -31,7 +31,6 @@ from typing import Any, Final
 
 import msgspec
 from lovia.exceptions import UserError
-
 from lovia_mcp_worker.wire.framing import FrameReader, send_frame
 from lovia_mcp_worker.wire.messages import HEADER, AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
@@ -51,6 +50,7 @@ IN_BACKGROUND: ContextVar[bool] = ContextVar("lovia_mcp_in_background", default=
 
 OnMessage = Callable[[WorkerMessage], None]
 OnLost = Callable[[str], None]
+
 
 class ProcessChannel:
     """A worker process reached over a socket pair.
@@ -97,8 +97,9 @@ class ProcessChannel:
             self.pid = pid
             status = None
         else:
-            pair = (process_forkserver.request_worker(wait=False, background=background)
-                    or await asyncio.to_thread(functools.partial(process_forkserver.request_worker, background=background)))
+            pair = process_forkserver.request_worker(wait=False, background=background) or await asyncio.to_thread(
+                functools.partial(process_forkserver.request_worker, background=background)
+            )
             assert pair is not None
             sock, status = pair
             if frame is not None:
@@ -313,5 +314,7 @@ class LocalChannel:
 
 
 __all__ = [
-    "IN_BACKGROUND", "LocalChannel", "ProcessChannel",
+    "IN_BACKGROUND",
+    "LocalChannel",
+    "ProcessChannel",
 ]

@@ -31,9 +31,7 @@ from typing import Any
 logger = logging.getLogger("lovia_mcp")
 
 # Closes under way, by loop (a loop's closes run on that loop only).
-_closing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (
-    weakref.WeakKeyDictionary()
-)
+_closing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = weakref.WeakKeyDictionary()
 
 
 def hand_off(close: Coroutine[Any, Any, None]) -> asyncio.Task[None]:

@@ -53,10 +53,10 @@ from lovia_mcp_worker.wire.messages import (
     WorkerMessage,
 )
 
-from .channel import LocalChannel, ProcessChannel
-from . import closing
 from .. import tracing
 from .._isolation import Isolation
+from . import closing
+from .channel import LocalChannel, ProcessChannel
 from .circuit import RestartCircuit
 from .retry import ENDED
 
@@ -146,7 +146,9 @@ class ClientCore:
     def operation(self, method: str, target: str | None = None) -> Iterator[tracing.Operation | None]:
         """The span of one MCP operation (:mod:`lovia_mcp.tracing`); ``None`` inside without OpenTelemetry."""
         with tracing.operation(
-            method, target, **{
+            method,
+            target,
+            **{
                 "network.transport": tracing.NETWORK_TRANSPORT.get(self.spec.transport),
                 "mcp.protocol.version": self.protocol_version,
                 "lovia_mcp.server.name": self.spec.name,
@@ -188,7 +190,10 @@ class ClientCore:
         return reply
 
     async def _request(
-        self, make: Callable[[int], AgentMessage], tool: str | None, backstop: float | None,
+        self,
+        make: Callable[[int], AgentMessage],
+        tool: str | None,
+        backstop: float | None,
         op: tracing.Operation | None,
     ) -> WorkerMessage:
         if self.closed:
@@ -291,7 +296,9 @@ class ClientCore:
             op.set("jsonrpc.request.id", rid)
         try:
             # The Open goes with the start: an idle worker finds it as it wakes.
-            await channel.start(self._dispatch, lost, Open(id=rid, spec=self.spec, trace=None if op is None else op.trace))
+            await channel.start(
+                self._dispatch, lost, Open(id=rid, spec=self.spec, trace=None if op is None else op.trace)
+            )
             self._channel = channel
             reply = await fut
         finally:
@@ -317,7 +324,10 @@ class ClientCore:
         self._on_tools(reply.tools, False)
         logger.info(
             "%s: connected (%s isolation, worker pid %s, server pid %s)",
-            self.spec.name, self.isolation, channel.pid, reply.server_pid,
+            self.spec.name,
+            self.isolation,
+            channel.pid,
+            reply.server_pid,
         )
         return None
 
@@ -378,9 +388,15 @@ class ClientCore:
         done = f"{msg.progress:g}" if msg.total is None else f"{msg.progress:g}/{msg.total:g}"
         text = f"{name}/{tool}: {done}" + (f" {msg.message}" if msg.message else "")
         progress_logger.info(
-            "%s", text,
-            extra={"server": name, "tool": tool, "progress": msg.progress, "total": msg.total,
-                   "progress_message": msg.message},
+            "%s",
+            text,
+            extra={
+                "server": name,
+                "tool": tool,
+                "progress": msg.progress,
+                "total": msg.total,
+                "progress_message": msg.message,
+            },
         )
 
     def _lost(self, channel: Channel, why: str) -> None:

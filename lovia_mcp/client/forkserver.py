@@ -504,7 +504,6 @@ def helper_pids() -> set[int]:
     return process_forkserver.helper_pids()
 
 
-
 __all__ = [
     "PRELOAD",
     "PRELOAD_HTTP",

@@ -43,7 +43,10 @@ def retry(
     if policy == "safe" and not hints.retry_is_safe(annotations):
         logger.warning(
             "%s: not retrying %r (auto_reconnect='safe': its annotations say neither "
-            "read-only nor idempotent) after: %s", server, tool, failure.text(),
+            "read-only nor idempotent) after: %s",
+            server,
+            tool,
+            failure.text(),
         )
         return False
     logger.warning("%s: retrying %r once on a fresh server after: %s", server, tool, failure.text())

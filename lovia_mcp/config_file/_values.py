@@ -19,7 +19,6 @@ from typing import Any, Final
 import msgspec
 from lovia.exceptions import UserError
 
-
 _hint_cache: dict[type, dict[str, Any]] = {}
 
 
@@ -53,8 +52,10 @@ def convert(value: Any, hint: Any, where: str) -> Any:
     try:
         return _fit(value, hint, where)
     except _Mismatch as exc:
-        raise UserError(f"{where} must be {exc}, got {json.dumps(value, default=repr)[:80]}",
-                        hint="Fix the value in the file (docs/options.md lists each option's type).") from None
+        raise UserError(
+            f"{where} must be {exc}, got {json.dumps(value, default=repr)[:80]}",
+            hint="Fix the value in the file (docs/options.md lists each option's type).",
+        ) from None
 
 
 def _fit(value: Any, hint: Any, where: str) -> Any:  # noqa: C901 - one case per kind of type
@@ -111,8 +112,7 @@ def _struct(value: dict[str, Any], cls: type[msgspec.Struct], where: str) -> Any
     known = cls.__struct_fields__
     unknown = sorted(set(value) - set(known))
     if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}",
-                        hint=f"Known: {', '.join(known)}.")
+        raise UserError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}", hint=f"Known: {', '.join(known)}.")
     types_of = hints(cls)
     return cls(**{k: convert(v, types_of.get(k, Any), f"{where}.{k}") for k, v in value.items()})
 

@@ -47,8 +47,8 @@ from typing import Any, Final
 
 from lovia.exceptions import UserError
 
-from ._values import convert, hints
 from ..config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from ._values import convert, hints
 
 logger = logging.getLogger("lovia_mcp.config")
 
@@ -103,12 +103,16 @@ def load_servers(source: ConfigSource, /, **overrides: Any) -> list[MCPServer]:
     """
     known = {f.name for cls in (MCPServerStdio, MCPServerStreamableHTTP) for f in dataclasses.fields(cls)}
     if "name" in overrides:
-        raise UserError("load_servers() takes no name=: each entry's key is its name",
-                        hint="Rename the entries in the file (their keys prefix their tools).")
+        raise UserError(
+            "load_servers() takes no name=: each entry's key is its name",
+            hint="Rename the entries in the file (their keys prefix their tools).",
+        )
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise UserError(f"load_servers() got unknown option(s): {', '.join(unknown)}",
-                        hint=f"Options are the server configs' fields: {', '.join(sorted(known))}.")
+        raise UserError(
+            f"load_servers() got unknown option(s): {', '.join(unknown)}",
+            hint=f"Options are the server configs' fields: {', '.join(sorted(known))}.",
+        )
     data, ctx = _read(source)
     entries = _entries(data, ctx)
     servers = []
@@ -126,22 +130,29 @@ def _read(source: ConfigSource) -> tuple[Any, _Context]:
     if isinstance(source, Mapping):
         return source, _Context("config", None, None)
     if not isinstance(source, (str, os.PathLike)):
-        raise UserError(f"load_servers() takes a path or a dict, got {type(source).__name__}",
-                        hint="load_servers('.mcp.json') or load_servers({'mcpServers': {...}})")
+        raise UserError(
+            f"load_servers() takes a path or a dict, got {type(source).__name__}",
+            hint="load_servers('.mcp.json') or load_servers({'mcpServers': {...}})",
+        )
     path = Path(source).expanduser()
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UserError(f"no config file at {str(path)!r}",
-                        hint="Pass the path of an mcp.json (e.g. .mcp.json or .vscode/mcp.json).") from None
+        raise UserError(
+            f"no config file at {str(path)!r}",
+            hint="Pass the path of an mcp.json (e.g. .mcp.json or .vscode/mcp.json).",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the config file {str(path)!r}: {exc}",
-                        hint="Check that it is a readable UTF-8 JSON file.") from None
+        raise UserError(
+            f"cannot read the config file {str(path)!r}: {exc}", hint="Check that it is a readable UTF-8 JSON file."
+        ) from None
     try:
         data = json.loads(strip_jsonc(text))
     except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                        hint=f"A config file looks like {_EXAMPLE}") from None
+        raise UserError(
+            f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            hint=f"A config file looks like {_EXAMPLE}",
+        ) from None
     folder = path.resolve().parent
     workspace = folder.parent if folder.name == ".vscode" else folder
     return data, _Context(str(path), folder, workspace)
@@ -196,27 +207,37 @@ def strip_jsonc(text: str) -> str:
 
 def _entries(data: Any, ctx: _Context) -> dict[str, Any]:
     if not isinstance(data, Mapping):
-        raise UserError(f"{ctx.label}: the top level must be a JSON object, got {type(data).__name__}",
-                        hint=f"A config file looks like {_EXAMPLE}")
+        raise UserError(
+            f"{ctx.label}: the top level must be a JSON object, got {type(data).__name__}",
+            hint=f"A config file looks like {_EXAMPLE}",
+        )
     present = [k for k in _SERVER_KEYS if k in data]
     if not present:
-        raise UserError(f"{ctx.label}: no 'mcpServers' or 'servers' object",
-                        hint=f"Put the servers under \"mcpServers\" (or VS Code's \"servers\"): {_EXAMPLE}")
+        raise UserError(
+            f"{ctx.label}: no 'mcpServers' or 'servers' object",
+            hint=f'Put the servers under "mcpServers" (or VS Code\'s "servers"): {_EXAMPLE}',
+        )
     if len(present) > 1:
-        raise UserError(f"{ctx.label}: both 'mcpServers' and 'servers' given",
-                        hint="Keep one: 'mcpServers' (most clients) or 'servers' (VS Code).")
+        raise UserError(
+            f"{ctx.label}: both 'mcpServers' and 'servers' given",
+            hint="Keep one: 'mcpServers' (most clients) or 'servers' (VS Code).",
+        )
     for key in data:
         if key in _SERVER_KEYS:
             continue
         if key in _IGNORED_TOP:
             logger.info("%s: ignoring %r (%s)", ctx.label, key, _IGNORED_TOP[key])
             continue
-        raise UserError(f"{ctx.label}: unknown top-level key {key!r}",
-                        hint="The file holds 'mcpServers' (or VS Code's 'servers' and 'inputs').")
+        raise UserError(
+            f"{ctx.label}: unknown top-level key {key!r}",
+            hint="The file holds 'mcpServers' (or VS Code's 'servers' and 'inputs').",
+        )
     entries = data[present[0]]
     if not isinstance(entries, Mapping) or not entries:
-        raise UserError(f"{ctx.label}: {present[0]!r} must be a non-empty object of named servers",
-                        hint=f"A config file looks like {_EXAMPLE}")
+        raise UserError(
+            f"{ctx.label}: {present[0]!r} must be a non-empty object of named servers",
+            hint=f"A config file looks like {_EXAMPLE}",
+        )
     return dict(entries)
 
 
@@ -226,18 +247,24 @@ def _entries(data: Any, ctx: _Context) -> dict[str, Any]:
 def _server(name: str, entry: Any, ctx: _Context, overrides: Mapping[str, Any]) -> MCPServer | None:
     where = f"{ctx.label}: server {name!r}"
     if not isinstance(entry, Mapping):
-        raise UserError(f"{where} must be an object, got {type(entry).__name__}",
-                        hint='"name": {"command": "uvx", "args": ["mcp-server-time"]}')
+        raise UserError(
+            f"{where} must be an object, got {type(entry).__name__}",
+            hint='"name": {"command": "uvx", "args": ["mcp-server-time"]}',
+        )
     disabled = entry.get("disabled", False)
     if not isinstance(disabled, bool):
-        raise UserError(f"{where}: 'disabled' must be true or false, got {disabled!r}",
-                        hint='"disabled": true skips the entry; drop the key to use it.')
+        raise UserError(
+            f"{where}: 'disabled' must be true or false, got {disabled!r}",
+            hint='"disabled": true skips the entry; drop the key to use it.',
+        )
     if disabled:
         logger.info("%s is disabled in the file; skipped", where)
         return None
     if "name" in entry:
-        raise UserError(f"{where}: 'name' is not an entry key: the entry's key is its name",
-                        hint=f"Rename the entry instead (its key, {name!r}, prefixes its tools).")
+        raise UserError(
+            f"{where}: 'name' is not an entry key: the entry's key is its name",
+            hint=f"Rename the entry instead (its key, {name!r}, prefixes its tools).",
+        )
     cls = _transport(entry, where)
     fields = {f.name for f in dataclasses.fields(cls)}
     other = MCPServerStreamableHTTP if cls is MCPServerStdio else MCPServerStdio
@@ -253,9 +280,11 @@ def _server(name: str, entry: Any, ctx: _Context, overrides: Mapping[str, Any]) 
             kwargs[key] = convert(value, hints(cls).get(key, Any), f"{where}: {key}")
         elif key in {f.name for f in dataclasses.fields(other)}:
             kind = "a command (stdio)" if cls is MCPServerStdio else "a URL (HTTP)"
-            raise UserError(f"{where}: {key!r} does not apply to a server started from {kind}",
-                            hint=f"Drop {key!r}, or describe the server by "
-                                 f"{'url' if cls is MCPServerStdio else 'command'} instead.")
+            raise UserError(
+                f"{where}: {key!r} does not apply to a server started from {kind}",
+                hint=f"Drop {key!r}, or describe the server by "
+                f"{'url' if cls is MCPServerStdio else 'command'} instead.",
+            )
         else:
             raise UserError(f"{where}: unknown key {key!r}", hint=_unknown_hint(key, fields))
     if cls is MCPServerStdio:
@@ -271,23 +300,29 @@ def _transport(entry: Mapping[str, Any], where: str) -> type[MCPServer]:
     kind = entry.get("type", entry.get("transport"))
     if kind is not None and kind not in _STDIO_TYPES | _HTTP_TYPES:
         if kind == "sse":
-            raise UserError(f"{where}: SSE servers are not supported",
-                            hint="Use the server's streamable HTTP endpoint (often /mcp instead of /sse) "
-                                 'with "type": "http".')
-        raise UserError(f"{where}: unknown type {kind!r}", hint="Use \"stdio\" (a command) or \"http\" (a url).")
+            raise UserError(
+                f"{where}: SSE servers are not supported",
+                hint='Use the server\'s streamable HTTP endpoint (often /mcp instead of /sse) with "type": "http".',
+            )
+        raise UserError(f"{where}: unknown type {kind!r}", hint='Use "stdio" (a command) or "http" (a url).')
     has_command, has_url = "command" in entry, "url" in entry
     if has_command and has_url:
-        raise UserError(f"{where} has both 'command' and 'url'",
-                        hint="Keep one: 'command' starts a local server, 'url' reaches a remote one.")
+        raise UserError(
+            f"{where} has both 'command' and 'url'",
+            hint="Keep one: 'command' starts a local server, 'url' reaches a remote one.",
+        )
     if kind in _HTTP_TYPES or (kind is None and has_url):
         if not has_url:
-            raise UserError(f"{where}: an HTTP server needs a 'url'",
-                            hint='"api": {"type": "http", "url": "https://host/mcp"}')
+            raise UserError(
+                f"{where}: an HTTP server needs a 'url'", hint='"api": {"type": "http", "url": "https://host/mcp"}'
+            )
         return MCPServerStreamableHTTP
     if not has_command:
-        raise UserError(f"{where} has neither 'command' nor 'url'",
-                        hint='"time": {"command": "uvx", "args": ["mcp-server-time"]}, '
-                             'or "api": {"type": "http", "url": "https://host/mcp"}')
+        raise UserError(
+            f"{where} has neither 'command' nor 'url'",
+            hint='"time": {"command": "uvx", "args": ["mcp-server-time"]}, '
+            'or "api": {"type": "http", "url": "https://host/mcp"}',
+        )
     return MCPServerStdio
 
 
@@ -295,9 +330,11 @@ def _unknown_hint(key: str, fields: set[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(key, sorted(fields | _FORMAT_KEYS), n=1)
-    return ((f"Did you mean {close[0]!r}? " if close else "")
-            + "Known: command, args, env, cwd, envFile, type, url, headers, and lovia-mcp's options "
-            + f"({', '.join(sorted(fields - {'command', 'args', 'env', 'cwd', 'url', 'headers'}))}).")
+    return (
+        (f"Did you mean {close[0]!r}? " if close else "")
+        + "Known: command, args, env, cwd, envFile, type, url, headers, and lovia-mcp's options "
+        + f"({', '.join(sorted(fields - {'command', 'args', 'env', 'cwd', 'url', 'headers'}))})."
+    )
 
 
 def _stdio_paths(kwargs: dict[str, Any], entry: Mapping[str, Any], where: str, ctx: _Context) -> None:
@@ -322,8 +359,9 @@ def _stdio_paths(kwargs: dict[str, Any], entry: Mapping[str, Any], where: str, c
     enabled = entry.get("sandboxEnabled")
     if enabled is not None:
         if not isinstance(enabled, bool):
-            raise UserError(f"{where}: sandboxEnabled must be true or false, got {enabled!r}",
-                            hint='"sandboxEnabled": true')
+            raise UserError(
+                f"{where}: sandboxEnabled must be true or false, got {enabled!r}", hint='"sandboxEnabled": true'
+            )
         if not enabled:
             kwargs["sandbox"] = None
         elif kwargs.get("sandbox") is None:
@@ -335,23 +373,27 @@ def read_env_file(path: Path, where: str = "envFile") -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"{where}: cannot read envFile {str(path)!r}: {exc.strerror or exc}",
-                        hint="A relative envFile is relative to the config file's folder.") from None
+        raise UserError(
+            f"{where}: cannot read envFile {str(path)!r}: {exc.strerror or exc}",
+            hint="A relative envFile is relative to the config file's folder.",
+        ) from None
     env: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):].lstrip()
+            line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not _NAME.fullmatch(key):
-            raise UserError(f"{where}: {path}:{number} is not a NAME=value line: {line[:60]!r}",
-                            hint="Write one NAME=value per line; '#' starts a comment.")
+            raise UserError(
+                f"{where}: {path}:{number} is not a NAME=value line: {line[:60]!r}",
+                hint="Write one NAME=value per line; '#' starts a comment.",
+            )
         quote = value[:1]
-        close = value.find(quote, 1) if quote in ("\"", "'") else -1
-        rest = value[close + 1:].strip() if close > 0 else ""
+        close = value.find(quote, 1) if quote in ('"', "'") else -1
+        rest = value[close + 1 :].strip() if close > 0 else ""
         if close > 0 and (not rest or rest.startswith("#")):
             value = value[1:close]  # a quoted value, perhaps with a comment after it
         else:
@@ -376,25 +418,33 @@ def _expand(value: Any, where: str, ctx: _Context) -> Any:
 def _variable(body: str, where: str, ctx: _Context) -> str:
     if body == "workspaceFolder":
         if ctx.workspace is None:
-            raise UserError(f"{where}: ${{workspaceFolder}} needs a config file to be relative to",
-                            hint="Load the servers from the file, or write the folder out.")
+            raise UserError(
+                f"{where}: ${{workspaceFolder}} needs a config file to be relative to",
+                hint="Load the servers from the file, or write the folder out.",
+            )
         return str(ctx.workspace)
     if body.startswith("input:"):
-        raise UserError(f"{where}: ${{{body}}} is a VS Code prompt, which lovia-mcp cannot show",
-                        hint=f"Put the value in an environment variable and write ${{{body[6:].upper()}}}.")
+        raise UserError(
+            f"{where}: ${{{body}}} is a VS Code prompt, which lovia-mcp cannot show",
+            hint=f"Put the value in an environment variable and write ${{{body[6:].upper()}}}.",
+        )
     if body.startswith("env:"):
         body = body[4:]
     name, sep, default = body.partition(":-")
     if not _NAME.fullmatch(name):
-        raise UserError(f"{where}: ${{{body}}} is not a variable reference",
-                        hint="Write ${NAME} or ${NAME:-default} (NAME: letters, digits, '_').")
+        raise UserError(
+            f"{where}: ${{{body}}} is not a variable reference",
+            hint="Write ${NAME} or ${NAME:-default} (NAME: letters, digits, '_').",
+        )
     value = os.environ.get(name)
     if sep:
         # As in the shell: the default also stands in for an empty value.
         return value if value else default
     if value is None:
-        raise UserError(f"{where}: the environment variable {name} is not set",
-                        hint=f"Set {name}, or give a default in the file: ${{{name}:-value}}.")
+        raise UserError(
+            f"{where}: the environment variable {name} is not set",
+            hint=f"Set {name}, or give a default in the file: ${{{name}:-value}}.",
+        )
     return value
 
 

@@ -63,6 +63,8 @@ from typing import Any, Final
 
 import mcp_types as types
 from lovia.exceptions import MCPError as LoviaMCPError
+from lovia_mcp_worker.wire.mcpjson import block_json
+from lovia_mcp_worker.wire.messages import ON_TIMEOUT_KILL
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
@@ -73,9 +75,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
-
-from lovia_mcp_worker.wire.mcpjson import block_json
-from lovia_mcp_worker.wire.messages import ON_TIMEOUT_KILL
 
 from .._names import PREFIX_SEP
 from ..annotations import as_json
@@ -186,16 +185,23 @@ def result_json(result: MCPToolResult) -> dict[str, Any]:
     """
     # resultType as the model's default would dump it: 2026-07-28 requires it;
     # the SDK drops it for a 2025 client.
-    body: dict[str, Any] = {"content": [block_json(b) for b in result.content], "isError": bool(result.is_error),
-                            "resultType": "complete"}
+    body: dict[str, Any] = {
+        "content": [block_json(b) for b in result.content],
+        "isError": bool(result.is_error),
+        "resultType": "complete",
+    }
     if result.structured_content is not None:
         body["structuredContent"] = result.structured_content
     return body
 
 
 def _error_result(kind: str, message: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": message}], "isError": True, "resultType": "complete",
-            "_meta": {ERROR_META: kind}}
+    return {
+        "content": [{"type": "text", "text": message}],
+        "isError": True,
+        "resultType": "complete",
+        "_meta": {ERROR_META: kind},
+    }
 
 
 class Gateway:
@@ -215,8 +221,10 @@ class Gateway:
         self.backends = {b.name: b for b in backends}
         self._tokens = [t.encode() for t in tokens]
         # Who each token is to the SDK: its line in the token file, never the token.
-        self._users = [AuthenticatedUser(AccessToken(token=f"token-{i + 1}", client_id=f"token-{i + 1}", scopes=[]))
-                       for i in range(len(tokens))]
+        self._users = [
+            AuthenticatedUser(AccessToken(token=f"token-{i + 1}", client_id=f"token-{i + 1}", scopes=[]))
+            for i in range(len(tokens))
+        ]
         self.metrics = Metrics()
         # The HTTP connections' bounds (serve's), for the metrics.
         self.limits = limits
@@ -239,8 +247,12 @@ class Gateway:
 
         def manager(app: Server[Any], json_response: bool = False) -> StreamableHTTPSessionManager:
             return StreamableHTTPSessionManager(
-                app=app, security_settings=security, max_request_body_size=max_body_bytes,
-                max_sessions=max_sessions, session_idle_timeout=session_idle, json_response=json_response,
+                app=app,
+                security_settings=security,
+                max_request_body_size=max_body_bytes,
+                max_sessions=max_sessions,
+                session_idle_timeout=session_idle,
+                json_response=json_response,
             )
 
         paths: dict[str, str | None] = {"/mcp": None, **{f"/servers/{name}/mcp": name for name in self.backends}}
@@ -289,8 +301,9 @@ class Gateway:
         return session if self.sessions.owned(session, _owner(scope)) is not None else None
 
     def _mcp_server(self, path: str, only: str | None) -> Server[Any]:
-        async def list_tools(ctx: ServerRequestContext[Any, Any],
-                             params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        async def list_tools(
+            ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+        ) -> types.ListToolsResult:
             return types.ListToolsResult(tools=self._listing(only, self._session_of(ctx)))
 
         async def initialized(ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
@@ -314,8 +327,12 @@ class Gateway:
         from .. import __version__
 
         server: Server[Any] = ListChangedServer(
-            f"lovia-mcp:{only}" if only else "lovia-mcp", version=__version__, on_list_tools=list_tools,
-            get_tool_input_schema=input_schema, on_subscriptions_listen=self.notifier.endpoints[path].listen)
+            f"lovia-mcp:{only}" if only else "lovia-mcp",
+            version=__version__,
+            on_list_tools=list_tools,
+            get_tool_input_schema=input_schema,
+            on_subscriptions_listen=self.notifier.endpoints[path].listen,
+        )
         server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
         # Registered by method rather than as on_call_tool: a handler may return
         # the result's JSON (the public HandlerResult), which skips building a
@@ -331,7 +348,8 @@ class Gateway:
             for tool in backend.tools(session):
                 body: dict[str, Any] = {
                     "name": tool.raw_name if only else f"{name}{PREFIX_SEP}{tool.raw_name}",
-                    "description": tool.description, "inputSchema": tool.parameters,
+                    "description": tool.description,
+                    "inputSchema": tool.parameters,
                 }
                 if tool.annotations is not None:
                     body["annotations"] = as_json(tool.annotations)
@@ -346,12 +364,14 @@ class Gateway:
         # The longest server name that prefixes the tool: names may hold "__".
         for server in sorted(self.backends, key=len, reverse=True):
             if name.startswith(server + PREFIX_SEP):
-                return self.backends[server], name[len(server) + len(PREFIX_SEP):]
-        raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}: tools here are named <server>{PREFIX_SEP}<tool>",
-                       data={"servers": sorted(self.backends)})
+                return self.backends[server], name[len(server) + len(PREFIX_SEP) :]
+        raise MCPError(
+            INVALID_PARAMS,
+            f"unknown tool {name!r}: tools here are named <server>{PREFIX_SEP}<tool>",
+            data={"servers": sorted(self.backends)},
+        )
 
-    async def _call(self, backend: Backend, raw: str, arguments: dict[str, Any],
-                    session: str | None) -> dict[str, Any]:
+    async def _call(self, backend: Backend, raw: str, arguments: dict[str, Any], session: str | None) -> dict[str, Any]:
         self.in_flight += 1
         self._idle_now.clear()
         started = time.perf_counter()
@@ -378,13 +398,21 @@ class Gateway:
             outcome = kind = "timeout"
             action = "its server was killed" if backend.server.on_timeout == ON_TIMEOUT_KILL else "it was cancelled"
             logger.warning("call timed out", extra={"server": backend.name, "tool": tool})
-            return _error_result("timeout", f"the call to {raw!r} passed its {backend.server.timeout:g} s "
-                                            f"timeout and {action}")
+            return _error_result(
+                "timeout", f"the call to {raw!r} passed its {backend.server.timeout:g} s timeout and {action}"
+            )
         except LoviaMCPError as exc:
             outcome = "error"
             kind = getattr(exc, "kind", None) or "error"
-            logger.warning("call failed", extra={"server": backend.name, "tool": tool, "kind": kind,
-                                                 "error": str(exc.args[0] if exc.args else exc)})
+            logger.warning(
+                "call failed",
+                extra={
+                    "server": backend.name,
+                    "tool": tool,
+                    "kind": kind,
+                    "error": str(exc.args[0] if exc.args else exc),
+                },
+            )
             # The message, not the hint: a hint may quote the server's stderr,
             # which is the operator's to read (in the logs), not the client's.
             return _error_result(kind, str(exc.args[0] if exc.args else exc))
@@ -435,10 +463,15 @@ class Gateway:
                 await _plain(send, 503, "draining\n" if self.draining else "opening servers\n")
             return
         if not self._authorized(scope):
-            await _json(send, 401, {"error": "unauthorized",
-                                    "hint": "Send 'Authorization: Bearer <token>' with a token from the "
-                                            "gateway's --token-file."},
-                        headers=[(b"www-authenticate", b'Bearer realm="lovia-mcp"')])
+            await _json(
+                send,
+                401,
+                {
+                    "error": "unauthorized",
+                    "hint": "Send 'Authorization: Bearer <token>' with a token from the gateway's --token-file.",
+                },
+                headers=[(b"www-authenticate", b'Bearer realm="lovia-mcp"')],
+            )
             return
         if path == "/metrics":
             await _plain(send, 200, await self._metrics_text(), CONTENT_TYPE)
@@ -446,15 +479,26 @@ class Gateway:
         path = path.rstrip("/") or path
         manager = self.managers.get(path)
         if manager is None:
-            await _json(send, 404, {"error": f"no endpoint {path}",
-                                    "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
-                                            + ", ".join(sorted(self.backends))})
+            await _json(
+                send,
+                404,
+                {
+                    "error": f"no endpoint {path}",
+                    "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
+                    + ", ".join(sorted(self.backends)),
+                },
+            )
             return
         headers: dict[bytes, bytes] = {}
         for key, value in scope.get("headers", ()):
             if key in ONCE and key in headers:
-                await _rpc_error(send, 400, INVALID_REQUEST, f"the request has two {key.decode().title()} headers",
-                                 "Send each of Mcp-Session-Id and Mcp-Protocol-Version at most once.")
+                await _rpc_error(
+                    send,
+                    400,
+                    INVALID_REQUEST,
+                    f"the request has two {key.decode().title()} headers",
+                    "Send each of Mcp-Session-Id and Mcp-Protocol-Version at most once.",
+                )
                 return
             headers.setdefault(key, value)  # the first of each, as the SDK reads them
         session = headers[SESSION_HEADER].decode("latin-1") if SESSION_HEADER in headers else None
@@ -464,10 +508,14 @@ class Gateway:
             # sessions) without looking at the id: refused rather than served
             # sessionless, so a client that believes it is in a session learns
             # at once that it is not, and no id the SDK did not check goes further.
-            await _rpc_error(send, 400, INVALID_REQUEST,
-                             f"Mcp-Session-Id names a 2025 session, and a {version} request belongs to no session",
-                             "Drop the Mcp-Session-Id header (a 2026-07-28 request is self-contained), or send "
-                             "the session's own Mcp-Protocol-Version (the one its initialize agreed) to use it.")
+            await _rpc_error(
+                send,
+                400,
+                INVALID_REQUEST,
+                f"Mcp-Session-Id names a 2025 session, and a {version} request belongs to no session",
+                "Drop the Mcp-Session-Id header (a 2026-07-28 request is self-contained), or send "
+                "the session's own Mcp-Protocol-Version (the one its initialize agreed) to use it.",
+            )
             return
         if not self.ready:
             refused = await self._opened(path)
@@ -481,10 +529,16 @@ class Gateway:
         # A listen stream opened now would be cut with this replica: refused
         # while draining like a new session.
         if session is None and self.draining and (not stateless or headers.get(METHOD_HEADER) == LISTEN):
-            await _json(send, 503, {"jsonrpc": "2.0", "id": None,
-                                    "error": {"code": UNAVAILABLE,
-                                              "message": "the gateway is shutting down; retry shortly"}},
-                        headers=[(b"retry-after", b"1")])
+            await _json(
+                send,
+                503,
+                {
+                    "jsonrpc": "2.0",
+                    "id": None,
+                    "error": {"code": UNAVAILABLE, "message": "the gateway is shutting down; retry shortly"},
+                },
+                headers=[(b"retry-after", b"1")],
+            )
             return
         if stateless and headers.get(METHOD_HEADER) in FAST_METHODS and accepts_both(headers.get(b"accept", b"")):
             await serve_fast(self.fast[path].handle_request, scope, receive, send)
@@ -513,8 +567,7 @@ class Gateway:
             for backend in self.backends.values():
                 await backend.end_session(session)
 
-    async def _opening(self, manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive,
-                       send: Send) -> None:
+    async def _opening(self, manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive, send: Send) -> None:
         """A request that may open a 2025 session: the id the SDK answers is recorded for the token that sent it."""
         owner = _owner(scope)
 
@@ -542,29 +595,67 @@ class Gateway:
     async def _metrics_text(self) -> str:
         gauges: list[tuple[str, str, str, Labels, float]] = [
             ("lovia_mcp_calls_in_flight", "gauge", "Tool calls in flight.", (), float(self.in_flight)),
-            ("lovia_mcp_requests_waiting", "gauge", "Requests waiting for their servers to open.", (),
-             float(self.waiting)),
+            (
+                "lovia_mcp_requests_waiting",
+                "gauge",
+                "Requests waiting for their servers to open.",
+                (),
+                float(self.waiting),
+            ),
         ]
         if self.limits is not None:
-            gauges.append(("lovia_mcp_http_connections", "gauge", "Open HTTP connections.", (),
-                           float(self.limits.connections)))
-            gauges += [("lovia_mcp_http_connections_closed_total", "counter",
-                        "HTTP connections closed by a bound, by reason.", (("reason", reason),), float(n))
-                       for reason, n in sorted(self.limits.closed.items())]
+            gauges.append(
+                ("lovia_mcp_http_connections", "gauge", "Open HTTP connections.", (), float(self.limits.connections))
+            )
+            gauges += [
+                (
+                    "lovia_mcp_http_connections_closed_total",
+                    "counter",
+                    "HTTP connections closed by a bound, by reason.",
+                    (("reason", reason),),
+                    float(n),
+                )
+                for reason, n in sorted(self.limits.closed.items())
+            ]
         stats = await asyncio.gather(*(b.stats() for b in self.backends.values()))
         for backend, got in zip(self.backends.values(), stats):
             labels: Labels = (("server", backend.name),)
             gauges += [
-                ("lovia_mcp_up", "gauge", "1 when every connection of the server answered its stats.", labels,
-                 1.0 if len(got) >= len(backend.connections()) else 0.0),
-                ("lovia_mcp_restarts_total", "counter", "Server restarts and worker replacements.", labels,
-                 float(backend.closed_restarts + sum(s.restarts for s in got))),
-                ("lovia_mcp_server_memory_bytes", "gauge", "Resident memory of the server trees.", labels,
-                 float(sum(s.rss_bytes for s in got))),
-                ("lovia_mcp_server_processes", "gauge", "Live processes in the server trees.", labels,
-                 float(sum(s.processes for s in got))),
-                ("lovia_mcp_sessions", "gauge", "Client sessions holding a server of their own.", labels,
-                 float(backend.sessions())),
+                (
+                    "lovia_mcp_up",
+                    "gauge",
+                    "1 when every connection of the server answered its stats.",
+                    labels,
+                    1.0 if len(got) >= len(backend.connections()) else 0.0,
+                ),
+                (
+                    "lovia_mcp_restarts_total",
+                    "counter",
+                    "Server restarts and worker replacements.",
+                    labels,
+                    float(backend.closed_restarts + sum(s.restarts for s in got)),
+                ),
+                (
+                    "lovia_mcp_server_memory_bytes",
+                    "gauge",
+                    "Resident memory of the server trees.",
+                    labels,
+                    float(sum(s.rss_bytes for s in got)),
+                ),
+                (
+                    "lovia_mcp_server_processes",
+                    "gauge",
+                    "Live processes in the server trees.",
+                    labels,
+                    float(sum(s.processes for s in got)),
+                ),
+                (
+                    "lovia_mcp_sessions",
+                    "gauge",
+                    "Client sessions holding a server of their own.",
+                    labels,
+                    float(backend.sessions()),
+                ),
             ]
         return self.metrics.render(gauges)
 
@@ -585,22 +676,38 @@ async def _answered(app: Any, scope: Scope, receive: Receive, send: Send) -> int
 
 async def _plain(send: Send, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> None:
     body = text.encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 async def _rpc_error(send: Send, status: int, code: int, message: str, hint: str) -> None:
     """A JSON-RPC error (no request id) with an HTTP status, its hint in ``data``."""
-    await _json(send, status, {"jsonrpc": "2.0", "id": None,
-                               "error": {"code": code, "message": message, "data": {"hint": hint}}})
+    await _json(
+        send,
+        status,
+        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message, "data": {"hint": hint}}},
+    )
 
 
 async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     body = json.dumps(value).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *(headers or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

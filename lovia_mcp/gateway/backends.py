@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from lovia.exceptions import LoviaError, MCPError
+from lovia_mcp_worker.wire.messages import Stats
 
 from ..annotations import MCPTool
 from ..config import MCPServer
@@ -42,7 +43,6 @@ from ..connection import MCPConnection
 from ..render import MCPToolResult
 from ..spares import close_spares, warm_spares
 from .options import Served
-from lovia_mcp_worker.wire.messages import Stats
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -248,10 +248,9 @@ class PerSession(Backend):
                 raise Refused("the gateway is shutting down", hint="Retry on another replica.")
             if self.sessions() >= self.served.max_sessions:
                 raise Refused(
-                    f"server {self.name!r} already serves {self.served.max_sessions} sessions "
-                    "(its max_sessions)",
+                    f"server {self.name!r} already serves {self.served.max_sessions} sessions (its max_sessions)",
                     hint="End a session you no longer use (HTTP DELETE), wait for idle ones to expire, "
-                         "or raise max_sessions in the config file.",
+                    "or raise max_sessions in the config file.",
                 )
             task = self._opening[session] = asyncio.ensure_future(self._open(session))
         # Shielded: one caller cancelled (its client went away) must not
@@ -281,7 +280,7 @@ class PerSession(Backend):
                 f"server {self.name!r} gives each client session a server of its own, and this request "
                 "belongs to no session",
                 hint="Connect with a stateful session (an initialize handshake; the SDK's Client(mode='legacy')), "
-                     "or serve the server with \"session\": \"shared\".",
+                'or serve the server with "session": "shared".',
             )
         held = await self._take(session)
         held.in_flight += 1
@@ -345,20 +344,26 @@ async def wait_open(backends: list[Backend]) -> None:
         # A server that failed on its own first: the others were stopped because of it.
         failed = min((b for b in backends if b.failure is not None), key=lambda b: b.stopped, default=None)
         if failed is not None and failed.stopped:
-            raise Refused(f"the gateway is shutting down before server {failed.name!r} opened",
-                          hint="Retry shortly (on another replica behind a load balancer).")
+            raise Refused(
+                f"the gateway is shutting down before server {failed.name!r} opened",
+                hint="Retry shortly (on another replica behind a load balancer).",
+            )
         if failed is not None:
-            raise Refused(f"server {failed.name!r} failed to open: {failed.failure}",
-                          hint="Read the gateway's log for the server's stderr; fix its command or config and "
-                               "restart the gateway.")
+            raise Refused(
+                f"server {failed.name!r} failed to open: {failed.failure}",
+                hint="Read the gateway's log for the server's stderr; fix its command or config and "
+                "restart the gateway.",
+            )
         pending = [b for b in pending if not b.settled.is_set()]
         left = deadline - loop.time()
         if not pending:
             return
         if left <= 0:
-            raise Refused(f"server {pending[0].name!r} is still opening after its open_timeout "
-                          f"({pending[0].server.open_timeout:g} s)",
-                          hint="Retry once /readyz answers 200, or raise the server's open_timeout.")
+            raise Refused(
+                f"server {pending[0].name!r} is still opening after its open_timeout "
+                f"({pending[0].server.open_timeout:g} s)",
+                hint="Retry once /readyz answers 200, or raise the server's open_timeout.",
+            )
         waits = [asyncio.ensure_future(b.settled.wait()) for b in pending]
         try:
             await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
@@ -371,5 +376,14 @@ def backend_for(server: MCPServer, served: Served) -> Backend:
     return PerSession(server, served) if served.session == "per-session" else Shared(server, served)
 
 
-__all__ = ["IDLE_SWEEP", "OPEN_WAIT_SLACK", "STATS_WAIT", "Backend", "PerSession", "Refused", "Shared", "backend_for",
-           "wait_open"]
+__all__ = [
+    "IDLE_SWEEP",
+    "OPEN_WAIT_SLACK",
+    "STATS_WAIT",
+    "Backend",
+    "PerSession",
+    "Refused",
+    "Shared",
+    "backend_for",
+    "wait_open",
+]

@@ -89,13 +89,16 @@ def connection_cap(requested: int | None) -> int:
     room = DEFAULT_MAX_CONNECTIONS * 4 if soft == resource.RLIM_INFINITY else (soft - FD_RESERVE) // 2
     if requested is None:
         if room < 1:
-            raise UserError(f"the open-file limit ({soft}) leaves no room for connections",
-                            hint=f"Raise it (`ulimit -n {2 * DEFAULT_MAX_CONNECTIONS + FD_RESERVE}`) before starting the gateway.")
+            raise UserError(
+                f"the open-file limit ({soft}) leaves no room for connections",
+                hint=f"Raise it (`ulimit -n {2 * DEFAULT_MAX_CONNECTIONS + FD_RESERVE}`) before starting the gateway.",
+            )
         return min(DEFAULT_MAX_CONNECTIONS, room)
     if requested > room:
-        raise UserError(f"--max-connections {requested} does not fit the open-file limit ({soft}): "
-                        f"at most {max(room, 0)} do",
-                        hint=f"Raise the limit (`ulimit -n {2 * requested + FD_RESERVE}`) or lower --max-connections.")
+        raise UserError(
+            f"--max-connections {requested} does not fit the open-file limit ({soft}): at most {max(room, 0)} do",
+            hint=f"Raise the limit (`ulimit -n {2 * requested + FD_RESERVE}`) or lower --max-connections.",
+        )
     return requested
 
 
@@ -104,8 +107,13 @@ class BoundedHttp(HttpToolsProtocol):
 
     limits: ClassVar[Limits]
 
-    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
@@ -188,5 +196,4 @@ def bounded(limits: Limits) -> type[BoundedHttp]:
     return type("BoundedHttp", (BoundedHttp,), {"limits": limits})
 
 
-__all__ = ["FD_RESERVE", "KEEP_ALIVE_IDLE", "MAX_HEAD_BYTES", "BoundedHttp", "Limits", "bounded",
-           "connection_cap"]
+__all__ = ["FD_RESERVE", "KEEP_ALIVE_IDLE", "MAX_HEAD_BYTES", "BoundedHttp", "Limits", "bounded", "connection_cap"]

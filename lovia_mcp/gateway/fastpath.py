@@ -83,8 +83,13 @@ async def serve_fast(handle: ASGIApp, scope: Scope, receive: Receive, send: Send
         elif message["type"] == "http.response.body":
             # The JSON answer as the stream's one event (what SSE mode sends last).
             body = message.get("body", b"")
-            await send({"type": "http.response.body", "body": b"event: message\r\ndata: " + body + b"\r\n\r\n",
-                        "more_body": False})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"event: message\r\ndata: " + body + b"\r\n\r\n",
+                    "more_body": False,
+                }
+            )
 
     handler = asyncio.ensure_future(handle(scope, body_then_watch, answer))
     try:

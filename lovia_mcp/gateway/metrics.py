@@ -76,8 +76,9 @@ class Metrics:
     def render(self, gauges: Iterable[tuple[str, str, str, Labels, float]]) -> str:
         """The exposition text; ``gauges`` are (name, type, help, labels, value) read at scrape time."""
         out: list[str] = []
-        self._family(out, "lovia_mcp_calls_total", "counter", "Tool calls by server, tool and outcome.",
-                     self.calls.items())
+        self._family(
+            out, "lovia_mcp_calls_total", "counter", "Tool calls by server, tool and outcome.", self.calls.items()
+        )
         out.append("# HELP lovia_mcp_call_duration_seconds Tool call latency through the gateway.")
         out.append("# TYPE lovia_mcp_call_duration_seconds histogram")
         for server, buckets in sorted(self._hist.items()):
@@ -91,8 +92,13 @@ class Metrics:
             out.append(f"lovia_mcp_call_duration_seconds_bucket{_labels(base, inf)} {self._count[server]}")
             out.append(f"lovia_mcp_call_duration_seconds_sum{_labels(base)} {self._sum[server]:.6f}")
             out.append(f"lovia_mcp_call_duration_seconds_count{_labels(base)} {self._count[server]}")
-        self._family(out, "lovia_mcp_kills_total", "counter",
-                     "Calls that ended with the server tree killed or gone, by reason.", self.kills.items())
+        self._family(
+            out,
+            "lovia_mcp_kills_total",
+            "counter",
+            "Calls that ended with the server tree killed or gone, by reason.",
+            self.kills.items(),
+        )
         by_name: dict[str, list[tuple[Labels, float]]] = defaultdict(list)
         meta: dict[str, tuple[str, str]] = {}
         for name, kind, help_text, labels, value in gauges:
@@ -104,8 +110,7 @@ class Metrics:
         return "\n".join(out) + "\n"
 
     @staticmethod
-    def _family(out: list[str], name: str, kind: str, help_text: str,
-                samples: Iterable[tuple[Labels, float]]) -> None:
+    def _family(out: list[str], name: str, kind: str, help_text: str, samples: Iterable[tuple[Labels, float]]) -> None:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} {kind}")
         for labels, value in sorted(samples):

@@ -81,30 +81,52 @@ def served_options(source: str | Path | Mapping[str, Any]) -> dict[str, Served]:
         label = str(source)
         data = json.loads(strip_jsonc(Path(source).expanduser().read_text(encoding="utf-8")))
     entries = data.get("mcpServers", data.get("servers", {}))
-    return {name: _served(f"{label}: server {name!r}", entry) for name, entry in entries.items()
-            if isinstance(entry, Mapping)}
+    return {
+        name: _served(f"{label}: server {name!r}", entry)
+        for name, entry in entries.items()
+        if isinstance(entry, Mapping)
+    }
 
 
 def _served(where: str, entry: Mapping[str, Any]) -> Served:
     session = entry.get("session", "shared")
     if session not in SESSION_MODES:
-        raise UserError(f"{where}: unknown session {session!r}",
-                        hint='Use "shared" (one server for every client: stateless tools) or '
-                             '"per-session" (a server for each client session).')
+        raise UserError(
+            f"{where}: unknown session {session!r}",
+            hint='Use "shared" (one server for every client: stateless tools) or '
+            '"per-session" (a server for each client session).',
+        )
     max_sessions = entry.get("max_sessions", DEFAULT_MAX_SESSIONS)
     if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
-        raise UserError(f"{where}: max_sessions must be a whole number >= 1, got {max_sessions!r}",
-                        hint=f'"max_sessions": {DEFAULT_MAX_SESSIONS}, say.')
+        raise UserError(
+            f"{where}: max_sessions must be a whole number >= 1, got {max_sessions!r}",
+            hint=f'"max_sessions": {DEFAULT_MAX_SESSIONS}, say.',
+        )
     idle = entry.get("idle", DEFAULT_IDLE)
     if isinstance(idle, bool) or not isinstance(idle, (int, float)) or not (math.isfinite(idle) and idle > 0):
-        raise UserError(f"{where}: idle must be a positive number of seconds, got {idle!r}",
-                        hint=f'"idle": {DEFAULT_IDLE:g} closes a session\'s server after that long without a call.')
+        raise UserError(
+            f"{where}: idle must be a positive number of seconds, got {idle!r}",
+            hint=f'"idle": {DEFAULT_IDLE:g} closes a session\'s server after that long without a call.',
+        )
     if session == "shared" and ("max_sessions" in entry or "idle" in entry):
-        raise UserError(f"{where}: max_sessions and idle apply to per-session servers only",
-                        hint='Add "session": "per-session", or drop them.')
+        raise UserError(
+            f"{where}: max_sessions and idle apply to per-session servers only",
+            hint='Add "session": "per-session", or drop them.',
+        )
     return Served(session=session, max_sessions=max_sessions, idle=float(idle))
 
 
-__all__ = ["DEFAULT_DRAIN", "DEFAULT_HEAD_TIMEOUT", "DEFAULT_IDLE", "DEFAULT_LISTEN", "DEFAULT_MAX_BODY",
-           "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_HTTP_SESSIONS", "DEFAULT_MAX_SESSIONS", "SESSION_MODES", "Served",
-           "SessionMode", "served_options"]
+__all__ = [
+    "DEFAULT_DRAIN",
+    "DEFAULT_HEAD_TIMEOUT",
+    "DEFAULT_IDLE",
+    "DEFAULT_LISTEN",
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_HTTP_SESSIONS",
+    "DEFAULT_MAX_SESSIONS",
+    "SESSION_MODES",
+    "Served",
+    "SessionMode",
+    "served_options",
+]

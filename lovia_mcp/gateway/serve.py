@@ -71,12 +71,18 @@ class _Uvicorn(uvicorn.Server):
 class _JsonLines(logging.Formatter):
     """One JSON object per record: time, level, logger, message, and the record's extra fields."""
 
-    _PLAIN: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "color_message"}
+    _PLAIN: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+        "message",
+        "asctime",
+        "color_message",
+    }
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
         }
         out.update({k: v for k, v in vars(record).items() if k not in self._PLAIN and not k.startswith("_")})
         if record.exc_info:
@@ -100,16 +106,22 @@ def read_tokens(path: str) -> list[str]:
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"cannot read the token file {path!r}: {exc.strerror or exc}",
-                        hint="Pass a readable file with one token a line (a Kubernetes Secret mounted as a file).")
+        raise UserError(
+            f"cannot read the token file {path!r}: {exc.strerror or exc}",
+            hint="Pass a readable file with one token a line (a Kubernetes Secret mounted as a file).",
+        )
     tokens = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not tokens:
-        raise UserError(f"the token file {path!r} holds no token",
-                        hint="Put one token a line in it: `openssl rand -hex 32 > tokens`, say.")
+        raise UserError(
+            f"the token file {path!r} holds no token",
+            hint="Put one token a line in it: `openssl rand -hex 32 > tokens`, say.",
+        )
     short = [t for t in tokens if len(t) < 16]
     if short:
-        raise UserError(f"the token file {path!r} holds a token shorter than 16 characters",
-                        hint="Use long random tokens: `openssl rand -hex 32`.")
+        raise UserError(
+            f"the token file {path!r} holds a token shorter than 16 characters",
+            hint="Use long random tokens: `openssl rand -hex 32`.",
+        )
     return tokens
 
 
@@ -117,9 +129,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise UserError(f"--listen takes HOST:PORT, got {text!r}",
-                        hint="--listen 127.0.0.1:8765 (port 0 picks a free one), or --listen 0.0.0.0:8765 with "
-                             "--token-file in a container.")
+        raise UserError(
+            f"--listen takes HOST:PORT, got {text!r}",
+            hint="--listen 127.0.0.1:8765 (port 0 picks a free one), or --listen 0.0.0.0:8765 with "
+            "--token-file in a container.",
+        )
     return host, int(port)
 
 
@@ -143,8 +157,10 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                        hint="Pick a free port (port 0 picks one) and an address of this machine.") from None
+        raise UserError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="Pick a free port (port 0 picks one) and an address of this machine.",
+        ) from None
     # Listening before uvicorn starts: connections made as soon as the URL is
     # printed wait in the backlog instead of being refused.
     sock.listen(2048)
@@ -167,12 +183,21 @@ async def run(ns: argparse.Namespace) -> int:
     limits = Limits(max_connections=connection_cap(ns.max_connections), head_timeout=ns.head_timeout)
     loopback = is_loopback(host)
     if not loopback and not tokens:
-        raise UserError(f"refusing to listen on {host} (not loopback) without tokens",
-                        hint="Pass --token-file FILE (one bearer token a line), or listen on 127.0.0.1.")
+        raise UserError(
+            f"refusing to listen on {host} (not loopback) without tokens",
+            hint="Pass --token-file FILE (one bearer token a line), or listen on 127.0.0.1.",
+        )
     backends: list[Backend] = [backend_for(s, served.get(s.name or "", Served())) for s in servers]
     idle = max([b.served.idle for b in backends if b.served.session == "per-session"] + [HTTP_SESSION_IDLE])
-    gateway = Gateway(backends, tokens=tokens, loopback=loopback, max_body_bytes=ns.max_body_bytes,
-                      max_sessions=ns.max_http_sessions, session_idle=idle, limits=limits)
+    gateway = Gateway(
+        backends,
+        tokens=tokens,
+        loopback=loopback,
+        max_body_bytes=ns.max_body_bytes,
+        max_sessions=ns.max_http_sessions,
+        session_idle=idle,
+        limits=limits,
+    )
     sock = _bind(host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -181,9 +206,18 @@ async def run(ns: argparse.Namespace) -> int:
     # No proxy-headers middleware: nothing here reads the client's address,
     # and it was a layer on every request. The backlog is the cap: asyncio
     # accepts up to that many a turn before the protocol can close any.
-    config = uvicorn.Config(gateway, lifespan="off", log_config=None, access_log=False, proxy_headers=False,
-                            timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE, ws="none", http=bounded(limits),
-                            timeout_keep_alive=KEEP_ALIVE_IDLE, backlog=limits.max_connections)
+    config = uvicorn.Config(
+        gateway,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=HTTP_SHUTDOWN_GRACE,
+        ws="none",
+        http=bounded(limits),
+        timeout_keep_alive=KEEP_ALIVE_IDLE,
+        backlog=limits.max_connections,
+    )
     http = _Uvicorn(config)
     try:
         async with AsyncExitStack() as stack:
@@ -191,8 +225,14 @@ async def run(ns: argparse.Namespace) -> int:
             await gateway.enter(stack)
             serving = asyncio.ensure_future(http.serve(sockets=[sock]))
             print(_url(sock), flush=True)
-            logger.info("listening", extra={"url": _url(sock), "servers": [b.name for b in backends],
-                                            "max_connections": limits.max_connections})
+            logger.info(
+                "listening",
+                extra={
+                    "url": _url(sock),
+                    "servers": [b.name for b in backends],
+                    "max_connections": limits.max_connections,
+                },
+            )
             opened = await _open_all(backends, stop)
             if opened:
                 gateway.ready = True
@@ -203,8 +243,10 @@ async def run(ns: argparse.Namespace) -> int:
                 await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
                 waiting.cancel()
                 drained = await gateway.drain(ns.drain_seconds)
-                logger.info("draining done" if drained else "drain timed out; closing calls in flight",
-                            extra={"in_flight": gateway.in_flight})
+                logger.info(
+                    "draining done" if drained else "drain timed out; closing calls in flight",
+                    extra={"in_flight": gateway.in_flight},
+                )
             http.should_exit = True
             await serving
     finally:
@@ -263,5 +305,11 @@ def main(ns: argparse.Namespace) -> int:
 
 __all__ = [
     "HTTP_SESSION_IDLE",
-    "HTTP_SHUTDOWN_GRACE", "configure_logging", "is_loopback", "main", "parse_listen", "read_tokens", "run",
+    "HTTP_SHUTDOWN_GRACE",
+    "configure_logging",
+    "is_loopback",
+    "main",
+    "parse_listen",
+    "read_tokens",
+    "run",
 ]

@@ -42,9 +42,14 @@ def tool(name: str, annotations: dict | None = None, **extra: object) -> dict:
     entry: dict = {
         "name": name,
         "description": f"The {name} tool.",
-        "inputSchema": {"type": "object", "properties": {
-            "crash_once": {"type": "string"}, "peer": {"type": "number"}, "text": {"type": "string"},
-        }},
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "crash_once": {"type": "string"},
+                "peer": {"type": "number"},
+                "text": {"type": "string"},
+            },
+        },
     }
     if annotations is not None:
         entry["annotations"] = annotations

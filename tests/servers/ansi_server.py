@@ -36,9 +36,14 @@ if "--die-at-start" in sys.argv[1:]:
     os._exit(1)
 
 TOOLS = [
-    tool(f"vet{HOSTILE}", f"Lists {HOSTILE} only.", {
-        f"q{HOSTILE}": {"type": f"string{HOSTILE}", "description": HOSTILE, "default": HOSTILE},
-    }, annotations={"title": HOSTILE}),
+    tool(
+        f"vet{HOSTILE}",
+        f"Lists {HOSTILE} only.",
+        {
+            f"q{HOSTILE}": {"type": f"string{HOSTILE}", "description": HOSTILE, "default": HOSTILE},
+        },
+        annotations={"title": HOSTILE},
+    ),
     tool("show", f"Every kind of result, {HOSTILE} in each."),
     tool("refuse", "A JSON-RPC error."),
     tool("chatty", "Stderr lines, then an answer."),
@@ -53,14 +58,17 @@ def stderr_lines() -> None:
 
 def call(rid: object, name: str, args: dict[str, object]) -> None:
     if name == "show":
-        result(rid, {
-            "content": [
-                {"type": "text", "text": f"text {HOSTILE}\n\tsecond line"},
-                {"type": "image", "data": "aGk=", "mimeType": f"image/png{HOSTILE}"},
-                {"type": "resource_link", "uri": f"file:///{HOSTILE}", "name": HOSTILE},
-            ],
-            "structuredContent": {"k": HOSTILE},
-        })
+        result(
+            rid,
+            {
+                "content": [
+                    {"type": "text", "text": f"text {HOSTILE}\n\tsecond line"},
+                    {"type": "image", "data": "aGk=", "mimeType": f"image/png{HOSTILE}"},
+                    {"type": "resource_link", "uri": f"file:///{HOSTILE}", "name": HOSTILE},
+                ],
+                "structuredContent": {"k": HOSTILE},
+            },
+        )
     elif name == "refuse":
         error(rid, -32000, f"refused {HOSTILE}")
     elif name == "chatty":

@@ -13,18 +13,33 @@ from __future__ import annotations
 from rawloop import result, serve
 
 BLOCKS = [
-    {"type": "text", "text": "hello", "annotations": {"audience": ["user"], "priority": 0.75},
-     "_meta": {"example.com/trace": "t-1"}},
+    {
+        "type": "text",
+        "text": "hello",
+        "annotations": {"audience": ["user"], "priority": 0.75},
+        "_meta": {"example.com/trace": "t-1"},
+    },
     {"type": "image", "data": "aGVsbG8gd29ybGQ=", "mimeType": "image/png", "annotations": {"priority": 0.1}},
     {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"},
-    {"type": "resource", "resource": {"uri": "file:///a.txt", "mimeType": "text/plain", "text": "inline text"},
-     "_meta": {"example.com/source": "disk"}},
-    {"type": "resource", "resource": {"uri": "file:///b.bin", "mimeType": "application/octet-stream", "blob": "AAAAAAAA"}},
+    {
+        "type": "resource",
+        "resource": {"uri": "file:///a.txt", "mimeType": "text/plain", "text": "inline text"},
+        "_meta": {"example.com/source": "disk"},
+    },
+    {
+        "type": "resource",
+        "resource": {"uri": "file:///b.bin", "mimeType": "application/octet-stream", "blob": "AAAAAAAA"},
+    },
     {"type": "resource_link", "uri": "file:///c.txt", "name": "c.txt", "annotations": {"audience": ["assistant"]}},
 ]
 UNKNOWN = {"type": "widget", "knobs": 3}
-TOOLS = [{"name": "blocks", "description": "Every block type.",
-          "inputSchema": {"type": "object", "properties": {"unknown": {"type": "boolean"}}}}]
+TOOLS = [
+    {
+        "name": "blocks",
+        "description": "Every block type.",
+        "inputSchema": {"type": "object", "properties": {"unknown": {"type": "boolean"}}},
+    }
+]
 
 
 def call(rid: object, name: str, args: dict) -> None:

@@ -22,12 +22,30 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 MACHINE = os.uname().machine
 NR = {
-    "x86_64": {"ptrace": 101, "setns": 308, "process_vm_readv": 310, "bpf": 321, "perf_event_open": 298,
-               "keyctl": 250, "io_uring_setup": 425, "name_to_handle_at": 303, "open_by_handle_at": 304,
-               "renameat2": 316},
-    "aarch64": {"ptrace": 117, "setns": 268, "process_vm_readv": 270, "bpf": 280, "perf_event_open": 241,
-                "keyctl": 219, "io_uring_setup": 425, "name_to_handle_at": 264, "open_by_handle_at": 265,
-                "renameat2": 276},
+    "x86_64": {
+        "ptrace": 101,
+        "setns": 308,
+        "process_vm_readv": 310,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "keyctl": 250,
+        "io_uring_setup": 425,
+        "name_to_handle_at": 303,
+        "open_by_handle_at": 304,
+        "renameat2": 316,
+    },
+    "aarch64": {
+        "ptrace": 117,
+        "setns": 268,
+        "process_vm_readv": 270,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "keyctl": 219,
+        "io_uring_setup": 425,
+        "name_to_handle_at": 264,
+        "open_by_handle_at": 265,
+        "renameat2": 276,
+    },
 }[MACHINE]
 MNT_DETACH = 2
 MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
@@ -123,6 +141,7 @@ def p_hidden_secret(a: dict) -> str:
         if "SECRET" not in text:
             raise OSError(2, "the secret is not there")
         return text.strip()
+
     target = a["path"] if os.path.isfile(a["path"]) else os.path.dirname(a["path"])
     return twice(goal, umount, target)
 
@@ -143,6 +162,7 @@ def p_agent_mem(a: dict) -> str:
         with open(f"/proc/{pid}/mem", "rb") as f:
             f.seek(start)
             return f"read {len(f.read(16))} bytes"
+
     return twice(goal, umount, "/proc")
 
 
@@ -262,6 +282,7 @@ def p_tiocsti(a: dict) -> str:
         finally:
             os.close(fd)
         return "injected"
+
     return twice(goal, umount, "/dev")
 
 
@@ -437,8 +458,11 @@ def p_setuid_file(a: dict) -> str:
 
     results = [
         made(base + "-sh", "chmod 6755", chmod_copy),
-        made(base + "-open", "open(O_CREAT, 04755)",
-             lambda: os.close(os.open(base + "-open", os.O_CREAT | os.O_WRONLY, 0o4755))),
+        made(
+            base + "-open",
+            "open(O_CREAT, 04755)",
+            lambda: os.close(os.open(base + "-open", os.O_CREAT | os.O_WRONLY, 0o4755)),
+        ),
         made(base + "-dir", "mkdir 02777", lambda: os.mkdir(base + "-dir", 0o2777)),
         made(base + "-node", "mknod 04755", lambda: os.mknod(base + "-node", stat.S_IFREG | 0o4755)),
     ]
@@ -461,8 +485,9 @@ def p_fifo_device(a: dict) -> str:
         with open(base + "-moved", "w"):
             pass
         try:
-            sys_call("renameat2", AT_FDCWD, (base + "-moved").encode(), AT_FDCWD, (base + "-to").encode(),
-                     RENAME_WHITEOUT)
+            sys_call(
+                "renameat2", AT_FDCWD, (base + "-moved").encode(), AT_FDCWD, (base + "-to").encode(), RENAME_WHITEOUT
+            )
         finally:
             for path in (base + "-moved", base + "-to"):
                 if os.path.isfile(path):

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from rawloop import answer, empty_result, serve
 
-TOOL = {"name": "route", "description": "Answer the region.", "inputSchema": {
-    "type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}}
+TOOL = {
+    "name": "route",
+    "description": "Answer the region.",
+    "inputSchema": {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}},
+}
 
 
 def call(rid: object, name: str, args: dict) -> None:

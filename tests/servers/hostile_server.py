@@ -165,10 +165,14 @@ def call(rid: object, name: str, args: dict[str, Any]) -> None:
         while True:
             signal.pause()
     elif name == "ask_sampling":
-        response = ask_client("s-1", "sampling/createMessage", {
-            "messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}],
-            "maxTokens": 10,
-        })
+        response = ask_client(
+            "s-1",
+            "sampling/createMessage",
+            {
+                "messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}],
+                "maxTokens": 10,
+            },
+        )
         result(rid, text(json.dumps(response)))
     elif name == "ask_ping":
         result(rid, text(json.dumps(ask_client(77, "ping", {}))))
@@ -200,11 +204,14 @@ def handle(msg: dict[str, Any]) -> None:
         return  # dropped, as a server that types ids as numbers does
     if method == "initialize":
         offer = (msg.get("params") or {}).get("protocolVersion", "2025-06-18")
-        result(rid, {
-            "protocolVersion": VERSION if VERSION is not None else offer,
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "hostile", "version": "1"},
-        })
+        result(
+            rid,
+            {
+                "protocolVersion": VERSION if VERSION is not None else offer,
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "hostile", "version": "1"},
+            },
+        )
     elif method == "tools/list":
         page: dict[str, Any] = {"tools": TOOLS}
         if REPEAT_CURSOR:

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import ToolAnnotations, ToolListChangedNotification
+from pydantic import BaseModel
 from sdk_http import serve_http
 
 PIXEL_PNG = bytes.fromhex(

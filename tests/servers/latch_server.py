@@ -16,11 +16,20 @@ from typing import Any
 from rawloop import answer, serve
 
 TOOLS = [
-    {"name": "latch", "description": "Hold the call until released.",
-     "inputSchema": {"type": "object", "properties": {"entered": {"type": "string"}, "release": {"type": "string"}},
-                     "required": ["entered", "release"]}},
-    {"name": "echo", "description": "Echo text.",
-     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {
+        "name": "latch",
+        "description": "Hold the call until released.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"entered": {"type": "string"}, "release": {"type": "string"}},
+            "required": ["entered", "release"],
+        },
+    },
+    {
+        "name": "echo",
+        "description": "Echo text.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    },
 ]
 
 

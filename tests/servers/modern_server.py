@@ -109,22 +109,35 @@ def call(rid: object, params: dict[str, Any], meta: dict[str, Any]) -> dict[str,
         sys.stdout.flush()
         os._exit(3)
     if name == "ask":
-        return {"jsonrpc": "2.0", "id": rid, "result": {
-            "resultType": "input_required",
-            "inputRequests": {
-                "confirm": {"method": "elicitation/create", "params": {
-                    "mode": "form", "message": "Really delete every file?",
-                    "requestedSchema": {"type": "object", "properties": {"yes": {"type": "boolean"}}},
-                }},
-                "draft": {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 10}},
+        return {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "result": {
+                "resultType": "input_required",
+                "inputRequests": {
+                    "confirm": {
+                        "method": "elicitation/create",
+                        "params": {
+                            "mode": "form",
+                            "message": "Really delete every file?",
+                            "requestedSchema": {"type": "object", "properties": {"yes": {"type": "boolean"}}},
+                        },
+                    },
+                    "draft": {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 10}},
+                },
+                "requestState": "opaque-1",
             },
-            "requestState": "opaque-1",
-        }}
+        }
     if name == "add_tool":
         TOOLS.append({"name": str(args["name"]), "description": "Added.", "inputSchema": schema(text="string")})
         for sub in listeners:
-            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
-                  "params": {"_meta": {SUBSCRIPTION_KEY: sub}}})
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/tools/list_changed",
+                    "params": {"_meta": {SUBSCRIPTION_KEY: sub}},
+                }
+            )
         return ok(rid, text(f"added {args['name']}"))
     if any(t["name"] == name for t in TOOLS):
         return ok(rid, text(f"{name}: {args.get('text', '')}"))
@@ -141,8 +154,12 @@ def handle(msg: dict[str, Any]) -> dict[str, Any] | None:
             send(ok(params["requestId"], {}))  # the stream's graceful close
         return None
     if method == "initialize":
-        return error(rid, -32022, "Unsupported protocol version: this server speaks only the stateless revision",
-                     {"supported": SUPPORTED, "requested": params.get("protocolVersion")})
+        return error(
+            rid,
+            -32022,
+            "Unsupported protocol version: this server speaks only the stateless revision",
+            {"supported": SUPPORTED, "requested": params.get("protocolVersion")},
+        )
     if method == "server/discover":
         state["probes"] += 1
         if state["probes"] == 1 and FIRST_PROBE:
@@ -151,17 +168,26 @@ def handle(msg: dict[str, Any]) -> dict[str, Any] | None:
     requested = meta.get(VERSION_KEY)
     if requested not in SUPPORTED:
         if method == "server/discover" or requested is not None:
-            return error(rid, -32022, f"Unsupported protocol version: {requested!r}",
-                         {"supported": SUPPORTED, "requested": requested})
+            return error(
+                rid,
+                -32022,
+                f"Unsupported protocol version: {requested!r}",
+                {"supported": SUPPORTED, "requested": requested},
+            )
     missing = [k for k in ENVELOPE if k not in meta]
     if missing:
         return error(rid, -32602, f"Missing the request envelope in _meta: {', '.join(missing)}")
     if method == "server/discover":
-        return ok(rid, {
-            "supportedVersions": SUPPORTED, "capabilities": {"tools": {"listChanged": not HTTP}},
-            "ttlMs": TTL_MS, "cacheScope": "private", "_meta": {"io.modelcontextprotocol/serverInfo": {
-                "name": "modern", "version": "1"}},
-        })
+        return ok(
+            rid,
+            {
+                "supportedVersions": SUPPORTED,
+                "capabilities": {"tools": {"listChanged": not HTTP}},
+                "ttlMs": TTL_MS,
+                "cacheScope": "private",
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern", "version": "1"}},
+            },
+        )
     if method == "tools/list":
         state["listings"] += 1
         return ok(rid, {"tools": TOOLS, "ttlMs": TTL_MS, "cacheScope": "private"})
@@ -169,8 +195,13 @@ def handle(msg: dict[str, Any]) -> dict[str, Any] | None:
         return call(rid, params, meta)
     if method == "subscriptions/listen" and not HTTP:
         listeners.append(rid)
-        send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-              "params": {"notifications": {"toolsListChanged": True}, "_meta": {SUBSCRIPTION_KEY: rid}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/subscriptions/acknowledged",
+                "params": {"notifications": {"toolsListChanged": True}, "_meta": {SUBSCRIPTION_KEY: rid}},
+            }
+        )
         return None
     return error(rid, -32601, f"Method not found: {method}")
 
@@ -198,8 +229,15 @@ def handle_legacy(msg: dict[str, Any]) -> dict[str, Any] | None:
     if method == "initialize":
         for probe in held:
             send(error(probe, -32601, "Method not found: server/discover"))
-        return {"jsonrpc": "2.0", "id": rid, "result": {
-            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "legacy", "version": "1"}}}
+        return {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "result": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "legacy", "version": "1"},
+            },
+        }
     if method == "tools/list":
         state["listings"] += 1
         return {"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 
 import anyio
-
 from mcp.server.mcpserver import Context, MCPServer
 from sdk_http import serve_http
 

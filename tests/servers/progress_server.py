@@ -21,10 +21,19 @@ import sys
 from rawloop import answer, send, serve
 
 TOOLS = [
-    {"name": "report", "description": "Progress per step.", "inputSchema": {"type": "object", "properties": {
-        "steps": {"type": "integer"}, "total": {"type": "number"}, "gate": {"type": "string"}}}},
-    {"name": "flood", "description": "Many progress notifications.", "inputSchema": {"type": "object", "properties": {
-        "n": {"type": "integer"}}}},
+    {
+        "name": "report",
+        "description": "Progress per step.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"steps": {"type": "integer"}, "total": {"type": "number"}, "gate": {"type": "string"}},
+        },
+    },
+    {
+        "name": "flood",
+        "description": "Many progress notifications.",
+        "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    },
     {"name": "meta", "description": "The call's _meta.", "inputSchema": {"type": "object", "properties": {}}},
 ]
 
@@ -57,8 +66,16 @@ def call(rid: object, name: str, args: dict, meta: dict) -> None:
         n = int(args.get("n", 10000))
         out = sys.stdout
         for i in range(1, n + 1):
-            out.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
-                                  "params": {"progressToken": token, "progress": i, "total": n}}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/progress",
+                        "params": {"progressToken": token, "progress": i, "total": n},
+                    }
+                )
+                + "\n"
+            )
         out.flush()
         answer(rid, f"flooded {n}")
 

@@ -106,10 +106,16 @@ TOOLS = [
     tool("fail", "Always answers with isError."),
     tool("big", "A large text result.", {"size": {"type": "integer"}}),
     tool("mixed", "Every kind of content block."),
-    tool("long", "Long numbered text blocks with others between them.", {
-        "size": {"type": "integer"}, "blocks": {"type": "integer"}, "error": {"type": "boolean"},
-        "structured": {"type": "integer"},
-    }),
+    tool(
+        "long",
+        "Long numbered text blocks with others between them.",
+        {
+            "size": {"type": "integer"},
+            "blocks": {"type": "integer"},
+            "error": {"type": "boolean"},
+            "structured": {"type": "integer"},
+        },
+    ),
     tool("hang", "Never answers."),
     tool("exit", "Exit mid-call.", {"code": {"type": "integer"}}),
     tool("signal", "Kill itself with a signal.", {"name": {"type": "string"}}),
@@ -135,7 +141,11 @@ if flag("--loose-schemas") is not None:
         {"name": "loose_null", "description": "null schema", "inputSchema": None},
         {"name": "loose_empty", "description": "empty schema", "inputSchema": {}},
         {"name": "loose_noprops", "description": "object without properties", "inputSchema": {"type": "object"}},
-        {"name": "loose_broken", "description": "bad properties", "inputSchema": {"type": "object", "properties": [], "required": "x"}},
+        {
+            "name": "loose_broken",
+            "description": "bad properties",
+            "inputSchema": {"type": "object", "properties": [], "required": "x"},
+        },
         {"name": "loose_missing", "description": "no inputSchema at all"},
     ]
 many = flag("--many")
@@ -187,7 +197,7 @@ def call(rid: object, name: str, args: dict) -> None:
         os._exit(4)
     prefix = flag("--prefix-tools") or ""
     if prefix and name.startswith(prefix):
-        name = name[len(prefix):]
+        name = name[len(prefix) :]
     if name == "echo":
         result(rid, text(str(args.get("text", ""))))
     elif name == "add":
@@ -198,17 +208,39 @@ def call(rid: object, name: str, args: dict) -> None:
     elif name == "big":
         result(rid, text("x" * int(args.get("size", 1000))))
     elif name == "mixed":
-        result(rid, {"content": [
-            {"type": "text", "text": "hello"},
-            {"type": "image", "data": "aGVsbG8gd29ybGQ=", "mimeType": "image/png"},
-            {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"},
-            {"type": "resource", "resource": {"uri": "file:///a.txt", "mimeType": "text/plain", "text": "inline text"}},
-            {"type": "resource", "resource": {"uri": "file:///b.bin", "mimeType": "application/octet-stream", "blob": "AAAAAAAA"}},
-            {"type": "resource_link", "uri": "file:///c.txt", "name": "c.txt"},
-        ]})
+        result(
+            rid,
+            {
+                "content": [
+                    {"type": "text", "text": "hello"},
+                    {"type": "image", "data": "aGVsbG8gd29ybGQ=", "mimeType": "image/png"},
+                    {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"},
+                    {
+                        "type": "resource",
+                        "resource": {"uri": "file:///a.txt", "mimeType": "text/plain", "text": "inline text"},
+                    },
+                    {
+                        "type": "resource",
+                        "resource": {
+                            "uri": "file:///b.bin",
+                            "mimeType": "application/octet-stream",
+                            "blob": "AAAAAAAA",
+                        },
+                    },
+                    {"type": "resource_link", "uri": "file:///c.txt", "name": "c.txt"},
+                ]
+            },
+        )
     elif name == "long":
-        result(rid, long_result(int(args.get("size", 1000)), int(args.get("blocks", 1)),
-                                bool(args.get("error")), int(args.get("structured", 0))))
+        result(
+            rid,
+            long_result(
+                int(args.get("size", 1000)),
+                int(args.get("blocks", 1)),
+                bool(args.get("error")),
+                int(args.get("structured", 0)),
+            ),
+        )
     elif name == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         while True:

@@ -58,8 +58,12 @@ def answer(rid: object, s: str) -> None:
 
 
 def tool(name: str, description: str, props: JSON | None = None, **extra: object) -> JSON:
-    return {"name": name, "description": description,
-            "inputSchema": {"type": "object", "properties": props or {}}, **extra}
+    return {
+        "name": name,
+        "description": description,
+        "inputSchema": {"type": "object", "properties": props or {}},
+        **extra,
+    }
 
 
 def method_not_found(rid: object, method: str, params: JSON) -> None:
@@ -108,11 +112,14 @@ def serve(
                 notified(method, params)
         elif method == "initialize":
             if handshake:
-                result(rid, {
-                    "protocolVersion": params.get("protocolVersion", "2025-06-18"),
-                    "capabilities": capabilities if capabilities is not None else {"tools": {}},
-                    "serverInfo": {"name": name, "version": "1"},
-                })
+                result(
+                    rid,
+                    {
+                        "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                        "capabilities": capabilities if capabilities is not None else {"tools": {}},
+                        "serverInfo": {"name": name, "version": "1"},
+                    },
+                )
         elif method == "tools/list":
             result(rid, {"tools": tools() if callable(tools) else tools})
         elif method == "tools/call":

@@ -30,8 +30,20 @@ sys.path.insert(0, os.path.dirname(HERE))  # tests/, for _agent
 # escape_server.py's probes also run (each must be denied): the agent's
 # memory and environment, the kernel knobs, capabilities, namespaces and the
 # system calls the filter refuses.
-PROBES = ("agent_environ", "agent_mem", "proc_sys_write", "sysfs_write", "cgroup_write", "capabilities",
-          "new_userns", "ptrace", "process_vm_readv", "io_uring", "bpf", "perf_event_open")
+PROBES = (
+    "agent_environ",
+    "agent_mem",
+    "proc_sys_write",
+    "sysfs_write",
+    "cgroup_write",
+    "capabilities",
+    "new_userns",
+    "ptrace",
+    "process_vm_readv",
+    "io_uring",
+    "bpf",
+    "perf_event_open",
+)
 _ENOSYS = 38
 _LANDLOCK_CREATE_RULESET = 444
 
@@ -63,16 +75,20 @@ async def main(backend: str, cwd: str, secret: str, port: int) -> dict[str, obje
     records = Records()
     logging.getLogger("lovia_mcp").addHandler(records)
     logging.getLogger("lovia_mcp").setLevel(logging.INFO)
-    server = MCPServerStdio(command=sys.executable, args=[os.path.join(HERE, "escape_server.py")],
-                            cwd=cwd, sandbox=Sandbox(backend=backend))  # type: ignore[arg-type]
+    server = MCPServerStdio(
+        command=sys.executable, args=[os.path.join(HERE, "escape_server.py")], cwd=cwd, sandbox=Sandbox(backend=backend)
+    )  # type: ignore[arg-type]
     try:
-        result, _ = await drive(MCP(server), batch(
-            ("read", {"path": secret}),
-            ("connect", {"host": "127.0.0.1", "port": port}),
-            ("signal", {"pid": os.getpid()}),
-            ("write", {"path": os.path.join(os.path.dirname(cwd), "escaped.txt")}),
-            *(("probe", {"name": name, "args": {"pid": os.getpid()}}) for name in PROBES),
-        ))
+        result, _ = await drive(
+            MCP(server),
+            batch(
+                ("read", {"path": secret}),
+                ("connect", {"host": "127.0.0.1", "port": port}),
+                ("signal", {"pid": os.getpid()}),
+                ("write", {"path": os.path.join(os.path.dirname(cwd), "escaped.txt")}),
+                *(("probe", {"name": name, "args": {"pid": os.getpid()}}) for name in PROBES),
+            ),
+        )
     except Exception as exc:  # noqa: BLE001 - reported to the test, which checks it
         return {"error": str(exc), "hint": getattr(exc, "hint", None), "type": type(exc).__name__}
     return {"outputs": outputs(result), "logs": records.lines}

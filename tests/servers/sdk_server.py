@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.utilities.types import Image
+from pydantic import BaseModel
 
 # A 1x1 transparent PNG (67 bytes): small, valid, and recognisable by size.
 PIXEL_PNG = bytes.fromhex(

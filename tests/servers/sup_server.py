@@ -45,7 +45,11 @@ TOOLS = [
         ("pid", "Own pid.", {}),
         ("hold", "Hold memory, never answer.", {"mb": {"type": "integer"}}),
         ("fork", "Fork children, never answer.", {"n": {"type": "integer"}, "interval": {"type": "number"}}),
-        ("hold_in_children", "Children hold memory, never answer.", {"n": {"type": "integer"}, "mb": {"type": "integer"}}),
+        (
+            "hold_in_children",
+            "Children hold memory, never answer.",
+            {"n": {"type": "integer"}, "mb": {"type": "integer"}},
+        ),
         ("burn_in_subprocesses", "Short-lived CPU burners.", {"n": {"type": "integer"}, "seconds": {"type": "number"}}),
         ("orphans", "Short-lived orphans.", {"n": {"type": "integer"}}),
         ("echo", "Echo.", {"text": {"type": "string"}}),

@@ -27,8 +27,11 @@ import os
 from rawloop import answer, serve, tool
 
 TOOLS = [
-    tool("swap", "Swap a path for a symlink and crash; go through the link if it is one already.",
-         {"path": {"type": "string"}, "moved": {"type": "string"}, "link": {"type": "string"}}),
+    tool(
+        "swap",
+        "Swap a path for a symlink and crash; go through the link if it is one already.",
+        {"path": {"type": "string"}, "moved": {"type": "string"}, "link": {"type": "string"}},
+    ),
     tool("write", "Write a file.", {"path": {"type": "string"}}),
     tool("fds", "List the descriptors this server holds."),
 ]

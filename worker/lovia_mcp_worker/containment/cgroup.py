@@ -60,6 +60,8 @@ import signal
 import time
 from typing import Final
 
+from ..wire.confinement import Limits
+from ..wire.failures import Breach
 from .cgroup_layout import (
     PREFIX,
     Layout,
@@ -68,9 +70,7 @@ from .cgroup_layout import (
 )
 from .cgroup_layout import read as _read
 from .cgroup_layout import write as _write
-from ..wire.failures import Breach
 from .proctree import TreeUsage, descendants, kill_tree
-from ..wire.confinement import Limits
 
 # Bound on waiting for a cgroup's processes to exit after SIGKILL; only an
 # uninterruptible (D-state) process takes this long.
@@ -122,9 +122,15 @@ class GenerationCgroup:
         # The serial keeps two hosts of one process apart (isolation="none":
         # every connection's generation 1 in the agent's process).
         name = f"{PREFIX}{os.getpid()}.{token()}-{next(_serial)}.{generation}"
-        roles = {"unified": where.unified} if where.version == 2 else {
-            "memory": where.memory, "pids": where.pids, "cpuacct": where.cpuacct,
-        }
+        roles = (
+            {"unified": where.unified}
+            if where.version == 2
+            else {
+                "memory": where.memory,
+                "pids": where.pids,
+                "cpuacct": where.cpuacct,
+            }
+        )
         made = cls(where, {})
         try:
             for role, parent in roles.items():
@@ -357,18 +363,27 @@ class CgroupTree:
         # here is whether it had to step in, so the call learns why.
         if limits.memory_mb is not None and self.cgroup.oom_kills():
             mb = self.cgroup.memory_peak_bytes() / _MIB
-            return Breach("memory", f"{mb:.1f} MB in its process tree, where the kernel's OOM killer stopped it",
-                          "memory_mb", f"{limits.memory_mb:g}")
+            return Breach(
+                "memory",
+                f"{mb:.1f} MB in its process tree, where the kernel's OOM killer stopped it",
+                "memory_mb",
+                f"{limits.memory_mb:g}",
+            )
         if limits.max_processes is not None and self.cgroup.forks_refused():
-            return Breach("process", f"{self.cgroup.tasks_peak()} tasks in its tree, where the kernel refused a fork",
-                          "max_processes", f"{limits.max_processes}")
+            return Breach(
+                "process",
+                f"{self.cgroup.tasks_peak()} tasks in its tree, where the kernel refused a fork",
+                "max_processes",
+                f"{limits.max_processes}",
+            )
         if limits.cpu_seconds is not None:
             cpu = self.cgroup.cpu_seconds()
             if cpu is None:
                 cpu = _psutil_cpu(self.cgroup.members())
             if cpu > limits.cpu_seconds:
-                return Breach("CPU", f"{cpu:.1f} s of CPU in its process tree", "cpu_seconds",
-                              f"{limits.cpu_seconds:g}")
+                return Breach(
+                    "CPU", f"{cpu:.1f} s of CPU in its process tree", "cpu_seconds", f"{limits.cpu_seconds:g}"
+                )
         return None
 
     def kill(self, term_grace: float) -> None:

@@ -103,7 +103,7 @@ def _unescape(field: str) -> str:
 def _own_dir(mount_root: str, mount_point: str, path: str) -> str | None:
     if mount_root != "/" and not (path == mount_root or path.startswith(mount_root + "/")):
         return None  # our cgroup is not visible through this mount
-    rel = path[len(mount_root):] if mount_root != "/" else path
+    rel = path[len(mount_root) :] if mount_root != "/" else path
     return os.path.join(mount_point, rel.lstrip("/")).rstrip("/") or mount_point
 
 
@@ -177,6 +177,7 @@ def _sweep(found: Layout) -> None:
             if owner != os.getpid() and not _pid_alive(owner):
                 with contextlib.suppress(OSError):
                     os.rmdir(os.path.join(parent, name))  # fails (EBUSY) unless empty
+
 
 def token() -> str:
     """This process's random token in its cgroups' names (set by :func:`layout`)."""

@@ -159,6 +159,7 @@ class WatchTree:
             born = orphan.create_time()
         except psutil.Error:
             return None
+
         # A generation still spawning (no start time yet) is the newest.
         def start(t: WatchTree) -> float:
             return float("inf") if t.started is None else t.started
@@ -209,11 +210,13 @@ class WatchTree:
         if limits.memory_mb is not None and mb > limits.memory_mb:
             return Breach("memory", f"{mb:.1f} MB resident in its process tree", "memory_mb", f"{limits.memory_mb:g}")
         if limits.max_processes is not None and use.processes > limits.max_processes:
-            return Breach("process", f"{use.processes} processes in its tree", "max_processes",
-                          f"{limits.max_processes}")
+            return Breach(
+                "process", f"{use.processes} processes in its tree", "max_processes", f"{limits.max_processes}"
+            )
         if limits.cpu_seconds is not None and use.cpu_seconds > limits.cpu_seconds:
-            return Breach("CPU", f"{use.cpu_seconds:.1f} s of CPU in its process tree", "cpu_seconds",
-                          f"{limits.cpu_seconds:g}")
+            return Breach(
+                "CPU", f"{use.cpu_seconds:.1f} s of CPU in its process tree", "cpu_seconds", f"{limits.cpu_seconds:g}"
+            )
         return None
 
     def kill(self, term_grace: float) -> None:

@@ -32,9 +32,9 @@ from typing import Final, TypeVar
 
 from ..sandbox import bwrap, registry
 from ..sandbox.base import LaunchPlan, SandboxError
-from .guard import die_with_parent
 from ..wire.confinement import Limits, Sandbox
 from ..wire.messages import ServerSpec
+from .guard import die_with_parent
 
 ENV_ALLOWLIST: Final = (
     "PATH",

@@ -14,17 +14,16 @@ each worker turns it back on (``main.run``).
 
 from __future__ import annotations
 
-import gc
-
 # asyncio.to_thread's executor (the cgroup move beside the handshake) loads these lazily.
 import concurrent.futures.thread  # noqa: F401 - preloaded for workers
+import gc
 import queue  # noqa: F401 - preloaded for workers
 
-from . import worker  # noqa: F401 - preloaded for workers
-from ..wire import messages
 from ..sandbox import registry
 from ..session import host  # noqa: F401 - preloaded for workers
 from ..transport import jsonrpc, stdio  # noqa: F401 - preloaded for workers
+from ..wire import messages
+from . import worker  # noqa: F401 - preloaded for workers
 
 # The backends' modules and their probes (user namespaces, the Landlock ABI):
 # once here, so no worker imports one on a server's start.

@@ -17,12 +17,23 @@ import socket
 import threading
 from typing import Any, Final, Protocol
 
+from ..session.host import Host
 from ..wire.framing import MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
 from ..wire.messages import (
-    HEADER, AgentMessage, Ended, Failure, Log, Open, Opened, Progress, Started, ToolsChanged, WorkerMessage,
-    encoder, worker_decoder,
+    HEADER,
+    AgentMessage,
+    Ended,
+    Failure,
+    Log,
+    Open,
+    Opened,
+    Progress,
+    Started,
+    ToolsChanged,
+    WorkerMessage,
+    encoder,
+    worker_decoder,
 )
-from ..session.host import Host
 
 logger = logging.getLogger("lovia_mcp_worker")
 

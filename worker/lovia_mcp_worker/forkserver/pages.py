@@ -130,7 +130,7 @@ def _copied(start: int, mine: bytes, olds: list[tuple[int, bytes]]) -> bytes:
     end = start + len(mine) * _PAGE
     out = []
     at = start  # where the part of ``mine`` not yet in ``out`` starts
-    for old_start, old in olds[max(0, bisect.bisect_right(olds, (start,)) - 1):]:
+    for old_start, old in olds[max(0, bisect.bisect_right(olds, (start,)) - 1) :]:
         old_end = old_start + len(old) * _PAGE
         if old_start >= end:
             break

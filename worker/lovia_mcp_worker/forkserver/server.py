@@ -62,8 +62,8 @@ import socket
 import time
 from typing import Any, Final
 
-from . import pages
 from ..wire.messages import FORKSERVER_STATUS
+from . import pages
 from .start import Closable, child, wait_for_request
 
 # Idle workers kept ready (each about 5.5 MB of unique memory): two, so one is
@@ -149,8 +149,12 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                 pool.requested(msg)
                 pid = os.fork()
                 if pid == 0:
-                    child(chan, rest[0] if rest else None, [sel, ctrl, *status.values(), *pool.socks()],
-                          [wake_r, wake_w, st])
+                    child(
+                        chan,
+                        rest[0] if rest else None,
+                        [sel, ctrl, *status.values(), *pool.socks()],
+                        [wake_r, wake_w, st],
+                    )
                 status[pid] = sock = socket.socket(fileno=st)
                 os.close(chan)
                 for fd in rest:
@@ -219,8 +223,9 @@ class _Pool:
     def socks(self) -> list[socket.socket]:
         return [i.sock for i in (*self.idle, *self.opening)]
 
-    def fork(self, objects: list[Closable], fds: list[int], status: dict[int, socket.socket],
-             sel: selectors.BaseSelector) -> None:
+    def fork(
+        self, objects: list[Closable], fds: list[int], status: dict[int, socket.socket], sel: selectors.BaseSelector
+    ) -> None:
         """Fork an idle worker, hear it from now on, and announce it with the agent's ends of its sockets."""
         forked = _prefork(objects, fds, self.learned)
         if forked is None:

@@ -22,10 +22,10 @@ import socket
 import sys
 from typing import Any, Final
 
-from .channel import Answered, Channel
 from ..containment import guard
 from ..session.host import Host
 from ..wire.messages import Closed, Log, Open, Opened, WorkerMessage, encoder, worker_decoder
+from .channel import Answered, Channel
 
 # How long the worker gives its own shutdown (server tree kill) before exiting
 # anyway; the kill escalation inside is bounded well below this.
@@ -33,6 +33,7 @@ EXIT_WAIT: Final = 5.0
 # How long an open read ahead of the socket's transport may keep the agent's
 # further messages waiting for its server's launch (see serve).
 LAUNCH_WAIT: Final = 0.1
+
 
 class _ForwardLogs(logging.Handler):
     """Library warnings in the worker (SDK, asyncio) go to the agent's logging.
@@ -57,7 +58,9 @@ class _ForwardLogs(logging.Handler):
                 logging.lastResort.handle(record)
             return
         try:
-            self._channel.emit_from_any_thread(Log(level=record.levelno, message=f"{record.name}: {record.getMessage()}"))
+            self._channel.emit_from_any_thread(
+                Log(level=record.levelno, message=f"{record.name}: {record.getMessage()}")
+            )
         except Exception:  # noqa: BLE001 - logging must never take the worker down
             pass
 

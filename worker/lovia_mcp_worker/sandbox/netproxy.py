@@ -126,7 +126,6 @@ _REASONS: Final = {
 }
 
 
-
 @dataclass(frozen=True)
 class Decision:
     """What the proxy decided on one request: ``reason`` says why a refused one was refused."""
@@ -275,7 +274,6 @@ class Proxy:
             )
         finally:
             await _close([writer] if upstream is None else [writer, upstream], abort=aborted or self._closing)
-
 
     async def _targets(self, request: Request) -> tuple[list[Address], Denial | None]:
         """The checked addresses to try for ``request``, in order, or why there are none.

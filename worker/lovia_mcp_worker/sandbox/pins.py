@@ -52,8 +52,15 @@ def open_unfollowed(path: str) -> int:
     global _has_openat2
     if _has_openat2 and _OPENAT2 is not None:
         how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
-        fd = int(_libc.syscall(ctypes.c_long(_OPENAT2), ctypes.c_int(_AT_FDCWD), os.fsencode(path),
-                               ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how))))
+        fd = int(
+            _libc.syscall(
+                ctypes.c_long(_OPENAT2),
+                ctypes.c_int(_AT_FDCWD),
+                os.fsencode(path),
+                ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)),
+            )
+        )
         if fd >= 0:
             return fd
         err = ctypes.get_errno()
@@ -80,6 +87,7 @@ def _walk_unfollowed(path: str) -> int:
         os.close(fd)
         raise
     return fd
+
 
 # The start refused because a pinned path is no longer the file it was.
 PATH_CHANGED: Final = "sandbox path changed since configuration"
@@ -148,9 +156,10 @@ def hold(box: Sandbox, cwd: str | None) -> Held:
             pin = box.pins.get(path) or _pin_now(path)
             if pin.dev == 0 and pin.ino == 0:
                 if needed:
-                    raise SandboxError(f"a writable sandbox path does not exist: {path!r}",
-                                       hint="Create it first, then open the server again; or leave it out "
-                                            "of Sandbox(writable=[...]).")
+                    raise SandboxError(
+                        f"a writable sandbox path does not exist: {path!r}",
+                        hint="Create it first, then open the server again; or leave it out of Sandbox(writable=[...]).",
+                    )
                 continue
             fd = opened.get(pin.real)
             if fd is None:
@@ -158,7 +167,8 @@ def hold(box: Sandbox, cwd: str | None) -> Held:
                     fd = open_unfollowed(pin.real)
                 except OSError as exc:
                     why = {errno.ELOOP: "a symlink is in it now", errno.ENOENT: "it is gone"}.get(
-                        exc.errno or 0, exc.strerror or str(exc))
+                        exc.errno or 0, exc.strerror or str(exc)
+                    )
                     raise _changed(path, why) from None
                 opened[pin.real] = fd
             held.paths[path] = (pin.real, fd)  # closed with the others if the check below fails

@@ -41,8 +41,9 @@ _libc.syscall.restype = ctypes.c_long
 
 
 def _prctl(option: int, arg: int = 0) -> int:
-    return int(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
-                           ctypes.c_ulong(0), ctypes.c_ulong(0)))
+    return int(
+        _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    )
 
 
 def drop_privileges() -> None:
@@ -59,8 +60,10 @@ def drop_privileges() -> None:
     # capset(version 3, this thread): effective, permitted, inheritable all zero.
     header = struct.pack("Ii", 0x20080522, 0)
     data = bytes(24)
-    if _SYS_CAPSET is not None and _libc.syscall(ctypes.c_long(_SYS_CAPSET), ctypes.c_char_p(header),
-                                                  ctypes.c_char_p(data)) != 0:
+    if (
+        _SYS_CAPSET is not None
+        and _libc.syscall(ctypes.c_long(_SYS_CAPSET), ctypes.c_char_p(header), ctypes.c_char_p(data)) != 0
+    ):
         raise OSError(ctypes.get_errno(), "capset failed")
     if _prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")

@@ -59,8 +59,7 @@ def get(name: str) -> Backend:
         return AutoBackend()
     entry = _backends.get(name)
     if entry is None:
-        raise SandboxError(f"no sandbox backend is called {name!r}",
-                           hint=f"Use one of {', '.join(names())}.")
+        raise SandboxError(f"no sandbox backend is called {name!r}", hint=f"Use one of {', '.join(names())}.")
     if isinstance(entry, str):
         module, cls = entry.split(":")
         entry = _backends[name] = getattr(importlib.import_module(f".{module}", __package__), cls)()
@@ -84,8 +83,9 @@ def pick(box: Sandbox) -> Backend:
         return backend.choose(box)
     why = backend.unavailable(box)
     if why is not None:
-        raise SandboxError(f"the {backend.name} sandbox (backend={backend.name!r}) cannot run: {why}",
-                           hint=backend.hint())
+        raise SandboxError(
+            f"the {backend.name} sandbox (backend={backend.name!r}) cannot run: {why}", hint=backend.hint()
+        )
     return backend
 
 
@@ -110,8 +110,10 @@ class AutoBackend:
         raise SandboxError("no sandbox can be built here: " + "; ".join(reasons), hint=self.hint())
 
     def hint(self) -> str:
-        return ("Allow unprivileged user namespaces, or run on Linux 6.7+ with Landlock enabled; "
-                "or open the server without sandbox= (it then runs unsandboxed).")
+        return (
+            "Allow unprivileged user namespaces, or run on Linux 6.7+ with Landlock enabled; "
+            "or open the server without sandbox= (it then runs unsandboxed)."
+        )
 
     def unavailable(self, box: Sandbox) -> str | None:
         try:

@@ -53,7 +53,9 @@ class Calls:
         self.expired: set[int] = set()
         self._probes: dict[Generation, asyncio.Task[None]] = {}
 
-    def add(self, rid: int, task: asyncio.Task[None], timeout: float | None, on_deadline: Callable[[int], None]) -> None:
+    def add(
+        self, rid: int, task: asyncio.Task[None], timeout: float | None, on_deadline: Callable[[int], None]
+    ) -> None:
         self.tasks[rid] = task
         task.add_done_callback(functools.partial(self._forget, rid))
         if timeout is not None:

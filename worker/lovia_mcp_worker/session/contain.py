@@ -20,11 +20,11 @@ import signal
 from collections.abc import Callable
 from typing import Final
 
-from ..wire import failures
 from ..containment import cgroup, cgroup_layout, guard, proctree
+from ..wire import failures
 from ..wire.failures import HostError
-from .generation import Generation, Session
 from ..wire.messages import ServerSpec
+from .generation import Generation, Session
 
 # How often the guard samples the tree when a memory, CPU or process limit is
 # set. 0.1 s bounds overshoot while costing ~1 % of a core.
@@ -115,7 +115,8 @@ class Containment:
         except OSError as exc:
             cgroup_layout.disable()
             raise HostError(
-                "open", f"could not move the server into its cgroup: {exc}",
+                "open",
+                f"could not move the server into its cgroup: {exc}",
                 hint=f"Set {cgroup_layout.ENV_SWITCH}=0 to use the watch instead of cgroups.",
             ) from None
 
@@ -134,10 +135,18 @@ class Containment:
                 self._log(logging.WARNING, f"server {spec.name!r}: {reason.text}")
                 gen.stop(reason)
 
-            tasks.append(asyncio.ensure_future(guard.watch_limits(
-                tree, spec.limits, stop=gen.stopping, on_breach=breach, interval=GUARD_INTERVAL,
-                in_thread=isinstance(tree, guard.WatchTree),
-            )))
+            tasks.append(
+                asyncio.ensure_future(
+                    guard.watch_limits(
+                        tree,
+                        spec.limits,
+                        stop=gen.stopping,
+                        on_breach=breach,
+                        interval=GUARD_INTERVAL,
+                        in_thread=isinstance(tree, guard.WatchTree),
+                    )
+                )
+            )
         if self.subreaper:
             # Inherited orphans that exit must not stay zombies until close.
             tasks.append(asyncio.ensure_future(guard.reap_loop(self.server_pids, gen.stopping, REAP_INTERVAL)))

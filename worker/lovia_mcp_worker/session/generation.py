@@ -28,9 +28,9 @@ import asyncio
 import enum
 from typing import Final
 
-from ..wire.failures import HostError
 from ..containment.guard import Tree
 from ..transport.base import Session
+from ..wire.failures import HostError
 from ..wire.mcpjson import ToolSpec
 
 

@@ -37,23 +37,41 @@ import os
 import time
 from collections.abc import Callable
 
-from ..wire import failures
 from ..containment import proctree
-from .contain import SHUTDOWN_WAIT, Containment, session_tail
-from ..wire.failures import HostError
-from .generation import Generation, Session, State
 from ..containment.launch import LaunchError
-from . import cut
-from .calls import Calls
-from .listing import Listing
-from .transports import Hooks, transport
-from .progress import ProgressForwarder
+from ..wire import failures
+from ..wire.failures import HostError
 from ..wire.messages import (
     ON_TIMEOUT_KILL,
-    PROTOCOL_VERSION, AgentMessage, CallTool, Cancel, Close, Closed, Ended, Failure, GetStats, ListTools, Log, Open,
-    Opened, Result, ServerSpec, Started, Stats, StatsReply, Tools, WorkerMessage,
+    PROTOCOL_VERSION,
+    AgentMessage,
+    CallTool,
+    Cancel,
+    Close,
+    Closed,
+    Ended,
+    Failure,
+    GetStats,
+    ListTools,
+    Log,
+    Open,
+    Opened,
+    Result,
+    ServerSpec,
+    Started,
+    Stats,
+    StatsReply,
+    Tools,
+    WorkerMessage,
 )
+from . import cut
+from .calls import Calls
+from .contain import SHUTDOWN_WAIT, Containment, session_tail
+from .generation import Generation, Session, State
+from .listing import Listing
+from .progress import ProgressForwarder
 from .standby import Standby
+from .transports import Hooks, transport
 
 
 class Host:
@@ -128,8 +146,16 @@ class Host:
                 self.listing.sent(gen.tools)
                 if msg.spec.sandbox is not None:
                     self._log(logging.INFO, f"sandbox: {gen.sandbox} (asked for backend={msg.spec.sandbox.backend!r})")
-                self._emit(Opened(id=msg.id, server_pid=gen.server_pid, tools=gen.tools, generation=gen.number,
-                                  protocol_version=gen.protocol_version, listing_ttl=gen.listing_ttl))
+                self._emit(
+                    Opened(
+                        id=msg.id,
+                        server_pid=gen.server_pid,
+                        tools=gen.tools,
+                        generation=gen.number,
+                        protocol_version=gen.protocol_version,
+                        listing_ttl=gen.listing_ttl,
+                    )
+                )
             elif isinstance(msg, ListTools):
                 gen = await self._live()
                 assert gen.session is not None
@@ -272,8 +298,10 @@ class Host:
             return None
         self._standby.take()
         self.current = gen
-        self._log(logging.INFO, f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, "
-                                f"generation {gen.number})")
+        self._log(
+            logging.INFO,
+            f"server {spec.name!r} restarted on its standby (pid {gen.server_pid}, generation {gen.number})",
+        )
         self._emit(self._started_message(gen))
         # As after a cold restart: the standby's server may list other tools
         # (or changed them while it waited, when nobody was told).
@@ -298,11 +326,15 @@ class Host:
             await asyncio.wait_for(asyncio.shield(ready), spec.open_timeout)
         except asyncio.TimeoutError:
             session = gen.session
-            gen.stop(failures.open_timed_out(
-                spec.name, spec.open_timeout, session_tail(gen),
-                head=None if session is None else session.stdout_head,
-                answered=session is not None and session.initialized,
-            ))
+            gen.stop(
+                failures.open_timed_out(
+                    spec.name,
+                    spec.open_timeout,
+                    session_tail(gen),
+                    head=None if session is None else session.stdout_head,
+                    answered=session is not None and session.initialized,
+                )
+            )
             assert gen.reason is not None
             self._start_failed(gen, gen.reason, standby)
             await self._wait_down(gen)
@@ -315,7 +347,9 @@ class Host:
             await self._wait_down(gen)
             raise
         if standby:
-            self._log(logging.DEBUG, f"standby server {spec.name!r} ready (pid {gen.server_pid}, generation {gen.number})")
+            self._log(
+                logging.DEBUG, f"standby server {spec.name!r} ready (pid {gen.server_pid}, generation {gen.number})"
+            )
             return gen
         self._log(logging.INFO, f"server {spec.name!r} started (pid {gen.server_pid}, generation {gen.number})")
         # A restart, for the agent's circuit (Opened answers the first).
@@ -336,22 +370,26 @@ class Host:
             self._emit(Ended(generation=gen.number, reason=reason.text))
 
     def _started_message(self, gen: Generation) -> Started:
-        return Started(server_pid=gen.server_pid, generation=gen.number, protocol_version=gen.protocol_version,
-                       sandbox=gen.sandbox)
+        return Started(
+            server_pid=gen.server_pid, generation=gen.number, protocol_version=gen.protocol_version, sandbox=gen.sandbox
+        )
 
     async def _wait_down(self, gen: Generation) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(gen.down.wait(), SHUTDOWN_WAIT)
 
     def _session(self, gen: Generation, spec: ServerSpec) -> Session:
-        return transport(spec).make(spec, Hooks(
-            on_end=gen.stop,
-            log=self._log,
-            on_garbage=self._garbage,
-            explain=lambda reason: self.containment.kernel_reason(gen, spec, reason),
-            on_tools_changed=lambda: self.listing.changed(gen),
-            trace=self._open_trace,
-        ))
+        return transport(spec).make(
+            spec,
+            Hooks(
+                on_end=gen.stop,
+                log=self._log,
+                on_garbage=self._garbage,
+                explain=lambda reason: self.containment.kernel_reason(gen, spec, reason),
+                on_tools_changed=lambda: self.listing.changed(gen),
+                trace=self._open_trace,
+            ),
+        )
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
         """Own one generation from launch to teardown (anyio needs one task for both)."""
@@ -428,9 +466,16 @@ class Host:
             use = gen.tree.usage()
         contained = self.spec is None or transport(self.spec).contained
         return Stats(
-            worker_pid=os.getpid(), server_pid=pid, rss_bytes=use.rss_bytes, cpu_seconds=use.cpu_seconds,
-            processes=use.processes, calls=self.calls, errors=self.errors, timeouts=self.timeouts,
-            uptime_seconds=time.monotonic() - self._created, garbage_lines=self.garbage_lines,
+            worker_pid=os.getpid(),
+            server_pid=pid,
+            rss_bytes=use.rss_bytes,
+            cpu_seconds=use.cpu_seconds,
+            processes=use.processes,
+            calls=self.calls,
+            errors=self.errors,
+            timeouts=self.timeouts,
+            uptime_seconds=time.monotonic() - self._created,
+            garbage_lines=self.garbage_lines,
             enforcement=self.containment.enforcement or "watch" if contained else "none",
             oom_kills=self.containment.total_oom_kills(),
             protocol_version=gen.protocol_version if serving and gen is not None else None,

@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from .generation import Generation, Session, State
 from ..wire.mcpjson import ToolSpec
 from ..wire.messages import ToolsChanged, WorkerMessage
+from .generation import Generation, Session, State
 
 # A re-listing after list_changed, and how long a call's result waits for it.
 # tools/list answers in milliseconds; a server that notifies and then never
@@ -120,10 +120,15 @@ class Listing:
             try:
                 tools = await asyncio.wait_for(gen.session.list_tools(), RELIST_WAIT)
             except asyncio.TimeoutError:
-                self._log(logging.WARNING, f"re-listing the tools after tools/list_changed: no answer within {RELIST_WAIT:g} s; the old list stays")
+                self._log(
+                    logging.WARNING,
+                    f"re-listing the tools after tools/list_changed: no answer within {RELIST_WAIT:g} s; the old list stays",
+                )
                 return
             except Exception as exc:  # noqa: BLE001 - a failed re-listing keeps the old list; the calls go on
-                self._log(logging.WARNING, f"re-listing the tools after tools/list_changed failed ({exc}); the old list stays")
+                self._log(
+                    logging.WARNING, f"re-listing the tools after tools/list_changed failed ({exc}); the old list stays"
+                )
                 return
             gen.tools = tools
             if gen is self._current():

@@ -51,8 +51,12 @@ def _stdio(spec: ServerSpec, hooks: Hooks) -> Session:
     from ..transport.stdio import StdioSession
 
     return StdioSession(
-        spec, on_end=hooks.on_end, log=hooks.log, on_garbage=hooks.on_garbage,
-        explain=hooks.explain, on_tools_changed=hooks.on_tools_changed,
+        spec,
+        on_end=hooks.on_end,
+        log=hooks.log,
+        on_garbage=hooks.on_garbage,
+        explain=hooks.explain,
+        on_tools_changed=hooks.on_tools_changed,
     )
 
 
@@ -66,8 +70,11 @@ def _http(spec: ServerSpec, hooks: Hooks) -> Session:
     from ..transport.http import HttpSession
 
     return HttpSession(
-        spec, on_end=hooks.on_end, warn=lambda text: hooks.log(logging.WARNING, text, False),
-        on_tools_changed=hooks.on_tools_changed, trace=hooks.trace,
+        spec,
+        on_end=hooks.on_end,
+        warn=lambda text: hooks.log(logging.WARNING, text, False),
+        on_tools_changed=hooks.on_tools_changed,
+        trace=hooks.trace,
     )
 
 

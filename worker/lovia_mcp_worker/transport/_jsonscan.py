@@ -49,7 +49,19 @@ class IdScanner:
     without one.
     """
 
-    __slots__ = ("id", "found", "hopeless", "ended", "_phase", "_depth", "_key", "_is_id", "_value", "_escape", "_string_return")
+    __slots__ = (
+        "id",
+        "found",
+        "hopeless",
+        "ended",
+        "_phase",
+        "_depth",
+        "_key",
+        "_is_id",
+        "_value",
+        "_escape",
+        "_string_return",
+    )
 
     def __init__(self) -> None:
         self.id: int | str | None = None

@@ -66,7 +66,10 @@ class Session(Protocol):
         ...
 
     async def call(
-        self, name: str, arguments: bytes, on_progress: OnProgress | None = None,
+        self,
+        name: str,
+        arguments: bytes,
+        on_progress: OnProgress | None = None,
         trace: dict[str, str] | None = None,
     ) -> tuple[list[ContentBlock], bool, bytes | None]: ...
 

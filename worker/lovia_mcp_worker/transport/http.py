@@ -31,8 +31,6 @@ from typing import Any, Final, TypeVar
 
 from ..wire import failures
 from ..wire.failures import HostError
-from ..wire.mcpjson import parse_progress
-from .base import OnProgress
 from ..wire.mcpjson import (
     CallOutcome,
     ContentBlock,
@@ -40,9 +38,11 @@ from ..wire.mcpjson import (
     ToolSpec,
     call_result,
     list_tools,
+    parse_progress,
 )
 from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS, ServerSpec
 from . import era
+from .base import OnProgress
 from .era import CLIENT_INFO
 
 # The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
@@ -130,7 +130,8 @@ class HttpSession:
             timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=READ_TIMEOUT),
         )
         sdk = Client(
-            streamable_http_client(self.spec.url, http_client=client), mode=_sdk_mode(self.spec.protocol),
+            streamable_http_client(self.spec.url, http_client=client),
+            mode=_sdk_mode(self.spec.protocol),
             message_handler=self._message,
             client_info=Implementation(name=CLIENT_INFO["name"], version=CLIENT_INFO["version"]),
             cache=None,  # listings are re-read by the host, which honours ttlMs itself
@@ -174,8 +175,10 @@ class HttpSession:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a lost stream only stops following changes
-            self._warn(f"the server's subscriptions/listen stream ended ({failures.describe(exc)}); "
-                       "tool-list changes are no longer followed")
+            self._warn(
+                f"the server's subscriptions/listen stream ended ({failures.describe(exc)}); "
+                "tool-list changes are no longer followed"
+            )
 
     async def _message(self, message: object) -> None:
         """The SDK's ``message_handler``: server notifications (and transport errors, which the calls see too)."""
@@ -226,7 +229,10 @@ class HttpSession:
         await self._race(self._live().send_ping(), "ping")
 
     async def call(
-        self, name: str, arguments: bytes, on_progress: OnProgress | None = None,
+        self,
+        name: str,
+        arguments: bytes,
+        on_progress: OnProgress | None = None,
         trace: dict[str, str] | None = None,
     ) -> CallOutcome:
         import msgspec
@@ -243,7 +249,9 @@ class HttpSession:
                     forward(*found[1:])
 
         result = await self._race(
-            self._live().call_tool(name, args, progress_callback=callback, allow_input_required=True), name, trace,
+            self._live().call_tool(name, args, progress_callback=callback, allow_input_required=True),
+            name,
+            trace,
         )
         # Dumped as objects, not JSON: a big text is then never copied.
         dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)

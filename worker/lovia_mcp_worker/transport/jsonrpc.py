@@ -43,10 +43,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from ..wire import failures
-from ._jsonscan import MISSING, repair_surrogates, top_level_id
 from ..wire.failures import HostError, RemoteError
-from ..wire.mcpjson import parse_progress
-from .base import OnProgress
 from ..wire.mcpjson import (
     CallOutcome,
     ContentBlock,
@@ -55,9 +52,12 @@ from ..wire.mcpjson import (
     call_result,
     json_object,
     list_tools,
+    parse_progress,
 )
 from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS
 from . import era
+from ._jsonscan import MISSING, repair_surrogates, top_level_id
+from .base import OnProgress
 from .era import CLIENT_INFO
 
 # The handshake's versions, newest first: the first is offered, any is
@@ -66,9 +66,7 @@ PROTOCOL_VERSIONS: Final = MCP_HANDSHAKE_VERSIONS
 METHOD_NOT_FOUND: Final = -32601
 # Requests only a client sends: a "server" sending one back is echoing
 # our own stdin (``cat``), not speaking MCP.
-CLIENT_METHODS: Final = frozenset(
-    {"initialize", "server/discover", "tools/list", "tools/call", "subscriptions/listen"}
-)
+CLIENT_METHODS: Final = frozenset({"initialize", "server/discover", "tools/list", "tools/call", "subscriptions/listen"})
 
 # MCP logging levels to Python's, for notifications/message.
 _LOG_LEVELS: Final = {
@@ -267,7 +265,9 @@ class Client:
             self._write(b'{"jsonrpc":"2.0","id":' + rid + b',"result":{}}\n')
             return
         self._log(logging.INFO, f"refused the server's {msg.method!r} request (not supported by lovia-mcp)")
-        error = _encode({"code": METHOD_NOT_FOUND, "message": f"Method not found: {msg.method} is not supported by this client"})
+        error = _encode(
+            {"code": METHOD_NOT_FOUND, "message": f"Method not found: {msg.method} is not supported by this client"}
+        )
         self._write(b'{"jsonrpc":"2.0","id":' + rid + b',"error":' + error + b"}\n")
 
     # -- outgoing ------------------------------------------------------------ #
@@ -303,8 +303,15 @@ class Client:
                 )
             raise
 
-    async def _decoded(self, method: str, params: bytes | None, read: Callable[[msgspec.Raw], T], *, what: str,
-                       cancellable: bool = True) -> T:
+    async def _decoded(
+        self,
+        method: str,
+        params: bytes | None,
+        read: Callable[[msgspec.Raw], T],
+        *,
+        what: str,
+        cancellable: bool = True,
+    ) -> T:
         """The result of a request, read by the MCP-JSON codec; a reply it cannot read is a protocol failure."""
         raw = await self.request(method, params, what=what, cancellable=cancellable)
         try:
@@ -334,7 +341,8 @@ class Client:
             result = await self.handshake(pinned, trace)
             if pinned is not None and result.get("protocolVersion") != pinned:
                 raise HostError(
-                    "open", f"the server answered protocol={pinned!r} with version {result.get('protocolVersion')!r}",
+                    "open",
+                    f"the server answered protocol={pinned!r} with version {result.get('protocolVersion')!r}",
                     hint="Pin the version the server speaks, or use protocol='auto'.",
                 )
             self.adopt_handshake(result)

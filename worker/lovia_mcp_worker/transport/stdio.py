@@ -17,16 +17,16 @@ import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final
 
-from ..wire import failures
-from ._jsonscan import MISSING
-from .lines import LineFramer, StderrLines
-from ..wire.failures import HostError, RemoteError
-from . import era
-from .jsonrpc import Client, Trace
 from ..containment.launch import spawn, wrapper_exec_error
-from .base import OnProgress
+from ..wire import failures
+from ..wire.failures import HostError, RemoteError
 from ..wire.mcpjson import ContentBlock, ToolSpec
 from ..wire.messages import ServerSpec
+from . import era
+from ._jsonscan import MISSING
+from .base import OnProgress
+from .jsonrpc import Client, Trace
+from .lines import LineFramer, StderrLines
 
 # After stdout or stdin closes, how long to wait for the exit status before
 # saying the server closed the pipe and lives on (it is then stopped).
@@ -38,6 +38,7 @@ STDOUT_HEAD_BYTES: Final = 512
 # After the server exits, how long its last stderr lines may take to arrive;
 # a grandchild can keep stderr open, so this is bounded and short.
 STDERR_FLUSH_WAIT: Final = 0.2
+
 
 class _Pipes(asyncio.SubprocessProtocol):
     def __init__(self, owner: StdioSession) -> None:
@@ -206,7 +207,11 @@ class StdioSession:
         if complete:
             # A whole JSON object that answers nothing of ours (a notification,
             # a stale reply): dropped, the stream is intact.
-            self._log(logging.WARNING, f"dropped a {size:,}-byte message over max_result_bytes={cap:,} that answered no pending request", False)
+            self._log(
+                logging.WARNING,
+                f"dropped a {size:,}-byte message over max_result_bytes={cap:,} that answered no pending request",
+                False,
+            )
             return
         self.end(failures.unattributable(cap, size, list(self.stderr.tail)))
 

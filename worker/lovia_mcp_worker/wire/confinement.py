@@ -89,15 +89,37 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 # mandatory deny list): a server that can write them runs code on the host the
 # next time the user runs git, a shell, or an editor or agent that reads them.
 WRITE_DENY: Final = (
-    ".git/hooks", ".git/config", ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc",
-    ".zprofile", ".zshenv", ".zlogin", ".mcp.json", ".vscode", ".idea",
+    ".git/hooks",
+    ".git/config",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
 )
 
 
 # Secret stores hidden by default ("~" is the home directory).
 DEFAULT_HIDDEN: Final = (
-    "~/.ssh", "~/.aws", "~/.gnupg", "~/.config/gcloud", "~/.azure", "~/.netrc", "~/.docker",
-    "~/.kube", "~/.git-credentials", "~/.config/gh", "~/.pypirc", "~/.npmrc", "~/.password-store",
+    "~/.ssh",
+    "~/.aws",
+    "~/.gnupg",
+    "~/.config/gcloud",
+    "~/.azure",
+    "~/.netrc",
+    "~/.docker",
+    "~/.kube",
+    "~/.git-credentials",
+    "~/.config/gh",
+    "~/.pypirc",
+    "~/.npmrc",
+    "~/.password-store",
 )
 
 

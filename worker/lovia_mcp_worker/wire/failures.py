@@ -38,7 +38,9 @@ HINT_PROCESSES: Final = f"Raise {OPTION_MARK} or stop the server from forking."
 HINT_CPU: Final = f"Raise {OPTION_MARK} or make the tool do less work."
 LimitOption = Literal["memory_mb", "max_processes", "cpu_seconds"]
 LIMIT_HINTS: Final[dict[LimitOption, str]] = {
-    "memory_mb": HINT_MEMORY, "max_processes": HINT_PROCESSES, "cpu_seconds": HINT_CPU,
+    "memory_mb": HINT_MEMORY,
+    "max_processes": HINT_PROCESSES,
+    "cpu_seconds": HINT_CPU,
 }
 # Bytes of a server's stdout quoted when it wrote something other than JSON-RPC.
 STDOUT_QUOTE_BYTES = 120
@@ -176,13 +178,19 @@ def exited_before_handshake(returncode: int, head: bytes, stderr_tail: Sequence[
         return base
     message = f"{base.message} before answering the MCP handshake"
     if head:
-        message += f"; it wrote {_stdout(head)} on stdout instead of JSON-RPC: it does not look like an MCP stdio server"
+        message += (
+            f"; it wrote {_stdout(head)} on stdout instead of JSON-RPC: it does not look like an MCP stdio server"
+        )
     elif returncode == 0:
         message += "; it wrote nothing on stdout" + ("" if stderr_tail else " or stderr")
         message += ": it does not look like an MCP stdio server"
     else:
         return HostError(
-            base.kind, message, hint=base.hint, exit_code=base.exit_code, signal_name=base.signal_name,
+            base.kind,
+            message,
+            hint=base.hint,
+            exit_code=base.exit_code,
+            signal_name=base.signal_name,
             stderr_tail=stderr_tail,
         )
     return HostError(
@@ -238,16 +246,15 @@ def open_timed_out(
     ``head`` is None for an HTTP server (no stdout to speak of);
     ``answered``: the handshake was answered (the listing was not).
     """
-    message = (
-        f"server {name!r} did not finish start-up (spawn, handshake, tool listing) "
-        f"within {SETTING_MARK} s"
-    )
+    message = f"server {name!r} did not finish start-up (spawn, handshake, tool listing) within {SETTING_MARK} s"
     if answered:
         message += ": it answered the MCP handshake but not the tool listing"
     elif head is not None:
         message += ": it never answered the MCP initialize request"
         if head:
-            message += f" and wrote {_stdout(head)} on stdout instead of JSON-RPC: it does not look like an MCP stdio server"
+            message += (
+                f" and wrote {_stdout(head)} on stdout instead of JSON-RPC: it does not look like an MCP stdio server"
+            )
         else:
             message += " and wrote nothing on stdout"
     return HostError(
@@ -351,7 +358,8 @@ def limit(breach: Breach, stderr_tail: Sequence[str], *, oom: bool = False) -> H
 def wire_mismatch(worker: int, agent: int) -> HostError:
     """An Open from an agent that speaks another wire protocol (two installs of different versions)."""
     return HostError(
-        "internal", f"the worker speaks wire protocol {worker}, the agent {agent}",
+        "internal",
+        f"the worker speaks wire protocol {worker}, the agent {agent}",
         hint="The agent and its worker come from different lovia-mcp installs; restart the agent process.",
     )
 

@@ -72,9 +72,7 @@ class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True, rename="came
 
     def model_dump(self) -> dict[str, Any]:
         """A dict like the SDK model's ``model_dump()``, for renderers that call it."""
-        out: dict[str, Any] = {
-            f: getattr(self, f) for f in self.__struct_fields__ if f != "extra"
-        }
+        out: dict[str, Any] = {f: getattr(self, f) for f in self.__struct_fields__ if f != "extra"}
         if self.resource is not None:
             out["resource"] = msgspec.structs.asdict(self.resource)
         if self.extra:
@@ -220,7 +218,11 @@ def _fields(cls: type[msgspec.Struct]) -> list[_Field]:
         found = []
         for f in msgspec.structs.fields(cls):
             nested = next(
-                (t for t in (f.type, *typing.get_args(f.type)) if isinstance(t, type) and issubclass(t, msgspec.Struct)),
+                (
+                    t
+                    for t in (f.type, *typing.get_args(f.type))
+                    if isinstance(t, type) and issubclass(t, msgspec.Struct)
+                ),
                 None,
             )
             found.append((f.name, f.encode_name, msgspec.json.Decoder(f.type), nested))
@@ -255,7 +257,9 @@ CallOutcome = tuple[list[ContentBlock], bool, bytes | None]
 
 
 def _modelled(block: ContentBlock) -> bool:
-    return block.type in KNOWN_BLOCKS and block.extra is None and (block.type != "resource" or block.resource is not None)
+    return (
+        block.type in KNOWN_BLOCKS and block.extra is None and (block.type != "resource" or block.resource is not None)
+    )
 
 
 def _block(raw: msgspec.Raw) -> ContentBlock:
@@ -367,7 +371,9 @@ def tools_page(raw: JSONData | dict[str, Any], warn: Callable[[str], None]) -> t
     return tools, cursor or None
 
 
-async def list_tools(fetch: Callable[[str | None], Awaitable[JSONData | dict[str, Any]]], warn: Callable[[str], None]) -> list[ToolSpec]:
+async def list_tools(
+    fetch: Callable[[str | None], Awaitable[JSONData | dict[str, Any]]], warn: Callable[[str], None]
+) -> list[ToolSpec]:
     """Every page of a listing: ``fetch(cursor)`` returns one ``tools/list`` result's JSON.
 
     A cursor seen before ends the listing with a warning instead of spinning,

@@ -403,9 +403,7 @@ class Log(msgspec.Struct, frozen=True, tag=True):
     stderr: bool = False
 
 
-WorkerMessage = Union[
-    Opened, Started, Ended, Tools, ToolsChanged, Result, Progress, Failure, StatsReply, Closed, Log
-]
+WorkerMessage = Union[Opened, Started, Ended, Tools, ToolsChanged, Result, Progress, Failure, StatsReply, Closed, Log]
 
 
 def encoder() -> msgspec.msgpack.Encoder:
