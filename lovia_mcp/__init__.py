@@ -10,6 +10,8 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``annotations``: ``MCPTool`` (a tool with its hints and ``_meta``) and the
   policies built on the hints;
 - ``spares``: warm spares, opened per-run connections kept ready for the next run;
+- ``ahead``: what is kept ready ahead of a run (idle workers, spares,
+  standby) and the one place a run begins and ends;
 - ``tracing``: OpenTelemetry spans, trace context and the duration metric of
   MCP operations (imported lazily: only where the application has OpenTelemetry);
 - ``client/``: the client core under the connection (request ids, the
@@ -18,16 +20,19 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
   host) and the agent's handle on its forkserver;
 - ``_names``: tool names made safe for providers; ``_deferred``: the deferred
   tools' search/call pair (owned copies of lovia's helpers);
-- ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block);
+- ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block),
+  their paths pinned once;
+- ``_isolation``: the isolation modes, defined once; ``_errors``: a worker's
+  failure as a lovia error, worded for the library;
 - ``config_file/``: server configs from ``mcp.json`` files (``load_servers``);
-- ``cli/``: the ``lovia-mcp`` command.
+- ``cli/``: the ``lovia-mcp`` command; ``gateway/``: ``lovia-mcp serve``.
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
 repository). The agent imports from it only this public surface, all of it
 ``mcp``-free (tests/test_layout.py checks):
 
-- ``protocol``: the messages, the one module both sides are written against;
-- ``framing``: the length-framed pipe, read the same way on both sides;
+- ``wire``: the messages, MCP's JSON codec, ``Limits``/``Sandbox`` and the
+  length-framed pipe: the one package both sides are written against;
 - ``session.host.Host``: the host, run in the agent's own loop for
   ``isolation="none"``;
 - ``sandbox.netrequest``: the allowlist's host-name patterns (pure), so a
@@ -36,7 +41,7 @@ repository). The agent imports from it only this public surface, all of it
   until one is asked for), for ``Sandbox(backend=...)`` and the CLI.
 
 It also names, without importing them, what the forkserver runs:
-``lovia_mcp_worker.forkserver.server.serve`` and the preload list (``client.channel``).
+``lovia_mcp_worker.forkserver.server.serve`` and the preload list (``client.forkserver``).
 """
 
 import logging
