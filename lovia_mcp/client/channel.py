@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import msgspec
 from lovia.exceptions import UserError
-from lovia_mcp_worker.wire.framing import FrameReader, send_frame
+from lovia_mcp_worker.wire.framing import BATCH_BYTES, FrameReader, send_frame
 from lovia_mcp_worker.wire.messages import HEADER, AgentMessage, Open, WorkerMessage, agent_decoder, encoder
 
 from .forkserver import SUPPORTED, process_forkserver
@@ -70,6 +70,11 @@ class ProcessChannel:
         self.pid: int | None = None
         self._pid_task: asyncio.Task[None] | None = None
         self._fd = -1
+        # Frames sent after the first of a loop iteration: they go in one
+        # write at the iteration's end (None: nothing was written in this one),
+        # or once they reach BATCH_BYTES.
+        self._batch: list[bytes] | None = None
+        self._batched = 0
 
     async def start(self, on_message: OnMessage, on_lost: OnLost, first: AgentMessage | None = None) -> None:
         """Get a worker and connect to it; ``first`` (the ``Open``) is sent before anything else."""
@@ -224,10 +229,37 @@ class ProcessChannel:
         return bool(poll.poll(round(wait * 1000)))
 
     def send(self, msg: AgentMessage) -> None:
+        """Write ``msg`` to the worker: at once if it is the first of this loop iteration, else with the rest at its end.
+
+        Concurrent calls start in one iteration; one write each would wake
+        the worker once per call (a write and a wake-up each, on both sides),
+        while the first alone goes at once, so a lone call waits for nothing.
+        """
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        send_frame(transport, self._enc.encode(self._for_worker(msg)))
+        body = self._enc.encode(self._for_worker(msg))
+        batch = self._batch
+        if batch is None:
+            send_frame(transport, body)
+            self._batch = []
+            asyncio.get_running_loop().call_soon(self._flush)
+            return
+        batch += (HEADER.pack(len(body)), body)
+        self._batched += len(body)
+        if self._batched >= BATCH_BYTES:
+            self._write_batch()
+
+    def _write_batch(self) -> None:
+        batch, self._batch, self._batched = self._batch, [], 0
+        transport = self._transport
+        if batch and transport is not None and not transport.is_closing():
+            transport.writelines(batch)
+
+    def _flush(self) -> None:
+        """Write the frames held since the iteration's first (see :meth:`send`); the next frame goes at once."""
+        self._write_batch()
+        self._batch = None
 
     @staticmethod
     def _for_worker(msg: AgentMessage) -> AgentMessage:
@@ -248,6 +280,7 @@ class ProcessChannel:
         self._dead.set()
         self._gone.set()
         if self._transport is not None:
+            self._flush()  # a Cancel sent just before goes too
             self._transport.close()
         if self._pid_task is not None:
             with contextlib.suppress(BaseException):  # bounded by FORKSERVER_START_WAIT; its failure is reported
