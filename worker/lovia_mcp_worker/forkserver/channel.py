@@ -4,7 +4,8 @@ Frames: requests over ``MAX_REQUEST_BYTES`` are skipped, not fatal (see
 :mod:`.framing`); replies never pass the cap the agent reads with, which
 arrives with ``Open``: an oversized reply becomes a ``too_large`` failure.
 What the worker tells unasked (its asides: logs, ``Started``, ``Ended``,
-``ToolsChanged``, progress) goes with its next answer, in one write.
+``ToolsChanged``, progress) goes with its next answer, in one write; so do
+the answers that follow the first of a loop iteration (concurrent calls).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 from typing import Any, Final, Protocol
 
 from ..session.host import Host
-from ..wire.framing import MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
+from ..wire.framing import BATCH_BYTES, MAX_REQUEST_BYTES, FrameReader, frame_cap, peek_id, send_frame
 from ..wire.messages import (
     HEADER,
     AgentMessage,
@@ -64,7 +65,8 @@ class Channel:
     says otherwise, the smallest one an agent can have (``frame_cap(0)``).
     Asides (:data:`_ASIDES`) go out with the next answer, or at the end of
     the loop iteration they were emitted in (an open's: its answer, or
-    :data:`OPEN_ASIDES_WAIT`), in the order emitted.
+    :data:`OPEN_ASIDES_WAIT`); the first answer of an iteration goes at once,
+    the later ones at its end; all in the order emitted.
     """
 
     def __init__(self, host_factory: Any) -> None:
@@ -75,8 +77,12 @@ class Channel:
         self.cap = frame_cap(0)
         # Frames emitted before the transport exists (see read_ahead); None: not reading ahead.
         self._early: list[bytes] | None = None
-        # Asides emitted since the last write (see _ASIDES), sent with the next frame or by send_held.
+        # Frames held since the last write, in the order emitted: asides (see
+        # _ASIDES), sent with the next answer or by send_held, and the answers
+        # after the first of a loop iteration (see emit).
         self._held: list[bytes] = []
+        self._wrote = False  # an answer was written in this loop iteration (_end_iteration is due)
+        self._batched = 0  # bytes of the answers held since
         self._opening = False  # the Open is in, its answer not yet out
         self._early_answer = False  # an answer is among the early frames
         self._loop = asyncio.get_running_loop()
@@ -157,17 +163,31 @@ class Channel:
             early.append(body)
             self._early_answer = self._early_answer or not isinstance(msg, _ASIDES)
         elif isinstance(msg, _ASIDES):
-            if not self._held:
+            if not self._held and not self._wrote:
                 if self._opening:
                     self._loop.call_later(OPEN_ASIDES_WAIT, self.send_held)
                 else:
                     self._loop.call_soon(self.send_held)
             self._held.append(body)
-        elif self._held:
-            held, self._held = self._held, []
-            _write(transport, [*held, body])
+        elif self._wrote:
+            # Goes with the rest of this iteration's answers, at its end (or
+            # once they reach BATCH_BYTES).
+            self._held.append(body)
+            self._batched += len(body)
+            if self._batched >= BATCH_BYTES:
+                self.send_held()
         else:
-            send_frame(transport, body)
+            # The first answer of a loop iteration goes at once (with the
+            # asides before it); the answers after it in the same iteration
+            # (concurrent calls) go together at its end: one write and one
+            # wake-up of the agent for all of them.
+            held, self._held = self._held, []
+            if held:
+                _write(transport, [*held, body])
+            else:
+                send_frame(transport, body)
+            self._wrote = True
+            self._loop.call_soon(self._end_iteration)
         if isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
             self._opening = False
             if self.answered is not None:
@@ -181,9 +201,13 @@ class Channel:
         else:
             self._loop.call_soon_threadsafe(self.emit, msg)
 
+    def _end_iteration(self) -> None:
+        self._wrote = False
+        self.send_held()
+
     def send_held(self) -> None:
-        """Send the asides still held (the end of the loop iteration they were emitted in, or the end)."""
-        held, self._held = self._held, []
+        """Send the frames still held (the end of the loop iteration they were emitted in, or the end)."""
+        held, self._held, self._batched = self._held, [], 0
         transport = self.reader.transport
         if held and transport is not None and not transport.is_closing():
             _write(transport, held)
