@@ -20,6 +20,7 @@ from typing import Any, Final
 from ..containment.launch import spawn, wrapper_exec_error
 from ..wire import failures
 from ..wire.failures import HostError, RemoteError
+from ..wire.framing import BATCH_BYTES
 from ..wire.mcpjson import ContentBlock, ToolSpec
 from ..wire.messages import ServerSpec
 from . import era
@@ -113,6 +114,11 @@ class StdioSession:
         self.initialized = False
         self._ended = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # Lines written after the first of a loop iteration: they go in one
+        # write at its end (None: nothing was written in this one), or once
+        # they reach BATCH_BYTES.
+        self._lines: list[bytes] | None = None
+        self._batched = 0
 
     @property
     def pid(self) -> int | None:
@@ -183,11 +189,38 @@ class StdioSession:
 
     # -- the process's side -------------------------------------------------- #
     def _write(self, line: bytes) -> None:
+        """Write a line to the server: at once if it is the first of this loop iteration, else with the rest at its end.
+
+        Concurrent calls start in one iteration: a write each would wake the
+        server once per request, and its answers the worker once per answer.
+        """
+        lines = self._lines
+        if lines is None:
+            self._write_now(line)
+            self._lines = []
+            self._loop.call_soon(self._flush)
+            return
+        lines.append(line)
+        self._batched += len(line)
+        if self._batched >= BATCH_BYTES:
+            self._write_lines()
+
+    def _write_lines(self) -> None:
+        lines, self._lines, self._batched = self._lines, [], 0
+        if lines:
+            self._write_now(b"".join(lines))
+
+    def _flush(self) -> None:
+        """Write the lines held since the iteration's first (see :meth:`_write`); the next line goes at once."""
+        self._write_lines()
+        self._lines = None
+
+    def _write_now(self, data: bytes) -> None:
         if self.transport is None:
             return
         stdin = self.transport.get_pipe_transport(0)
         if stdin is not None and not stdin.is_closing():
-            stdin.write(line)  # type: ignore[attr-defined]
+            stdin.write(data)  # type: ignore[attr-defined]
 
     def _line(self, line: bytes) -> None:
         self.client.feed(line)
@@ -283,6 +316,7 @@ class StdioSession:
 
     def close_transport(self) -> None:
         if self.transport is not None:
+            self._flush()  # a cancel notification written just before goes too
             with contextlib.suppress(Exception):
                 stdin = self.transport.get_pipe_transport(0)
                 if stdin is not None:

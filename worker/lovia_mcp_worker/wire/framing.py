@@ -47,10 +47,11 @@ FRAME_OVERHEAD: Final = 1024 * 1024
 # skipped frame's body passes through it; larger frames get a buffer of their own.
 READ_BUFFER: Final = 64 * 1024
 # Frames held for one write (the channels write the first frame of a loop
-# iteration at once and hold the rest until its end) go out as soon as they
-# reach this many bytes: the write's own cost is small against that much
-# copying already, the reader takes it whole into its READ_BUFFER, and the
-# other side starts on it while the rest is encoded.
+# iteration at once and hold the rest until its end; the stdio transport
+# does so with its lines to the server) go out as soon as they reach this
+# many bytes: the write's own cost is small against that much copying
+# already, a FrameReader takes it whole into its READ_BUFFER, and the other
+# side starts on it while the rest is encoded.
 BATCH_BYTES: Final = 64 * 1024
 # A frame body this large gets a lazily faulted buffer of its own (see
 # _body_buffer); below it, zero-filling a bytearray costs less than a mapping.
