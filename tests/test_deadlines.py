@@ -96,3 +96,35 @@ def test_a_worker_that_never_answers_is_given_up_at_the_backstop_and_the_next_ca
     assert took >= TIMEOUT + KILL_GRACE + backstop
     assert new is not None and new != old
     assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.timeout(30)
+def test_a_call_whose_backstop_falls_before_those_of_the_calls_in_flight_is_given_up_at_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The connection keeps one backstop timer, armed for the earliest: a
+    # call sent after another but due before it must re-arm it.
+    backstop = 0.5
+    monkeypatch.setattr(client_core, "ANSWER_BACKSTOP", backstop)
+
+    async def main() -> tuple[MCPError, float, BaseException | None]:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", kill_grace=KILL_GRACE, auto_reconnect=False)
+        async with server.session() as conn:
+            worker = conn.worker_pid
+            assert worker is not None
+            os.kill(worker, signal.SIGSTOP)
+            # Sent first (its task runs first), due long after the test's bound.
+            late = asyncio.ensure_future(conn.call_tool("echo", {"text": "late"}, timeout=10 * CALL_BOUND))
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await asyncio.wait_for(conn.call_tool("echo", {"text": "x"}, timeout=TIMEOUT), CALL_BOUND)
+            took = time.monotonic() - started
+            # Given up with the worker: the earlier call fails as its loss.
+            outcome = (await asyncio.gather(late, return_exceptions=True))[0]
+            return info.value, took, outcome if isinstance(outcome, BaseException) else None
+
+    error, took, late = run(main())
+    print(f"given up after {took * 1000:.0f} ms (timeout {TIMEOUT} + grace {KILL_GRACE} + backstop {backstop} s)")
+    assert error.kind == "timeout" and "did not answer" in str(error), error
+    assert took >= TIMEOUT + KILL_GRACE + backstop
+    assert isinstance(late, MCPError) and late.kind == "worker_died", late

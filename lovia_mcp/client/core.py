@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import itertools
 import logging
 import time
@@ -73,6 +74,10 @@ CLOSE_WAIT: Final = 8.0
 # deadline and answers at it; only a worker whose own loop is stuck misses
 # it by this much, and then nothing else it owes will come either.
 ANSWER_BACKSTOP: Final = 10.0
+# Answered calls' backstop entries tolerated beyond twice the calls in
+# flight before they are swept: a sweep walks the heap once, so it runs
+# about once per that many calls.
+BACKSTOP_SLACK: Final = 64
 
 Channel = ProcessChannel | LocalChannel
 OnTools = Callable[[list[ToolSpec], bool], None]
@@ -119,6 +124,10 @@ class ClientCore:
         # when it was received: a warm spare re-lists once it has expired.
         self.listing_ttl: float | None = None
         self.listed_at = time.monotonic()
+        # Backstops of the requests in flight that have one, earliest first
+        # (when, id, seconds, channel), and the one timer for the earliest.
+        self._backstops: list[tuple[float, int, float, Channel]] = []
+        self._backstop_timer: asyncio.TimerHandle | None = None
 
     # -- what callers may read ------------------------------------------------- #
     @property
@@ -215,25 +224,64 @@ class ClientCore:
         if op is not None:
             op.set("jsonrpc.request.id", rid)
         channel.send(msg)
+        if backstop is not None:
+            self._backstop(rid, backstop, channel)
         try:
-            if backstop is None:
-                reply = await fut
-            else:
-                reply = await asyncio.wait_for(asyncio.shield(fut), backstop)
+            reply = await fut
         except asyncio.CancelledError:
             if channel.alive and self._pending.pop(rid, None) is not None:
                 channel.send(Cancel(id=rid))
             raise
-        except asyncio.TimeoutError:
-            why = f"the worker did not answer a call within {backstop:g} s (its timeout, kill grace and backstop)"
-            self._lost(channel, why)
-            reply = Failure(id=rid, kind="timeout", message=why, hint="A fresh worker serves the next call.")
         finally:
             self._pending.pop(rid, None)
             self._calls.pop(rid, None)
         if isinstance(reply, Failure) and reply.kind in ENDED:
             self.circuit.ended(reply.text())
         return reply
+
+    # -- the backstop -------------------------------------------------------- #
+    def _backstop(self, rid: int, seconds: float, channel: Channel) -> None:
+        """Give the worker up if request ``rid`` is not answered within ``seconds``.
+
+        One timer for the whole connection, armed for the earliest backstop:
+        a call whose backstop falls after it (calls with one timeout, in
+        the order sent) costs a heap push and no timer. Answered calls'
+        entries are dropped as the timer meets them, or when they outnumber
+        the calls in flight.
+        """
+        loop = asyncio.get_running_loop()
+        when = loop.time() + seconds
+        heap = self._backstops
+        if len(heap) > 2 * len(self._pending) + BACKSTOP_SLACK:
+            heap[:] = [entry for entry in heap if entry[1] in self._pending]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (when, rid, seconds, channel))
+        if self._backstop_timer is None or when < self._backstop_timer.when():
+            self._arm_backstop(loop)
+
+    def _arm_backstop(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._backstop_timer is not None:
+            self._backstop_timer.cancel()
+            self._backstop_timer = None
+        heap = self._backstops
+        while heap and heap[0][1] not in self._pending:
+            heapq.heappop(heap)  # answered
+        if heap:
+            self._backstop_timer = loop.call_at(heap[0][0], self._backstop_due)
+
+    def _backstop_due(self) -> None:
+        self._backstop_timer = None
+        loop = asyncio.get_running_loop()
+        heap, now = self._backstops, loop.time()
+        while heap and heap[0][0] <= now:
+            _, rid, seconds, channel = heapq.heappop(heap)
+            fut = self._pending.pop(rid, None)
+            if fut is None or fut.done():
+                continue
+            why = f"the worker did not answer a call within {seconds:g} s (its timeout, kill grace and backstop)"
+            self._lost(channel, why)
+            fut.set_result(Failure(id=rid, kind="timeout", message=why, hint="A fresh worker serves the next call."))
+        self._arm_backstop(loop)
 
     async def _ready(self) -> Channel | Failure:
         while True:
@@ -449,6 +497,10 @@ class ClientCore:
             if channel is not None:
                 await self._close_channel(channel)
         finally:
+            if self._backstop_timer is not None:
+                self._backstop_timer.cancel()
+                self._backstop_timer = None
+            self._backstops.clear()
             pending, self._pending = self._pending, {}
             for rid, fut in pending.items():
                 if not fut.done():
@@ -482,4 +534,4 @@ class ClientCore:
             raise asyncio.CancelledError
 
 
-__all__ = ["ANSWER_BACKSTOP", "CLOSE_WAIT", "ClientCore"]
+__all__ = ["ANSWER_BACKSTOP", "BACKSTOP_SLACK", "CLOSE_WAIT", "ClientCore"]
