@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -254,9 +254,10 @@ class MCPConnection(LoviaFields):
         """
         return await self._call_tool(name, arguments, timeout, None)
 
-    async def _call_tool(
+    def _call_tool(
         self, name: str, arguments: dict[str, Any] | None, timeout: float | None, cap: int | None
-    ) -> MCPToolResult:
+    ) -> Awaitable[MCPToolResult]:
+        """The call's coroutine (awaited by the caller: no frame of its own on the call's path)."""
         body = _encode_arguments(name, arguments or {})
         if len(body) > ARGUMENTS_CAP:
             # Never sent: the worker takes no frame over MAX_REQUEST_BYTES, and
@@ -269,7 +270,10 @@ class MCPConnection(LoviaFields):
                 kind="too_large",
             )
         if not tracing.enabled():  # the common case, kept free of the span's context managers
-            return await self._call(name, body, timeout, None, cap)
+            return self._call(name, body, timeout, None, cap)
+        return self._traced_call(name, body, timeout, cap)
+
+    async def _traced_call(self, name: str, body: bytes, timeout: float | None, cap: int | None) -> MCPToolResult:
         with self.core.operation("tools/call", name) as op:
             result = await self._call(name, body, timeout, op, cap)
             if result.is_error and op is not None:
@@ -281,8 +285,11 @@ class MCPConnection(LoviaFields):
     ) -> MCPToolResult:
         # The deadline runs from here (lovia's wait_for wraps this call): time
         # spent replacing a worker or on a first attempt counts.
-        deadline = None if timeout is None else time.monotonic() + timeout
-        backstop = None if timeout is None else timeout + self.server.kill_grace + client_core.ANSWER_BACKSTOP
+        if timeout is None:
+            deadline = backstop = None
+        else:
+            deadline = time.monotonic() + timeout
+            backstop = timeout + self.server.kill_grace + client_core.ANSWER_BACKSTOP
         trace = None if op is None else op.trace
 
         def make(i: int) -> CallTool:
@@ -291,7 +298,8 @@ class MCPConnection(LoviaFields):
 
         retried = False
         while True:
-            self._check_open(name)
+            if self.core.closed:
+                self._check_open(name)
             try:
                 reply = await self.core.request(make, tool=name, backstop=backstop, op=op)
             except asyncio.CancelledError:
@@ -300,31 +308,31 @@ class MCPConnection(LoviaFields):
                 if op is not None and deadline is not None and time.monotonic() >= deadline - CANCEL_SLACK:
                     op.timed_out(timeout, self.server.on_timeout)
                 raise
-            if isinstance(reply, Failure):
-                if op is not None and reply.kind == "timeout":
-                    op.timed_out(timeout, self.server.on_timeout)
-                if retry(
-                    reply,
-                    policy=self.server.auto_reconnect,
-                    annotations=self._annotations.get(name),
-                    retried=retried,
-                    server=self.name,
-                    tool=name,
-                ):
-                    retried = True
-                    if op is not None:
-                        op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": reply.text()})
-                    continue
-                raise self._error(reply, name)
-            assert isinstance(reply, Result)
-            structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
-            return MCPToolResult(
-                content=list(reply.content),
-                is_error=reply.is_error,
-                structured_content=structured,
-                cap=cap,
-                omitted=reply.omitted,
-            )
+            if type(reply) is Result:
+                structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
+                return MCPToolResult(
+                    content=list(reply.content),
+                    is_error=reply.is_error,
+                    structured_content=structured,
+                    cap=cap,
+                    omitted=reply.omitted,
+                )
+            assert isinstance(reply, Failure)
+            if op is not None and reply.kind == "timeout":
+                op.timed_out(timeout, self.server.on_timeout)
+            if retry(
+                reply,
+                policy=self.server.auto_reconnect,
+                annotations=self._annotations.get(name),
+                retried=retried,
+                server=self.name,
+                tool=name,
+            ):
+                retried = True
+                if op is not None:
+                    op.event(tracing.EVENT_RETRY, {"lovia_mcp.reason": reply.text()})
+                continue
+            raise self._error(reply, name)
 
     async def _ask(self, make: Any, op: tracing.Operation | None = None) -> WorkerMessage:
         """A request that is not a call: its failure raised as the lovia error, never retried."""

@@ -47,6 +47,7 @@ from lovia_mcp_worker.wire.messages import (
     Open,
     Opened,
     Progress,
+    Result,
     ServerSpec,
     Started,
     Tools,
@@ -192,31 +193,26 @@ class ClientCore:
         ``tool``: a tools/call's raw name (for progress records). ``backstop``:
         seconds after which a worker that has not answered is given up.
         ``op``: the operation's span, which gets the request id and the failure.
-        """
-        reply = await self._request(make, tool, backstop, op)
-        if isinstance(reply, Failure) and op is not None:
-            op.failure(reply)
-        return reply
 
-    async def _request(
-        self,
-        make: Callable[[int], AgentMessage],
-        tool: str | None,
-        backstop: float | None,
-        op: tracing.Operation | None,
-    ) -> WorkerMessage:
+        Every coroutine between a caller and its answer is made once per
+        call and resumed once per answer: the path holds this one and no
+        other (no ``wait_for``: the backstop is :meth:`_backstop`'s timer).
+        """
         if self.closed:
-            return Failure(id=0, kind="closed", message="the connection is closed")
+            return _failed(Failure(id=0, kind="closed", message="the connection is closed"), op)
         rid = next(self._ids)
         msg = make(rid)
         # Stats start no server: they answer while the circuit is open (and say why).
         if self.circuit.needs_restart and not isinstance(msg, GetStats):
             refused = self.circuit.check(self.spec.name)
             if refused is not None:
-                return refused
-        channel = await self._ready()
-        if isinstance(channel, Failure):
-            return channel
+                return _failed(refused, op)
+        channel = self._channel
+        if channel is None or not channel.alive or channel.reporting:
+            ready = await self._ready()
+            if isinstance(ready, Failure):
+                return _failed(ready, op)
+            channel = ready
         fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         if tool is not None:
@@ -235,8 +231,11 @@ class ClientCore:
         finally:
             self._pending.pop(rid, None)
             self._calls.pop(rid, None)
-        if isinstance(reply, Failure) and reply.kind in ENDED:
-            self.circuit.ended(reply.text())
+        if isinstance(reply, Failure):
+            if reply.kind in ENDED:
+                self.circuit.ended(reply.text())
+            if op is not None:
+                op.failure(reply)
         return reply
 
     # -- the backstop -------------------------------------------------------- #
@@ -381,6 +380,11 @@ class ClientCore:
 
     # -- what the worker sends ----------------------------------------------- #
     def _dispatch(self, msg: WorkerMessage) -> None:
+        if type(msg) is Result or type(msg) is Failure:  # a call's answer: most of what a worker sends
+            fut = self._pending.pop(msg.id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+            return
         if isinstance(msg, Log):
             if msg.stderr:
                 self._server_log.log(msg.level, "%s", msg.message)
@@ -532,6 +536,12 @@ class ClientCore:
         await channel.aclose()
         if cancelled:
             raise asyncio.CancelledError
+
+
+def _failed(failure: Failure, op: tracing.Operation | None) -> Failure:
+    if op is not None:
+        op.failure(failure)
+    return failure
 
 
 __all__ = ["ANSWER_BACKSTOP", "BACKSTOP_SLACK", "CLOSE_WAIT", "ClientCore"]
