@@ -71,6 +71,39 @@ def test_a_call_with_no_timer_of_its_own_is_timed_out_by_the_worker_and_the_next
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_a_call_due_before_the_calls_in_flight_is_timed_out_by_the_worker_at_its_own_deadline(isolation: str) -> None:
+    # The worker keeps one deadline timer, armed for the earliest: a call
+    # received after another but due before it must re-arm it.
+    async def main() -> tuple[MCPError, float, BaseException | None]:
+        server = MCPServerStdio(
+            command=PY,
+            args=raw_args(),
+            name="raw",
+            kill_grace=KILL_GRACE,
+            auto_reconnect=False,
+            isolation=isolation,  # type: ignore[arg-type]
+        )
+        async with server.session() as conn:
+            # Received first (its task runs first), due long after the test's bound.
+            late = asyncio.ensure_future(conn.call_tool("hang", timeout=10 * CALL_BOUND))
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                # No wait_for: only the deadline the call carries can end it.
+                await asyncio.wait_for(conn.call_tool("hang", timeout=TIMEOUT), CALL_BOUND)
+            took = time.monotonic() - started
+            # Its server was retired for the timeout: the earlier call ends with it.
+            outcome = (await asyncio.gather(late, return_exceptions=True))[0]
+            return info.value, took, outcome if isinstance(outcome, BaseException) else None
+
+    error, took, late = run(main())
+    print(f"[{isolation}] the worker ended the call {took * 1000:.0f} ms after it was sent (timeout {TIMEOUT} s)")
+    assert error.kind == "timeout" and error.tool_name == "hang", error
+    assert TIMEOUT <= took < CALL_BOUND
+    assert isinstance(late, MCPError) and late.kind == "server_exited", late
+
+
+@pytest.mark.timeout(30)
 def test_a_worker_that_never_answers_is_given_up_at_the_backstop_and_the_next_call_gets_a_fresh_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

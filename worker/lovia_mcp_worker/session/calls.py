@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
 from collections.abc import Callable
 from typing import Final
 
@@ -36,46 +37,89 @@ from .generation import Generation
 # loaded machine for a wedge.
 PROBE_FLOOR: Final = 0.2
 
+# Answered calls' deadline entries tolerated beyond twice the timed calls in
+# flight before they are swept: a sweep walks the heap once, so it runs
+# about once per that many calls.
+SWEEP_SLACK: Final = 64
+
 Retire = Callable[[Generation, float, HostError], None]
 
 
 class Calls:
-    """Requests being served (tasks by id), the calls' generations and deadlines, and the probes."""
+    """Requests being served (tasks by id), the calls' generations and deadlines, and the probes.
 
-    def __init__(self, retire: Retire, log_wedged: Callable[[Generation, str], None]) -> None:
+    Deadlines are held in a heap with one timer, armed for the earliest: a
+    call due after it (calls with one timeout, in the order received) costs
+    a heap push and no timer. Answered calls' entries are dropped as the
+    timer meets them, or swept once they outnumber the timed calls in flight.
+    """
+
+    def __init__(
+        self, retire: Retire, log_wedged: Callable[[Generation, str], None], on_deadline: Callable[[int], None]
+    ) -> None:
         self.tasks: dict[int, asyncio.Task[None]] = {}
         # Which generation each call runs on, once it reached one.
         self.on: dict[int, Generation] = {}
         self._retire = retire
         self._log_wedged = log_wedged
-        self._deadlines: dict[int, tuple[float, asyncio.TimerHandle]] = {}
+        self._on_deadline = on_deadline
+        # Each timed call's deadline (loop time); the same as (deadline, id)
+        # in a heap, and the one timer for the earliest.
+        self._deadlines: dict[int, float] = {}
+        self._heap: list[tuple[float, int]] = []
+        self._timer: asyncio.TimerHandle | None = None
         # Calls this side timed out: they answer with a timeout failure.
         self.expired: set[int] = set()
         self._probes: dict[Generation, asyncio.Task[None]] = {}
 
-    def add(
-        self, rid: int, task: asyncio.Task[None], timeout: float | None, on_deadline: Callable[[int], None]
-    ) -> None:
+    def add(self, rid: int, task: asyncio.Task[None], timeout: float | None) -> None:
         self.tasks[rid] = task
         task.add_done_callback(functools.partial(self._forget, rid))
         if timeout is not None:
             loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            self._deadlines[rid] = deadline
+            heap = self._heap
+            if len(heap) > 2 * len(self._deadlines) + SWEEP_SLACK:
+                heap[:] = [entry for entry in heap if self._deadlines.get(entry[1]) == entry[0]]
+                heapq.heapify(heap)
+            heapq.heappush(heap, (deadline, rid))
+            if self._timer is None or deadline + CANCEL_SLACK < self._timer.when():
+                self._arm(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        heap = self._heap
+        while heap and self._deadlines.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # answered
+        if heap:
             # The caller's own timer, if it has one, fires first and reports
             # its own timeout error; this side's answers the callers without one.
-            timer = loop.call_later(timeout + CANCEL_SLACK, on_deadline, rid)
-            self._deadlines[rid] = (loop.time() + timeout, timer)
+            self._timer = loop.call_at(heap[0][0] + CANCEL_SLACK, self._expire_due)
+
+    def _expire_due(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        heap, now = self._heap, loop.time()
+        try:
+            while heap and heap[0][0] + CANCEL_SLACK <= now:
+                deadline, rid = heapq.heappop(heap)
+                if self._deadlines.get(rid) == deadline:
+                    self._on_deadline(rid)
+        finally:
+            self._arm(loop)  # a callback that raised leaves the rest due at once
 
     def _forget(self, rid: int, _task: asyncio.Task[None]) -> None:
         self.tasks.pop(rid, None)
         self.expired.discard(rid)
-        found = self._deadlines.pop(rid, None)
-        if found is not None:
-            found[1].cancel()
+        self._deadlines.pop(rid, None)
 
     def due(self, rid: int) -> bool:
         """Whether call ``rid`` is at (or within :data:`CANCEL_SLACK` of) its deadline."""
         found = self._deadlines.get(rid)
-        return found is not None and asyncio.get_running_loop().time() >= found[0] - CANCEL_SLACK
+        return found is not None and asyncio.get_running_loop().time() >= found - CANCEL_SLACK
 
     def expire(self, rid: int) -> Generation | None:
         """Cancel call ``rid`` as timed out; the generation it ran on (``None``: it reached none)."""
@@ -121,9 +165,13 @@ class Calls:
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
 
-    def cancel_probes(self) -> None:
+    def stop(self) -> None:
+        """Cancel the probes under way and the deadline timer (the host is closing: it cancels the calls)."""
         for task in list(self._probes.values()):
             task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
-__all__ = ["PROBE_FLOOR", "Calls"]
+__all__ = ["PROBE_FLOOR", "SWEEP_SLACK", "Calls"]

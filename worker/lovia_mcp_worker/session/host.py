@@ -85,7 +85,7 @@ class Host:
         # oldest first; which generation each call in flight runs on.
         self.current: Generation | None = None
         self._gens: list[Generation] = []
-        self._calls = Calls(self._retire, self._wedged)
+        self._calls = Calls(self._retire, self._wedged, self._deadline)
         self.containment = Containment(subreaper=subreaper, gens=lambda: self._gens, log=self._log)
         self._starting: asyncio.Task[Generation] | None = None
         # With spec.standby: a READY generation no request uses yet, promoted
@@ -133,7 +133,7 @@ class Host:
             self._emit(failures.closed("the connection is closing").failure(msg.id))
             return
         task = asyncio.ensure_future(self._serve(msg))
-        self._calls.add(msg.id, task, msg.timeout if isinstance(msg, CallTool) else None, self._deadline)
+        self._calls.add(msg.id, task, msg.timeout if isinstance(msg, CallTool) else None)
 
     async def _serve(self, msg: AgentMessage) -> None:
         try:
@@ -507,7 +507,7 @@ class Host:
 
     async def _aclose(self) -> None:
         self._closing = True
-        self._calls.cancel_probes()
+        self._calls.stop()
         for task in list(self._calls.tasks.values()):
             if task is not asyncio.current_task():
                 task.cancel()
