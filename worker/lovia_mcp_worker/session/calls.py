@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import heapq
+import inspect
 from collections.abc import Callable
 from typing import Final
 
@@ -73,8 +73,13 @@ class Calls:
         self._probes: dict[Generation, asyncio.Task[None]] = {}
 
     def add(self, rid: int, task: asyncio.Task[None], timeout: float | None) -> None:
+        """Track request ``rid``'s task; its coroutine calls :meth:`forget` as it ends.
+
+        Not a done callback: that is one more callback scheduled, and one
+        more loop handle, per call. A task cancelled before it ran never
+        runs its coroutine: :meth:`cancel` forgets it then.
+        """
         self.tasks[rid] = task
-        task.add_done_callback(functools.partial(self._forget, rid))
         if timeout is not None:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
@@ -111,10 +116,18 @@ class Calls:
         finally:
             self._arm(loop)  # a callback that raised leaves the rest due at once
 
-    def _forget(self, rid: int, _task: asyncio.Task[None]) -> None:
+    def forget(self, rid: int) -> None:
+        """Request ``rid`` has ended (called by its coroutine as it ends)."""
         self.tasks.pop(rid, None)
         self.expired.discard(rid)
         self._deadlines.pop(rid, None)
+
+    def cancel(self, rid: int, task: asyncio.Task[None]) -> None:
+        """Cancel request ``rid``'s task; one that had not run yet is forgotten now (see :meth:`add`)."""
+        task.cancel()
+        coro = task.get_coro()
+        if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            self.forget(rid)
 
     def due(self, rid: int) -> bool:
         """Whether call ``rid`` is at (or within :data:`CANCEL_SLACK` of) its deadline."""
@@ -127,7 +140,7 @@ class Calls:
         if task is None or task.done():
             return None
         self.expired.add(rid)
-        task.cancel()
+        self.cancel(rid, task)
         return self.on.get(rid)
 
     # -- the cancel grace ---------------------------------------------------- #

@@ -118,6 +118,9 @@ class Host:
     # -- dispatch ------------------------------------------------------------ #
     def handle(self, msg: AgentMessage) -> None:
         """Start handling one request; never blocks."""
+        if type(msg) is CallTool and not self._closing:  # most requests: straight to their task
+            self._calls.add(msg.id, asyncio.get_running_loop().create_task(self._serve(msg)), msg.timeout)
+            return
         if isinstance(msg, Cancel):
             self._cancel(msg)
             return
@@ -132,12 +135,14 @@ class Host:
         if self._closing and not isinstance(msg, Close):
             self._emit(failures.closed("the connection is closing").failure(msg.id))
             return
-        task = asyncio.ensure_future(self._serve(msg))
+        task = asyncio.get_running_loop().create_task(self._serve(msg))
         self._calls.add(msg.id, task, msg.timeout if isinstance(msg, CallTool) else None)
 
     async def _serve(self, msg: AgentMessage) -> None:
         try:
-            if isinstance(msg, Open):
+            if type(msg) is CallTool:
+                self._emit(await self._call(msg))
+            elif isinstance(msg, Open):
                 try:
                     self._open(msg)
                     gen = await self._live()
@@ -162,8 +167,6 @@ class Host:
                 gen.tools = await gen.session.list_tools(msg.trace)
                 self.listing.sent(gen.tools)
                 self._emit(Tools(id=msg.id, tools=gen.tools, listing_ttl=gen.listing_ttl))
-            elif isinstance(msg, CallTool):
-                self._emit(await self._call(msg))
             elif isinstance(msg, Close):
                 await self.aclose()
                 self._emit(Closed(id=msg.id))
@@ -180,6 +183,8 @@ class Host:
         except Exception as exc:  # noqa: BLE001 - a worker bug must still answer the request
             self._log(logging.ERROR, f"internal error serving {type(msg).__name__}: {exc!r}")
             self._emit(Failure(id=msg.id, kind="internal", message=f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._calls.forget(msg.id)
 
     def _open(self, msg: Open) -> None:
         if msg.protocol != PROTOCOL_VERSION:
@@ -200,7 +205,7 @@ class Host:
         gen = self._calls.on.get(msg.id)
         # Cancelling the task abandons the request: the JSON-RPC client sends
         # the server notifications/cancelled; the server gets its cancel grace.
-        task.cancel()
+        self._calls.cancel(msg.id, task)
         if self.spec is not None:
             self._calls.probe(gen, self.spec.kill_grace)
 
@@ -508,9 +513,9 @@ class Host:
     async def _aclose(self) -> None:
         self._closing = True
         self._calls.stop()
-        for task in list(self._calls.tasks.values()):
+        for rid, task in list(self._calls.tasks.items()):
             if task is not asyncio.current_task():
-                task.cancel()
+                self._calls.cancel(rid, task)
         if self._starting is not None:
             self._starting.cancel()
         self._standby.cancel()
