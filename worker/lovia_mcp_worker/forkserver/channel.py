@@ -188,7 +188,7 @@ class Channel:
                 send_frame(transport, body)
             self._wrote = True
             self._loop.call_soon(self._end_iteration)
-        if isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
+        if self._opening and isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
             self._opening = False
             if self.answered is not None:
                 self.answered.done(isinstance(msg, Opened))
@@ -213,7 +213,7 @@ class Channel:
             _write(transport, held)
 
     def _received(self, msg: AgentMessage) -> None:
-        if isinstance(msg, Open):
+        if type(msg) is Open:
             self._open_id = msg.id
             self._opening = True
             self.cap = frame_cap(msg.spec.limits.max_result_bytes)

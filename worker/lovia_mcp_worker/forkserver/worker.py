@@ -82,7 +82,7 @@ class _Served:
         def make_host(emit: Any) -> Host:
             def tracking_emit(msg: WorkerMessage) -> None:
                 emit(msg)
-                if isinstance(msg, Closed):
+                if type(msg) is Closed:
                     self.closed_by_agent.set()
 
             return Host(tracking_emit, subreaper=guard.become_subreaper())

@@ -240,15 +240,18 @@ class Host:
             self._log(logging.WARNING, f"server {self.spec.name!r} generation {gen.number}: {why}")
 
     async def _call(self, msg: CallTool) -> Result:
-        gen = await self._live()
+        gen = self.current
+        if gen is None or not gen.serving or self._calls.probing(gen):
+            gen = await self._live()  # only then: a coroutine awaited per call is one more frame on its path
         self.calls += 1
         assert gen.session is not None
         self._calls.on[msg.id] = gen
         progress = ProgressForwarder(self._emit, msg.id)
         try:
             content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
-            # A list_changed the server sent before this answer is sent first.
-            await self.listing.settled(gen)
+            if self.listing.relisting(gen):
+                # A list_changed the server sent before this answer is sent first.
+                await self.listing.settled(gen)
         finally:
             self._calls.on.pop(msg.id, None)
             progress.close()  # the last progress held goes out before the answer

@@ -93,6 +93,11 @@ class Listing:
             del self._tasks[gen]
         self._again.discard(gen)
 
+    def relisting(self, gen: Generation) -> bool:
+        """Whether a re-listing of ``gen`` is under way (:meth:`settled` would wait for it)."""
+        task = self._tasks.get(gen)
+        return task is not None and not task.done()
+
     async def settled(self, gen: Generation) -> None:
         """Wait (bounded) for a re-listing of ``gen`` under way to be sent."""
         task = self._tasks.get(gen)

@@ -112,6 +112,8 @@ _UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, Un
 
 def _key(rid: object) -> int | None:
     """A reply id as the int we sent, if it can be one (5, 5.0, "5")."""
+    if type(rid) is int:  # as sent: the common case
+        return rid
     if isinstance(rid, bool):
         return None
     if isinstance(rid, int):
@@ -432,17 +434,23 @@ class Client:
             meta = self._meta(trace)
             if meta:
                 params += b',"_meta":' + _encode(meta)
-            return await self._decoded("tools/call", params + b"}", self._call_result, what=name)
-        token = next(self._tokens)
-        self._progress[token] = on_progress
+            raw = await self.request("tools/call", params + b"}", what=name)
+        else:
+            token = next(self._tokens)
+            self._progress[token] = on_progress
+            try:
+                if self._envelope is None and not trace:  # the common case, without building a dict
+                    params += b',"_meta":{"progressToken":%d}}' % token
+                else:
+                    params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
+                raw = await self.request("tools/call", params, what=name)
+            finally:
+                self._progress.pop(token, None)
+        # Read here, not through _decoded: one coroutine less on every call's path.
         try:
-            if self._envelope is None and not trace:  # the common case, without building a dict
-                params += b',"_meta":{"progressToken":%d}}' % token
-            else:
-                params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
-            return await self._decoded("tools/call", params, self._call_result, what=name)
-        finally:
-            self._progress.pop(token, None)
+            return self._call_result(raw)
+        except MCPJSONError as exc:
+            raise failures.bad_reply(name, str(exc)) from None
 
     def _call_result(self, raw: msgspec.Raw) -> CallOutcome:
         if not self.modern:

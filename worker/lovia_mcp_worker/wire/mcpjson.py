@@ -307,7 +307,7 @@ def call_result(raw: JSONData | dict[str, Any]) -> CallOutcome:
     except _UNDECODABLE as exc:
         raise _undecodable(exc) from None
     else:
-        if all(_modelled(b) for b in result.content):
+        if all(map(_modelled, result.content)):
             structured = result.structured_content
             return result.content, result.is_error, bytes(structured) if _given(structured) else None
     loose = _loose(raw, _decode_loose_result)
