@@ -119,7 +119,7 @@ class Host:
     def handle(self, msg: AgentMessage) -> None:
         """Start handling one request; never blocks."""
         if type(msg) is CallTool and not self._closing:  # most requests: straight to their task
-            self._calls.add(msg.id, asyncio.get_running_loop().create_task(self._serve(msg)), msg.timeout)
+            self._calls.add(msg.id, asyncio.get_running_loop().create_task(self._serve_call(msg)), msg.timeout)
             return
         if isinstance(msg, Cancel):
             self._cancel(msg)
@@ -136,13 +136,12 @@ class Host:
             self._emit(failures.closed("the connection is closing").failure(msg.id))
             return
         task = asyncio.get_running_loop().create_task(self._serve(msg))
-        self._calls.add(msg.id, task, msg.timeout if isinstance(msg, CallTool) else None)
+        self._calls.add(msg.id, task, None)
 
     async def _serve(self, msg: AgentMessage) -> None:
+        """Serve a request other than a call (see :meth:`_serve_call`)."""
         try:
-            if type(msg) is CallTool:
-                self._emit(await self._call(msg))
-            elif isinstance(msg, Open):
+            if isinstance(msg, Open):
                 try:
                     self._open(msg)
                     gen = await self._live()
@@ -170,21 +169,61 @@ class Host:
             elif isinstance(msg, Close):
                 await self.aclose()
                 self._emit(Closed(id=msg.id))
-        except HostError as exc:
+        except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - answered, or re-raised, by _failed
+            self._failed(msg, exc)
+        finally:
+            self._calls.forget(msg.id)
+
+    async def _serve_call(self, msg: CallTool) -> None:
+        """Serve a tools/call: its task's own coroutine, from receipt to answer.
+
+        The call's body is here, not in a coroutine of its own under
+        :meth:`_serve`: every coroutine between the task and the session's
+        is made once per call and resumed once per answer.
+        """
+        try:
+            gen = self.current
+            if gen is None or not gen.serving or self._calls.probing(gen):
+                gen = await self._live()  # only then: a coroutine awaited per call is one more frame on its path
+            self.calls += 1
+            assert gen.session is not None
+            self._calls.on[msg.id] = gen
+            progress = ProgressForwarder(self._emit, msg.id)
+            try:
+                content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
+                if self.listing.relisting(gen):
+                    # A list_changed the server sent before this answer is sent first.
+                    await self.listing.settled(gen)
+            finally:
+                self._calls.on.pop(msg.id, None)
+                progress.close()  # the last progress held goes out before the answer
+            omitted = 0
+            if msg.keep is not None:
+                content, omitted = cut.cut_middle(content, msg.keep)
+                structured = cut.keeps_structured(structured, msg.keep)
+            self._emit(
+                Result(id=msg.id, content=content, is_error=is_error, structured_content=structured, omitted=omitted)
+            )
+        except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - answered, or re-raised, by _failed
+            self._failed(msg, exc)
+        finally:
+            self._calls.forget(msg.id)
+
+    def _failed(self, msg: AgentMessage, exc: BaseException) -> None:
+        """Answer ``msg``, whose serving raised ``exc`` (re-raised when the caller is not to be told)."""
+        if isinstance(exc, HostError):
             if isinstance(msg, CallTool):
                 self.errors += 1
             self._emit(exc.failure(msg.id))
-        except asyncio.CancelledError:
+        elif isinstance(exc, asyncio.CancelledError):
             if msg.id not in self._calls.expired:
-                raise
+                raise exc
             # This side's deadline cancelled it: the caller is told.
             assert isinstance(msg, CallTool)
             self._emit(failures.timed_out(msg.timeout or 0.0).failure(msg.id))
-        except Exception as exc:  # noqa: BLE001 - a worker bug must still answer the request
+        else:  # a worker bug must still answer the request
             self._log(logging.ERROR, f"internal error serving {type(msg).__name__}: {exc!r}")
             self._emit(Failure(id=msg.id, kind="internal", message=f"{type(exc).__name__}: {exc}"))
-        finally:
-            self._calls.forget(msg.id)
 
     def _open(self, msg: Open) -> None:
         if msg.protocol != PROTOCOL_VERSION:
@@ -238,28 +277,6 @@ class Host:
     def _wedged(self, gen: Generation, why: str) -> None:
         if self.spec is not None:
             self._log(logging.WARNING, f"server {self.spec.name!r} generation {gen.number}: {why}")
-
-    async def _call(self, msg: CallTool) -> Result:
-        gen = self.current
-        if gen is None or not gen.serving or self._calls.probing(gen):
-            gen = await self._live()  # only then: a coroutine awaited per call is one more frame on its path
-        self.calls += 1
-        assert gen.session is not None
-        self._calls.on[msg.id] = gen
-        progress = ProgressForwarder(self._emit, msg.id)
-        try:
-            content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
-            if self.listing.relisting(gen):
-                # A list_changed the server sent before this answer is sent first.
-                await self.listing.settled(gen)
-        finally:
-            self._calls.on.pop(msg.id, None)
-            progress.close()  # the last progress held goes out before the answer
-        omitted = 0
-        if msg.keep is not None:
-            content, omitted = cut.cut_middle(content, msg.keep)
-            structured = cut.keeps_structured(structured, msg.keep)
-        return Result(id=msg.id, content=content, is_error=is_error, structured_content=structured, omitted=omitted)
 
     # -- generations --------------------------------------------------------- #
     async def _live(self) -> Generation:

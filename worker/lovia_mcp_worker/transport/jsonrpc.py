@@ -288,6 +288,15 @@ class Client:
 
     async def request(self, method: str, params: bytes | None, *, what: str, cancellable: bool = True) -> msgspec.Raw:
         """Send a request and wait for its raw result; errors raise ``RemoteError`` or ``HostError``."""
+        rid, fut = self._send(method, params, what)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self._abandoned(rid, cancellable)
+            raise
+
+    def _send(self, method: str, params: bytes | None, what: str) -> tuple[int, asyncio.Future[msgspec.Raw]]:
+        """Write a request; its id and the future its reply resolves."""
         if self._closed is not None:
             raise self._closed
         rid = next(self._ids)
@@ -295,15 +304,15 @@ class Client:
         self._pending[rid] = (fut, what)
         body = b"" if params is None else b',"params":' + params
         self._write(b'{"jsonrpc":"2.0","id":%d,"method":%s%s}\n' % (rid, _encode(method), body))
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if self._pending.pop(rid, None) is not None and cancellable and self._closed is None:
-                self.notify(
-                    "notifications/cancelled",
-                    b'{"requestId":%d,"reason":"cancelled by the client"}' % rid,
-                )
-            raise
+        return rid, fut
+
+    def _abandoned(self, rid: int, cancellable: bool) -> None:
+        """The caller of request ``rid`` was cancelled: the server is told (where the method allows it)."""
+        if self._pending.pop(rid, None) is not None and cancellable and self._closed is None:
+            self.notify(
+                "notifications/cancelled",
+                b'{"requestId":%d,"reason":"cancelled by the client"}' % rid,
+            )
 
     async def _decoded(
         self,
@@ -430,23 +439,32 @@ class Client:
         ``trace`` (the agent's ``traceparent``/``tracestate``) goes into ``_meta``.
         """
         params = b'{"name":' + _encode(name) + b',"arguments":' + (arguments or b"{}")
+        token = None
         if on_progress is None:
             meta = self._meta(trace)
             if meta:
                 params += b',"_meta":' + _encode(meta)
-            raw = await self.request("tools/call", params + b"}", what=name)
+            params += b"}"
         else:
             token = next(self._tokens)
-            self._progress[token] = on_progress
+            if self._envelope is None and not trace:  # the common case, without building a dict
+                params += b',"_meta":{"progressToken":%d}}' % token
+            else:
+                params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
+        # The request's future is awaited here, not through request() and
+        # _decoded(): a call's path has no coroutine it does not need.
+        try:
+            if token is not None and on_progress is not None:
+                self._progress[token] = on_progress
+            rid, fut = self._send("tools/call", params, name)
             try:
-                if self._envelope is None and not trace:  # the common case, without building a dict
-                    params += b',"_meta":{"progressToken":%d}}' % token
-                else:
-                    params += b',"_meta":' + _encode(self._meta({"progressToken": token}, trace)) + b"}"
-                raw = await self.request("tools/call", params, what=name)
-            finally:
+                raw = await fut
+            except asyncio.CancelledError:
+                self._abandoned(rid, True)
+                raise
+        finally:
+            if token is not None:
                 self._progress.pop(token, None)
-        # Read here, not through _decoded: one coroutine less on every call's path.
         try:
             return self._call_result(raw)
         except MCPJSONError as exc:
