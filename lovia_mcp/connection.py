@@ -29,6 +29,7 @@ each change (the gateway forwards it to its clients).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -231,13 +232,16 @@ class MCPConnection(LoviaFields):
         return tools
 
     def _make_invoke(self, tool_name: str) -> Any:
-        async def invoke(args: dict[str, Any], ctx: RunContext[Any]) -> MCPToolResult:
+        # Not a coroutine function: it returns the call's own coroutine (lovia
+        # awaits what invoke returns), so no frame of its own stays on the
+        # call's path while it waits.
+        def invoke(args: dict[str, Any], ctx: RunContext[Any]) -> Awaitable[MCPToolResult]:
             timeout = self.server.timeout
             if timeout is None:
                 timeout = getattr(getattr(ctx, "agent", None), "default_tool_timeout", None)
             # Rendered by the default renderer: only what the cap shows need cross.
             cap = None if self.server.result_renderer else output_cap(self.server.max_output_chars, ctx)
-            return await self._call_tool(tool_name, args, timeout, cap)
+            return self._call_tool(tool_name, args, timeout, cap)
 
         return invoke
 
@@ -290,12 +294,9 @@ class MCPConnection(LoviaFields):
         else:
             deadline = time.monotonic() + timeout
             backstop = timeout + self.server.kill_grace + client_core.ANSWER_BACKSTOP
-        trace = None if op is None else op.trace
-
-        def make(i: int) -> CallTool:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            return CallTool(id=i, name=name, arguments=body, timeout=left, trace=trace, keep=cap)
-
+        # A partial, not a closure: a closure's variables are cells, each one
+        # more object for the collector per call in flight.
+        make = functools.partial(_call_message, name, body, deadline, None if op is None else op.trace, cap)
         retried = False
         while True:
             if self.core.closed:
@@ -310,8 +311,9 @@ class MCPConnection(LoviaFields):
                 raise
             if type(reply) is Result:
                 structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
+                # The decoded list itself: nothing else holds it.
                 return MCPToolResult(
-                    content=list(reply.content),
+                    content=reply.content,
                     is_error=reply.is_error,
                     structured_content=structured,
                     cap=cap,
@@ -470,6 +472,14 @@ def _surrogates_replaced(value: Any) -> Any:
         else:
             copy.extend(fixed(item) for item in source)
     return root
+
+
+def _call_message(
+    name: str, body: bytes, deadline: float | None, trace: dict[str, str] | None, keep: int | None, rid: int
+) -> CallTool:
+    """The call's request; the time left to its deadline is taken as it is made."""
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    return CallTool(id=rid, name=name, arguments=body, timeout=left, trace=trace, keep=keep)
 
 
 def _renderer(server: MCPServer) -> Any:
