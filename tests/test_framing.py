@@ -330,6 +330,8 @@ def test_the_worker_never_sends_a_frame_over_the_cap_that_came_with_open() -> No
         handled: list[AgentMessage] = []
 
         class Host:
+            in_flight = 0  # no request in flight: each answer is written at once
+
             def handle(self, msg: AgentMessage) -> None:
                 handled.append(msg)
 

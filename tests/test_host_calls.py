@@ -25,10 +25,10 @@ def test_a_call_that_ends_leaves_no_task_and_no_deadline_behind() -> None:
     async def main() -> None:
         host, sent = _host()
         host.handle(CallTool(id=1, name="t", arguments=b"{}", timeout=60.0))
-        task = host._calls.tasks[1]  # noqa: SLF001 - the books under test
+        task = host._calls.tasks[1]  # the books under test
         await task
         assert [type(m) for m in sent] == [Failure]  # answered: no server
-        assert not host._calls.tasks and not host._calls._deadlines  # noqa: SLF001
+        assert not host._calls.tasks and not host._calls._deadlines
 
     asyncio.run(main())
 
@@ -39,9 +39,9 @@ def test_a_call_cancelled_before_its_task_ran_is_forgotten_and_not_answered() ->
     async def main() -> None:
         host, sent = _host()
         host.handle(CallTool(id=1, name="t", arguments=b"{}", timeout=60.0))
-        task = host._calls.tasks[1]  # noqa: SLF001 - the books under test
+        task = host._calls.tasks[1]  # the books under test
         host.handle(Cancel(id=1))
-        assert not host._calls.tasks and not host._calls._deadlines  # noqa: SLF001
+        assert not host._calls.tasks and not host._calls._deadlines
         with pytest.raises(asyncio.CancelledError):
             await task
         assert sent == []  # the agent abandoned it
@@ -54,9 +54,9 @@ def test_answered_calls_deadlines_are_swept_so_the_heap_stays_bounded() -> None:
         host, sent = _host()
         for rid in range(1, 2001):
             host.handle(CallTool(id=rid, name="t", arguments=b"{}", timeout=60.0))
-            await host._calls.tasks[rid]  # noqa: SLF001 - it fails at once: nothing stays in flight
+            await host._calls.tasks[rid]  # it fails at once: nothing stays in flight
         assert len(sent) == 2000
-        return len(host._calls._heap)  # noqa: SLF001 - the books under test
+        return len(host._calls._heap)  # the books under test
 
     left = asyncio.run(main())
     print(f"deadline entries left after 2,000 answered calls: {left}")

@@ -70,9 +70,8 @@ class ProcessChannel:
         self.pid: int | None = None
         self._pid_task: asyncio.Task[None] | None = None
         self._fd = -1
-        # Frames sent after the first of a loop iteration: they go in one
-        # write at the iteration's end (None: nothing was written in this one),
-        # or once they reach BATCH_BYTES.
+        # Frames held in this loop iteration (see send): they go in one write
+        # at its end, or once they reach BATCH_BYTES (None: none held).
         self._batch: list[bytes] | None = None
         self._batched = 0
 
@@ -228,12 +227,15 @@ class ProcessChannel:
         poll.register(self._fd, select.POLLIN)
         return bool(poll.poll(round(wait * 1000)))
 
-    def send(self, msg: AgentMessage) -> None:
-        """Write ``msg`` to the worker: at once if it is the first of this loop iteration, else with the rest at its end.
+    def send(self, msg: AgentMessage, *, hold: bool = False) -> None:
+        """Write ``msg`` to the worker, at once or (``hold``) with the others of this loop iteration at its end.
 
-        Concurrent calls start in one iteration; one write each would wake
-        the worker once per call (a write and a wake-up each, on both sides),
-        while the first alone goes at once, so a lone call waits for nothing.
+        ``hold``: other requests are in flight (concurrent calls, which start
+        in one iteration): a write each would wake the worker once per call.
+        Held frames go in one write at the iteration's end, or as soon as
+        they reach ``BATCH_BYTES``; a frame sent while some are held joins
+        them, so frames keep their order. A lone call is written at once and
+        costs no callback (an extra loop iteration on its path).
         """
         transport = self._transport
         if transport is None or transport.is_closing():
@@ -241,10 +243,11 @@ class ProcessChannel:
         body = self._enc.encode(self._for_worker(msg))
         batch = self._batch
         if batch is None:
-            send_frame(transport, body)
-            self._batch = []
+            if not hold:
+                send_frame(transport, body)
+                return
+            batch = self._batch = []
             asyncio.get_running_loop().call_soon(self._flush)
-            return
         batch += (HEADER.pack(len(body)), body)
         self._batched += len(body)
         if self._batched >= BATCH_BYTES:
@@ -257,7 +260,7 @@ class ProcessChannel:
             transport.writelines(batch)
 
     def _flush(self) -> None:
-        """Write the frames held since the iteration's first (see :meth:`send`); the next frame goes at once."""
+        """Write the frames held in this loop iteration (see :meth:`send`)."""
         self._write_batch()
         self._batch = None
 
@@ -324,7 +327,8 @@ class LocalChannel:
         """Return once the channel is closed."""
         await self._gone.wait()
 
-    def send(self, msg: AgentMessage) -> None:
+    def send(self, msg: AgentMessage, *, hold: bool = False) -> None:
+        """Hand ``msg`` to the host (``hold`` is for a worker's pipe: nothing is written here)."""
         self._host.handle(msg)
 
     async def wait_lost(self) -> None:

@@ -219,7 +219,8 @@ class ClientCore:
             self._calls[rid] = tool
         if op is not None:
             op.set("jsonrpc.request.id", rid)
-        channel.send(msg)
+        # Other requests in flight: this one may go in one write with theirs.
+        channel.send(msg, hold=len(self._pending) > 1)
         if backstop is not None:
             self._backstop(rid, backstop, channel)
         try:

@@ -4,8 +4,8 @@ Frames: requests over ``MAX_REQUEST_BYTES`` are skipped, not fatal (see
 :mod:`.framing`); replies never pass the cap the agent reads with, which
 arrives with ``Open``: an oversized reply becomes a ``too_large`` failure.
 What the worker tells unasked (its asides: logs, ``Started``, ``Ended``,
-``ToolsChanged``, progress) goes with its next answer, in one write; so do
-the answers that follow the first of a loop iteration (concurrent calls).
+``ToolsChanged``, progress) goes with its next answer, in one write; the
+answers of concurrent calls go together at the end of the loop iteration.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ class Channel:
     says otherwise, the smallest one an agent can have (``frame_cap(0)``).
     Asides (:data:`_ASIDES`) go out with the next answer, or at the end of
     the loop iteration they were emitted in (an open's: its answer, or
-    :data:`OPEN_ASIDES_WAIT`); the first answer of an iteration goes at once,
-    the later ones at its end; all in the order emitted.
+    :data:`OPEN_ASIDES_WAIT`); an answer goes at once, unless other requests
+    are in flight: then at the iteration's end, with theirs; all in the
+    order emitted.
     """
 
     def __init__(self, host_factory: Any) -> None:
@@ -78,10 +79,10 @@ class Channel:
         # Frames emitted before the transport exists (see read_ahead); None: not reading ahead.
         self._early: list[bytes] | None = None
         # Frames held since the last write, in the order emitted: asides (see
-        # _ASIDES), sent with the next answer or by send_held, and the answers
-        # after the first of a loop iteration (see emit).
+        # _ASIDES), sent with the next answer or by send_held, and answers
+        # held while other requests are in flight (see emit).
         self._held: list[bytes] = []
-        self._wrote = False  # an answer was written in this loop iteration (_end_iteration is due)
+        self._holding = False  # answers are held for this loop iteration's end (_end_iteration is due)
         self._batched = 0  # bytes of the answers held since
         self._opening = False  # the Open is in, its answer not yet out
         self._early_answer = False  # an answer is among the early frames
@@ -163,31 +164,31 @@ class Channel:
             early.append(body)
             self._early_answer = self._early_answer or not isinstance(msg, _ASIDES)
         elif isinstance(msg, _ASIDES):
-            if not self._held and not self._wrote:
+            if not self._held and not self._holding:
                 if self._opening:
                     self._loop.call_later(OPEN_ASIDES_WAIT, self.send_held)
                 else:
                     self._loop.call_soon(self.send_held)
             self._held.append(body)
-        elif self._wrote:
-            # Goes with the rest of this iteration's answers, at its end (or
-            # once they reach BATCH_BYTES).
+        elif self._holding or self.host.in_flight > 1:
+            # Other requests are in flight (concurrent calls): their answers
+            # may follow in this loop iteration and go with this one at its
+            # end (or once they reach BATCH_BYTES), one write and one wake-up
+            # of the agent for all of them. A lone answer goes at once and
+            # costs no callback (an extra loop iteration on its path).
+            if not self._holding:
+                self._holding = True
+                self._loop.call_soon(self._end_iteration)
             self._held.append(body)
             self._batched += len(body)
             if self._batched >= BATCH_BYTES:
                 self.send_held()
         else:
-            # The first answer of a loop iteration goes at once (with the
-            # asides before it); the answers after it in the same iteration
-            # (concurrent calls) go together at its end: one write and one
-            # wake-up of the agent for all of them.
-            held, self._held = self._held, []
+            held, self._held = self._held, []  # the asides before it go with it
             if held:
                 _write(transport, [*held, body])
             else:
                 send_frame(transport, body)
-            self._wrote = True
-            self._loop.call_soon(self._end_iteration)
         if self._opening and isinstance(msg, (Opened, Failure)) and msg.id == self._open_id:
             self._opening = False
             if self.answered is not None:
@@ -202,7 +203,7 @@ class Channel:
             self._loop.call_soon_threadsafe(self.emit, msg)
 
     def _end_iteration(self) -> None:
-        self._wrote = False
+        self._holding = False
         self.send_held()
 
     def send_held(self) -> None:

@@ -115,6 +115,11 @@ class Host:
         # What the agent knows of the tools; re-listing after list_changed.
         self.listing = Listing(emit, self._log, lambda: self.current)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests being served (a request's task counts until it has answered)."""
+        return len(self._calls.tasks)
+
     # -- dispatch ------------------------------------------------------------ #
     def handle(self, msg: AgentMessage) -> None:
         """Start handling one request; never blocks."""

@@ -342,6 +342,11 @@ class Client:
         return meta or None
 
     @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)
+
+    @property
     def modern(self) -> bool:
         return self._envelope is not None
 

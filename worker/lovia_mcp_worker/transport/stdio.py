@@ -114,9 +114,8 @@ class StdioSession:
         self.initialized = False
         self._ended = False
         self._tasks: set[asyncio.Task[None]] = set()
-        # Lines written after the first of a loop iteration: they go in one
-        # write at its end (None: nothing was written in this one), or once
-        # they reach BATCH_BYTES.
+        # Lines held in this loop iteration (see _write): they go in one write
+        # at its end, or once they reach BATCH_BYTES (None: none held).
         self._lines: list[bytes] | None = None
         self._batched = 0
 
@@ -189,17 +188,22 @@ class StdioSession:
 
     # -- the process's side -------------------------------------------------- #
     def _write(self, line: bytes) -> None:
-        """Write a line to the server: at once if it is the first of this loop iteration, else with the rest at its end.
+        """Write a line to the server: at once, or with the others of this loop iteration at its end.
 
-        Concurrent calls start in one iteration: a write each would wake the
-        server once per request, and its answers the worker once per answer.
+        Held while other requests are in flight (concurrent calls start in
+        one iteration: a write each would wake the server once per request,
+        and its answers the worker once per answer); held lines go in one
+        write at the iteration's end or once they reach BATCH_BYTES, and a
+        line written meanwhile joins them, in order. A lone request is
+        written at once and costs no callback.
         """
         lines = self._lines
         if lines is None:
-            self._write_now(line)
-            self._lines = []
+            if self.client.in_flight <= 1:
+                self._write_now(line)
+                return
+            lines = self._lines = []
             self._loop.call_soon(self._flush)
-            return
         lines.append(line)
         self._batched += len(line)
         if self._batched >= BATCH_BYTES:
@@ -211,7 +215,7 @@ class StdioSession:
             self._write_now(b"".join(lines))
 
     def _flush(self) -> None:
-        """Write the lines held since the iteration's first (see :meth:`_write`); the next line goes at once."""
+        """Write the lines held in this loop iteration (see :meth:`_write`)."""
         self._write_lines()
         self._lines = None
 
