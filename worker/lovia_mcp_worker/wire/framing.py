@@ -46,10 +46,10 @@ FRAME_OVERHEAD: Final = 1024 * 1024
 # The reader's fixed buffer: small frames are parsed in place from it and a
 # skipped frame's body passes through it; larger frames get a buffer of their own.
 READ_BUFFER: Final = 64 * 1024
-# Frames held for one write (the channels write the first frame of a loop
-# iteration at once and hold the rest until its end; the stdio transport
-# does so with its lines to the server) go out as soon as they reach this
-# many bytes. Dozens of small frames a write already make the write's cost
+# Frames held for one write (while other requests are in flight, the
+# channels hold frames until the end of the loop iteration; the stdio
+# transport does so with its lines to the server) go out as soon as they
+# reach this many bytes. Dozens of small frames a write already make the write's cost
 # per frame small, and the other side starts on them while the rest are
 # made: a pipeline, not three stages in turn. Measured on 300 concurrent
 # small calls: 7.1 ms with 4 KiB batches, 7.7 with 2 KiB, 9.1 with 64 KiB.
