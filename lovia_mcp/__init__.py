@@ -29,7 +29,7 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
 repository). The agent imports from it only this public surface, all of it
-``mcp``-free (tests/test_layout.py checks):
+``mcp``-free (tests/project/test_layout.py checks):
 
 - ``wire``: the messages, MCP's JSON codec, ``Limits``/``Sandbox`` and the
   length-framed pipe: the one package both sides are written against;

@@ -9,7 +9,7 @@ They are copied rather than imported because they are private to lovia: any
 it does. Besides the names, the only edits are four ``# type: ignore``
 comments (lovia ships no type information): the code, and so every
 model-visible string (descriptions, parameter schemas, instructions, error
-messages), is lovia's byte for byte, which ``tests/test_deferred.py`` checks
+messages), is lovia's byte for byte, which ``tests/plugin/test_deferred.py`` checks
 against the installed lovia.
 
 Caveats: a later lovia may change its own copy (wording, scoring); this one

@@ -68,7 +68,7 @@ Figures (goal ratios are isolated/in-process; the targets are in docs/performanc
   and ``soak_bytes_per_cycle`` the slope of the agent's open descriptors
   (less the forkserver's idle workers' sockets, a shared pool) and of its
   RSS over the cycles. Flat is 0; a leak of 100 bytes a call or of one
-  descriptor a cycle shows as that (tests/test_soak.py asserts the same on
+  descriptor a cycle shows as that (tests/long/test_soak.py asserts the same on
   100,000 calls and 1,000 cycles);
 
 Usage::

@@ -77,7 +77,7 @@ MUTANTS: Final = [
         old="channel = ProcessChannel(frame_cap(self.spec.limits.max_result_bytes))",
         new="channel = ProcessChannel(2 * 1024**3)",
         tests=(
-            "tests/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
+            "tests/protocol/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
             "connection_configured",
         ),
         why="the agent takes frames up to 2 GiB from a worker, whatever max_result_bytes says",
@@ -88,7 +88,7 @@ MUTANTS: Final = [
         old='cap=self.cap, peer="the worker"',
         new='cap=2 * 1024**3, peer="the worker"',
         tests=(
-            "tests/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
+            "tests/protocol/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
             "connection_configured",
         ),
         why="the channel's reader ignores the cap the connection gave it",
@@ -102,7 +102,7 @@ MUTANTS: Final = [
         new="""    for pid in adopted:
         pass""",
         tests=(
-            "tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
+            "tests/client/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
         ),
         why="a SIGKILLed worker's grandchildren, orphans and escapees live on (the watch path has no other remedy)",
     ),
@@ -112,7 +112,7 @@ MUTANTS: Final = [
         old="if not cgroup_layout.remove_leftovers(pid):",
         new="if True:",
         tests=(
-            "tests/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
+            "tests/client/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
         ),
         why="a SIGKILLed worker's cgroups stay until some later worker's sweep",
         needs="cgroups (root, or a delegated memory and pids hierarchy)",
@@ -122,7 +122,9 @@ MUTANTS: Final = [
         path="lovia_mcp/gateway/app.py",
         old="hmac.compare_digest(token.strip(), known)",
         new="token.strip() == known",
-        tests=("tests/test_gateway.py::test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality",),
+        tests=(
+            "tests/gateway/test_gateway.py::test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality",
+        ),
         why="the bearer token is compared in variable time (its prefix shows in the timing)",
     ),
     Mutant(
@@ -130,7 +132,7 @@ MUTANTS: Final = [
         path="worker/lovia_mcp_worker/sandbox/landlock.py",
         old="writable = ([cwd] if cwd else []) + list(box.writable)",
         new="writable = ([os.path.dirname(cwd)] if cwd else []) + list(box.writable)",
-        tests=("tests/test_landlock.py",),
+        tests=("tests/sandbox/test_landlock.py",),
         why="a Landlock-boxed server may write next to its cwd",
         needs="Landlock (Linux 5.13+)",
     ),
@@ -141,7 +143,7 @@ MUTANTS: Final = [
         "--disable-userns",
 """,
         new="",
-        tests=("tests/test_sandbox.py", "tests/test_sandbox_escape.py"),
+        tests=("tests/sandbox/test_sandbox.py", "tests/sandbox/test_escapes.py"),
         why="a bwrap-boxed server runs in the host's user namespace, as uid 0 with a full bounding set under root",
         needs="bubblewrap",
     ),
@@ -150,7 +152,7 @@ MUTANTS: Final = [
         path="lovia_mcp/cli/_terminal.py",
         old="return text.translate(_BLOCK)",
         new="return text",
-        tests=("tests/test_cli_terminal.py",),
+        tests=("tests/cli/test_cli_terminal.py",),
         why="results, error messages and stderr tails drive the user's terminal",
     ),
     Mutant(
@@ -158,7 +160,7 @@ MUTANTS: Final = [
         path="lovia_mcp/cli/_terminal.py",
         old="return text.translate(_LINE)",
         new="return text",
-        tests=("tests/test_cli_terminal.py",),
+        tests=("tests/cli/test_cli_terminal.py",),
         why="tool descriptions, parameters and the status line drive the user's terminal",
     ),
     Mutant(
@@ -166,7 +168,7 @@ MUTANTS: Final = [
         path="lovia_mcp/cli/_terminal.py",
         old="ensure_ascii=False).translate(_JSON)",
         new="ensure_ascii=False)",
-        tests=("tests/test_cli_terminal.py",),
+        tests=("tests/cli/test_cli_terminal.py",),
         why="--json output carries C1 controls, DEL and bidi overrides raw",
     ),
     Mutant(
@@ -175,7 +177,7 @@ MUTANTS: Final = [
         old="return _json_encode(_surrogates_replaced(arguments))",
         new="return _json_encode(arguments)",
         tests=(
-            "tests/test_framing.py::test_a_lone_surrogate_in_a_models_arguments_reaches_the_server_as_the_"
+            "tests/protocol/test_framing.py::test_a_lone_surrogate_in_a_models_arguments_reaches_the_server_as_the_"
             "replacement_character",
         ),
         why="a model's lone surrogate fails the call with a bare UnicodeEncodeError",

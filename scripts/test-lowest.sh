@@ -11,7 +11,7 @@
 #
 #   bash scripts/test-lowest.sh                  # the whole suite
 #   bash scripts/test-lowest.sh --api-subset     # the API subset, -q
-#   bash scripts/test-lowest.sh tests/test_http.py -q
+#   bash scripts/test-lowest.sh tests/protocol/test_http.py -q
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -35,12 +35,12 @@ bash scripts/thirdparty.sh
 # stubs under mypy), psutil's (the tree watch, stats), OpenTelemetry's (spans,
 # the duration metric) and the SDK's server side (the gateway).
 API_SUBSET=(
-  tests/test_exports.py tests/test_types.py tests/test_plugin.py tests/test_results.py
-  tests/test_deferred.py tests/test_lovia_configs.py tests/test_config.py tests/test_names.py
-  tests/test_annotations.py tests/test_list_changed.py tests/test_http.py
-  tests/test_framing.py tests/test_jsonrpc_core.py tests/test_sup_protocol.py
-  tests/test_stats.py tests/test_sup_limits.py tests/test_tree_walk.py
-  tests/test_tracing.py tests/test_gateway.py
+  tests/plugin/test_exports.py tests/project/test_types.py tests/plugin/test_plugin.py tests/plugin/test_results.py
+  tests/plugin/test_deferred.py tests/plugin/test_lovia_configs.py tests/plugin/test_config.py tests/plugin/test_names.py
+  tests/plugin/test_annotations.py tests/plugin/test_list_changed.py tests/protocol/test_http.py
+  tests/protocol/test_framing.py tests/protocol/test_jsonrpc_core.py tests/protocol/test_protocol_abuse.py
+  tests/plugin/test_stats.py tests/supervision/test_limits.py tests/supervision/test_tree_walk.py
+  tests/plugin/test_tracing.py tests/gateway/test_gateway.py
 )
 if [ "${1:-}" = "--api-subset" ]; then
   shift

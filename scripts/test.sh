@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# Third-party MCP servers for tests/test_thirdparty.py, outside .venv; a failed
+# Third-party MCP servers for tests/project/test_thirdparty.py, outside .venv; a failed
 # install fails the run here (set -e) rather than skipping those tests.
 bash scripts/thirdparty.sh
 # Lint and format are checked first: style is the linter's, not review's.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the third-party MCP servers that tests/test_thirdparty.py runs
+# Install the third-party MCP servers that tests/project/test_thirdparty.py runs
 # through process isolation, into .cache/thirdparty/ (never into .venv: they
 # pin their own dependencies, and the project's environment must not bend to
 # them).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An agent process that refuses user namespaces, under random faults (tests/test_faults.py).
+"""An agent process that refuses user namespaces, under random faults (tests/long/test_faults.py).
 
 Before anything else it installs the seccomp filter Docker's default profile
 amounts to (``deny_new_user_namespaces()``), which its forkserver, workers
@@ -20,7 +20,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # tests/, for test_faults and helpers
+TESTS = os.path.dirname(HERE)
+sys.path[:0] = [TESTS, os.path.join(TESTS, "long")]  # helpers, and test_faults
 
 
 def main(seed: int) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A stand-in for a worker that a hostile server took over: it writes the bytes it is given to the agent.
 
-Started by tests/test_framing.py in place of a worker from the forkserver.
+Started by tests/protocol/test_framing.py in place of a worker from the forkserver.
 ``argv[1]`` is the worker's end of its socket pair with the agent (an
 inherited descriptor); stdin holds what to write (frames the test built,
 header and body). It writes them, then hangs up, so an agent that took the

@@ -106,7 +106,7 @@ _AUDIT_ARCH: Final = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _X32_SYSCALL_BIT: Final = 0x40000000
 
 # System call numbers: x86_64 (arch/x86/entry/syscalls/syscall_64.tbl) and
-# aarch64 (asm-generic/unistd.h). tests/test_seccomp.py checks them against
+# aarch64 (asm-generic/unistd.h). tests/sandbox/test_seccomp.py checks them against
 # the headers where they are installed.
 SYSCALLS: Final[dict[str, dict[str, int]]] = {
     "x86_64": {

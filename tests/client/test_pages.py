@@ -46,7 +46,7 @@ def _private(n: int) -> mmap.mmap:
     return mmap.mmap(-1, n * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
-WORKER = str(Path(__file__).parents[1] / "worker")
+WORKER = str(Path(__file__).parents[2] / "worker")
 
 # The parent fills 300 pages; child A writes them after noting its own pages
 # (its report); child B copies the report's pages ahead, then writes them;

@@ -6,7 +6,7 @@ fields MCP may add later are ignored; a field of the wrong type costs only
 that field, never the block or the result (today's leniency: a block the
 SDK rejects still reaches the renderer); a listing is paginated by one
 loop, with a page cap. The behaviour through real servers is in
-tests/test_results.py and tests/test_renderer_models.py.
+tests/plugin/test_results.py and tests/plugin/test_renderer_models.py.
 """
 
 from __future__ import annotations

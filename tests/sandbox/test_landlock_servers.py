@@ -5,7 +5,7 @@ the same code as without a sandbox, so one test each shows they still hold
 inside Landlock. The third-party servers (installed by
 ``scripts/thirdparty.sh``: node's server-everything and server-filesystem,
 mcp-server-time and mcp-server-git) run on it too; the escape probes are in
-``test_landlock.py`` and ``test_sandbox_escape.py``.
+``test_landlock.py`` and ``sandbox/test_escapes.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 scanner, the stdout line framer, the client, the generation state machine.
 
 Pure logic, so fed bytes directly; the behaviour against real servers is in
-tests/test_hostile.py.
+tests/protocol/test_hostile.py.
 """
 
 from __future__ import annotations

@@ -44,7 +44,9 @@ from typing import Any, Final
 import psutil
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # helpers, when fault_agent.py imports this
+sys.path.insert(
+    0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)  # helpers, when fault_agent.py imports this
 from helpers import PY, RAW_SERVER, ROOT, SERVERS, alive_after  # noqa: E402
 
 from lovia_mcp import MCPError, MCPServerStdio, Sandbox  # noqa: E402

@@ -143,7 +143,7 @@ def test_every_idle_worker_exits_with_the_agent_process() -> None:
         "    print(json.dumps(sorted(channel.helper_pids())), flush=True)\n"
         "import contextlib\n"
         "asyncio.run(main())\n"
-    ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE, IDLE_WAIT, MIN_IDLE + 1)
+    ) % (str(Path(__file__).parents[1]), IDLE_WAIT, MIN_IDLE, IDLE_WAIT, MIN_IDLE + 1)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=True)
     helpers = json.loads(out.stdout)
     assert len(helpers) >= MIN_IDLE + 2  # the forkserver and a grown pool
@@ -186,7 +186,7 @@ def _with_a_full_pool(tmp_path: Path, body: str) -> dict[str, object]:
         "    gates = [os.path.join(%r, f'gate{i}') for i in range(len(pool))]\n"
         "    for gate in gates:\n"
         "        os.mkfifo(gate)\n"
-    ) % (str(Path(__file__).parent), IDLE_WAIT, MIN_IDLE, str(tmp_path))
+    ) % (str(Path(__file__).parents[1]), IDLE_WAIT, MIN_IDLE, str(tmp_path))
     code += body + "asyncio.run(main())\n"
     return script_json(code)
 

@@ -6,7 +6,7 @@ servers and the servers' grandchildren with it. The grandchild tests run
 under both enforcement paths (the ``enforcement`` fixture): a cgroup per
 generation, whose kill reaches every member, and the watch, which finds
 them by parentage alone. (A worker killed with SIGKILL leaves its tree to
-the forkserver: tests/test_forkserver.py.)
+the forkserver: tests/client/test_forkserver.py.)
 """
 
 from __future__ import annotations
