@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import POLL, PY, RAW_SERVER, alive_after_sync, end_process, pid_alive
+from lovia_mcp_worker.forkserver.server import MAX_IDLE
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -76,9 +77,10 @@ def test_the_forkserver_goes_with_an_agent_killed_by_sigkill(tmp_path: Path) -> 
         ready, _, _ = select.select([agent.stdout], [], [], REPORT_WAIT)
         assert ready, "the agent process did not report its pids"
         report = json.loads(agent.stdout.readline())
-        # The forkserver, and the idle worker it forked ahead of the next open.
+        # The forkserver, and the idle workers it forked ahead of the next opens
+        # (MIN_IDLE of them, more when opens found the pool empty, as on a loaded machine).
         helpers = report["forkserver"]
-        assert 1 <= len(helpers) <= 2 and not set(helpers) & {agent.pid, report["worker"]}
+        assert 1 <= len(helpers) <= 1 + MAX_IDLE and not set(helpers) & {agent.pid, report["worker"]}
         os.kill(agent.pid, signal.SIGKILL)
         agent.wait(5)
         alive, took = alive_after_sync([*helpers, report["worker"]], 2.0)
