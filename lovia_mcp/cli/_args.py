@@ -311,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     _verbosity(check, top=False)
 
     _serve_parser(sub)
+    _doctor_parser(sub)
 
     demo = sub.add_parser(
         "demo",
@@ -411,6 +412,36 @@ def _serve_parser(sub: Any) -> None:
         "--log-format", choices=("json", "text"), default="json", help="logs on stderr: JSON lines (default) or text"
     )
     _verbosity(serve, top=False)
+
+
+def _doctor_parser(sub: Any) -> None:
+    doctor = sub.add_parser(
+        "doctor",
+        formatter_class=_formatter,
+        usage=f"{PROG} doctor [--config FILE] [--json]",
+        help="what lovia-mcp can guarantee on this machine: kernel facts, each sandbox run against escape probes",
+        description=_wrap(
+            "Report the kernel's facts (user namespaces and what refuses them, Landlock, seccomp, cgroups, "
+            "bubblewrap), then run escape probes inside each sandbox backend's real box on this machine "
+            "(a planted secret, a write outside the box, the loopback with the network closed, a unix socket, "
+            "another process's environment, mount, namespaces, ptrace): each held, escaped or skipped. "
+            "With --config, the backend each server would get and how its limits are enforced. "
+            "See docs/doctor.md."
+        ),
+        epilog=f"examples:\n  {PROG} doctor\n  {PROG} doctor --config .mcp.json --json | jq .backends\n\n"
+        "exit status:\n"
+        "  0    every available backend held every probe, and every configured server's sandbox can start\n"
+        "  1    a probe escaped, an available backend's box did not start, or a server's sandbox cannot\n"
+        "       start here (each named on stderr)\n"
+        "  2    usage error: bad options, a config file that cannot be read\n",
+    )
+    doctor.add_argument(
+        "--config",
+        metavar="FILE",
+        help="also say, for each server of this config file, the backend it would get and its limits' enforcement",
+    )
+    doctor.add_argument("--json", action="store_true", help="the report as JSON (for CI) instead of text")
+    _verbosity(doctor, top=False)
 
 
 def _version() -> str:

@@ -6,6 +6,7 @@
 - ``lovia-mcp check --config mcp.json``: every server of a config file
   opened at once, one row each (status, tools, open time, error).
 - ``lovia-mcp serve --config mcp.json``: the gateway (:mod:`lovia_mcp.gateway`).
+- ``lovia-mcp doctor``: what the sandbox holds on this machine (:mod:`.doctor`).
 - ``lovia-mcp demo``: the offline demo (:mod:`lovia_mcp.demo`).
 
 Any of the first three takes ``--config FILE`` (``--server NAME`` to pick
@@ -361,6 +362,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..gateway.serve import main as serve_main
 
         return serve_main(ns)
+
+    if ns.command == "doctor":
+        if command is not None:
+            parser.error("doctor takes no server command: name the servers with --config")
+        from .doctor import main as doctor_main
+
+        return doctor_main(ns)
 
     try:
         # Mistakes in the command line, caught before anything starts.
