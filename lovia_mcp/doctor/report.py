@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from lovia_mcp_worker.containment import machine
-from lovia_mcp_worker.sandbox import registry
+import lovia_mcp_worker.containment.machine as machine
+import lovia_mcp_worker.sandbox.registry as registry
 from lovia_mcp_worker.sandbox.base import SandboxError
 from lovia_mcp_worker.wire.confinement import Limits, Sandbox
 

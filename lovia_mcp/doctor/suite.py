@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+import lovia_mcp_worker.sandbox.registry as registry
 from lovia.exceptions import LoviaError
-from lovia_mcp_worker.sandbox import registry
 from lovia_mcp_worker.wire.confinement import Sandbox
 
 from .._isolation import Isolation
