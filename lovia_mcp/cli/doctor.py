@@ -119,6 +119,11 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
+def status(report: Report) -> int:
+    """The command's exit status for ``report``."""
+    return EXIT_NOT_HELD if report.failures() else EXIT_HELD
+
+
 def main(ns: argparse.Namespace) -> int:
     """The ``doctor`` subcommand."""
     servers: list[MCPServer] | None = None
@@ -135,7 +140,7 @@ def main(ns: argparse.Namespace) -> int:
     failures = report.failures()
     for line in failures:
         print(terminal_block(f"{PROG}: doctor: {line}"), file=sys.stderr)
-    return EXIT_NOT_HELD if failures else EXIT_HELD
+    return status(report)
 
 
-__all__ = ["EXIT_HELD", "EXIT_NOT_HELD", "EXIT_USAGE", "main", "render"]
+__all__ = ["EXIT_HELD", "EXIT_NOT_HELD", "EXIT_USAGE", "main", "render", "status"]

@@ -162,6 +162,7 @@ class Targets:
         self.secret.chmod(0o600)
         self._listeners: list[_Listener] = []
         self._process: subprocess.Popen[bytes] | None = None
+        self._socket_dir: str | None = None
         self.port = 0
         self.unix_path: str | None = None
         self.skips: dict[str, str] = {}
@@ -182,6 +183,10 @@ class Targets:
 
     def _plant_unix_socket(self) -> None:
         path = str(self.root / "host.sock")
+        if len(os.fsencode(path)) > UNIX_PATH_MAX:
+            # A deep cache folder: a short one of its own in the temporary folder instead.
+            self._socket_dir = tempfile.mkdtemp(prefix="lovia-mcp-doctor-")
+            path = os.path.join(self._socket_dir, "host.sock")
         if len(os.fsencode(path)) > UNIX_PATH_MAX:
             self.skips["unix_socket"] = f"the socket's path would be longer than {UNIX_PATH_MAX} bytes: {path}"
             return
@@ -238,6 +243,8 @@ class Targets:
                 self._process.wait()
             self._process = None
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
 def backend_names() -> list[str]:
