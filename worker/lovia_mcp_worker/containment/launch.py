@@ -3,8 +3,12 @@
 The worker is the launch wrapper. The server gets:
 
 - an environment built from a small allowlist of the worker's variables
-  (:data:`ENV_ALLOWLIST`, plus ``LC_*``), then ``spec.env`` on top; the agent
-  side has already copied any ``inherit_env`` names into ``spec.env``;
+  (:data:`ENV_ALLOWLIST`, plus ``LC_*``: the base names, the TLS trust
+  paths, and the proxy variables that carry no credentials, as
+  :mod:`~lovia_mcp_worker.wire.environment` says), then ``spec.env`` on top;
+  the agent side has already copied any ``inherit_env`` names into
+  ``spec.env``; a sandbox backend then sets its own proxy variables over
+  both;
 - ``spec.cwd`` as its working directory;
 - its own session and process group, so the tree can be signalled as a whole;
 - a parent-death signal (SIGKILL when the worker dies, Linux);
@@ -32,20 +36,13 @@ from typing import Final, TypeVar
 
 from ..sandbox import bwrap, registry
 from ..sandbox.base import LaunchPlan, SandboxError
+from ..wire import environment
 from ..wire.confinement import Limits, Sandbox
 from ..wire.messages import ServerSpec
 from .guard import die_with_parent
 
-ENV_ALLOWLIST: Final = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "TERM",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "TMPDIR",
-)
+# Every name a server may get without asking (the proxy variables only without credentials).
+ENV_ALLOWLIST: Final = (*environment.BASE, *environment.TRUST, *environment.PROXY)
 
 
 class LaunchError(Exception):
@@ -57,8 +54,7 @@ class LaunchError(Exception):
 
 
 def server_environment(extra: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
-    source = os.environ if base is None else base
-    env = {k: v for k, v in source.items() if k in ENV_ALLOWLIST or k.startswith("LC_")}
+    env = environment.default_environment(os.environ if base is None else base)
     env.update(extra)
     return env
 

@@ -5,7 +5,10 @@ caller is told: the ``kind`` (one of :data:`~lovia_mcp_worker.wire.messages.Fail
 which the agent maps to ``MCPError.kind`` and its retry policy), the message,
 the hint, the exit code or signal and the stderr tail. Keeping them here
 makes the wording testable without starting a process, and keeps one
-spelling of each failure.
+spelling of each failure. A stderr tail that shows a certificate or proxy
+problem adds, to any failure's hint, the variable to pass
+(:func:`~lovia_mcp_worker.wire.environment.hint`, read against the
+worker's environment: the one impure step here).
 
 A failure that a setting would change names it as data (``option`` and its
 ``value``), its texts saying it with ``OPTION_MARK`` / ``SETTING_MARK``: the
@@ -15,10 +18,12 @@ command line ``--memory-mb`` and ``--memory-mb 100``, each from its own table.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Sequence
 from typing import Final, Literal, NamedTuple
 
+from . import environment
 from .confinement import Limits
 from .messages import ON_TIMEOUT_CANCEL, OPTION_MARK, SETTING_MARK, Failure, FailureKind, Option, spelled
 
@@ -51,6 +56,18 @@ def with_tail(hint: str, stderr_tail: Sequence[str]) -> str:
     if stderr_tail:
         return hint
     return hint.replace(" (stderr tail below).", " (it wrote nothing on stderr).")
+
+
+def with_environment_hint(hint: str | None, stderr_tail: Sequence[str]) -> str | None:
+    """``hint``, and what to pass when the stderr tail shows a certificate or proxy problem.
+
+    Read against the worker's environment, which is the agent's (the trust and
+    proxy variables the server got, or did not).
+    """
+    extra = environment.hint(stderr_tail, os.environ) if stderr_tail else None
+    if extra is None or (hint and extra in hint):  # a failure made from another keeps its hint once
+        return hint
+    return extra if not hint else f"{hint} {extra}"
 
 
 def _stdout(head: bytes) -> str:
@@ -90,7 +107,7 @@ class HostError(Exception):
         # May name ``option`` with OPTION_MARK / SETTING_MARK: each front end
         # spells it; :attr:`text` is the library's words, for the worker's logs.
         self.message = message
-        self.hint = hint
+        self.hint = with_environment_hint(hint, stderr_tail)
         self.exit_code = exit_code
         self.signal_name = signal_name
         self.stderr_tail = list(stderr_tail)
@@ -443,5 +460,6 @@ __all__ = [
     "wire_mismatch",
     "too_large",
     "unattributable",
+    "with_environment_hint",
     "with_tail",
 ]
