@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Final
 
@@ -20,7 +21,7 @@ from ..config import MCPServer
 from ..config_file.loader import load_servers
 from ..doctor.report import Report, diagnose
 from ..doctor.suite import DESCRIPTIONS
-from ._args import PROG
+from ._args import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, PROG
 from ._terminal import terminal_block, terminal_json
 
 EXIT_HELD: Final = 0
@@ -134,9 +135,17 @@ def main(ns: argparse.Namespace) -> int:
             hint = f"\n  hint: {exc.hint}" if getattr(exc, "hint", None) else ""
             print(terminal_block(f"{PROG}: error: {exc}{hint}"), file=sys.stderr)
             return EXIT_USAGE
-    report = asyncio.run(diagnose(servers))
-    print(terminal_json(report.as_json()) if ns.json else terminal_block(render(report)))
-    sys.stdout.flush()
+    try:
+        report = asyncio.run(diagnose(servers))
+        print(terminal_json(report.as_json()) if ns.json else terminal_block(render(report)))
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (| head): stop quietly; stdout to /dev/null so the exit's flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     failures = report.failures()
     for line in failures:
         print(terminal_block(f"{PROG}: doctor: {line}"), file=sys.stderr)
