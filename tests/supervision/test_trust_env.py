@@ -16,12 +16,18 @@ the sandbox's own.
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 import http.server
+import io
 import json
+import os
+import shutil
 import ssl
 import sys
 import threading
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,18 +99,83 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
+# A package index's one project: a stdio MCP server in a wheel, as uvx installs it.
+PROJECT = "lovia-mcp-tls-probe"
+WHEEL_SERVER = """
+import json, sys
+def main():
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if "id" not in msg:
+            continue
+        method = msg.get("method")
+        if method == "initialize":
+            res = {"protocolVersion": msg["params"].get("protocolVersion"), "capabilities": {"tools": {}},
+                   "serverInfo": {"name": "tls-probe", "version": "1.0"}}
+        elif method == "tools/list":
+            res = {"tools": [{"name": "hello", "description": "Say hello.", "inputSchema": {"type": "object"}}]}
+        elif method == "tools/call":
+            res = {"content": [{"type": "text", "text": "hello from the wheel"}]}
+        else:
+            res = {}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": res}) + "\\n")
+        sys.stdout.flush()
+"""
+
+
+def _wheel() -> tuple[str, bytes]:
+    """The project's wheel, built by hand (a zip with its metadata): its file name and bytes."""
+    module, version = PROJECT.replace("-", "_"), "1.0"
+    info = f"{module}-{version}.dist-info"
+    files = {
+        f"{module}.py": WHEEL_SERVER,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {PROJECT}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: lovia-mcp tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/entry_points.txt": f"[console_scripts]\n{PROJECT} = {module}:main\n",
+    }
+
+    def digest(data: bytes) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{path},{digest(text.encode())},{len(text.encode())}\n" for path, text in files.items())
+    files[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    return f"{module}-{version}-py3-none-any.whl", out.getvalue()
+
+
 class Registry:
-    """An HTTPS server on the loopback whose certificate only the test's CA vouches for."""
+    """An HTTPS server on the loopback whose certificate only the test's CA vouches for.
+
+    ``/simple/`` answers :data:`BODY`; ``/simple/lovia-mcp-tls-probe/`` is a
+    package index page (PEP 503) linking the project's one wheel.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.ca, cert, key = _certificates(folder)
+        wheel_name, wheel = _wheel()
+        sha = hashlib.sha256(wheel).hexdigest()
+        pages = {
+            "/simple/": BODY.encode(),
+            f"/simple/{PROJECT}/": f'<html><body><a href="/files/{wheel_name}#sha256={sha}">{wheel_name}</a>'
+            "</body></html>".encode(),
+            f"/files/{wheel_name}": wheel,
+        }
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(BODY)))
+            def do_HEAD(self) -> bytes:
+                page = pages.get(self.path, b"")
+                self.send_response(200 if self.path in pages else 404)
+                kind = "application/octet-stream" if self.path.endswith(".whl") else "text/html"
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(page)))
                 self.end_headers()
-                self.wfile.write(BODY.encode())
+                return page
+
+            def do_GET(self) -> None:
+                self.wfile.write(self.do_HEAD())
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
@@ -113,7 +184,8 @@ class Registry:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
         self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
-        self.url = f"https://localhost:{self.httpd.server_address[1]}/simple/"
+        self.index = f"https://localhost:{self.httpd.server_address[1]}/simple/"
+        self.url = self.index
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
@@ -184,6 +256,52 @@ def test_a_certificate_error_with_the_variable_passed_says_to_check_the_file(
     error = run(main())
     print(error.hint)
     assert f"although SSL_CERT_FILE={wrong} is passed" in str(error.hint), error.hint
+
+
+UVX = shutil.which("uvx", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
+
+def _uvx_server(registry: Registry, cache: Path) -> MCPServerStdio:
+    """``uvx lovia-mcp-tls-probe`` from the test's index, with a cold cache of its own, never fetching a Python."""
+    return MCPServerStdio(
+        command=str(UVX),
+        args=["--index-url", registry.index, PROJECT],
+        name="uvx",
+        env={
+            "UV_CACHE_DIR": str(cache),
+            "UV_PYTHON": sys.executable,
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_NO_CONFIG": "1",
+        },
+        auto_reconnect=False,
+        open_timeout=UVX_OPEN_WAIT,
+    )
+
+
+# Bound on uvx's first open: resolve, download and install one small wheel
+# from the loopback, make an environment; about a second, generous for CI.
+UVX_OPEN_WAIT = 60.0
+
+
+@pytest.mark.skipif(UVX is None, reason="uv is not installed")
+def test_an_unlocked_uvx_server_opens_when_the_agent_trusts_its_registry_through_ssl_cert_file_alone(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    async def main() -> str:
+        async with _uvx_server(registry, tmp_path / "uv-cache").session() as conn:
+            return str(await conn.call_tool("hello"))
+
+    async def refused() -> MCPError:
+        with pytest.raises(MCPError) as info:
+            await _uvx_server(registry, tmp_path / "uv-cache-refused").open()
+        return info.value
+
+    error = run(refused())
+    print(error, "|", error.hint)
+    assert "Set SSL_CERT_FILE" in str(error.hint), error.hint
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(registry.ca))
+    assert run(main()) == "hello from the wheel"
 
 
 async def _server_env(server: MCPServerStdio) -> dict[str, str]:

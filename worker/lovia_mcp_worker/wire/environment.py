@@ -40,7 +40,8 @@ TRUST: Final = (
     "NPM_CONFIG_CAFILE",  # npm's cafile setting (npm reads either spelling)
     "npm_config_cafile",
     "PIP_CERT",  # pip
-    "UV_NATIVE_TLS",  # uv: use the system's store instead of its bundled roots
+    "UV_SYSTEM_CERTS",  # uv: use the system's store instead of its bundled roots
+    "UV_NATIVE_TLS",  # the same, by its older name
 )
 PROXY: Final = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
