@@ -182,6 +182,53 @@ MUTANTS: Final = [
         ),
         why="a model's lone surrogate fails the call with a bare UnicodeEncodeError",
     ),
+    Mutant(
+        name="env-trust-dropped",
+        path="worker/lovia_mcp_worker/wire/environment.py",
+        old="        or name in TRUST\n",
+        new="",
+        tests=(
+            "tests/supervision/test_trust_env.py::test_a_server_that_trusts_its_registry_through_ssl_cert_file_alone_"
+            "starts_with_it_set_in_the_agent",
+            "tests/supervision/test_trust_env.py::test_an_unlocked_uvx_server_opens_when_the_agent_trusts_its_registry_"
+            "through_ssl_cert_file_alone",
+        ),
+        why="servers no longer get SSL_CERT_FILE and the other trust paths: uvx behind a TLS-intercepting proxy fails",
+    ),
+    Mutant(
+        name="env-proxy-credentials",
+        path="worker/lovia_mcp_worker/wire/environment.py",
+        old="(name in PROXY and not carries_credentials(value))",
+        new="name in PROXY",
+        tests=(
+            "tests/supervision/test_trust_env.py::test_proxy_variables_pass_without_credentials_and_stay_out_with_them",
+        ),
+        why="a proxy URL's user name and password reach every server",
+    ),
+    Mutant(
+        name="env-proxy-over-sandbox",
+        path="worker/lovia_mcp_worker/containment/launch.py",
+        old="        plan = await _sandboxed(spec, spec.sandbox, argv, env)\n",
+        new="        plan = await _sandboxed(spec, spec.sandbox, argv, env)\n"
+        "        env.update({k: v for k, v in os.environ.items() if k in environment.PROXY})\n",
+        tests=(
+            "tests/supervision/test_trust_env.py::test_in_a_sandbox_with_an_allowlist_the_users_proxy_variables_never_"
+            "replace_the_sandboxs",
+        ),
+        why="the user's proxy variables replace the sandbox's: the allowlist proxy is no longer the box's way out",
+        needs="bubblewrap or Landlock ABI 4",
+    ),
+    Mutant(
+        name="doctor-escape-reads-held",
+        path="lovia_mcp/doctor/probes.py",
+        old='return "escaped: " + str(probe(args))',
+        new='return "held: " + str(probe(args))',
+        tests=(
+            "tests/cli/test_doctor.py::test_a_backend_that_boxes_nothing_lets_every_probe_escape_and_the_command_fails",
+        ),
+        why="lovia-mcp doctor reports a box that leaks as holding",
+        needs="root (the probes' escapes unboxed)",
+    ),
 ]
 
 
