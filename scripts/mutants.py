@@ -185,7 +185,7 @@ MUTANTS: Final = [
     Mutant(
         name="env-trust-dropped",
         path="worker/lovia_mcp_worker/wire/environment.py",
-        old=' or name in TRUST or (',
+        old=" or name in TRUST or (",
         new=" or (",
         tests=(
             "tests/supervision/test_trust_env.py::test_a_server_that_trusts_its_registry_through_ssl_cert_file_alone_"
