@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import ISOLATIONS, PY, SERVERS, raw_args, run
+from helpers import ISOLATIONS, PY, ROOT, SERVERS, raw_args, run
 from lovia_mcp_worker.sandbox import bwrap, landlock
 from lovia_mcp_worker.wire.environment import PROXY, TRUST
 
@@ -258,6 +258,19 @@ def test_a_certificate_error_with_the_variable_passed_says_to_check_the_file(
     assert f"although SSL_CERT_FILE={wrong} is passed" in str(error.hint), error.hint
 
 
+SANDBOX_BACKENDS = [
+    pytest.param(
+        "bwrap",
+        marks=pytest.mark.skipif(
+            bwrap.BWRAP is None or bwrap.userns_refused() is not None, reason="no user namespaces"
+        ),
+    ),
+    pytest.param(
+        "landlock", marks=pytest.mark.skipif(landlock.ABI < landlock.NETWORK_ABI, reason="needs Landlock ABI 4")
+    ),
+]
+
+
 UVX = shutil.which("uvx", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
 
 
@@ -304,6 +317,29 @@ def test_an_unlocked_uvx_server_opens_when_the_agent_trusts_its_registry_through
     assert run(main()) == "hello from the wheel"
 
 
+@pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
+def test_a_sandboxed_server_reads_the_ca_bundle_ssl_cert_file_names_and_trusts_its_registry(
+    backend: str, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CA outside the system's folders (and outside /tmp, private in a bwrap box), as a user's own would be."""
+    folder = ROOT / ".cache" / f"trust-{os.getpid()}-{backend}"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        ca = folder / "corp-ca.pem"
+        shutil.copyfile(registry.ca, ca)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        box = Sandbox(network=True, backend=backend)  # type: ignore[arg-type]
+
+        async def main() -> str:
+            server = MCPServerStdio(command=PY, args=[TLS_SERVER, registry.url], sandbox=box, auto_reconnect=False)
+            async with server.session() as conn:
+                return str(await conn.call_tool("fetched"))
+
+        assert run(main()) == BODY
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 async def _server_env(server: MCPServerStdio) -> dict[str, str]:
     async with server.session() as conn:
         env = json.loads(str(await conn.call_tool("pid")))["env"]
@@ -342,19 +378,6 @@ def test_a_network_error_with_a_withheld_proxy_names_inherit_env_in_the_hint(mon
     print(error.hint)
     assert "HTTPS_PROXY" in str(error.hint) and "inherit_env" in str(error.hint), error.hint
     assert "s3cret" not in str(error.hint)
-
-
-SANDBOX_BACKENDS = [
-    pytest.param(
-        "bwrap",
-        marks=pytest.mark.skipif(
-            bwrap.BWRAP is None or bwrap.userns_refused() is not None, reason="no user namespaces"
-        ),
-    ),
-    pytest.param(
-        "landlock", marks=pytest.mark.skipif(landlock.ABI < landlock.NETWORK_ABI, reason="needs Landlock ABI 4")
-    ),
-]
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)

@@ -69,6 +69,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
+from ..wire import environment
 from ..wire.confinement import Sandbox
 from . import pins, seccomp
 from ._runtime import runtime, script_tree
@@ -446,6 +447,9 @@ def prepare(
         for arg in argv[1:]:
             for path in script_tree(arg, homes):
                 grants.add(path, READ)
+        # The CA bundles the environment names (a TLS-intercepting proxy's): the files only, never a hidden one.
+        for path in environment.trust_files(env):
+            grants.add(path, FS_READ_FILE)
         for dev in DEVICES:
             grants.add(dev, FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
         grants.add(private, all_fs)

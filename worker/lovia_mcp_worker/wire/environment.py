@@ -18,13 +18,17 @@ here, below both.
   when they carry no credentials (``http://user:pass@proxy:3128`` is a
   secret: it is passed only when named in ``inherit_env``).
 
-Inside a sandbox with a network allowlist the backend then sets its own
+Inside a sandbox the server may read the CA bundle files these name
+(:func:`trust_files`: the Landlock backend grants each file, nothing
+around it; under bwrap the root is readable already). With a network
+allowlist the backend then sets its own
 proxy variables over these (both spellings, ``NO_PROXY`` included): the
 allowlist proxy is the box's only way out whatever the user's say.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -42,6 +46,16 @@ TRUST: Final = (
     "PIP_CERT",  # pip
     "UV_SYSTEM_CERTS",  # uv: use the system's store instead of its bundled roots
     "UV_NATIVE_TLS",  # the same, by its older name
+)
+# The trust variables that name one file (a CA bundle): a sandbox lets the server read exactly that file.
+TRUST_FILES: Final = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "NPM_CONFIG_CAFILE",
+    "npm_config_cafile",
+    "PIP_CERT",
 )
 PROXY: Final = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
@@ -64,6 +78,12 @@ def default_environment(environ: Mapping[str, str]) -> dict[str, str]:
         for name, value in environ.items()
         if name in BASE or name.startswith("LC_") or name in TRUST or (name in PROXY and not carries_credentials(value))
     }
+
+
+def trust_files(env: Mapping[str, str]) -> list[str]:
+    """The CA bundle files the server's environment names (:data:`TRUST_FILES`) that exist as regular files."""
+    found = [env[name] for name in TRUST_FILES if env.get(name)]
+    return [path for path in dict.fromkeys(found) if os.path.isfile(path)]
 
 
 def withheld_proxies(environ: Mapping[str, str]) -> list[str]:
@@ -127,4 +147,14 @@ def hint(stderr_tail: Sequence[str], environ: Mapping[str, str]) -> str | None:
     return None
 
 
-__all__ = ["BASE", "PROXY", "TRUST", "carries_credentials", "default_environment", "hint", "withheld_proxies"]
+__all__ = [
+    "BASE",
+    "PROXY",
+    "TRUST",
+    "TRUST_FILES",
+    "carries_credentials",
+    "default_environment",
+    "hint",
+    "trust_files",
+    "withheld_proxies",
+]
