@@ -229,6 +229,18 @@ MUTANTS: Final = [
         why="lovia-mcp doctor reports a box that leaks as holding",
         needs="root (the probes' escapes unboxed)",
     ),
+    Mutant(
+        name="landlock-trust-files",
+        path="worker/lovia_mcp_worker/sandbox/landlock.py",
+        old="            grants.add(path, FS_READ_FILE)\n",
+        new="            pass\n",
+        tests=(
+            "tests/supervision/test_trust_env.py::test_a_sandboxed_server_reads_the_ca_bundle_ssl_cert_file_names_and_"
+            "trusts_its_registry",
+        ),
+        why="a Landlock-boxed server cannot read the CA bundle SSL_CERT_FILE names: uvx behind a TLS proxy fails there",
+        needs="Landlock ABI 4",
+    ),
 ]
 
 
