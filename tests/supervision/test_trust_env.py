@@ -319,7 +319,7 @@ def test_an_unlocked_uvx_server_opens_when_the_agent_trusts_its_registry_through
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
 def test_a_sandboxed_server_reads_the_ca_bundle_ssl_cert_file_names_and_trusts_its_registry(
-    backend: str, registry: Registry, monkeypatch: pytest.MonkeyPatch
+    backend: str, registry: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The CA outside the system's folders (and outside /tmp, private in a bwrap box), as a user's own would be."""
     folder = ROOT / ".cache" / f"trust-{os.getpid()}-{backend}"
@@ -331,7 +331,9 @@ def test_a_sandboxed_server_reads_the_ca_bundle_ssl_cert_file_names_and_trusts_i
         box = Sandbox(network=True, backend=backend)  # type: ignore[arg-type]
 
         async def main() -> str:
-            server = MCPServerStdio(command=PY, args=[TLS_SERVER, registry.url], sandbox=box, auto_reconnect=False)
+            server = MCPServerStdio(
+                command=PY, args=[TLS_SERVER, registry.url], cwd=str(tmp_path), sandbox=box, auto_reconnect=False
+            )
             async with server.session() as conn:
                 return str(await conn.call_tool("fetched"))
 
