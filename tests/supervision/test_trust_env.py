@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 from helpers import ISOLATIONS, PY, ROOT, SERVERS, raw_args, run
 from lovia_mcp_worker.sandbox import bwrap, landlock
+from lovia_mcp_worker.wire import environment
 from lovia_mcp_worker.wire.environment import PROXY, TRUST
 
 from lovia_mcp import MCPError, MCPServerStdio, Sandbox
@@ -398,3 +399,34 @@ def test_in_a_sandbox_with_an_allowlist_the_users_proxy_variables_never_replace_
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         assert env[name].startswith("http://127.0.0.1:") and env[name] != user, (name, env[name])
     assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "variable"),
+    [
+        ("npm error code UNABLE_TO_GET_ISSUER_CERT_LOCALLY", "NODE_EXTRA_CA_CERTS"),
+        ("npm error code SELF_SIGNED_CERT_IN_CHAIN", "NODE_EXTRA_CA_CERTS"),
+        ("  cause: invalid peer certificate: UnknownIssuer", "SSL_CERT_FILE"),
+        ("curl: (60) SSL certificate problem: unable to get local issuer certificate", "CURL_CA_BUNDLE"),
+        ("ssl.SSLCertVerificationError: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "SSL_CERT_FILE"),
+    ],
+)
+def test_each_tls_stacks_certificate_error_names_the_variable_that_gives_it_trust(stderr: str, variable: str) -> None:
+    said = environment.hint(["starting", stderr], {})
+    assert said is not None and f"Set {variable} to the CA bundle" in said, said
+    assert environment.hint(["starting", "listening on stdio"], {}) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "secret"),
+    [
+        ("http://proxy:3128", False),
+        ("proxy.corp:3128", False),
+        ("http://alice:s3cret@proxy:3128", True),
+        ("http://token@proxy:3128", True),
+        ("alice:s3cret@proxy:3128", True),
+        ("localhost,.corp.example", False),
+    ],
+)
+def test_a_proxy_value_carries_credentials_only_with_a_user_or_password(value: str, secret: bool) -> None:
+    assert environment.carries_credentials(value) is secret
