@@ -25,7 +25,9 @@ Layout: this package is the *agent side*. It imports ``lovia`` and never
 - ``_isolation``: the isolation modes, defined once; ``_errors``: a worker's
   failure as a lovia error, worded for the library;
 - ``config_file/``: server configs from ``mcp.json`` files (``load_servers``);
-- ``cli/``: the ``lovia-mcp`` command; ``gateway/``: ``lovia-mcp serve``.
+- ``cli/``: the ``lovia-mcp`` command; ``gateway/``: ``lovia-mcp serve``;
+  ``doctor/``: what ``lovia-mcp doctor`` reports (escape probes run in each
+  sandbox backend's real box, the kernel's facts).
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
 repository). The agent imports from it only this public surface, all of it

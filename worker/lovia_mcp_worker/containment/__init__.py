@@ -5,6 +5,8 @@
 - ``guard``: a generation's tree, watched and killed (the psutil watch);
 - ``cgroup``, ``cgroup_layout``: a cgroup per generation, kernel-enforced
   limits, and cleanup after dead workers;
+- ``machine``: the kernel's facts (user namespaces, Landlock, seccomp,
+  cgroups, bwrap), as ``lovia-mcp doctor`` reports them;
 - ``contain``: one generation's containment: its tree, the limit watch, the
   kill at its end.
 """

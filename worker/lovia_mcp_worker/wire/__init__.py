@@ -6,7 +6,9 @@
   into wire structs, the codec of both sides;
 - ``confinement``: what a server is launched under (``Limits``, ``Sandbox``);
 - ``framing``: the length-framed socket, read the same way on both sides;
-- ``failures``: every way a server can fail, as the caller is told it.
+- ``failures``: every way a server can fail, as the caller is told it;
+- ``environment``: the variables a server gets by default (trust paths and
+  proxies without credentials included), and the hint its stderr calls for.
 
 Standard library and msgspec only: the agent process imports this package
 and must never load ``mcp``.
