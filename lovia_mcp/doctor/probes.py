@@ -305,5 +305,7 @@ def serve() -> None:
         _send({"jsonrpc": "2.0", "id": rid, "result": res})
 
 
+__all__ = ["PROBES", "TOOL", "run", "serve"]
+
 if __name__ == "__main__":
     serve()
