@@ -47,7 +47,7 @@ import pytest
 sys.path.insert(
     0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 )  # helpers, when fault_agent.py imports this
-from helpers import PY, RAW_SERVER, ROOT, SERVERS, alive_after  # noqa: E402
+from helpers import ISOLATIONS, PY, RAW_SERVER, ROOT, SERVERS, alive_after  # noqa: E402
 
 from lovia_mcp import MCPError, MCPServerStdio, Sandbox  # noqa: E402
 
@@ -411,7 +411,7 @@ def report(name: str, figures: Figures) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_one_connection_under_random_kills_and_stops_answers_every_call_with_its_own_value_or_a_clear_error(
     isolation: str,
 ) -> None:
