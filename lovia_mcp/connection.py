@@ -425,7 +425,8 @@ def _encode_arguments(name: str, arguments: dict[str, Any]) -> bytes:
     could not be read, as the worker does with a server's lone surrogates;
     refused, the model would get an error about something it cannot see and
     most likely send it again. Both isolation modes, and the gateway's calls,
-    come through here; arguments without one pay nothing.
+    come through here (the gateway repairs nothing itself); arguments without
+    one pay nothing.
     """
     try:
         return _json_encode(arguments)
