@@ -2,32 +2,39 @@
 
 Layout: this package is the *agent side*. It imports ``lovia`` and never
 ``mcp`` (with ``isolation="process"`` the agent process never loads it).
+Its modules are layers, top to bottom; each imports only from its own layer
+or those below (tests/project/test_layout.py holds the order):
 
-- ``config``: frozen server configs and ``Limits``;
-- ``plugin``: the ``MCP`` lovia plugin;
-- ``connection``: the live connection, request ids, retries, error mapping;
-- ``render``: results and schemas as the model sees them;
-- ``annotations``: ``MCPTool`` (a tool with its hints and ``_meta``) and the
-  policies built on the hints;
-- ``spares``: warm spares, opened per-run connections kept ready for the next run;
-- ``ahead``: what is kept ready ahead of a run (idle workers, spares,
-  standby) and the one place a run begins and ends;
-- ``tracing``: OpenTelemetry spans, trace context and the duration metric of
-  MCP operations (imported lazily: only where the application has OpenTelemetry);
+- the front ends: ``cli/`` (the ``lovia-mcp`` command), ``gateway/``
+  (``lovia-mcp serve``), ``doctor/`` (what ``lovia-mcp doctor`` reports:
+  escape probes run in each sandbox backend's real box, the kernel's
+  facts), ``demo``;
+- what opens configs: ``plugin`` (the ``MCP`` lovia plugin); ``servers``
+  (``MCPServerStdio``, ``MCPServerStreamableHTTP``: a config with
+  ``open()`` and ``session()``, and ``open_server``, the one place a config
+  is opened); ``spares`` (warm spares, opened per-run connections kept
+  ready for the next run); ``ahead`` (what is kept ready ahead of a run:
+  idle workers, spares, standby, and the one place a run begins and ends);
+  ``config_file/`` (server configs from ``mcp.json`` files,
+  ``load_servers``); ``_deferred`` (the deferred tools' search/call pair,
+  owned copies of lovia's helpers);
+- ``connection``: the live connection as lovia sees it (its fields, tools,
+  calls), each failure mapped once (``_errors``), the lovia tools built
+  from a listing (``_tools``), lovia's connection fields (``_parity``);
 - ``client/``: the client core under the connection (request ids, the
-  channel and its replacement, dispatch, the one retry decision, the restart
-  circuit), the channels (a worker process over a pipe, or the in-process
-  host) and the agent's handle on its forkserver;
-- ``_names``: tool names made safe for providers; ``_deferred``: the deferred
-  tools' search/call pair (owned copies of lovia's helpers);
-- ``_sandbox_config``: ``sandbox=`` values (``Sandbox``, ``True``, VS Code's block),
-  their paths pinned once;
-- ``_isolation``: the isolation modes, defined once; ``_errors``: a worker's
-  failure as a lovia error, worded for the library;
-- ``config_file/``: server configs from ``mcp.json`` files (``load_servers``);
-- ``cli/``: the ``lovia-mcp`` command; ``gateway/``: ``lovia-mcp serve``;
-  ``doctor/``: what ``lovia-mcp doctor`` reports (escape probes run in each
-  sandbox backend's real box, the kernel's facts).
+  channel and its replacement, dispatch, the one retry decision, the
+  restart circuit), the channels (a worker process over a pipe, or the
+  in-process host) and the agent's handle on its forkserver;
+- ``config``: the frozen server configs as descriptions (fields, checks, the
+  spec a worker is told), which open nothing; ``_sandbox_config``
+  (``sandbox=`` values, their paths pinned once); ``annotations``
+  (``MCPTool``, a tool with its hints and ``_meta``, and the policies built
+  on the hints);
+- the leaves, importing nothing of the package: ``_isolation`` (the
+  isolation modes, defined once), ``_names`` (tool names made safe for
+  providers), ``render`` (results and schemas as the model sees them),
+  ``tracing`` (OpenTelemetry spans, trace context and the duration metric,
+  at no cost unless the application has loaded OpenTelemetry).
 
 The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
 repository). The agent imports from it only this public surface, all of it
@@ -54,11 +61,11 @@ from lovia_mcp_worker.wire.confinement import Limits, Sandbox
 from lovia_mcp_worker.wire.messages import Stats
 
 from .annotations import MCPTool, ToolAnnotations
-from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .config_file.loader import load_servers
 from .connection import MCPConnection
 from .plugin import MCP, MCPServerLike
 from .render import MCPToolResult, normalize_schema, render_mcp_content
+from .servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .spares import close_spares, warm_spares
 
 try:

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .annotations import AutoReconnect
-    from .config import MCPServer
+    from .config import ServerConfig
 
 
 class LoviaFields:
     """The read-only fields; the connection sets ``server``."""
 
-    server: MCPServer
+    server: ServerConfig
 
     @property
     def include_tools(self) -> set[str] | None:

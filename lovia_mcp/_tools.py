@@ -22,7 +22,7 @@ from ._names import tool_names
 from .render import normalize_schema
 
 if TYPE_CHECKING:
-    from .config import MCPServer
+    from .config import ServerConfig
 
 logger = logging.getLogger("lovia_mcp")
 
@@ -30,7 +30,7 @@ _json_decode = msgspec.json.decode
 
 
 def build_tools(
-    server: MCPServer,
+    server: ServerConfig,
     prefix: str | None,
     specs: list[ToolSpec],
     make_invoke: Callable[[str], Any],

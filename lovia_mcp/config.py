@@ -1,7 +1,11 @@
-"""Server configs: frozen, keyword-only, separate from the live connection.
+"""Server configs as descriptions: frozen, keyword-only, checked when made, and never opened here.
 
-Opening a config yields a :class:`~lovia_mcp.connection.MCPConnection`; the
-config itself never holds state, so one config serves concurrent runs.
+A config says what to run and how (its fields), and what its worker is
+told (:meth:`ServerConfig._spec`); it holds no state, so one config serves
+concurrent runs. Opening is the layer above: the public classes
+(:mod:`lovia_mcp.servers`: ``MCPServerStdio``...) are these descriptions
+with ``open()`` and ``session()``, and the connection and the spares are
+written against the descriptions, so nothing here imports them.
 Keyword-only on purpose: ``MCPServerStdio("npx")`` would otherwise silently
 set a name instead of a command.
 """
@@ -9,10 +13,9 @@ set a name instead of a command.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from lovia.exceptions import UserError
 from lovia.tools.base import ToolResultRenderer
@@ -30,11 +33,9 @@ from lovia_mcp_worker.wire.messages import (
     MCP_PROTOCOL_MODES as PROTOCOL_MODES,
 )
 
-from . import _sandbox_config, spares
+from . import _sandbox_config
 from ._isolation import ISOLATIONS, Isolation
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
-from .connection import MCPConnection
-from .spares import MAX_SPARES
 
 # Crash-loop circuit: this many restarts within the window open it.
 DEFAULT_RESTART_LIMIT: Final = 5
@@ -43,6 +44,11 @@ DEFAULT_RESTART_WINDOW: Final = 60.0
 # between the runs of a busy agent, short enough that an agent gone quiet
 # does not keep a worker and a server tree for nothing.
 DEFAULT_SPARE_IDLE: Final = 300.0
+
+# Spares per agent process, over every config and event loop: each is a
+# worker (about 11 MB unique memory) and a live server tree, so a typo like
+# spares=100 must not start a hundred of them.
+MAX_SPARES: Final = 16
 
 
 def _names(value: Sequence[str] | None, field: str) -> None:
@@ -56,8 +62,11 @@ def _names(value: Sequence[str] | None, field: str) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MCPServer:
+class ServerConfig:
     """Options shared by every transport (see the table in docs/options.md)."""
+
+    # The transport a concrete config describes; the shared base has none.
+    _transport: ClassVar[str | None] = None
 
     name: str | None = None
     include_tools: list[str] | None = None
@@ -88,9 +97,9 @@ class MCPServer:
     protocol: str = "auto"
 
     def __post_init__(self) -> None:
-        if type(self) is MCPServer:
+        if self._transport is None:
             raise UserError(
-                "MCPServer is the shared base of the server configs.",
+                f"{type(self).__name__} is the shared base of the server configs.",
                 hint="Use MCPServerStdio(command=...) or MCPServerStreamableHTTP(url=...).",
             )
         if self.isolation is not None and self.isolation not in ISOLATIONS:
@@ -176,37 +185,6 @@ class MCPServer:
         _names(self.exclude_tools, "exclude_tools")
         _names(self.inherit_env, "inherit_env")
 
-    # -- opening ------------------------------------------------------------- #
-    async def open(self) -> MCPConnection:
-        """Open a fresh connection owned by the caller (the runtime, per run)."""
-        return await self._open(isolation=None, close_after_run=self.close_after_run)
-
-    @asynccontextmanager
-    async def session(self) -> AsyncIterator[MCPConnection]:
-        """Open a persistent connection for reuse across runs; closed on exit."""
-        conn = await self._open(isolation=None, close_after_run=False)
-        try:
-            yield conn
-        finally:
-            await conn.close()
-
-    async def _open(self, *, isolation: Isolation | None, close_after_run: bool) -> MCPConnection:
-        mode: Isolation = self.isolation or isolation or "process"
-        # Per-run opens take the pool's spares; a persistent connection keeps
-        # a standby server in its own worker instead (MCPConnection).
-        pooled = bool(self.spares) and mode == "process" and close_after_run
-        if pooled:
-            spare = await spares.take(self, close_after_run=close_after_run)
-            if spare is not None:
-                return spare
-        conn = MCPConnection(self, isolation=mode, close_after_run=close_after_run)
-        await conn.connect()
-        if pooled:
-            # After this open, not beside it: the two would compete for the
-            # CPU. (Not after a failed one: a broken config starts nothing more.)
-            spares.refill(self)
-        return conn
-
     # -- the worker's view --------------------------------------------------- #
     def _spec(self) -> ServerSpec:
         raise NotImplementedError
@@ -235,8 +213,10 @@ class MCPServer:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MCPServerStdio(MCPServer):
+class StdioConfig(ServerConfig):
     """Launch a local MCP server and speak MCP over its stdin/stdout."""
+
+    _transport: ClassVar[str | None] = "stdio"
 
     command: str
     args: list[str] | None = None
@@ -289,12 +269,14 @@ class MCPServerStdio(MCPServer):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MCPServerStreamableHTTP(MCPServer):
+class StreamableHTTPConfig(ServerConfig):
     """Connect to a streamable-HTTP MCP endpoint (from the worker, in process mode).
 
     Process limits do not apply (there is no local server tree); timeouts,
     crash containment of the client side and ``max_result_bytes`` do.
     """
+
+    _transport: ClassVar[str | None] = "http"
 
     url: str
     headers: dict[str, str] | None = None
@@ -324,8 +306,8 @@ __all__ = [
     "MAX_SPARES",
     "Isolation",
     "Limits",
-    "MCPServer",
-    "MCPServerStdio",
-    "MCPServerStreamableHTTP",
     "Sandbox",
+    "ServerConfig",
+    "StdioConfig",
+    "StreamableHTTPConfig",
 ]

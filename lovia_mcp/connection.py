@@ -64,7 +64,8 @@ from .client.retry import retry
 from .render import MCPToolResult, default_renderer, output_cap, with_sdk_models
 
 if TYPE_CHECKING:
-    from .config import Isolation, MCPServer
+    from ._isolation import Isolation
+    from .config import ServerConfig
 
 logger = logging.getLogger("lovia_mcp")
 
@@ -85,7 +86,7 @@ class MCPConnection(LoviaFields):
     a run never closes a connection it did not open.
     """
 
-    def __init__(self, server: MCPServer, *, isolation: Isolation, close_after_run: bool) -> None:
+    def __init__(self, server: ServerConfig, *, isolation: Isolation, close_after_run: bool) -> None:
         self.server = server
         self.isolation = isolation
         self.prefix = server.name
@@ -154,7 +155,7 @@ class MCPConnection(LoviaFields):
         """Workers replaced after one was lost, over the connection's life."""
         return self.core.worker_restarts
 
-    def adopt(self, server: MCPServer, *, close_after_run: bool) -> None:
+    def adopt(self, server: ServerConfig, *, close_after_run: bool) -> None:
         """Hand this (warm spare) connection to ``server``, a config with the same worker spec.
 
         What is not in the spec (tool filters, approval, renderer, retries,
@@ -424,7 +425,8 @@ def _encode_arguments(name: str, arguments: dict[str, Any]) -> bytes:
     could not be read, as the worker does with a server's lone surrogates;
     refused, the model would get an error about something it cannot see and
     most likely send it again. Both isolation modes, and the gateway's calls,
-    come through here; arguments without one pay nothing.
+    come through here (the gateway repairs nothing itself); arguments without
+    one pay nothing.
     """
     try:
         return _json_encode(arguments)
@@ -482,7 +484,7 @@ def _call_message(
     return CallTool(id=rid, name=name, arguments=body, timeout=left, trace=trace, keep=keep)
 
 
-def _renderer(server: MCPServer) -> Any:
+def _renderer(server: ServerConfig) -> Any:
     # lovia's plugin hands a custom renderer the SDK's models: so do we.
     return with_sdk_models(server.result_renderer) if server.result_renderer else default_renderer
 

@@ -34,8 +34,8 @@ from lovia.events import RunCompleted, RunFailed, ToolCallCompleted, ToolCallFai
 from lovia.exceptions import LoviaError, MCPError
 from lovia.testing import ScriptedProvider, call, text
 
-from .config import MCPServerStdio
 from .plugin import MCP
+from .servers import MCPServerStdio
 
 DEMO_SERVER: Final = Path(__file__).resolve().parent / "examples" / "demo_server.py"
 SERVER_NAME: Final = "demo"

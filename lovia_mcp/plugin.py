@@ -30,9 +30,9 @@ from ._deferred import deferred_instructions, make_call_tool, make_search_tool
 from ._isolation import ISOLATIONS, Isolation
 from .client import closing
 from .client.forkserver import warm_up_soon
-from .config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from .config_file.loader import ConfigSource, load_servers
 from .connection import MCPConnection
+from .servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP, open_server
 
 logger = logging.getLogger("lovia_mcp")
 
@@ -128,7 +128,7 @@ class MCP:
 
     async def _open_server(self, server: MCPServerLike) -> MCPConnection:
         if isinstance(server, MCPServer):
-            conn = await server._open(isolation=self.isolation, close_after_run=server.close_after_run)
+            conn = await open_server(server, isolation=self.isolation, close_after_run=server.close_after_run)
         else:
             conn = await server.open()
         self._open.add(conn)

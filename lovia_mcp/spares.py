@@ -45,17 +45,15 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgspec
 from lovia.exceptions import UserError
 
 from .client import closing
 from .client.channel import IN_BACKGROUND
+from .config import MAX_SPARES, ServerConfig
 from .connection import MCPConnection
-
-if TYPE_CHECKING:
-    from .config import MCPServer
 
 logger = logging.getLogger("lovia_mcp")
 
@@ -77,15 +75,10 @@ REFILL_DELAY: Final = 0.05
 # and a concurrent run starting then should find spares: they start anyway.
 REFILL_MAX_DEFER: Final = 1.0
 
-# Spares per agent process, over every config and event loop: each is a
-# worker (about 11 MB unique memory) and a live server tree, so a typo like
-# spares=100 must not start a hundred of them.
-MAX_SPARES: Final = 16
-
 _encode = msgspec.msgpack.Encoder().encode
 
 
-def spare_key(server: MCPServer) -> bytes:
+def spare_key(server: ServerConfig) -> bytes:
     """What makes two configs' servers interchangeable: the worker's spec and the environment it inherits."""
     return _encode((server._spec(), sorted(os.environ.items())))
 
@@ -93,7 +86,7 @@ def spare_key(server: MCPServer) -> bytes:
 class _Entry:
     """One key's spares: ready ones (with when they became ready) and starting ones."""
 
-    def __init__(self, server: MCPServer) -> None:
+    def __init__(self, server: ServerConfig) -> None:
         self.server = server
         self.ready: collections.deque[tuple[MCPConnection, float]] = collections.deque()
         self.starting: set[asyncio.Task[None]] = set()
@@ -118,7 +111,7 @@ class _Pool:
         # closed without asyncio.run's clean-up finds no task of ours pending.
         self.keeper: asyncio.Task[None] | None = None
 
-    def entry(self, server: MCPServer) -> tuple[bytes, _Entry]:
+    def entry(self, server: ServerConfig) -> tuple[bytes, _Entry]:
         key = spare_key(server)
         entry = self.entries.get(key)
         if entry is None:
@@ -270,7 +263,7 @@ def _total() -> int:
     return sum(p.count() for p in list(_pools.values()) if not p.loop.is_closed())
 
 
-async def take(server: MCPServer, *, close_after_run: bool) -> MCPConnection | None:
+async def take(server: ServerConfig, *, close_after_run: bool) -> MCPConnection | None:
     """A ready spare of ``server``'s key, now the caller's; ``None`` when none is ready.
 
     A taken spare's replacement starts in the background after
@@ -323,13 +316,13 @@ def run_ended() -> None:
         pool.refill_deferred()
 
 
-def refill(server: MCPServer) -> None:
+def refill(server: ServerConfig) -> None:
     """Start ``server``'s missing spares in the background soon (on this loop, up to the bounds)."""
     pool = _pool()
     pool.refill_soon(*pool.entry(server))
 
 
-async def warm_spares(*servers: MCPServer) -> int:
+async def warm_spares(*servers: ServerConfig) -> int:
     """Start the spares of ``servers`` now (on this loop) and wait until they are ready.
 
     Returns how many spares of these configs are ready. Raises the open
@@ -358,7 +351,7 @@ async def warm_spares(*servers: MCPServer) -> int:
     return sum(len(e.ready) for e in {id(e): e for e in chosen}.values())
 
 
-async def close_spares(*servers: MCPServer) -> None:
+async def close_spares(*servers: ServerConfig) -> None:
     """Close the spares on this loop: those of ``servers`` (equal configs), or all of them.
 
     Then wait for every close a run's end started on this loop (every worker joined).

@@ -70,6 +70,14 @@ Figures (goal ratios are isolated/in-process; the targets are in docs/performanc
   RSS over the cycles. Flat is 0; a leak of 100 bytes a call or of one
   descriptor a cycle shows as that (tests/long/test_soak.py asserts the same on
   100,000 calls and 1,000 cycles);
+- pdeathsig_setpriv / pdeathsig_preexec (process only): what giving a server
+  its parent-death signal adds to its start, timed in the worker's own launch
+  code (``containment.launch.spawn``) on a trivial server (``true``), from the
+  spawn to its exit: a start through ``setpriv --pdeathsig KILL`` (the
+  launcher's choice without rlimits or a sandbox), and a start whose
+  pre-exec hook sets the signal (with rlimits or Landlock: subprocess then
+  forks the launching process instead of vfork), each minus a bare start
+  with no parent-death signal just before it (paired, medians);
 
 Usage::
 
@@ -154,6 +162,11 @@ SOAK_SAMPLES = 20
 # model takes seconds; 100 ms already puts a take's refills (REFILL_DELAY,
 # 50 ms, after it) inside the run, where they would compete with it.
 MODEL_LATENCY = 0.1
+# Server starts timed per launch path for the parent-death signal figures,
+# in all (split over the rounds): a trivial server starts in about a
+# millisecond, so many samples cost little and steady the median.
+LAUNCH_REPEAT = 90
+
 # Between whole-run samples (every client): an agent's runs are apart by at
 # least its model's answers. Back to back, a lovia-mcp run shares the CPU
 # with the previous run's pool refills (an idle worker forked ahead for each
@@ -192,6 +205,27 @@ FIGURES: tuple[Figure, ...] = (
         1e3,
     ),
     Figure("first_open", "first open in a fresh agent process", "ms", ("raw",), "first_open", 0.5, "ratio", 1e3),
+    # Paired: each sample is one server start minus a bare start (no parent-death signal) just before it.
+    Figure(
+        "pdeathsig_setpriv",
+        "server start through setpriv --pdeathsig minus a bare start (not a goal)",
+        "ms",
+        ("raw",),
+        "launch",
+        None,
+        None,
+        1e3,
+    ),
+    Figure(
+        "pdeathsig_preexec",
+        "server start with the pre-exec hook minus a bare start (not a goal)",
+        "ms",
+        ("raw",),
+        "launch",
+        None,
+        None,
+        1e3,
+    ),
     Figure("small_call", "one small call, median", "ms", ("raw", "sdk"), "small_call", 1.0, "ratio", 1e3),
     Figure("concurrent", "{conc} concurrent small calls", "ms", ("raw", "sdk"), "concurrent", 0.15, "ratio", 1e3),
     Figure("big", "one {big} text result", "ms", ("raw", "sdk"), "big", 0.2, "ratio", 1e3),
@@ -405,7 +439,7 @@ FIGURES += (
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
 # Set (by --otel) for the client children: configure an OpenTelemetry SDK first.
 OTEL_ENV = "LOVIA_MCP_BENCH_OTEL"
-GROUPS = ("open", "first_open", "small_call", "concurrent", "big", "memory", "spares", "run", "soak")
+GROUPS = ("open", "first_open", "launch", "small_call", "concurrent", "big", "memory", "spares", "run", "soak")
 
 
 @dataclass(frozen=True)
@@ -431,6 +465,8 @@ class Params:
     # Soak: calls on one connection and open/close cycles, in all (split over the rounds).
     soak_calls: int = 100_000
     soak_cycles: int = 300
+    # Server starts per launch path (the parent-death signal figures), in all.
+    launch_repeat: int = LAUNCH_REPEAT
 
     def per_round(self, total: int) -> int:
         return max(1, math.ceil(total / self.rounds))
@@ -597,6 +633,9 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
     if "soak" in groups and server == "raw":
         await _measure_soak(client, script, p, add)
 
+    if "launch" in groups and client == "process" and server == "raw":
+        await _measure_launch(p, add)
+
     if "open" in groups:
         if not warmed:
             async with _make_server(client, script).session() as conn:
@@ -630,6 +669,58 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
                 plain, _ = await _timed_open(client, script)
                 opened_ll, _ = await _timed_open(client, script, sandbox="landlock")
                 add("sandbox_cost_landlock", opened_ll - plain)
+
+
+async def _measure_launch(p: Params, add: Any) -> None:
+    """The parent-death signal's cost per server start, by the worker's launch code (see the docstring)."""
+    import shutil
+
+    try:
+        from lovia_mcp_worker.containment import launch
+        from lovia_mcp_worker.wire.confinement import Limits
+        from lovia_mcp_worker.wire.messages import ServerSpec
+    except ImportError:  # an older snapshot with another layout
+        return
+    true = shutil.which("true")
+    chosen = getattr(launch, "_launch_plan", None)
+    if true is None or chosen is None:
+        return
+    spec = ServerSpec(name="true", transport="stdio", command=true, cwd=os.getcwd())
+    plans = {
+        "bare": lambda limits, argv, box=None: (argv, None),
+        "preexec": lambda limits, argv, box=None: (argv, launch._preexec(limits)),
+    }
+    if getattr(launch, "_SETPRIV", None) is not None:  # else the hook is the launcher's only way
+        assert chosen(Limits(), [true])[1] is None, "the launcher no longer takes setpriv without rlimits"
+        plans["setpriv"] = chosen
+
+    class Exited(asyncio.SubprocessProtocol):
+        def __init__(self) -> None:
+            self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def process_exited(self) -> None:
+            if not self.done.done():
+                self.done.set_result(None)
+
+    async def start(how: str) -> float:
+        launch._launch_plan = plans[how]
+        try:
+            t0 = time.perf_counter()
+            transport, exited, _ = await launch.spawn(spec, Exited)
+            await exited.done
+            took = time.perf_counter() - t0
+        finally:
+            launch._launch_plan = chosen
+        assert transport.get_returncode() == 0, (how, transport.get_returncode())
+        transport.close()
+        return took
+
+    for how in plans:  # warm: the paths' first use (imports, page faults)
+        await start(how)
+    for _ in range(p.per_round(p.launch_repeat)):
+        for how in [h for h in plans if h != "bare"]:
+            bare = await start("bare")
+            add(f"pdeathsig_{how}", await start(how) - bare)
 
 
 async def _measure_spares(client: str, server: str, script: str, reps: int, add: Any, p: Params) -> None:
@@ -1364,6 +1455,7 @@ def main(argv: list[str] | None = None) -> int:
         spare_idle=SPARE_IDLE_SECONDS_QUICK if quick else SPARE_IDLE_SECONDS,
         spare_settle=SPARE_SETTLE_SECONDS_QUICK if quick else SPARE_SETTLE_SECONDS,
         run_gap=0.0 if quick else RUN_GAP,
+        launch_repeat=10 if quick else LAUNCH_REPEAT,
         soak_calls=2_000 if quick else 100_000,
         soak_cycles=20 if quick else 300,
     )

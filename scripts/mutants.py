@@ -70,16 +70,23 @@ class Mutant:
     needs: str = ""  # what the machine must have for the tests to run (else they skip)
 
 
+# Tests that guard more than one weakening, named once.
+FRAME_CAP_TEST: Final = (
+    "tests/protocol/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
+    "connection_configured",
+)
+FORKSERVER_KILL_TEST: Final = (
+    "tests/client/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
+)
+TERMINAL_TESTS: Final = ("tests/cli/test_cli_terminal.py",)
+
 MUTANTS: Final = [
     Mutant(
         name="frame-cap-core",
         path="lovia_mcp/client/core.py",
         old="channel = ProcessChannel(frame_cap(self.spec.limits.max_result_bytes))",
         new="channel = ProcessChannel(2 * 1024**3)",
-        tests=(
-            "tests/protocol/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
-            "connection_configured",
-        ),
+        tests=FRAME_CAP_TEST,
         why="the agent takes frames up to 2 GiB from a worker, whatever max_result_bytes says",
     ),
     Mutant(
@@ -87,10 +94,7 @@ MUTANTS: Final = [
         path="lovia_mcp/client/channel.py",
         old='cap=self.cap, peer="the worker"',
         new='cap=2 * 1024**3, peer="the worker"',
-        tests=(
-            "tests/protocol/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
-            "connection_configured",
-        ),
+        tests=FRAME_CAP_TEST,
         why="the channel's reader ignores the cap the connection gave it",
     ),
     Mutant(
@@ -101,9 +105,7 @@ MUTANTS: Final = [
             os.kill(pid, signal.SIGKILL)""",
         new="""    for pid in adopted:
         pass""",
-        tests=(
-            "tests/client/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
-        ),
+        tests=FORKSERVER_KILL_TEST,
         why="a SIGKILLed worker's grandchildren, orphans and escapees live on (the watch path has no other remedy)",
     ),
     Mutant(
@@ -111,9 +113,7 @@ MUTANTS: Final = [
         path="worker/lovia_mcp_worker/forkserver/server.py",
         old="if not cgroup_layout.remove_leftovers(pid):",
         new="if True:",
-        tests=(
-            "tests/client/test_forkserver.py::test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgroups",
-        ),
+        tests=FORKSERVER_KILL_TEST,
         why="a SIGKILLed worker's cgroups stay until some later worker's sweep",
         needs="cgroups (root, or a delegated memory and pids hierarchy)",
     ),
@@ -152,7 +152,7 @@ MUTANTS: Final = [
         path="lovia_mcp/cli/_terminal.py",
         old="return text.translate(_BLOCK)",
         new="return text",
-        tests=("tests/cli/test_cli_terminal.py",),
+        tests=TERMINAL_TESTS,
         why="results, error messages and stderr tails drive the user's terminal",
     ),
     Mutant(
@@ -160,7 +160,7 @@ MUTANTS: Final = [
         path="lovia_mcp/cli/_terminal.py",
         old="return text.translate(_LINE)",
         new="return text",
-        tests=("tests/cli/test_cli_terminal.py",),
+        tests=TERMINAL_TESTS,
         why="tool descriptions, parameters and the status line drive the user's terminal",
     ),
     Mutant(
@@ -168,7 +168,7 @@ MUTANTS: Final = [
         path="lovia_mcp/cli/_terminal.py",
         old="ensure_ascii=False).translate(_JSON)",
         new="ensure_ascii=False)",
-        tests=("tests/cli/test_cli_terminal.py",),
+        tests=TERMINAL_TESTS,
         why="--json output carries C1 controls, DEL and bidi overrides raw",
     ),
     Mutant(

@@ -21,8 +21,10 @@ marker cannot drift from the truth.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -178,6 +180,17 @@ def place(tmp_path: Path) -> Iterator[EscapePlace]:
     p = EscapePlace(tmp_path, f"escape-{os.getpid()}-{tmp_path.name}")
     yield p
     p.close()
+
+
+@pytest.fixture
+def sock_path() -> Iterator[str]:
+    """A path for the allowlist proxy's unix socket (test_netproxy, test_egress)."""
+    # Under /tmp: a unix socket path has at most 107 bytes, pytest's tmp_path can be longer.
+    folder = tempfile.mkdtemp(prefix="lovia-np-", dir="/tmp")
+    try:
+        yield os.path.join(folder, "proxy.sock")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # Host services a sandboxed server tries to reach (test_sandbox, test_landlock,

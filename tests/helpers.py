@@ -11,11 +11,15 @@ lives here:
 - ``pid_of()``: the pid of the raw server answering a connection;
 - a real lovia ``Agent`` offline: ``ISOLATIONS`` (run a test in both
   isolation modes), ``Model``, ``drive()``, ``results()``, ``outputs()``;
-- test HTTP servers: ``serving()``; the command: ``lovia_mcp()``,
+- test HTTP servers: ``serving()`` (an MCP server), ``LocalHTTP`` (a plain
+  one on a loopback address, counting what reaches it); the allowlist proxy:
+  ``exchange()``, ``bounded()``; the command: ``lovia_mcp()``,
   ``lovia_mcp_all()``, ``error_of()``;
 - ``limit_hit()``: the error a call over a ``Limits`` bound ends with;
 - processes: ``run()``, ``end_process()``, ``pid_alive()``, ``wait_gone()``, ``alive_after()``,
-  ``live_descendants()``, ``register_shared()``, ``leftover_cgroups()``.
+  ``live_descendants()``, ``register_shared()``, ``leftover_cgroups()``;
+  descriptors: ``agent_fds()`` (the agent's own, the forkserver's idle
+  workers' left out), ``settled()`` (a count once it is back).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -112,6 +116,96 @@ _shared_pids: set[int] = set()
 def run(coro: Awaitable[T]) -> T:
     """Run a coroutine on a fresh event loop (tests are plain functions)."""
     return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+# Bound on a test's asynchronous part when everything it does is on the
+# loopback (the allowlist proxy's tests): well under a second each, with a
+# margin for loaded shared machines.
+LOOPBACK_TEST_WAIT = 20.0
+
+
+def bounded(coro: Awaitable[T]) -> T:
+    """:func:`run`, bounded by :data:`LOOPBACK_TEST_WAIT`."""
+    return run(asyncio.wait_for(coro, LOOPBACK_TEST_WAIT))
+
+
+class LocalHTTP:
+    """An HTTP server on a loopback address that counts the connections it accepts.
+
+    It keeps each request's head (``requests``: its lines) and answers
+    ``answer(lines)`` (by default the request line it saw). A path starting
+    with ``/hold`` is not answered: the server reports it on ``holding`` and
+    keeps the connection until the other end closes it, then reports it on
+    ``ended``.
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, answer: Callable[[list[str]], str] | None = None
+    ) -> None:
+        self.host, self.port = host, port
+        self.answer = answer or (lambda lines: f"upstream saw: {lines[0]}\n")
+        self.accepted = 0
+        self.requests: list[list[str]] = []
+        self.holding: asyncio.Queue[str] = asyncio.Queue()
+        self.ended: asyncio.Queue[str] = asyncio.Queue()
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def paths(self) -> list[str]:
+        """The path of each request, in order."""
+        return [lines[0].split(" ")[1] for lines in self.requests]
+
+    async def __aenter__(self) -> LocalHTTP:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")[:-2]
+            self.requests.append(lines)
+            path = lines[0].split(" ")[1]
+            if path.startswith("/hold"):
+                await self.holding.put(path)
+                while await reader.read(65536):
+                    pass
+                await self.ended.put(path)
+                return
+            body = self.answer(lines).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            self.tasks.discard(task)
+
+
+async def exchange(sock_path: str, request: bytes) -> bytes:
+    """Send ``request`` to the proxy's unix socket, end the sending side, read everything until EOF."""
+    reader, writer = await asyncio.open_unix_connection(sock_path)
+    try:
+        writer.write(request)
+        await writer.drain()
+        writer.write_eof()
+        return await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
 
 
 def script_json(code: str, timeout: float = 50) -> dict[str, Any]:
@@ -330,6 +424,32 @@ def alive_after_sync(pids: list[int], within: float) -> tuple[list[int], float]:
     return asyncio.run(alive_after(pids, within))
 
 
+def agent_fds() -> int:
+    """This process's open descriptors, less the idle workers' sockets.
+
+    The forkserver keeps a pool of idle workers of varying size (two, up to
+    five after bursts of opens), each with two sockets in the agent: shared
+    by every connection, not any one's.
+    """
+    from lovia_mcp.client.forkserver import process_forkserver as fs
+
+    fs.idle_pids()  # reads the pool's announcements
+    idle = {s.fileno() for pair in fs._idle.values() if pair for s in pair}  # noqa: SLF001
+    return len(set(os.listdir("/proc/self/fd")) - {str(fd) for fd in idle})
+
+
+async def settled(count: Callable[[], int], before: int, within: float) -> int:
+    """``count()`` once it is back to ``before``, or when ``within`` seconds have passed.
+
+    Async, so that what closes in the background on this loop (a lost
+    worker's descriptors) goes on meanwhile.
+    """
+    deadline = time.monotonic() + within
+    while (now := count()) != before and time.monotonic() < deadline:
+        await asyncio.sleep(POLL)
+    return now
+
+
 @contextlib.contextmanager
 def serving(*command: str) -> Iterator[str]:
     """Run a test HTTP MCP server for a fixture's scope; yields its ``/mcp`` URL.
@@ -459,6 +579,7 @@ __all__ = [
     "ESCAPE_SERVER",
     "GONE_WAIT",
     "ISOLATIONS",
+    "LOOPBACK_TEST_WAIT",
     "POLL",
     "PY",
     "RAW_SERVER",
@@ -469,14 +590,18 @@ __all__ = [
     "SERVER_READY_WAIT",
     "SUP_SERVER",
     "EscapePlace",
+    "LocalHTTP",
     "Model",
     "alive_after",
+    "agent_fds",
     "alive_after_sync",
+    "bounded",
     "copy_raw_server",
     "describe",
     "drive",
     "end_process",
     "error_of",
+    "exchange",
     "exempt_pids",
     "frame",
     "is_alive",
@@ -496,6 +621,7 @@ __all__ = [
     "run",
     "script_json",
     "serving",
+    "settled",
     "sup",
     "wait_gone",
 ]

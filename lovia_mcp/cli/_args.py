@@ -8,7 +8,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any, Final
 
-from lovia_mcp_worker.wire.messages import Option
+from lovia_mcp_worker.wire.confinement import Limits
+from lovia_mcp_worker.wire.messages import DEFAULT_KILL_GRACE, Option
 
 from .._isolation import ISOLATIONS
 
@@ -17,9 +18,11 @@ from .._isolation import ISOLATIONS
 OPTION_FLAGS: Final[dict[Option, str]] = {
     "open_timeout": "--open-timeout",
     "timeout": "--timeout",
+    "kill_grace": "--kill-grace",
     "memory_mb": "--memory-mb",
     "cpu_seconds": "--cpu-seconds",
     "max_processes": "--max-processes",
+    "max_result_bytes": "--max-result-bytes",
 }
 
 EXIT_OK: Final = 0
@@ -78,14 +81,17 @@ def _wrap(text: str) -> str:
     return textwrap.fill(text, width=min(100, shutil.get_terminal_size().columns) - 2)
 
 
-def _positive(kind: type[int] | type[float]) -> Any:
+def _positive(kind: type[int] | type[float], *, zero: bool = False) -> Any:
+    """A parser of positive numbers of ``kind`` (with ``zero``, of numbers >= 0)."""
+    wanted = f"a {'non-negative' if zero else 'positive'} {kind.__name__}"
+
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+        if not (value >= 0 if zero else value > 0):
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
         return value
 
     parse.__name__ = kind.__name__
@@ -186,6 +192,13 @@ def _server_options() -> argparse.ArgumentParser:
         help="give up if the server has not started and listed its tools after this "
         "long (default 120: long enough for a first 'npx -y' download)",
     )
+    g.add_argument(
+        "--kill-grace",
+        metavar="SECONDS",
+        type=_positive(float, zero=True),
+        help="after a timed-out call's cancel, how long the server has before its tree is killed "
+        f"(default {DEFAULT_KILL_GRACE:g})",
+    )
     g = p.add_argument_group("sandbox (Linux, process isolation; any of these turns it on)")
     g.add_argument(
         "--sandbox",
@@ -219,6 +232,13 @@ def _server_options() -> argparse.ArgumentParser:
     g.add_argument("--memory-mb", metavar="MB", type=_positive(float), help="resident memory of the tree")
     g.add_argument("--cpu-seconds", metavar="SECONDS", type=_positive(float), help="CPU time of the tree")
     g.add_argument("--max-processes", metavar="N", type=_positive(int), help="live processes in the tree")
+    g.add_argument(
+        "--max-result-bytes",
+        metavar="BYTES",
+        type=_positive(int),
+        help=f"the largest message the server may send (default {Limits().max_result_bytes // 2**20} MiB; "
+        "--url servers too)",
+    )
     return p
 
 

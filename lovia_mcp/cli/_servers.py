@@ -10,8 +10,9 @@ from typing import Any, Final
 
 import msgspec
 
-from ..config import Limits, MCPServer, MCPServerStdio, MCPServerStreamableHTTP, Sandbox
+from ..config import Limits, Sandbox
 from ..config_file.loader import load_servers
+from ..servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from ._args import PROG, UsageError
 
 # Longest server label (a command line) on the status line and in tables.
@@ -48,6 +49,12 @@ def _sandbox(ns: argparse.Namespace) -> Sandbox | None:
     return Sandbox(network=list(ns.network) or False, writable=list(ns.writable), backend=ns.sandbox_backend or "auto")
 
 
+def _limits(ns: argparse.Namespace, *, tree: bool) -> dict[str, Any]:
+    """The ``Limits`` fields the flags set: with ``tree``, those on a started server's process tree too."""
+    fields = ["max_result_bytes", *(("memory_mb", "cpu_seconds", "max_processes") if tree else ())]
+    return {field: getattr(ns, field) for field in fields if getattr(ns, field) is not None}
+
+
 def _open_timeout(ns: argparse.Namespace) -> float | None:
     if ns.open_timeout is not None:
         return float(ns.open_timeout)
@@ -78,7 +85,12 @@ def _from_config(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
     # standby either: a command opens each server once, and a spare would
     # start the server a second time.
     overrides: dict[str, Any] = {"auto_reconnect": False, "spares": 0}
-    for option, value in (("isolation", ns.isolation), ("timeout", ns.timeout), ("open_timeout", _open_timeout(ns))):
+    for option, value in (
+        ("isolation", ns.isolation),
+        ("timeout", ns.timeout),
+        ("open_timeout", _open_timeout(ns)),
+        ("kill_grace", ns.kill_grace),
+    ):
         if value is not None:
             overrides[option] = value
     servers = load_servers(ns.config, **overrides)
@@ -95,17 +107,13 @@ def _from_config(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
         raise UsageError(
             f"{ns.config}: every server in it is disabled", hint='Set "disabled": false on the one to use.'
         )
-    given = {
-        k: v
-        for k, v in (("memory_mb", ns.memory_mb), ("cpu_seconds", ns.cpu_seconds), ("max_processes", ns.max_processes))
-        if v is not None
-    }
-    if given:
+    if _limits(ns, tree=True):
         # On top of the entry's own limits, which keep what the flags do not set.
         servers = [
-            dataclasses.replace(s, limits=msgspec.structs.replace(s.limits or Limits(), **given))
-            if isinstance(s, MCPServerStdio)
-            else s
+            dataclasses.replace(
+                s,
+                limits=msgspec.structs.replace(s.limits or Limits(), **_limits(ns, tree=isinstance(s, MCPServerStdio))),
+            )
             for s in servers
         ]
     box = _sandbox(ns)
@@ -131,20 +139,20 @@ def _server(ns: argparse.Namespace, command: list[str] | None) -> MCPServer:
     if have_command and ns.url is not None:
         raise UsageError("both a command and --url given", hint="Pass one server: a command after '--', or --url.")
 
-    limits = None
-    if ns.memory_mb is not None or ns.cpu_seconds is not None or ns.max_processes is not None:
-        limits = Limits(memory_mb=ns.memory_mb, cpu_seconds=ns.cpu_seconds, max_processes=ns.max_processes)
+    given = _limits(ns, tree=True)
     common: dict[str, Any] = {
         "name": ns.name,
         "timeout": ns.timeout,
         "isolation": ns.isolation,
-        "limits": limits,
+        "limits": Limits(**given) if given else None,
         # One call, one answer: a retry would run a failing tool twice.
         "auto_reconnect": False,
     }
     open_timeout = _open_timeout(ns)
     if open_timeout is not None:
         common["open_timeout"] = open_timeout
+    if ns.kill_grace is not None:
+        common["kill_grace"] = ns.kill_grace
 
     if ns.url is not None:
         local = [

@@ -47,8 +47,8 @@ from lovia_mcp_worker.wire.messages import Option
 from .._errors import reworded
 from .._names import prefix_head
 from ..annotations import as_json
-from ..config import MCPServer
 from ..render import render_mcp_content
+from ..servers import MCPServer
 from ._args import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,

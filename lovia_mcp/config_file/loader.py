@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from lovia.exceptions import UserError
 
-from ..config import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from ..servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from ._values import convert, hints
 
 logger = logging.getLogger("lovia_mcp.config")

@@ -12,6 +12,8 @@ without loading the SDK):
   from warm spares), so every containment guarantee holds per server;
 - ``app``: the ASGI app: the SDK's low-level ``Server`` and streamable HTTP
   session manager per endpoint, bearer tokens, health, readiness, metrics;
+- ``fastpath``: a 2026-07-28 ``tools/call`` or ``tools/list`` answered in
+  the SDK's JSON mode, turned into an event stream only when it is slow;
 - ``sessions``: the 2025 sessions the SDK opened and the token each belongs
   to, the only session ids the gateway acts on;
 - ``notify``: tool-list changes told to the clients (a 2025 session's

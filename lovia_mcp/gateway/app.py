@@ -112,70 +112,6 @@ def _first(scope: Scope, name: bytes) -> bytes | None:
     return next((value for key, value in scope.get("headers", ()) if key == name), None)
 
 
-def _lone(text: str) -> bool:
-    """True if ``text`` holds a lone surrogate (which UTF-8 cannot carry)."""
-    if text.isascii():
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _replaced(text: str) -> str:
-    # As a UTF-8 decoder replaces what it cannot read: each lone surrogate becomes U+FFFD.
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def scrub(value: Any) -> Any:
-    """``value`` with each lone surrogate in its strings (keys too) replaced by U+FFFD.
-
-    JSON can spell a lone surrogate (``"\\ud800"``, which models do emit:
-    half of an emoji cut off) and the SDK decodes it into the string, but
-    UTF-8 cannot carry one, so the call's way to its server would fail on
-    it. Containers are repaired in place (they are the request's own parsed
-    arguments) and walked without recursion (the SDK's JSON parsers allow
-    nesting near Python's recursion limit). Keys that differ only in their
-    lone surrogates become one key (the last one's value).
-    """
-    if isinstance(value, str):
-        return _replaced(value) if _lone(value) else value
-    # Looked for first, without changing anything: the common case has none.
-    stack: list[Any] = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            if _lone(node):
-                break
-        elif isinstance(node, dict):
-            stack.extend(node)
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    else:
-        return value
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key in list(node):
-                item = node[key]
-                if isinstance(item, str) and _lone(item):
-                    node[key] = _replaced(item)
-                elif isinstance(item, (dict, list)):
-                    stack.append(item)
-                if _lone(key):
-                    node[_replaced(key)] = node.pop(key)
-        elif isinstance(node, list):
-            for i, item in enumerate(node):
-                if isinstance(item, str) and _lone(item):
-                    node[i] = _replaced(item)
-                elif isinstance(item, (dict, list)):
-                    stack.append(item)
-    return value
-
-
 def result_json(result: MCPToolResult) -> dict[str, Any]:
     """The connection's result as the MCP JSON of a ``CallToolResult``, blocks and ``isError`` as the server sent them.
 
@@ -378,7 +314,10 @@ class Gateway:
         # Counted as an error unless it ends otherwise: an exception nobody
         # foresaw is not an ok call.
         outcome, kind = "error", None
-        raw, arguments = scrub(raw), scrub(arguments)
+        # A lone surrogate (JSON can spell one, UTF-8 cannot carry it) in the
+        # arguments is repaired by the connection, which encodes them. None
+        # reaches here in the name: the SDK refuses a 2025 request holding one,
+        # and a 2026-07-28 request's name must match its Mcp-Name header.
         # Only a tool the server lists names a series: any other name (a
         # client may send anything) is one series, whatever it is.
         tool = raw if backend.knows(raw, session) else UNKNOWN_TOOL
@@ -711,4 +650,4 @@ async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, 
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["ERROR_META", "ONCE", "UNAVAILABLE", "Gateway", "result_json", "scrub"]
+__all__ = ["ERROR_META", "ONCE", "UNAVAILABLE", "Gateway", "result_json"]

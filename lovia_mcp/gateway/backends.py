@@ -38,9 +38,9 @@ from lovia.exceptions import LoviaError, MCPError
 from lovia_mcp_worker.wire.messages import Stats
 
 from ..annotations import MCPTool
-from ..config import MCPServer
 from ..connection import MCPConnection
 from ..render import MCPToolResult
+from ..servers import MCPServer
 from ..spares import close_spares, warm_spares
 from .options import Served
 

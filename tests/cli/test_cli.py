@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,7 @@ from lovia_mcp_worker.wire.messages import OPTIONS
 
 from lovia_mcp._errors import reworded, to_error
 from lovia_mcp.cli._args import OPTION_FLAGS, build_parser
+from lovia_mcp.cli._servers import servers_from
 from lovia_mcp.cli.main import cli_words, parameter_lines, tools_table
 
 pytestmark = pytest.mark.timeout(30)
@@ -218,6 +220,35 @@ def test_passing_the_memory_limit_fails_the_call_naming_the_limit() -> None:
     message = error_of(r)
     # Said with the flag the user typed, not the library's option name.
     assert "memory limit" in message and "--memory-mb 100" in message and "memory_mb" not in r.stderr
+
+
+def test_max_result_bytes_caps_the_result_and_the_hint_names_the_flag() -> None:
+    r = lovia_mcp("call", "big", '{"size": 200000}', "--max-result-bytes", "100000", *RAW)
+    assert r.returncode == 3
+    message = error_of(r)
+    # The cap the flag set is the one the worker applied, and the hint says the flag to raise.
+    assert "larger than max_result_bytes=100,000" in message, message
+    assert "hint: Raise --max-result-bytes" in message and "Limits(" not in message, message
+
+
+def test_kill_grace_and_max_result_bytes_set_the_options_of_a_command_a_url_and_a_config(tmp_path: Path) -> None:
+    flags = ["--kill-grace", "0", "--max-result-bytes", "4096"]
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"raw": {"command": PY, "args": [RAW_SERVER], "kill_grace": 5}}}))
+    parser = build_parser()
+    command = servers_from(parser.parse_args(["tools", *flags]), [PY, RAW_SERVER])
+    url = servers_from(parser.parse_args(["tools", *flags, "--url", "http://127.0.0.1:1/mcp"]), None)
+    config = servers_from(parser.parse_args(["tools", *flags, "--config", str(path)]), None)
+    for [server] in (command, url, config):
+        assert server.kill_grace == 0 and server.limits is not None and server.limits.max_result_bytes == 4096
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tools", "--kill-grace", "-1"])
+
+
+def test_a_wedged_servers_hint_names_the_kill_grace_flag_on_the_command_line() -> None:
+    failure = failures.wedged(0.5).failure(1)
+    assert "raise kill_grace." in (failure.hint_text() or "")
+    assert "raise --kill-grace." in (failure.hint_text(cli_words) or "")
 
 
 def test_timeout_stops_a_hung_call_and_exits_three() -> None:

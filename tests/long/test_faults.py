@@ -47,7 +47,17 @@ import pytest
 sys.path.insert(
     0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 )  # helpers, when fault_agent.py imports this
-from helpers import PY, RAW_SERVER, ROOT, SERVERS, alive_after  # noqa: E402
+from helpers import (  # noqa: E402
+    ISOLATIONS,
+    PY,
+    RAW_SERVER,
+    ROOT,
+    SERVERS,
+    agent_fds,
+    alive_after,
+    alive_after_sync,
+    settled,
+)
 
 from lovia_mcp import MCPError, MCPServerStdio, Sandbox  # noqa: E402
 
@@ -321,28 +331,6 @@ class Faults:
             os.kill(pid, signal.SIGCONT)
 
 
-def open_fds() -> int:
-    """The agent's open descriptors, less the idle workers' sockets.
-
-    The forkserver keeps a pool of idle workers of varying size (two, up to
-    five after bursts of opens), each with two sockets in the agent: shared
-    by every connection, not any one's.
-    """
-    from lovia_mcp.client.forkserver import process_forkserver as fs
-
-    fs.idle_pids()  # reads the pool's announcements
-    idle = {s.fileno() for pair in fs._idle.values() if pair for s in pair}  # noqa: SLF001
-    return len(set(os.listdir("/proc/self/fd")) - {str(fd) for fd in idle})
-
-
-async def settled_fds(before: int) -> int:
-    """The descriptor count, once it is back to ``before`` or ``FDS_SETTLE_WITHIN`` has passed."""
-    deadline = time.monotonic() + FDS_SETTLE_WITHIN
-    while (now := open_fds()) != before and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    return now
-
-
 PROCESS_FAULTS: Final = [
     "server SIGKILL",
     "server SIGSTOP",
@@ -372,7 +360,7 @@ async def hammer(server: MCPServerStdio, seed: int) -> Figures:
     # Warm up: the forkserver runs and its descriptors are open before counting.
     async with server.session() as warm:
         await warm.call_tool("echo", {"text": "warm"})
-    fds_before = open_fds()
+    fds_before = agent_fds()
     conn = await server.open()
     faults = Faults(seed, kinds, lambda: conn.worker_pid, figures)
     try:
@@ -394,7 +382,7 @@ async def hammer(server: MCPServerStdio, seed: int) -> Figures:
         await conn.close()
     helpers_now = set(p for p in (forkserver_pids()[0], *forkserver_pids()[1]) if p is not None)
     figures.left, _ = await alive_after(sorted(seen - helpers_now), GONE_WITHIN)
-    figures.fds = (fds_before, await settled_fds(fds_before))
+    figures.fds = (fds_before, await settled(agent_fds, fds_before, FDS_SETTLE_WITHIN))
     return figures
 
 
@@ -411,7 +399,7 @@ def report(name: str, figures: Figures) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_one_connection_under_random_kills_and_stops_answers_every_call_with_its_own_value_or_a_clear_error(
     isolation: str,
 ) -> None:
@@ -519,30 +507,15 @@ def test_the_gateway_answers_several_clients_with_their_own_values_while_its_ser
         asyncio.run(main())
         # The gateway's own descriptors: its clients' connections closed, the
         # dead servers' pipes and workers' sockets too.
-        deadline = time.monotonic() + FDS_SETTLE_WITHIN
-        while (fds_after := gateway.num_fds()) != fds_before and time.monotonic() < deadline:
-            time.sleep(0.05)
-        figures.fds = (fds_before, fds_after)
+        figures.fds = (fds_before, asyncio.run(settled(gateway.num_fds, fds_before, FDS_SETTLE_WITHIN)))
         tree = [p.pid for p in g.tree()]
         code, alive = g.stop()
         assert code == 0, g.stderr()[-3000:]
         figures.left = [p.pid for p in alive]
-        figures.left += alive_pids(tree)
+        figures.left += alive_after_sync(tree, GONE_WITHIN)[0]
     finally:
         g.kill()
     report("gateway", figures)
-
-
-def alive_pids(pids: list[int]) -> list[int]:
-    _, alive = psutil.wait_procs([p for p in map(_process, pids) if p is not None], timeout=GONE_WITHIN)
-    return [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-
-
-def _process(pid: int) -> psutil.Process | None:
-    try:
-        return psutil.Process(pid)
-    except psutil.Error:
-        return None
 
 
 __all__ = ["CALL_TIMEOUT", "Figures", "config", "hammer"]

@@ -27,8 +27,7 @@ from typing import Final
 
 import psutil
 import pytest
-from helpers import PY, RAW_SERVER, alive_after, leftover_cgroups
-from test_faults import open_fds as agent_fds
+from helpers import PY, RAW_SERVER, agent_fds, alive_after, leftover_cgroups
 
 from lovia_mcp import MCPServerStdio, Sandbox
 

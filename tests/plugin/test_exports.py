@@ -38,8 +38,9 @@ PROMISED = {
     "UserError",
 }
 
-# Agent-side modules whose public classes belong at the top level.
-AGENT_SIDE = ("annotations", "config", "connection", "plugin", "render")
+# Agent-side modules whose public classes belong at the top level (config's
+# descriptions are the layer under the servers module's public classes).
+AGENT_SIDE = ("annotations", "servers", "connection", "plugin", "render")
 
 
 def _public_modules(package: ModuleType) -> list[str]:

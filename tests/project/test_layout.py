@@ -132,17 +132,36 @@ def test_the_agent_imports_from_the_worker_package_only_its_named_public_surface
 
 
 # The worker's subpackages, top to bottom: each imports only those below it.
-WORKER_LAYERS = ["forkserver", "session", "transport", "containment", "sandbox", "wire"]
+WORKER_LAYERS = [("forkserver",), ("session",), ("transport",), ("containment",), ("sandbox",), ("wire",)]
+
+# The agent side's modules and subpackages, top to bottom: each imports only
+# from its own layer or those below it. The config describes and never opens
+# (``servers`` adds opening on top of it), so the connection and the client
+# core under it can be written against the config.
+AGENT_LAYERS = [
+    ("__main__", "cli", "gateway", "demo", "_demo_sandbox", "examples"),  # the front ends
+    ("plugin", "ahead", "spares", "servers", "config_file", "_deferred"),  # what opens configs, per run or ahead
+    ("connection", "_tools", "_parity", "_errors"),  # the live connection, as lovia sees it
+    ("client",),  # the client core: requests, channels, the circuit, the forkserver handle
+    ("config", "_sandbox_config", "annotations"),  # the configs, as descriptions
+    ("_isolation", "_names", "render", "tracing"),  # leaves: they import nothing of the package
+]
+
+LAYERS = {"lovia_mcp": AGENT_LAYERS, "lovia_mcp_worker": WORKER_LAYERS}
 
 
-def _upward(package: str, layers: list[str]) -> list[str]:
+def _rank(layers: list[tuple[str, ...]]) -> dict[str, int]:
+    return {member: i for i, layer in enumerate(layers) for member in layer}
+
+
+def _upward(package: str, layers: list[tuple[str, ...]]) -> list[str]:
     """Imports from a lower layer to a higher one (runtime, lazy and type-only imports all count)."""
-    rank = {layer: i for i, layer in enumerate(layers)}
+    rank = _rank(layers)
     modules = _modules(package)
     found = []
     for name, path in modules.items():
         parts = name.split(".")
-        if len(parts) < 3:  # the package's own __init__ and top-level modules are not layered
+        if len(parts) < 2:  # the package's own __init__ (its public surface) is not layered
             continue
         here = rank[parts[1]]
         for module in sorted(_imports(name, path, type_only=True)):
@@ -154,16 +173,20 @@ def _upward(package: str, layers: list[str]) -> list[str]:
     return found
 
 
+@pytest.mark.parametrize("package", sorted(LAYERS))
 @pytest.mark.unit
-def test_the_worker_declares_every_subpackage_in_its_layer_order() -> None:
-    root = PACKAGES["lovia_mcp_worker"]
-    subpackages = sorted(p.parent.name for p in root.glob("*/__init__.py"))
-    assert subpackages == sorted(WORKER_LAYERS)
+def test_every_module_and_subpackage_is_declared_in_exactly_one_layer(package: str) -> None:
+    declared = [member for layer in LAYERS[package] for member in layer]
+    found = {name.split(".")[1] for name in _modules(package) if "." in name}
+
+    assert len(declared) == len(set(declared)), "declared twice"
+    assert sorted(found) == sorted(declared)
 
 
+@pytest.mark.parametrize("package", sorted(LAYERS))
 @pytest.mark.unit
-def test_no_worker_subpackage_imports_one_above_it() -> None:
-    assert _upward("lovia_mcp_worker", WORKER_LAYERS) == []
+def test_no_module_imports_from_a_layer_above_its_own(package: str) -> None:
+    assert _upward(package, LAYERS[package]) == []
 
 
 @pytest.mark.unit
@@ -180,7 +203,7 @@ def test_the_layer_check_finds_an_upward_import_hidden_under_type_checking(tmp_p
     )
     PACKAGES["pkg"] = root
     try:
-        assert _upward("pkg", ["session", "transport"]) == ["pkg.transport.stdio -> pkg.session.progress"]
+        assert _upward("pkg", [("session",), ("transport",)]) == ["pkg.transport.stdio -> pkg.session.progress"]
     finally:
         del PACKAGES["pkg"]
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import PY, SERVERS, raw_args, run, serving
+from helpers import ISOLATIONS, PY, SERVERS, raw_args, run, serving
 from lovia import Agent, Runner
 from lovia.exceptions import UserError
 from lovia.testing import ScriptedProvider, call, text
@@ -59,7 +59,7 @@ def test_the_sdk_server_speaks_the_era_each_protocol_option_asks_for(protocol: s
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_server_that_speaks_only_2026_07_28_opens_and_every_request_carries_the_envelope(isolation: str) -> None:
     async def main() -> None:
         async with modern(isolation=isolation).session() as conn:
@@ -195,7 +195,7 @@ def test_the_sdk_http_server_speaks_the_era_each_protocol_option_asks_for(
     run(main())
 
 
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_an_http_server_that_speaks_only_2026_07_28_opens_and_gets_the_envelope(
     modern_url: str, isolation: str
 ) -> None:

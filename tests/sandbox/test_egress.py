@@ -12,19 +12,15 @@ a real sandbox with the name mapped by ``/etc/hosts``, is in
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
-import os
-import shutil
 import socket
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from helpers import run
+from helpers import LocalHTTP, bounded, exchange
 from lovia_mcp_worker.sandbox import netproxy, netroute
 from lovia_mcp_worker.sandbox.netrequest import (
     Allowlist,
@@ -34,16 +30,6 @@ from lovia_mcp_worker.sandbox.netrequest import (
     parse_head,
     parse_rule,
 )
-
-# Bound on each test's asynchronous part: everything is on the loopback.
-TEST_TIMEOUT = 20.0
-
-T = TypeVar("T")
-
-
-def bounded(coro: Awaitable[T]) -> T:
-    return run(asyncio.wait_for(coro, TEST_TIMEOUT))
-
 
 # --- the address check (pure) ------------------------------------------------
 
@@ -328,47 +314,9 @@ def names(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[dict[str, Answers],
     yield table, lookups
 
 
-class Listener:
-    """An HTTP server on one loopback address that counts the connections it accepts."""
-
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.host, self.port = host, port
-        self.accepted = 0
-        self.requests: list[str] = []
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Listener:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            self.requests.append(head.decode("latin-1").split("\r\n")[0])
-            body = f"hello from {self.host}".encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-            await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
-@pytest.fixture
-def sock_path() -> Iterator[str]:
-    # Under /tmp: a unix socket path has at most 107 bytes, pytest's tmp_path can be longer.
-    folder = tempfile.mkdtemp(prefix="lovia-eg-", dir="/tmp")
-    try:
-        yield os.path.join(folder, "proxy.sock")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+def Listener(host: str = "127.0.0.1", port: int = 0) -> LocalHTTP:  # noqa: N802 - read as the class it makes
+    """A service on one loopback address that says which address it is."""
+    return LocalHTTP(host, port, answer=lambda _: f"hello from {host}")
 
 
 @asynccontextmanager
@@ -376,18 +324,6 @@ async def proxy_for(sock_path: str, allowed: Sequence[str]) -> AsyncIterator[lis
     decisions: list[netproxy.Decision] = []
     async with await netproxy.start(allowed, sock_path, on_decision=decisions.append):
         yield decisions
-
-
-async def exchange(sock_path: str, request: bytes) -> bytes:
-    reader, writer = await asyncio.open_unix_connection(sock_path)
-    try:
-        writer.write(request)
-        await writer.drain()
-        writer.write_eof()
-        return await reader.read()
-    finally:
-        writer.close()
-        await writer.wait_closed()
 
 
 def get(host: str, port: int, path: str = "/") -> bytes:

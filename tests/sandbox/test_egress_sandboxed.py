@@ -24,7 +24,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ESCAPE_SERVER, PY, run
+from helpers import ESCAPE_SERVER, PY, LocalHTTP, run
 from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 pytestmark = [
@@ -71,39 +71,6 @@ AGENT = textwrap.dedent("""
 """)
 
 
-class Service:
-    """The host's loopback service the attack aims at: counts every connection it accepts."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self.requests: list[str] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Service:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            self.requests.append(head.decode("latin-1").split(" ")[1])
-            body = b"hello from the host"
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-            await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
 def test_a_name_under_an_allowed_wildcard_mapped_to_the_loopback_is_refused_until_its_address_is_listed(
     tmp_path: Path,
 ) -> None:
@@ -112,8 +79,9 @@ def test_a_name_under_an_allowed_wildcard_mapped_to_the_loopback_is_refused_unti
     work = tmp_path / "work"
     work.mkdir()
 
-    async def main() -> tuple[dict[str, str], list[str], Service]:
-        async with Service() as service:
+    async def main() -> tuple[dict[str, str], list[str], LocalHTTP]:
+        # The host's loopback service the attack aims at.
+        async with LocalHTTP(answer=lambda _: "hello from the host") as service:
             agent = await asyncio.create_subprocess_exec(
                 "unshare",
                 "--mount",
@@ -138,7 +106,7 @@ def test_a_name_under_an_allowed_wildcard_mapped_to_the_loopback_is_refused_unti
             return report["answers"], report["logged"], service
 
     answers, logged, service = run(main())
-    print(answers, logged, f"connections: {service.accepted} {service.requests}")
+    print(answers, logged, f"connections: {service.accepted} {service.paths}")
 
     body = (
         "lovia-mcp sandbox: inside.allowed-api.test resolves to 127.0.0.1, a loopback address, "
@@ -154,4 +122,4 @@ def test_a_name_under_an_allowed_wildcard_mapped_to_the_loopback_is_refused_unti
     ]
     assert answers["address"] == answers["range"] == "ok 200 hello from the host"
     # The refused fetch never reached the service: only the two listed ones did.
-    assert (service.accepted, service.requests) == (2, ["/address", "/range"])
+    assert (service.accepted, service.paths) == (2, ["/address", "/range"])

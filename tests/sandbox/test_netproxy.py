@@ -14,41 +14,21 @@ import asyncio
 import os
 import shutil
 import socket
-import tempfile
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
 import pytest
-from helpers import PY, pid_alive, run
+from helpers import PY, LocalHTTP, bounded, exchange, pid_alive
 from lovia_mcp_worker.sandbox import netproxy
 from lovia_mcp_worker.sandbox.netproxy import host_allowed
 
-# Bound on each test's asynchronous part. Everything is local, so a test
-# takes well under a second; the margin is for loaded shared machines.
-TEST_TIMEOUT = 20.0
-
-T = TypeVar("T")
 Decision = tuple[str, int, bool]
 
 # An allowed name for the upstreams on 127.0.0.1, and that address listed.
 LOCAL = ["localhost", "127.0.0.1"]
-
-
-def bounded(coro: Awaitable[T]) -> T:
-    return run(asyncio.wait_for(coro, TEST_TIMEOUT))
-
-
-@pytest.fixture
-def sock_path() -> Iterator[str]:
-    # Under /tmp: a unix socket path has at most 107 bytes, pytest's tmp_path can be longer.
-    folder = tempfile.mkdtemp(prefix="lovia-np-", dir="/tmp")
-    try:
-        yield os.path.join(folder, "proxy.sock")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def free_port() -> int:
@@ -58,66 +38,12 @@ def free_port() -> int:
         return port
 
 
-class Upstream:
-    """An HTTP server on 127.0.0.1 that answers with the request line it saw.
-
-    A path starting with ``/hold`` is not answered: the server reports it on
-    ``holding`` and keeps the connection until the other end closes it, then
-    reports it on ``ended``.
-    """
-
-    def __init__(self) -> None:
-        self.requests: list[list[str]] = []
-        self.holding: asyncio.Queue[str] = asyncio.Queue()
-        self.ended: asyncio.Queue[str] = asyncio.Queue()
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Upstream:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")[:-2]
-            self.requests.append(lines)
-            path = lines[0].split(" ")[1]
-            if path.startswith("/hold"):
-                await self.holding.put(path)
-                while await reader.read(65536):
-                    pass
-                await self.ended.put(path)
-                return
-            body = f"upstream saw: {lines[0]}\n".encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-            await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            self.tasks.discard(task)
-
-
 @asynccontextmanager
 async def proxied(
     sock_path: str, allowed: Sequence[str]
-) -> AsyncIterator[tuple[netproxy.Proxy, Upstream, list[Decision]]]:
+) -> AsyncIterator[tuple[netproxy.Proxy, LocalHTTP, list[Decision]]]:
     decisions: list[Decision] = []
-    async with Upstream() as upstream:
+    async with LocalHTTP() as upstream:
         proxy = await netproxy.start(
             allowed, sock_path, on_decision=lambda d: decisions.append((d.host, d.port, d.allowed))
         )
@@ -125,19 +51,6 @@ async def proxied(
             yield proxy, upstream, decisions
         finally:
             await proxy.aclose()
-
-
-async def exchange(sock_path: str, request: bytes) -> bytes:
-    """Send ``request`` to the proxy, end the sending side, read everything until EOF."""
-    reader, writer = await asyncio.open_unix_connection(sock_path)
-    try:
-        writer.write(request)
-        await writer.drain()
-        writer.write_eof()
-        return await reader.read()
-    finally:
-        writer.close()
-        await writer.wait_closed()
 
 
 def status_and_body(response: bytes) -> tuple[int, str]:
@@ -440,7 +353,7 @@ def test_an_allowed_name_with_nothing_listening_gets_a_502(sock_path: str) -> No
 def test_aclose_closes_every_connection_and_leaves_no_task_or_socket_behind(sock_path: str) -> None:
     async def main() -> None:
         tasks_before = asyncio.all_tasks()
-        async with Upstream() as upstream:
+        async with LocalHTTP() as upstream:
             fds_before = psutil.Process().num_fds()
             proxy = await netproxy.start(LOCAL, sock_path)
             # Accepted in this order: once the later ones reached the upstream, the first is being served.
@@ -543,7 +456,7 @@ def test_an_on_decision_hook_that_raises_is_reported_and_the_request_still_serve
     async def main() -> None:
         reported: list[dict[str, Any]] = []
         asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
-        async with Upstream() as upstream:
+        async with LocalHTTP() as upstream:
             async with await netproxy.start(LOCAL, sock_path, on_decision=hook) as proxy:
                 response = await exchange(sock_path, connect("localhost", upstream.port) + GET_THROUGH_TUNNEL)
                 denied = await exchange(sock_path, connect("denied.test", 443))

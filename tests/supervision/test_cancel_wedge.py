@@ -18,6 +18,7 @@ import time
 
 import pytest
 from conftest import PY, SERVERS, run
+from helpers import ISOLATIONS
 from lovia import Agent, Runner
 from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
@@ -50,7 +51,7 @@ class _Seen(logging.Handler):
 
 
 @pytest.mark.timeout(40)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_run_cancelled_on_a_wedged_server_does_not_leave_the_next_run_waiting_behind_it(isolation: str) -> None:
     async def main() -> tuple[int, int, float]:
         server = MCPServerStdio(
@@ -100,7 +101,7 @@ def test_a_run_cancelled_on_a_wedged_server_does_not_leave_the_next_run_waiting_
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_cancelled_call_on_a_server_that_still_answers_keeps_that_server(isolation: str) -> None:
     async def main() -> tuple[int, int, int]:
         # sup_server's "wait" never answers but keeps reading: it sees the

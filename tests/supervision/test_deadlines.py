@@ -21,6 +21,7 @@ import time
 import psutil
 import pytest
 from conftest import PY, raw_args, run
+from helpers import ISOLATIONS
 
 from lovia_mcp import MCPError, MCPServerStdio
 from lovia_mcp.client import core as client_core
@@ -39,7 +40,7 @@ async def _pid(conn: object) -> int:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_call_with_no_timer_of_its_own_is_timed_out_by_the_worker_and_the_next_call_gets_a_fresh_server(
     isolation: str,
 ) -> None:
@@ -71,7 +72,7 @@ def test_a_call_with_no_timer_of_its_own_is_timed_out_by_the_worker_and_the_next
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_call_due_before_the_calls_in_flight_is_timed_out_by_the_worker_at_its_own_deadline(isolation: str) -> None:
     # The worker keeps one deadline timer, armed for the earliest: a call
     # received after another but due before it must re-arm it.

@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import GONE_WAIT, PY, ROOT, alive_after, raw_args, reap_zombies, run, wait_gone
+from helpers import GONE_WAIT, ISOLATIONS, PY, ROOT, alive_after, raw_args, reap_zombies, run, wait_gone
 from lovia_mcp_worker.containment import launch
 from lovia_mcp_worker.wire.confinement import Limits as WireLimits
 
@@ -126,7 +126,7 @@ def test_a_launched_process_dies_with_its_parent_killed_by_sigkill_and_a_plain_o
 
 
 @pytest.mark.parametrize("limits", [None, Limits(max_open_files=256)], ids=["setpriv", "pre-exec"])
-@pytest.mark.parametrize("isolation", ["process", "none"])
+@ISOLATIONS
 def test_a_server_opened_by_lovia_mcp_gets_sigkill_as_its_parent_death_signal(
     tmp_path: Path, isolation: str, limits: Limits | None
 ) -> None:

@@ -79,8 +79,9 @@ def _preexec(limits: Limits, box: Callable[[], None] | None = None) -> Callable[
 # The server's parent-death signal without a Python pre-exec hook, which
 # forces subprocess to fork() the whole worker (~4 ms for its ~65 MB) where
 # it can otherwise vfork (~0.15 ms): util-linux's setpriv sets it and execs
-# the server (about 1 ms more of the server's start than a bare exec: it
-# loads libc and libcap-ng; scripts/bench.py measures it). Looked up once,
+# the server (it loads libc and libcap-ng first: scripts/bench.py's
+# pdeathsig_setpriv is what that adds to a start, pdeathsig_preexec what the
+# hook's fork does). Looked up once,
 # in the forkserver; without it the pre-exec hook sets the signal.
 _SETPRIV: Final = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 

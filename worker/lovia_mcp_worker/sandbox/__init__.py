@@ -3,7 +3,8 @@
 - ``base``: what a backend provides (the ``Backend`` protocol, its
   ``LaunchPlan``) and ``SandboxError``;
 - ``registry``: the backends by name, and ``auto``, which delegates to the
-  first one available: a new backend is one module and one line there;
+  first one available: a new backend is one module (``x.py``, class
+  ``XBackend``) and its name in the wire's ``BuiltinBackend``;
 - ``bwrap``: the namespace backend, a bubblewrap command line;
 - ``landlock``: the Landlock + seccomp backend, where namespaces are refused;
 - ``pins``: the configured paths, opened as they were pinned at the open;

@@ -1,7 +1,9 @@
 """The sandbox backends by name, and ``auto``.
 
-Each built-in backend is one line of :data:`BUILTIN`: its name and where its
-class is (``module:Class`` under this package). A backend module is imported
+The built-in backends are the names of the wire's ``BuiltinBackend`` (the one
+list of them), and :data:`BUILTIN` says where each one's class is: a backend
+called ``x`` is the class ``XBackend`` of the module ``x`` under this package.
+A backend module is imported
 only when it is first asked for, so naming the backends (the CLI, the
 agent's check of ``Sandbox(backend=...)``) loads none of them. Another
 backend joins with :func:`register` (tests, extensions); ``auto`` tries the
@@ -15,9 +17,11 @@ a hint.
 from __future__ import annotations
 
 import importlib
+import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
+from ..wire.confinement import BuiltinBackend
 from .base import Backend, LaunchPlan, SandboxError
 
 if TYPE_CHECKING:
@@ -27,8 +31,7 @@ if TYPE_CHECKING:
 AUTO: Final = "auto"
 # name -> "module:Class" under this package, in the order auto tries them.
 BUILTIN: Final[Mapping[str, str]] = {
-    "bwrap": "bwrap:BwrapBackend",
-    "landlock": "landlock:LandlockBackend",
+    name: f"{name}:{name.capitalize()}Backend" for name in typing.get_args(BuiltinBackend)
 }
 
 _backends: dict[str, Backend | str] = dict(BUILTIN)

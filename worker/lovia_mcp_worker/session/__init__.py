@@ -6,6 +6,8 @@
 - ``transports``: which session speaks to a server (the one place a spec's
   transport is read);
 - ``generation``: one launched (or reached) server's life as a state machine;
+- ``contain``: one generation's containment: its tree, the limit watch, the
+  kill at its end;
 - ``standby``: one more generation kept ready beside the current one;
 - ``listing``: the tool list as the agent knows it, re-listed on change;
 - ``progress``: servers' progress notifications, coalesced for the agent;

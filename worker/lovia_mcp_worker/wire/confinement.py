@@ -43,6 +43,14 @@ class PathPin(msgspec.Struct, frozen=True, array_like=True):
     ino: int = 0
 
 
+# The built-in sandbox backends, in the order ``auto`` tries them: the one
+# list of their names. The worker's registry (``sandbox/registry.py``) finds
+# each one by its name, and the agent, the CLI and the config file take
+# ``Sandbox.backend`` from there.
+BuiltinBackend = Literal["bwrap", "landlock"]
+SandboxBackend = Literal["auto", BuiltinBackend]
+
+
 class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """An OS sandbox around a stdio server (bubblewrap or Landlock + seccomp; Linux).
 
@@ -78,7 +86,7 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     network: bool | list[str] = False
     writable: list[str] = []
     hidden: list[str] | None = None
-    backend: Literal["auto", "bwrap", "landlock"] = "auto"
+    backend: SandboxBackend = "auto"
     read_only: list[str] = []
     readable: list[str] = []
     write_deny: bool = True
@@ -123,4 +131,4 @@ DEFAULT_HIDDEN: Final = (
 )
 
 
-__all__ = ["DEFAULT_HIDDEN", "WRITE_DENY", "Limits", "PathPin", "Sandbox"]
+__all__ = ["DEFAULT_HIDDEN", "WRITE_DENY", "BuiltinBackend", "Limits", "PathPin", "Sandbox", "SandboxBackend"]

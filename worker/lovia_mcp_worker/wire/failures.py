@@ -30,7 +30,7 @@ from .messages import ON_TIMEOUT_CANCEL, OPTION_MARK, SETTING_MARK, Failure, Fai
 # Hints, each said in one place.
 HINT_LOG = "Check the server's log (stderr tail below)."
 HINT_STDIO = "Check that the command is an MCP server speaking stdio (stderr tail below)."
-HINT_TOO_LARGE = "Raise Limits(max_result_bytes=...) or ask the tool for less."
+HINT_TOO_LARGE: Final = f"Raise {OPTION_MARK} or ask the tool for less."
 HINT_ARGS = "Check the tool's name and arguments against its schema."
 HINT_NOT_MCP = "The server is not speaking MCP correctly."
 HINT_NOT_STDIO_SERVER = (
@@ -329,6 +329,7 @@ def too_large(cap: int, size: int, *, complete: bool) -> HostError:
         "too_large",
         f"the server's message was larger than max_result_bytes={cap:,} ({shown}); it was dropped in the worker",
         hint=HINT_TOO_LARGE,
+        option="max_result_bytes",
     )
 
 
@@ -338,8 +339,9 @@ def unattributable(cap: int, size: int, stderr_tail: Sequence[str]) -> HostError
         "protocol",
         f"the server's message was larger than max_result_bytes={cap:,} ({size:,} bytes or more) "
         "and carried no readable request id, so the server was restarted",
-        hint="Raise Limits(max_result_bytes=...) or make the tool return less.",
+        hint=HINT_TOO_LARGE,
         stderr_tail=stderr_tail,
+        option="max_result_bytes",
     )
 
 
@@ -395,7 +397,8 @@ def wedged(wait: float) -> HostError:
         "server_exited",
         f"the server did not answer a ping within {wait:g} s of a cancelled call (it ignores cancellation "
         "and is blocked); it was replaced",
-        hint="A fresh server serves new calls. Make the tool honour notifications/cancelled, or raise kill_grace.",
+        hint=f"A fresh server serves new calls. Make the tool honour notifications/cancelled, or raise {OPTION_MARK}.",
+        option="kill_grace",
     )
 
 

@@ -327,7 +327,9 @@ FailureKind = Literal[
 # SETTING_MARK where its name and value go ("({setting})"); each front end
 # spells them its own way (the library ``Limits(memory_mb=...)`` and
 # ``memory_mb=100``, the command line ``--memory-mb`` and ``--memory-mb 100``).
-Option = Literal["open_timeout", "timeout", "memory_mb", "cpu_seconds", "max_processes"]
+Option = Literal[
+    "open_timeout", "timeout", "kill_grace", "memory_mb", "cpu_seconds", "max_processes", "max_result_bytes"
+]
 OPTIONS: Final[tuple[Option, ...]] = get_args(Option)
 OPTION_MARK: Final = "{option}"
 SETTING_MARK: Final = "{setting}"
@@ -338,9 +340,11 @@ Spelling = Callable[[Option, str | None], str]
 _LIBRARY_NAMES: Final[dict[Option, str]] = {
     "open_timeout": "open_timeout",
     "timeout": "the tool's timeout",
+    "kill_grace": "kill_grace",
     "memory_mb": "Limits(memory_mb=...)",
     "cpu_seconds": "Limits(cpu_seconds=...)",
     "max_processes": "Limits(max_processes=...)",
+    "max_result_bytes": "Limits(max_result_bytes=...)",
 }
 
 
