@@ -22,7 +22,7 @@ from lovia_mcp_worker.sandbox.base import SandboxError
 from lovia_mcp_worker.wire.confinement import Limits, Sandbox
 
 from .._isolation import Isolation
-from ..config import MCPServer, MCPServerStdio
+from ..servers import MCPServer, MCPServerStdio
 from .suite import BackendReport, Targets, backend_names, run_backend
 
 JSON = dict[str, object]

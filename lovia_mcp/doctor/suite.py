@@ -42,7 +42,7 @@ from lovia.exceptions import LoviaError
 from lovia_mcp_worker.wire.confinement import Sandbox
 
 from .._isolation import Isolation
-from ..config import MCPServerStdio
+from ..servers import MCPServerStdio
 from . import probes
 
 Outcome = Literal["held", "escaped", "skipped"]

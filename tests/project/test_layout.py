@@ -139,7 +139,7 @@ WORKER_LAYERS = [("forkserver",), ("session",), ("transport",), ("containment",)
 # (``servers`` adds opening on top of it), so the connection and the client
 # core under it can be written against the config.
 AGENT_LAYERS = [
-    ("__main__", "cli", "gateway", "demo", "_demo_sandbox", "examples"),  # the front ends
+    ("__main__", "cli", "gateway", "doctor", "demo", "_demo_sandbox", "examples"),  # the front ends
     ("plugin", "ahead", "spares", "servers", "config_file", "_deferred"),  # what opens configs, per run or ahead
     ("connection", "_tools", "_parity", "_errors"),  # the live connection, as lovia sees it
     ("client",),  # the client core: requests, channels, the circuit, the forkserver handle
