@@ -63,11 +63,17 @@ class Serve:
         log_format: str = "text",
         ready: bool = True,
         nofile: int | None = None,
+        gateway: dict[str, Any] | None = None,
+        token_lines: str | None = None,
     ) -> None:
-        """Start it; with ``ready`` wait for its ``ready`` line. ``nofile``: its open-file limit (soft)."""
+        """Start it; with ``ready`` wait for its ``ready`` line. ``nofile``: its open-file limit (soft).
+
+        ``gateway``: the config's top-level ``"gateway"`` section; ``token_lines``:
+        the token file's text instead of :data:`TOKEN` and :data:`OTHER_TOKEN`.
+        """
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": servers}))
+        config.write_text(json.dumps({"mcpServers": servers, **({"gateway": gateway} if gateway else {})}))
         args = [
             PY,
             "-m",
@@ -83,7 +89,7 @@ class Serve:
         ]
         if token:
             tokens = folder / "tokens"
-            tokens.write_text(f"# test tokens\n{TOKEN}\n{OTHER_TOKEN}\n")
+            tokens.write_text(token_lines if token_lines is not None else f"# test tokens\n{TOKEN}\n{OTHER_TOKEN}\n")
             args += ["--token-file", str(tokens)]
         self.stderr_path = folder / "stderr"
         self._stderr = open(self.stderr_path, "wb")

@@ -377,7 +377,8 @@ def _serve_parser(sub: Any) -> None:
         "--config",
         metavar="FILE",
         required=True,
-        help="an mcp.json (the same files as 'check'); entries may set session, max_sessions, idle",
+        help="an mcp.json (the same files as 'check'); entries may set session, max_sessions, idle; "
+        'a top-level "gateway": {"access": ...} says which principal may use which tools',
     )
     serve.add_argument(
         "--listen",
@@ -389,7 +390,8 @@ def _serve_parser(sub: Any) -> None:
     serve.add_argument(
         "--token-file",
         metavar="FILE",
-        help="bearer tokens, one a line; every request but /healthz and /readyz must carry one",
+        help="bearer tokens, one a line as 'PRINCIPAL TOKEN' (a bare TOKEN is principal 'default'); "
+        "every request but /healthz and /readyz must carry one",
     )
     serve.add_argument(
         "--max-body-bytes",
@@ -427,6 +429,17 @@ def _serve_parser(sub: Any) -> None:
         type=_positive(float),
         default=DEFAULT_DRAIN,
         help=f"on SIGTERM, how long calls in flight may take to finish (default {DEFAULT_DRAIN:g})",
+    )
+    serve.add_argument(
+        "--audit-log",
+        metavar="FILE",
+        help="append one JSON line per tool call to FILE: time, principal, endpoint, server, tool, "
+        "outcome, duration, trace id (never arguments or results)",
+    )
+    serve.add_argument(
+        "--metrics-principal",
+        action="store_true",
+        help="label /metrics call counts by principal too (one series per principal: the token file's names)",
     )
     serve.add_argument(
         "--log-format", choices=("json", "text"), default="json", help="logs on stderr: JSON lines (default) or text"

@@ -76,6 +76,8 @@ _IGNORED: Final = {
 _FORMAT_KEYS: Final = frozenset({"type", "transport", "envFile", "sandboxEnabled", "disabled"})
 # Keys only `lovia-mcp serve` reads (lovia_mcp.gateway.options checks them there).
 GATEWAY_KEYS: Final = frozenset({"session", "max_sessions", "idle"})
+# The top-level section only `lovia-mcp serve` reads (access rules).
+GATEWAY_SECTION: Final = "gateway"
 _STDIO_TYPES: Final = frozenset({"stdio"})
 _HTTP_TYPES: Final = frozenset({"http", "streamable-http", "streamable_http", "streamableHttp"})
 # Fields whose strings get ${VAR} expansion (keys of env/headers are left alone).
@@ -225,6 +227,8 @@ def _entries(data: Any, ctx: _Context) -> dict[str, Any]:
     for key in data:
         if key in _SERVER_KEYS:
             continue
+        if key == GATEWAY_SECTION:
+            continue  # lovia-mcp serve's (lovia_mcp.gateway.access checks it there)
         if key in _IGNORED_TOP:
             logger.info("%s: ignoring %r (%s)", ctx.label, key, _IGNORED_TOP[key])
             continue
@@ -448,4 +452,4 @@ def _variable(body: str, where: str, ctx: _Context) -> str:
     return value
 
 
-__all__ = ["GATEWAY_KEYS", "ConfigSource", "load_servers", "read_env_file", "strip_jsonc"]
+__all__ = ["GATEWAY_KEYS", "GATEWAY_SECTION", "ConfigSource", "load_servers", "read_env_file", "strip_jsonc"]

@@ -59,6 +59,7 @@ import json
 import logging
 import time
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from typing import Any, Final
 
 import mcp_types as types
@@ -79,11 +80,14 @@ from starlette.types import Receive, Scope, Send
 from .._names import PREFIX_SEP
 from ..annotations import as_json
 from ..render import MCPToolResult
+from .access import Access
+from .audit import AuditLog, Caller, trace_id
 from .backends import Backend, Refused, wait_open
 from .connections import Limits
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import ListChangedServer, Notifier
+from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY
 from .sessions import Sessions
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -100,12 +104,23 @@ LISTEN: Final = b"subscriptions/listen"
 # a draining gateway or a full session table.
 UNAVAILABLE: Final = -32000
 ERROR_META: Final = "lovia-mcp/error"
+TRACEPARENT_HEADER: Final = b"traceparent"
+# The request's principal where no handler argument carries it (the SDK's
+# input-schema lookup): set per request in Gateway.__call__, inherited by
+# the tasks the request's handling starts.
+_PRINCIPAL: ContextVar[str | None] = ContextVar("lovia_mcp_gateway_principal", default=None)
 
 
 def _owner(scope: Scope) -> str | None:
     """Which token let the request in (its line in the token file), ``None`` without tokens."""
     user = scope.get("user")
     return user.username if isinstance(user, AuthenticatedUser) else None
+
+
+def _principal(scope: Any) -> str:
+    """The principal ``_authorized`` found for the request; ``""`` (a name no rule allows) if it set none."""
+    value = scope.get(SCOPE_KEY) if isinstance(scope, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 def _first(scope: Scope, name: bytes) -> bytes | None:
@@ -153,9 +168,19 @@ class Gateway:
         max_sessions: int,
         session_idle: float,
         limits: Limits | None = None,
+        principals: list[str] | None = None,
+        access: Access | None = None,
+        audit: AuditLog | None = None,
+        metrics_principal: bool = False,
     ) -> None:
+        """``principals``: each token's principal (default: ``default`` for all); ``access``: who may use what
+        (default: everyone everything); ``audit``: the open audit log; ``metrics_principal``: label calls by principal."""
         self.backends = {b.name: b for b in backends}
         self._tokens = [t.encode() for t in tokens]
+        self._principals = principals if principals is not None else [DEFAULT_PRINCIPAL] * len(tokens)
+        self.access = access if access is not None else Access(None)
+        self.audit = audit
+        self.metrics_principal = metrics_principal
         # Who each token is to the SDK: its line in the token file, never the token.
         self._users = [
             AuthenticatedUser(AccessToken(token=f"token-{i + 1}", client_id=f"token-{i + 1}", scopes=[]))
@@ -240,7 +265,8 @@ class Gateway:
         async def list_tools(
             ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
         ) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=self._listing(only, self._session_of(ctx)))
+            principal = _principal(getattr(ctx.request, "scope", None))
+            return types.ListToolsResult(tools=self._listing(only, self._session_of(ctx), principal))
 
         async def initialized(ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
             session = self._session_of(ctx)
@@ -248,17 +274,29 @@ class Gateway:
                 self.sessions.heard(session, ctx.session, only)
 
         async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> dict[str, Any]:
-            backend, raw = self._resolve(only, params.name)
-            return await self._call(backend, raw, params.arguments or {}, self._session_of(ctx))
+            scope = getattr(ctx.request, "scope", None)
+            header = _first(scope, TRACEPARENT_HEADER) if isinstance(scope, dict) else None
+            caller = Caller(_principal(scope), path, trace_id(params.meta, header))
+            session = self._session_of(ctx)
+            backend, raw = self._permitted(only, params.name, session, caller)
+            return await self._call(
+                backend, raw, params.arguments or {}, backend.holder(session, caller.principal), caller
+            )
 
         def input_schema(name: str) -> dict[str, Any] | None:
             # The SDK checks a 2026-07-28 call's Mcp-Param-* headers against the
             # tool's schema; without this lookup it runs a whole tools/list per call.
+            # A tool the principal may not call has none (as an unknown one):
+            # a header check must not tell it exists.
+            principal = _PRINCIPAL.get() or ""
             try:
-                backend, raw = self._resolve(only, name)
+                backend, raw = self._resolve(only, name, principal)
             except (MCPError, KeyError):
                 return None
-            return next((t.parameters for t in backend.tools() if t.raw_name == raw), None)
+            if not self.access.allows(principal, backend.name, raw):
+                return None
+            tools = backend.tools(backend.holder(None, principal))
+            return next((t.parameters for t in tools if t.raw_name == raw), None)
 
         from .. import __version__
 
@@ -276,12 +314,16 @@ class Gateway:
         server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
         return server
 
-    def _listing(self, only: str | None, session: str | None = None) -> list[types.Tool]:
+    def _listing(self, only: str | None, session: str | None = None, principal: str = "") -> list[types.Tool]:
         tools: list[types.Tool] = []
         for name, backend in self.backends.items():
             if only is not None and name != only:
                 continue
-            for tool in backend.tools(session):
+            if not self.access.sees(principal, name):
+                continue
+            for tool in backend.tools(backend.holder(session, principal)):
+                if not self.access.allows(principal, name, tool.raw_name):
+                    continue
                 body: dict[str, Any] = {
                     "name": tool.raw_name if only else f"{name}{PREFIX_SEP}{tool.raw_name}",
                     "description": tool.description,
@@ -294,20 +336,67 @@ class Gateway:
                 tools.append(types.Tool.model_validate(body))
         return tools
 
-    def _resolve(self, only: str | None, name: str) -> tuple[Backend, str]:
+    def _resolve(self, only: str | None, name: str, principal: str) -> tuple[Backend, str]:
         if only is not None:
             return self.backends[only], name
         # The longest server name that prefixes the tool: names may hold "__".
         for server in sorted(self.backends, key=len, reverse=True):
             if name.startswith(server + PREFIX_SEP):
                 return self.backends[server], name[len(server) + len(PREFIX_SEP) :]
-        raise MCPError(
+        raise self._unknown(only, name, principal)
+
+    def _unknown(self, only: str | None, name: str, principal: str) -> MCPError:
+        """The answer to a call of a tool ``principal`` cannot see, whether it exists or not: one answer for both."""
+        if only is not None:
+            return MCPError(INVALID_PARAMS, f"unknown tool {name!r}")
+        return MCPError(
             INVALID_PARAMS,
             f"unknown tool {name!r}: tools here are named <server>{PREFIX_SEP}<tool>",
-            data={"servers": sorted(self.backends)},
+            data={"servers": [s for s in sorted(self.backends) if self.access.sees(principal, s)]},
         )
 
-    async def _call(self, backend: Backend, raw: str, arguments: dict[str, Any], session: str | None) -> dict[str, Any]:
+    def _permitted(self, only: str | None, name: str, session: str | None, caller: Caller) -> tuple[Backend, str]:
+        """The server and tool ``caller`` calls; the unknown-tool error (audited) if it may not.
+
+        With an access section only a tool the principal is listed can be
+        called: one it may not call is answered exactly as one that does not
+        exist, and only the audit log and the metrics tell the two apart.
+        """
+        principal = caller.principal
+        try:
+            backend, raw = self._resolve(only, name, principal)
+        except MCPError:
+            self._audited(caller, None, name, "unknown", 0.0)
+            raise
+        if not self.access.restricted:
+            return backend, raw
+        exists = backend.knows(raw, backend.holder(session, principal))
+        if exists and self.access.allows(principal, backend.name, raw):
+            return backend, raw
+        if exists:
+            self.metrics.denied(backend.name, raw, self._labelled(principal))
+        self._audited(caller, backend.name, raw, "denied" if exists else "unknown", 0.0)
+        raise self._unknown(only, name, principal)
+
+    def _labelled(self, principal: str) -> str | None:
+        return principal if self.metrics_principal else None
+
+    def _audited(self, caller: Caller | None, server: str | None, tool: str, outcome: str, seconds: float) -> None:
+        if self.audit is not None and caller is not None:
+            self.audit.write(
+                principal=caller.principal,
+                endpoint=caller.endpoint,
+                server=server,
+                tool=tool,
+                outcome=outcome,
+                seconds=seconds,
+                trace=caller.trace,
+            )
+
+    async def _call(
+        self, backend: Backend, raw: str, arguments: dict[str, Any], session: str | None, caller: Caller | None = None
+    ) -> dict[str, Any]:
+        """Call ``raw`` on ``backend`` for ``session`` (the backend's holder); counted, and audited for ``caller``."""
         self.in_flight += 1
         self._idle_now.clear()
         started = time.perf_counter()
@@ -357,7 +446,9 @@ class Gateway:
             return _error_result(kind, str(exc.args[0] if exc.args else exc))
         finally:
             elapsed = time.perf_counter() - started
-            self.metrics.call(backend.name, tool, outcome, elapsed, kind)
+            principal = None if caller is None else self._labelled(caller.principal)
+            self.metrics.call(backend.name, tool, outcome, elapsed, kind, principal)
+            self._audited(caller, backend.name, raw, kind or outcome, elapsed)
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle_now.set()
@@ -371,6 +462,7 @@ class Gateway:
         cannot use (or end) a session another token opened.
         """
         if not self._tokens:
+            scope[SCOPE_KEY] = DEFAULT_PRINCIPAL
             return True
         given = b""
         for key, value in scope.get("headers", ()):
@@ -386,6 +478,7 @@ class Gateway:
         if match < 0 or scheme.lower() != b"bearer":
             return False
         scope["user"] = self._users[match]
+        scope[SCOPE_KEY] = self._principals[match]
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -412,19 +505,23 @@ class Gateway:
                 headers=[(b"www-authenticate", b'Bearer realm="lovia-mcp"')],
             )
             return
-        if path == "/metrics":
+        principal = _principal(scope)
+        _PRINCIPAL.set(principal)
+        if path == "/metrics" and self.access.metrics(principal):
             await _plain(send, 200, await self._metrics_text(), CONTENT_TYPE)
             return
         path = path.rstrip("/") or path
         manager = self.managers.get(path)
-        if manager is None:
+        only = self.paths.get(path)
+        if manager is None or (only is not None and not self.access.sees(principal, only)):
+            # A server the principal may not see has no endpoint for it.
             await _json(
                 send,
                 404,
                 {
                     "error": f"no endpoint {path}",
                     "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
-                    + ", ".join(sorted(self.backends)),
+                    + ", ".join(s for s in sorted(self.backends) if self.access.sees(principal, s)),
                 },
             )
             return
@@ -596,6 +693,16 @@ class Gateway:
                     float(backend.sessions()),
                 ),
             ]
+        if self.audit is not None:
+            gauges.append(
+                (
+                    "lovia_mcp_audit_write_failures_total",
+                    "counter",
+                    "Audit log lines that could not be written.",
+                    (),
+                    float(self.audit.failures),
+                )
+            )
         return self.metrics.render(gauges)
 
 

@@ -12,6 +12,12 @@ gone when the connection closes.
   own from warm spares (the library's pool, ``spares`` >= 1); it is closed
   when the client ends the session (HTTP DELETE), after ``idle`` seconds
   without a call, or when the gateway stops. At most ``max_sessions`` at once.
+- :class:`PerPrincipal`: the same, keyed by principal instead of session:
+  every session and stateless request of one principal shares its server,
+  and no other principal's call ever reaches it.
+
+Whose server a call uses is :meth:`Backend.holder`'s to say (the session,
+or the principal); every other method takes that holder.
 
 Lifecycle: ``start`` opens (and lists) before the gateway says it is ready;
 a request that comes meanwhile waits in :func:`wait_open` until the servers
@@ -32,7 +38,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from lovia.exceptions import LoviaError, MCPError
 from lovia_mcp_worker.wire.messages import Stats
@@ -57,6 +63,8 @@ IDLE_SWEEP: Final = 5.0
 # connection only after it has killed what it started (its close is bounded
 # by a few seconds), and that failure is the answer the waiter should get.
 OPEN_WAIT_SLACK: Final = 10.0
+# A per-principal server's key in the table of held servers.
+PRINCIPAL_HOLDER: Final = "principal:"
 
 
 class Refused(Exception):
@@ -100,6 +108,10 @@ class Backend:
             raise
         finally:
             self.settled.set()
+
+    def holder(self, session: str | None, principal: str) -> str | None:
+        """Whose server serves a call of ``session`` by ``principal``: the key the other methods take."""
+        return session
 
     def _servable(self) -> None:
         """The backend can serve calls from now, before ``_start`` has finished (its spares still warming)."""
@@ -205,6 +217,9 @@ class _Held:
 class PerSession(Backend):
     """A contained server for each client session."""
 
+    # What holds a server of its own, as an error message counts them.
+    HOLDERS: ClassVar[str] = "sessions"
+
     def __init__(self, server: MCPServer, served: Served) -> None:
         super().__init__(server, served)
         # Per-run opens of this config take the library's warm spares.
@@ -235,6 +250,10 @@ class PerSession(Backend):
     def sessions(self) -> int:
         return len(self._held) + len(self._opening)
 
+    def _who(self, holder: str) -> dict[str, str]:
+        """A holder as a log line shows it: a session id's first characters (the rest lets one in)."""
+        return {"session": holder[:16]}
+
     def connections(self) -> list[MCPConnection]:
         return [h.conn for h in self._held.values()]
 
@@ -248,7 +267,7 @@ class PerSession(Backend):
                 raise Refused("the gateway is shutting down", hint="Retry on another replica.")
             if self.sessions() >= self.served.max_sessions:
                 raise Refused(
-                    f"server {self.name!r} already serves {self.served.max_sessions} sessions (its max_sessions)",
+                    f"server {self.name!r} already serves {self.served.max_sessions} {self.HOLDERS} (its max_sessions)",
                     hint="End a session you no longer use (HTTP DELETE), wait for idle ones to expire, "
                     "or raise max_sessions in the config file.",
                 )
@@ -271,7 +290,7 @@ class PerSession(Backend):
         conn.on_tools_changed = lambda _conn: self._changed(session)
         if _shape(_tools_of(conn)) != _shape(self._listing):
             self._changed(session)  # the session listed the first open's tools until now
-        logger.info("session opened", extra={"server": self.name, "session": session[:16]})
+        logger.info("session opened", extra={"server": self.name, **self._who(session)})
         return held
 
     async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
@@ -372,8 +391,33 @@ async def wait_open(backends: list[Backend]) -> None:
                 waiting.cancel()
 
 
+class PerPrincipal(PerSession):
+    """A contained server for each principal: a :class:`PerSession` whose holder is the principal."""
+
+    HOLDERS: ClassVar[str] = "principals"
+
+    def holder(self, session: str | None, principal: str) -> str | None:
+        # Prefixed: a principal's name never meets a session id in one table.
+        return PRINCIPAL_HOLDER + principal
+
+    def _changed(self, session: str | None) -> None:
+        # The principal's sessions are not known here: every client listing
+        # the server re-lists, and each sees its own principal's tools.
+        super()._changed(None)
+
+    def _who(self, holder: str) -> dict[str, str]:
+        return {"principal": holder.removeprefix(PRINCIPAL_HOLDER)}
+
+    async def end_session(self, session: str) -> None:
+        """A session ended: the principal's server stays for its other sessions (``idle`` closes it)."""
+
+
 def backend_for(server: MCPServer, served: Served) -> Backend:
-    return PerSession(server, served) if served.session == "per-session" else Shared(server, served)
+    if served.session == "per-session":
+        return PerSession(server, served)
+    if served.session == "per-principal":
+        return PerPrincipal(server, served)
+    return Shared(server, served)
 
 
 __all__ = [
@@ -381,6 +425,8 @@ __all__ = [
     "OPEN_WAIT_SLACK",
     "STATS_WAIT",
     "Backend",
+    "PRINCIPAL_HOLDER",
+    "PerPrincipal",
     "PerSession",
     "Refused",
     "Shared",

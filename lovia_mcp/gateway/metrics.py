@@ -10,7 +10,9 @@ Every name starts ``lovia_mcp_``:
   outcome ``ok``,
   ``tool_error`` (the server's ``isError``), ``error`` (the call failed:
   crash, limit, circuit...), ``timeout``, ``refused`` (no session slot, or
-  the gateway is draining), ``cancelled`` (the client went away mid-call);
+  the gateway is draining), ``cancelled`` (the client went away mid-call),
+  ``denied`` (a tool the principal may not call); with ``--metrics-principal``
+  a ``principal`` label too (the token file's names: bounded by the operator);
 - ``lovia_mcp_call_duration_seconds{server}``: a histogram of call latency;
 - ``lovia_mcp_kills_total{server,reason}``: a call that ended with its
   server tree killed or gone (``timeout``, ``limit``, ``server_exited``,
@@ -62,8 +64,18 @@ class Metrics:
         self._sum: defaultdict[str, float] = defaultdict(float)
         self._count: defaultdict[str, int] = defaultdict(int)
 
-    def call(self, server: str, tool: str, outcome: str, seconds: float, kind: str | None = None) -> None:
-        self.calls[(("server", server), ("tool", tool), ("outcome", outcome))] += 1
+    def call(
+        self,
+        server: str,
+        tool: str,
+        outcome: str,
+        seconds: float,
+        kind: str | None = None,
+        principal: str | None = None,
+    ) -> None:
+        """Count one call; ``principal`` labels the count when given (the operator's ``--metrics-principal``)."""
+        labels: Labels = (("server", server), ("tool", tool), ("outcome", outcome))
+        self.calls[labels if principal is None else (("principal", principal), *labels)] += 1
         buckets = self._hist.setdefault(server, [0] * len(BUCKETS))
         i = bisect.bisect_left(BUCKETS, seconds)
         if i < len(buckets):
@@ -72,6 +84,11 @@ class Metrics:
         self._count[server] += 1
         if kind in KILL_KINDS:
             self.kills[(("server", server), ("reason", kind or ""))] += 1
+
+    def denied(self, server: str, tool: str, principal: str | None = None) -> None:
+        """Count a call refused by the access rules (no latency: it never started)."""
+        labels: Labels = (("server", server), ("tool", tool), ("outcome", "denied"))
+        self.calls[labels if principal is None else (("principal", principal), *labels)] += 1
 
     def render(self, gauges: Iterable[tuple[str, str, str, Labels, float]]) -> str:
         """The exposition text; ``gauges`` are (name, type, help, labels, value) read at scrape time."""

@@ -10,11 +10,13 @@ loader lets them through; ``check`` and the plugin ignore them)::
 
 - ``session``: ``"shared"`` (the default) serves every client's calls from
   one contained server; ``"per-session"`` gives each client session a server
-  of its own, taken from warm spares (``spares``, at least one).
-- ``max_sessions``: how many client sessions may hold a server of their own
-  at once (per-session only); the next one gets a clear error.
-- ``idle``: seconds after which a session's server is closed when the
-  session has made no call (per-session only).
+  of its own, taken from warm spares (``spares``, at least one);
+  ``"per-principal"`` gives each principal (:mod:`.principals`) one, which
+  all its sessions and stateless requests share and no other principal's reach.
+- ``max_sessions``: how many client sessions (per-principal: principals)
+  may hold a server of their own at once; the next one gets a clear error.
+- ``idle``: seconds after which a session's (principal's) server is closed
+  when it has made no call.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from lovia.exceptions import UserError
 
 from ..config_file.loader import strip_jsonc
 
-SessionMode = Literal["shared", "per-session"]
-SESSION_MODES: Final = ("shared", "per-session")
+SessionMode = Literal["shared", "per-session", "per-principal"]
+SESSION_MODES: Final = ("shared", "per-session", "per-principal")
 
 # Enough for a team's agents on one replica; past it a session waits for
 # another to end rather than starting servers without bound.
@@ -93,8 +95,9 @@ def _served(where: str, entry: Mapping[str, Any]) -> Served:
     if session not in SESSION_MODES:
         raise UserError(
             f"{where}: unknown session {session!r}",
-            hint='Use "shared" (one server for every client: stateless tools) or '
-            '"per-session" (a server for each client session).',
+            hint='Use "shared" (one server for every client: stateless tools), '
+            '"per-session" (a server for each client session) or "per-principal" '
+            "(a server for each principal of the token file).",
         )
     max_sessions = entry.get("max_sessions", DEFAULT_MAX_SESSIONS)
     if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
@@ -110,8 +113,8 @@ def _served(where: str, entry: Mapping[str, Any]) -> Served:
         )
     if session == "shared" and ("max_sessions" in entry or "idle" in entry):
         raise UserError(
-            f"{where}: max_sessions and idle apply to per-session servers only",
-            hint='Add "session": "per-session", or drop them.',
+            f"{where}: max_sessions and idle apply to per-session and per-principal servers only",
+            hint='Add "session": "per-session" (or "per-principal"), or drop them.',
         )
     return Served(session=session, max_sessions=max_sessions, idle=float(idle))
 

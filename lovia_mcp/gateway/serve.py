@@ -2,7 +2,8 @@
 
 Lifecycle:
 
-1. The config file is read (the same files as ``check``), tokens loaded, the
+1. The config file is read (the same files as ``check``, with its access
+   section), tokens and their principals loaded, the audit log opened, the
    address checked (a non-loopback one needs tokens) and bound; the URL is
    the first line of stdout (``--listen 127.0.0.1:0`` picks a free port).
 2. HTTP is served at once (``/healthz`` answers, ``/readyz`` says 503) while
@@ -35,17 +36,19 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
-from pathlib import Path
 from typing import Any, Final
 
 import uvicorn
 from lovia.exceptions import LoviaError, UserError
 
 from ..config_file.loader import load_servers
+from .access import access_options
 from .app import Gateway
+from .audit import AuditLog
 from .backends import Backend, backend_for
 from .connections import KEEP_ALIVE_IDLE, Limits, bounded, connection_cap
 from .options import Served, served_options
+from .principals import DEFAULT_PRINCIPAL, read_token_file
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -101,30 +104,6 @@ def configure_logging(fmt: str, verbosity: int) -> None:
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
 
 
-def read_tokens(path: str) -> list[str]:
-    """The bearer tokens in ``path``: one a line; blank lines and ``#`` comments skipped."""
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(
-            f"cannot read the token file {path!r}: {exc.strerror or exc}",
-            hint="Pass a readable file with one token a line (a Kubernetes Secret mounted as a file).",
-        )
-    tokens = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    if not tokens:
-        raise UserError(
-            f"the token file {path!r} holds no token",
-            hint="Put one token a line in it: `openssl rand -hex 32 > tokens`, say.",
-        )
-    short = [t for t in tokens if len(t) < 16]
-    if short:
-        raise UserError(
-            f"the token file {path!r} holds a token shorter than 16 characters",
-            hint="Use long random tokens: `openssl rand -hex 32`.",
-        )
-    return tokens
-
-
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
@@ -178,7 +157,20 @@ async def run(ns: argparse.Namespace) -> int:
     """Serve until SIGTERM; the exit status."""
     servers = load_servers(ns.config)
     served = served_options(ns.config)
-    tokens = read_tokens(ns.token_file) if ns.token_file else []
+    credentials = read_token_file(ns.token_file) if ns.token_file else []
+    tokens = [c.token for c in credentials]
+    principals = sorted({c.principal for c in credentials} or {DEFAULT_PRINCIPAL})
+    access = access_options(ns.config, [s.name or "" for s in servers])
+    strangers = [p for p in access.principals() if p not in principals]
+    if strangers:
+        raise UserError(
+            f"the access section names {', '.join(map(repr, strangers))}, but no token is that principal's",
+            hint=f"Name the token file's principals ({', '.join(principals)}), or add a `PRINCIPAL TOKEN` line "
+            "for each."
+            if ns.token_file
+            else "Without --token-file every client is principal 'default': name only it, or pass a "
+            "--token-file of `PRINCIPAL TOKEN` lines.",
+        )
     host, port = parse_listen(ns.listen)
     limits = Limits(max_connections=connection_cap(ns.max_connections), head_timeout=ns.head_timeout)
     loopback = is_loopback(host)
@@ -189,9 +181,14 @@ async def run(ns: argparse.Namespace) -> int:
         )
     backends: list[Backend] = [backend_for(s, served.get(s.name or "", Served())) for s in servers]
     idle = max([b.served.idle for b in backends if b.served.session == "per-session"] + [HTTP_SESSION_IDLE])
+    audit = AuditLog(ns.audit_log) if getattr(ns, "audit_log", None) else None
     gateway = Gateway(
         backends,
         tokens=tokens,
+        principals=[c.principal for c in credentials],
+        access=access,
+        audit=audit,
+        metrics_principal=bool(getattr(ns, "metrics_principal", False)),
         loopback=loopback,
         max_body_bytes=ns.max_body_bytes,
         max_sessions=ns.max_http_sessions,
@@ -251,6 +248,8 @@ async def run(ns: argparse.Namespace) -> int:
             await serving
     finally:
         await _close_all(backends)
+        if audit is not None:
+            audit.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     logger.info("stopped")
@@ -310,6 +309,5 @@ __all__ = [
     "is_loopback",
     "main",
     "parse_listen",
-    "read_tokens",
     "run",
 ]

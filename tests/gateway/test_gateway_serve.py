@@ -163,7 +163,7 @@ def test_a_non_loopback_address_without_tokens_is_refused_before_anything_starts
     [
         ({"session": "sometimes"}, "unknown session 'sometimes'"),
         ({"session": "per-session", "max_sessions": 0}, "max_sessions must be a whole number"),
-        ({"idle": 5}, "apply to per-session servers only"),
+        ({"idle": 5}, "apply to per-session and per-principal servers only"),
     ],
 )
 def test_a_bad_gateway_option_in_the_config_is_a_usage_error_with_a_hint(
