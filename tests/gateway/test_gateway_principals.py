@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _gateway import PY, Serve, raw, samples, sdk_client
+from _gateway import PY, Serve, raw, samples, sdk_client, server
 from conftest import ROOT, register_shared, run
 
 from lovia_mcp.gateway.access import Access, access_options
@@ -51,7 +51,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     folder = tmp_path_factory.mktemp("principals")
     g = Serve(
         folder,
-        {"mine": raw(session="per-principal", idle=60), "other": raw()},
+        # hdr: a tool whose schema declares an Mcp-Param header the SDK checks.
+        {"mine": raw(session="per-principal", idle=60), "other": raw(), "hdr": server("header_server.py")},
         "--audit-log",
         str(folder / "audit.log"),
         "--metrics-principal",
@@ -80,12 +81,17 @@ def _listed(g: Serve, token: str, path: str = "/mcp", mode: str = "legacy") -> l
 
 
 def _modern(g: Serve, token: str, name: str, path: str = "/mcp", **meta: Any) -> httpx.Response:
-    """A 2026-07-28 tools/call by hand (no session), id 7, so two answers compare byte for byte."""
+    """A 2026-07-28 tools/call by hand (no session), id 7, so two answers compare byte for byte.
+
+    Its ``Mcp-Param-Region`` header disagrees with its ``region`` argument: a
+    tool that declares that header (hdr's) would be refused for it (HTTP 400)
+    if the SDK were given the tool's schema.
+    """
     body = {
         "jsonrpc": "2.0",
         "id": 7,
         "method": "tools/call",
-        "params": {"name": name, "arguments": {"text": SECRET}, "_meta": {**MODERN_META, **meta}},
+        "params": {"name": name, "arguments": {"text": SECRET, "region": "eu"}, "_meta": {**MODERN_META, **meta}},
     }
     return httpx.post(
         g.base + path,
@@ -97,6 +103,7 @@ def _modern(g: Serve, token: str, name: str, path: str = "/mcp", **meta: Any) ->
             "mcp-protocol-version": "2026-07-28",
             "mcp-method": "tools/call",
             "mcp-name": name,
+            "mcp-param-region": "us",
         },
         timeout=30,
     )
@@ -145,6 +152,7 @@ def test_a_server_a_principal_may_not_see_has_no_endpoint_for_it_and_metrics_onl
     ("token", "path", "forbidden", "absent"),
     [
         (BOB, "/mcp", "other__echo", "nope__echo"),  # a server it may not use
+        (BOB, "/mcp", "hdr__route", "nope__route"),  # the same, where the schema would answer for the tool
         (CAROL, "/mcp", "mine__pid", "mine__nope"),  # a tool of its server that its glob leaves out
         (CAROL, "/servers/mine/mcp", "pid", "nope"),  # the same on the server's own endpoint
     ],
