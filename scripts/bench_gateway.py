@@ -17,6 +17,8 @@ Three parts, each against real ``lovia-mcp serve`` processes on loopback:
    per second, latency percentiles and the gateway's CPU. Then the same
    with 100 SDK clients (the SDK's client is the bottleneck there), and
    with 100 concurrent stateless clients (raw 2026-07-28 requests).
+   **audit**: calls per second with ``--audit-log`` off and on (two
+   replicas, interleaved rounds of 20 stateless clients, medians).
 3. **failover**: two ``serve`` replicas behind HAProxy (Debian's package,
    installed with apt-get if missing; ``--no-lb`` skips this part) with
    sticky sessions learnt from the ``Mcp-Session-Id`` response header,
@@ -33,6 +35,7 @@ absolute times. Usage::
     .venv/bin/python scripts/bench_gateway.py            # all three, a table
     .venv/bin/python scripts/bench_gateway.py --quick    # small sizes
     .venv/bin/python scripts/bench_gateway.py --json --only overhead
+    .venv/bin/python scripts/bench_gateway.py --only audit --quick   # about 15 s
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ def _split(base: str) -> tuple[str, int]:
 # serve processes
 # --------------------------------------------------------------------------- #
 class Replica:
-    def __init__(self, folder: Path, servers: dict[str, Any], port: int = 0) -> None:
+    def __init__(self, folder: Path, servers: dict[str, Any], port: int = 0, extra: tuple[str, ...] = ()) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
         (folder / "tokens").write_text(TOKEN + "\n")
@@ -185,6 +188,7 @@ class Replica:
                 "text",
                 "--max-http-sessions",
                 "5000",
+                *extra,
             ],
             stdout=subprocess.PIPE,
             stderr=self.stderr,
@@ -222,12 +226,14 @@ class Replica:
 
 
 @contextlib.contextmanager
-def replicas(n: int, servers: dict[str, Any]) -> Iterator[list[Replica]]:
+def replicas(n: int, servers: dict[str, Any], extra: list[tuple[str, ...]] | None = None) -> Iterator[list[Replica]]:
+    """``n`` serve processes; ``extra``: each one's further flags (``{folder}`` is its own folder)."""
     folder = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     started: list[Replica] = []
     try:
         for i in range(n):
-            started.append(Replica(folder / f"r{i}", servers))
+            flags = tuple(f.format(folder=folder / f"r{i}") for f in (extra[i] if extra else ()))
+            started.append(Replica(folder / f"r{i}", servers, extra=flags))
         yield started
     finally:
         for r in started:
@@ -446,6 +452,78 @@ async def throughput(sessions: int, seconds: float) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- #
+# 2b. the audit log's cost
+# --------------------------------------------------------------------------- #
+async def audit(clients: int, seconds: float, rounds: int) -> dict[str, Any]:
+    """Calls per second through ``serve`` without and with ``--audit-log``: interleaved rounds, medians.
+
+    Two replicas of the same config, one writing an audit log; each round
+    loads one, then the other (the idle one costs nothing meanwhile), with
+    ``clients`` concurrent stateless clients calling ``echo`` on a shared server.
+    """
+    out: dict[str, Any] = {"clients": clients, "seconds_per_round": seconds, "rounds": rounds}
+    servers = {"raw": {"command": PY, "args": [BENCH_SERVER]}}
+    with replicas(2, servers, [(), ("--audit-log", "{folder}/audit.log")]) as (plain, audited):
+        rates: dict[str, list[float]] = {"off": [], "on": []}
+        served: dict[int, int] = {id(plain): 0, id(audited): 0}
+
+        async def load(g: Replica) -> float:
+            stop = asyncio.Event()
+            done = [0]
+
+            async def client() -> None:
+                http = Http(*_split(g.base))
+                i = 0
+                while not stop.is_set():
+                    i += 1
+                    headers, body = _modern_call(i, "raw__echo", {"text": "x"})
+                    status, _ = await http.request("POST", "/mcp", headers, body)
+                    assert status == 200, status
+                    done[0] += 1
+                http.close()
+
+            tasks = [asyncio.ensure_future(client()) for _ in range(clients)]
+            started = time.perf_counter()
+            await asyncio.sleep(seconds)  # the measuring window
+            stop.set()
+            counted, elapsed = done[0], time.perf_counter() - started
+            await asyncio.gather(*tasks)
+            served[id(g)] += done[0]
+            return counted / elapsed
+
+        await load(plain)  # warm-up: first connections, first calls
+        await load(audited)
+        for r in range(rounds):
+            # Alternating which goes first: neither always meets the other's leftovers.
+            for name, g in (("off", plain), ("on", audited)) if r % 2 == 0 else (("on", audited), ("off", plain)):
+                rates[name].append(await load(g))
+        # The log was on: a line for every call the audited replica served.
+        written = (Path(audited.stderr.name).parent / "audit.log").read_bytes().count(b"\n")
+        out["audit_lines_written"] = written
+        if written != served[id(audited)]:
+            raise SystemExit(f"the audit log holds {written} lines for {served[id(audited)]} calls")
+        for name, got in rates.items():
+            out[f"audit_{name}_calls_per_s"] = round(statistics.median(got), 1)
+        out["audit_on_over_off"] = round(statistics.median(rates["on"]) / statistics.median(rates["off"]), 3)
+    # What a line costs the gateway's loop, alone (the rates above are noisy on a shared machine).
+    from lovia_mcp.gateway.audit import AuditLog
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = AuditLog(os.path.join(folder, "audit.log"))
+        per_line = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            for _ in range(2000):
+                log.write(
+                    principal="p", endpoint="/mcp", server="raw", tool="echo", outcome="ok", seconds=0.001, trace=None
+                )
+            per_line.append((time.perf_counter() - t) / 2000)
+        log.close()
+    out["audit_line_us"] = round(statistics.median(per_line) * 1e6, 1)
+    return out
+
+
+# --------------------------------------------------------------------------- #
 # 3. failover behind HAProxy
 # --------------------------------------------------------------------------- #
 def haproxy_binary() -> str:
@@ -638,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("mcp").setLevel(logging.ERROR)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (about 30 s in all)")
-    ap.add_argument("--only", action="append", choices=["overhead", "throughput", "failover"])
+    ap.add_argument("--only", action="append", choices=["overhead", "throughput", "audit", "failover"])
     ap.add_argument("--calls", type=int, default=None, help="calls per round in the overhead part (default 300)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5)")
     ap.add_argument("--sessions", type=int, default=100, help="concurrent sessions in the throughput part")
@@ -650,12 +728,14 @@ def main(argv: list[str] | None = None) -> int:
     calls = ns.calls or (100 if ns.quick else 300)
     rounds = ns.rounds or (2 if ns.quick else 5)
     seconds = ns.seconds or (3.0 if ns.quick else 6.0)
-    parts = ns.only or ["overhead", "throughput"] + ([] if ns.no_lb else ["failover"])
+    parts = ns.only or ["overhead", "throughput", "audit"] + ([] if ns.no_lb else ["failover"])
     report: dict[str, Any] = {}
     if "overhead" in parts:
         report["overhead"] = asyncio.run(overhead(calls, rounds))
     if "throughput" in parts:
         report["throughput"] = asyncio.run(throughput(ns.sessions, seconds))
+    if "audit" in parts:
+        report["audit"] = asyncio.run(audit(20, 1.0 if ns.quick else 2.0, rounds))
     if "failover" in parts:
         report["failover"] = asyncio.run(failover(max(seconds, 6.0), ns.kill, 20, 10))
     if ns.json:
