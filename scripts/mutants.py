@@ -128,6 +128,70 @@ MUTANTS: Final = [
         why="the bearer token is compared in variable time (its prefix shows in the timing)",
     ),
     Mutant(
+        name="gateway-access-call",
+        path="lovia_mcp/gateway/app.py",
+        old="exists and self.access.allows(principal, backend.name, raw)",
+        new="exists",
+        tests=(
+            "tests/gateway/test_gateway_principals.py::test_a_forbidden_call_is_answered_byte_for_byte_as_an_unknown_tool_and_audited_as_denied",
+        ),
+        why="a principal calls a listed tool its access rules do not allow",
+    ),
+    Mutant(
+        name="gateway-access-schema",
+        path="lovia_mcp/gateway/app.py",
+        old="""            if not self.access.allows(principal, backend.name, raw):
+                return None
+""",
+        new="",
+        tests=(
+            "tests/gateway/test_gateway_principals.py::test_a_forbidden_call_is_answered_byte_for_byte_as_an_unknown_tool_and_audited_as_denied",
+        ),
+        why="an Mcp-Param header check (HTTP 400) tells a principal that a tool it may not call exists",
+    ),
+    Mutant(
+        name="gateway-access-listing",
+        path="lovia_mcp/gateway/app.py",
+        old="""                if not self.access.allows(principal, name, tool.raw_name):
+                    continue
+""",
+        new="",
+        tests=(
+            "tests/gateway/test_gateway_principals.py::test_each_principal_lists_only_the_tools_its_access_rules_allow",
+        ),
+        why="a principal lists tools its access rules do not allow",
+    ),
+    Mutant(
+        name="gateway-access-endpoint",
+        path="lovia_mcp/gateway/app.py",
+        old="if manager is None or (only is not None and not self.access.sees(principal, only)):",
+        new="if manager is None:",
+        tests=(
+            "tests/gateway/test_gateway_principals.py::test_a_server_a_principal_may_not_see_has_no_endpoint_for_it_and_metrics_only_for_who_may_read_them",
+        ),
+        why="a principal reaches the endpoint of a server it may not use",
+    ),
+    Mutant(
+        name="gateway-per-principal-holder",
+        path="lovia_mcp/gateway/backends.py",
+        old="        return PRINCIPAL_HOLDER + principal\n",
+        new="        return session\n",
+        tests=(
+            "tests/gateway/test_gateway_principals.py::test_each_principal_has_a_server_process_of_its_own_shared_by_its_sessions_and_stateless_requests",
+        ),
+        why="a per-principal server is chosen by session: a principal's sessions and stateless calls do not share it",
+    ),
+    Mutant(
+        name="gateway-audit-failure",
+        path="lovia_mcp/gateway/audit.py",
+        old="            self._failed(exc)\n",
+        new="            self._failed(exc)\n            raise\n",
+        tests=(
+            "tests/gateway/test_gateway_principals.py::test_a_failed_audit_write_is_logged_once_a_minute_and_the_call_is_still_served",
+        ),
+        why="a full disk under the audit log fails every call",
+    ),
+    Mutant(
         name="landlock-write-parent",
         path="worker/lovia_mcp_worker/sandbox/landlock.py",
         old="writable = ([cwd] if cwd else []) + list(box.writable)",
