@@ -8,12 +8,16 @@ without loading the SDK):
 - ``options``: the per-server ``session`` / ``max_sessions`` / ``idle`` keys
   of the config file, and the command's defaults;
 - ``backends``: the servers behind the gateway, each an ordinary
-  :class:`~lovia_mcp.MCPConnection` (shared, or one per client session
-  from warm spares), so every containment guarantee holds per server;
+  :class:`~lovia_mcp.MCPConnection` (shared, or one per client session or
+  per principal from warm spares), so every containment guarantee holds per server;
 - ``app``: the ASGI app: the SDK's low-level ``Server`` and streamable HTTP
   session manager per endpoint, bearer tokens, health, readiness, metrics;
 - ``fastpath``: a 2026-07-28 ``tools/call`` or ``tools/list`` answered in
   the SDK's JSON mode, turned into an event stream only when it is slow;
+- ``principals``: who a token says a client is (the token file's
+  ``PRINCIPAL TOKEN`` lines); ``access``: what each principal may list and
+  call (the config's ``"gateway": {"access": ...}``); ``audit``: the
+  ``--audit-log`` line per call;
 - ``sessions``: the 2025 sessions the SDK opened and the token each belongs
   to, the only session ids the gateway acts on;
 - ``notify``: tool-list changes told to the clients (a 2025 session's

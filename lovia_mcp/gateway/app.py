@@ -39,6 +39,15 @@ own limits); on loopback, the SDK's DNS rebinding protection checks
 ``Host`` and ``Origin``. What a client can hold before any of this is
 checked (connections, request heads) is bounded by :mod:`.connections`.
 
+Principals: ``_authorized`` leaves the principal of the matching token in
+the request's scope (``default`` without tokens). With an access section
+(:mod:`.access`) a principal lists only the tools it may call, can call
+only those, and reaches only the endpoints of servers it may use; a tool
+or endpoint it may not use is answered exactly as one that does not exist
+(:meth:`Gateway._unknown`, the same 404), and the input schema the SDK
+checks ``Mcp-Param-*`` headers against is given only for tools it may call.
+Every call (refused ones too) is one line of the audit log (:mod:`.audit`).
+
 Before ready: a request for an MCP endpoint waits until the servers that
 endpoint serves are open (:func:`.backends.wait_open`), then is served; only
 a server that failed to open (or the gateway stopping) makes it an error.

@@ -9,6 +9,7 @@ SDK's (both eras) and raw HTTP where bytes are compared.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from _gateway import PY, Serve, raw, samples, sdk_client, server
 from conftest import ROOT, register_shared, run
@@ -40,6 +42,9 @@ MODERN_META = {
 }
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SECRET = "an argument the audit log never holds"
+# An idle expiry of 0.5 s is swept every 0.25 s; the server's close is
+# bounded by the connection's own close wait. Generous for a loaded machine.
+IDLE_EXPIRY_WAIT = 20.0
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -52,7 +57,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     g = Serve(
         folder,
         # hdr: a tool whose schema declares an Mcp-Param header the SDK checks.
-        {"mine": raw(session="per-principal", idle=60), "other": raw(), "hdr": server("header_server.py")},
+        {
+            "mine": raw(session="per-principal", idle=60),
+            "brief": raw(session="per-principal", idle=0.5),
+            "other": raw(),
+            "hdr": server("header_server.py"),
+        },
         "--audit-log",
         str(folder / "audit.log"),
         "--metrics-principal",
@@ -232,6 +242,20 @@ def test_each_principal_has_a_server_process_of_its_own_shared_by_its_sessions_a
     assert metrics['lovia_mcp_sessions{server="mine"}'] >= 2
 
 
+def test_a_principals_server_is_closed_after_its_idle_expiry_and_its_next_call_gets_a_fresh_one(
+    gateway: Serve,
+) -> None:
+    async def main() -> tuple[int, int]:
+        async with sdk_client(gateway.url, _auth(ALICE), mode="auto") as client:
+            first = _pid(await client.call_tool("brief__pid", {}))
+            _, alive = await asyncio.to_thread(psutil.wait_procs, [psutil.Process(first)], IDLE_EXPIRY_WAIT)
+            assert alive == [], "the idle principal's server is still running"
+            return first, _pid(await client.call_tool("brief__pid", {}))
+
+    first, second = run(main())
+    assert first != second and not psutil.pid_exists(first)
+
+
 # --------------------------------------------------------------------------- #
 # Units: the token file, the access section, the audit log
 # --------------------------------------------------------------------------- #
@@ -298,6 +322,15 @@ def test_a_bad_access_section_is_a_clear_error_with_a_hint(section: dict[str, An
     with pytest.raises(UserError) as caught:
         access_options({"mcpServers": {"s1": {}}, "gateway": section}, ["s1"])
     assert expected in str(caught.value) and caught.value.hint, caught.value
+
+
+@pytest.mark.unit
+def test_the_config_loader_lets_the_gateway_section_through_for_check_and_the_plugin() -> None:
+    from lovia_mcp.config_file.loader import load_servers
+
+    config = {"mcpServers": {"s1": raw()}, "gateway": {"access": {"a": ["s1"]}}}
+    assert [s.name for s in load_servers(config)] == ["s1"]
+    assert access_options(config, ["s1"]).allows("a", "s1", "any")
 
 
 @pytest.mark.unit
