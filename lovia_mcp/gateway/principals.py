@@ -9,11 +9,12 @@ principal first::
     0d1e...9a
 
 The bare token is principal ``default``, so a file of bare tokens (one a
-line) serves every client as one principal. A principal is what access rules (:mod:`.access`), per-principal servers,
-the audit log (:mod:`.audit`) and the optional metrics label speak of. A
-principal may hold several tokens (rotation: the old and the new one side
-by side); a token names one principal. Sessions stay bound to the token
-that opened them, which is stricter than the principal.
+line) serves every client as one principal. A principal is what access
+rules (:mod:`.access`), per-principal servers, the audit log
+(:mod:`.audit`) and the optional metrics label speak of. A principal may
+hold several tokens (rotation: the old and the new one side by side); a
+token names one principal. Sessions stay bound to the token that opened
+them, which is stricter than the principal.
 
 Without a token file every request is principal ``default``.
 """
