@@ -17,8 +17,10 @@ Three parts, each against real ``lovia-mcp serve`` processes on loopback:
    per second, latency percentiles and the gateway's CPU. Then the same
    with 100 SDK clients (the SDK's client is the bottleneck there), and
    with 100 concurrent stateless clients (raw 2026-07-28 requests).
-   **audit**: calls per second with ``--audit-log`` off and on (two
-   replicas, interleaved rounds of 20 stateless clients, medians).
+   **audit**: calls per second and the gateway's CPU per call with
+   ``--audit-log`` off and on (two replicas, started twice with the roles
+   swapped, interleaved rounds of 20 stateless clients, medians), and what
+   one line costs alone.
 3. **failover**: two ``serve`` replicas behind HAProxy (Debian's package,
    installed with apt-get if missing; ``--no-lb`` skips this part) with
    sticky sessions learnt from the ``Mcp-Session-Id`` response header,
@@ -455,56 +457,77 @@ async def throughput(sessions: int, seconds: float) -> dict[str, Any]:
 # 2b. the audit log's cost
 # --------------------------------------------------------------------------- #
 async def audit(clients: int, seconds: float, rounds: int) -> dict[str, Any]:
-    """Calls per second through ``serve`` without and with ``--audit-log``: interleaved rounds, medians.
+    """Calls per second and the gateway's CPU per call, ``--audit-log`` off and on: interleaved rounds, medians.
 
     Two replicas of the same config, one writing an audit log; each round
     loads one, then the other (the idle one costs nothing meanwhile), with
-    ``clients`` concurrent stateless clients calling ``echo`` on a shared server.
+    ``clients`` concurrent stateless clients calling ``echo`` on a shared
+    server. Two replicas of one config differ by more than an audit line on
+    a shared machine (which one lands where), so the pair is started twice,
+    with the roles swapped, and each role's median spans both.
     """
     out: dict[str, Any] = {"clients": clients, "seconds_per_round": seconds, "rounds": rounds}
     servers = {"raw": {"command": PY, "args": [BENCH_SERVER]}}
-    with replicas(2, servers, [(), ("--audit-log", "{folder}/audit.log")]) as (plain, audited):
-        rates: dict[str, list[float]] = {"off": [], "on": []}
-        served: dict[int, int] = {id(plain): 0, id(audited): 0}
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
+    per_layout = max(1, (rounds + 1) // 2)
 
-        async def load(g: Replica) -> float:
-            stop = asyncio.Event()
-            done = [0]
+    async def load(g: Replica, window: float) -> tuple[int, float, float]:
+        """Calls served in ``window`` seconds, their rate, and the gateway's CPU seconds a call."""
+        stop = asyncio.Event()
+        done = [0]
+        proc = psutil.Process(g.proc.pid)
 
-            async def client() -> None:
-                http = Http(*_split(g.base))
-                i = 0
-                while not stop.is_set():
-                    i += 1
-                    headers, body = _modern_call(i, "raw__echo", {"text": "x"})
-                    status, _ = await http.request("POST", "/mcp", headers, body)
-                    assert status == 200, status
-                    done[0] += 1
-                http.close()
+        async def client() -> None:
+            http = Http(*_split(g.base))
+            i = 0
+            while not stop.is_set():
+                i += 1
+                headers, body = _modern_call(i, "raw__echo", {"text": "x"})
+                status, _ = await http.request("POST", "/mcp", headers, body)
+                assert status == 200, status
+                done[0] += 1
+            http.close()
 
-            tasks = [asyncio.ensure_future(client()) for _ in range(clients)]
-            started = time.perf_counter()
-            await asyncio.sleep(seconds)  # the measuring window
-            stop.set()
-            counted, elapsed = done[0], time.perf_counter() - started
-            await asyncio.gather(*tasks)
-            served[id(g)] += done[0]
-            return counted / elapsed
+        tasks = [asyncio.ensure_future(client()) for _ in range(clients)]
+        used = sum(proc.cpu_times()[:2])
+        started = time.perf_counter()
+        await asyncio.sleep(window)  # the measuring window
+        stop.set()
+        counted, elapsed = done[0], time.perf_counter() - started
+        spent = sum(proc.cpu_times()[:2]) - used
+        await asyncio.gather(*tasks)
+        return done[0], counted / elapsed, spent / max(counted, 1)
 
-        await load(plain)  # warm-up: first connections, first calls
-        await load(audited)
-        for r in range(rounds):
-            # Alternating which goes first: neither always meets the other's leftovers.
-            for name, g in (("off", plain), ("on", audited)) if r % 2 == 0 else (("on", audited), ("off", plain)):
-                rates[name].append(await load(g))
-        # The log was on: a line for every call the audited replica served.
-        written = (Path(audited.stderr.name).parent / "audit.log").read_bytes().count(b"\n")
-        out["audit_lines_written"] = written
-        if written != served[id(audited)]:
-            raise SystemExit(f"the audit log holds {written} lines for {served[id(audited)]} calls")
-        for name, got in rates.items():
-            out[f"audit_{name}_calls_per_s"] = round(statistics.median(got), 1)
-        out["audit_on_over_off"] = round(statistics.median(rates["on"]) / statistics.median(rates["off"]), 3)
+    lines = 0
+    for layout in (("off", "on"), ("on", "off")):
+        flags = [("--audit-log", "{folder}/audit.log") if role == "on" else () for role in layout]
+        with replicas(2, servers, flags) as pair:
+            roles = dict(zip(layout, pair))
+            served = 0
+            for role, g in roles.items():  # warm-up: first connections, first calls
+                n, _, _ = await load(g, seconds / 2)
+                served += n if role == "on" else 0
+            for r in range(per_layout):
+                # Alternating which goes first: neither always meets the other's leftovers.
+                for role in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                    n, rate, per_call = await load(roles[role], seconds)
+                    served += n if role == "on" else 0
+                    rates[role].append(rate)
+                    cpu[role].append(per_call)
+            # The log was on: a line for every call the audited replica served.
+            written = (Path(roles["on"].stderr.name).parent / "audit.log").read_bytes().count(b"\n")
+            if written != served:
+                raise SystemExit(f"the audit log holds {written} lines for {served} calls")
+            lines += written
+    out["audit_lines_written"] = lines
+    for role in ("off", "on"):
+        out[f"audit_{role}_calls_per_s"] = round(statistics.median(rates[role]), 1)
+        out[f"audit_{role}_gateway_cpu_us_per_call"] = round(statistics.median(cpu[role]) * 1e6, 1)
+    out["audit_on_over_off_calls_per_s"] = round(statistics.median(rates["on"]) / statistics.median(rates["off"]), 3)
+    out["audit_on_minus_off_cpu_us_per_call"] = round(
+        (statistics.median(cpu["on"]) - statistics.median(cpu["off"])) * 1e6, 1
+    )
     # What a line costs the gateway's loop, alone (the rates above are noisy on a shared machine).
     from lovia_mcp.gateway.audit import AuditLog
 
