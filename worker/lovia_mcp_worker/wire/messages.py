@@ -56,7 +56,7 @@ HEADER: Final = struct.Struct("<I")
 FORKSERVER_STATUS: Final = struct.Struct("q")
 
 # A cancel that reaches the worker this close before a call's deadline is
-# the timeout (:mod:`.session.calls`; the agent's spans count it so too):
+# the timeout (:mod:`.session.deadline`, which answers it as such):
 # the caller's timer fires at the deadline and its cancel
 # crosses the pipe in about the time the call took to arrive, but either
 # crossing may have waited in a busy loop on a loaded machine. The worker's
