@@ -19,7 +19,7 @@ failure worded by :func:`timed_out`; then the spec's ``on_timeout`` applies:
   (:meth:`.generations.Generations.probe`).
 
 The verdict: a ``Cancel`` from the agent is the timeout when it arrives at
-the deadline (within :data:`~lovia_mcp_worker.wire.messages.CANCEL_SLACK`):
+the deadline (within :data:`CANCEL_SLACK`):
 lovia's own ``wait_for`` fires then, with the same timeout, and only this
 side knows when the call arrived. This side's own timer fires
 ``CANCEL_SLACK`` after the deadline, so a caller that times the call itself
@@ -39,10 +39,17 @@ from collections.abc import Callable
 from typing import Final, Literal
 
 from ..wire.failures import HostError
-from ..wire.messages import CANCEL_SLACK, ON_TIMEOUT_CANCEL, ON_TIMEOUT_KILL, OPTION_MARK, ServerSpec
+from ..wire.messages import ON_TIMEOUT_CANCEL, ON_TIMEOUT_KILL, OPTION_MARK, ServerSpec
 from .calls import Calls
 from .generation import Generation
 
+# A cancel that reaches the worker this close before a call's deadline is
+# the timeout: the caller's timer fires at the deadline and its cancel
+# crosses the pipe in about the time the call took to arrive, but either
+# crossing may have waited in a busy loop on a loaded machine. The worker's
+# own timer fires as long after the deadline, so a caller timing the call
+# itself (lovia's wait_for) cancels first and reports its own error.
+CANCEL_SLACK: Final = 0.25
 # Answered calls' deadline entries tolerated beyond twice the timed calls in
 # flight before they are swept: a sweep walks the heap once, so it runs
 # about once per that many calls.
@@ -198,4 +205,4 @@ class Deadlines:
             self._timer = None
 
 
-__all__ = ["SWEEP_SLACK", "Deadlines", "Outcome", "killed_beside", "timed_out"]
+__all__ = ["CANCEL_SLACK", "SWEEP_SLACK", "Deadlines", "Outcome", "killed_beside", "timed_out"]

@@ -180,9 +180,11 @@ class Host:
     def _cancel(self, msg: Cancel) -> None:
         task = self._calls.tasks.get(msg.id)
         if task is None or task.done() or self._deadlines.cancelled(msg.id):
-            return  # answered, or its timeout (applied by the deadline)
+            return  # answered, or its timeout (applied and answered by the deadline)
         # A plain cancel abandons the request: the JSON-RPC client sends the
         # server notifications/cancelled; the server gets its cancel grace.
+        if msg.answer:
+            self._emit(Failure(id=msg.id, kind="cancelled", message="the caller cancelled the request"))
         gen = self._calls.on.get(msg.id)
         if self._calls.cancel(msg.id, task):
             self._deadlines.forget(msg.id)
