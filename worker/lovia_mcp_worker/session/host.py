@@ -40,7 +40,6 @@ from ..wire.messages import (
 )
 from . import cut
 from .calls import Calls
-from .contain import Containment
 from .deadline import Deadlines
 from .generations import Generations
 from .progress import ProgressForwarder
@@ -52,7 +51,6 @@ class Host:
     def __init__(self, emit: Callable[[WorkerMessage], None], *, subreaper: bool) -> None:
         self._emit = emit
         self.generations = Generations(emit, subreaper=subreaper)
-        self.listing = self.generations.listing
         # Set once the open's server is launched, or the open is over: the
         # worker makes its agent's transport then (main.serve).
         self.launched = self.generations.launched
@@ -70,10 +68,6 @@ class Host:
     def in_flight(self) -> int:
         """Requests being served (a request's task counts until it has answered)."""
         return len(self._calls.tasks)
-
-    @property
-    def containment(self) -> Containment:
-        return self.generations.containment
 
     # -- dispatch ------------------------------------------------------------ #
     def handle(self, msg: AgentMessage) -> None:
@@ -136,9 +130,9 @@ class Host:
             progress = ProgressForwarder(self._emit, msg.id)
             try:
                 content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
-                if self.listing.relisting(gen):
+                if self.generations.listing.relisting(gen):
                     # A list_changed the server sent before this answer is sent first.
-                    await self.listing.settled(gen)
+                    await self.generations.listing.settled(gen)
             finally:
                 self._calls.on.pop(msg.id, None)
                 progress.close()  # the last progress held goes out before the answer
