@@ -315,7 +315,7 @@ class ClientCore:
             fut = self._pending.pop(rid, None)
             if fut is None or fut.done():
                 continue
-            why = f"the worker did not answer a call within {seconds:g} s (its timeout, kill grace and stuck-worker backstop)"
+            why = f"the worker did not answer a call within {seconds:g} s (its timeout, kill grace and backstop)"
             self._lost(channel, why)
             fut.set_result(Failure(id=rid, kind="timeout", message=why, hint="A fresh worker serves the next call."))
         self._arm_backstop(loop)
