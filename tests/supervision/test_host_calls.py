@@ -61,3 +61,20 @@ def test_answered_calls_deadlines_are_swept_so_the_heap_stays_bounded() -> None:
     left = asyncio.run(main())
     print(f"deadline entries left after 2,000 answered calls: {left}")
     assert left <= SWEEP_SLACK + 1
+
+
+def test_a_cancel_that_asks_for_an_answer_is_answered_as_cancelled_even_before_its_task_ran() -> None:
+    # A traced caller asks whether its cancel was the timeout: one far from
+    # the deadline is answered "cancelled" at once, so the caller waits one
+    # round trip for the word, not its bound.
+    async def main() -> None:
+        host, sent = _host()
+        host.handle(CallTool(id=1, name="t", arguments=b"{}", timeout=60.0))
+        task = host._calls.tasks[1]  # the books under test
+        host.handle(Cancel(id=1, answer=True))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [(type(m), getattr(m, "kind", None)) for m in sent] == [(Failure, "cancelled")]
+        assert not host._calls.tasks and not host._deadlines._due
+
+    asyncio.run(main())
