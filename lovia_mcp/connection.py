@@ -14,9 +14,11 @@ cancellation and bounded; :meth:`MCPConnection.close_soon` (a run's end)
 starts the same close without waiting for the server's death.
 
 Timeouts: a call carries its deadline to the worker, which cancels it there,
-applies ``on_timeout`` and answers; lovia's own ``wait_for`` around the tool
-usually fires at the same moment, and the worker counts a cancel that
-arrives at the deadline as the timeout (:mod:`lovia_mcp_worker.session.host`).
+applies ``on_timeout`` and answers (:mod:`lovia_mcp_worker.session.deadline`
+owns all of it); lovia's own ``wait_for`` around the tool usually fires at
+the same moment, and the worker counts a cancel that arrives at the
+deadline as the timeout. This side takes "timed out" from the answer's kind;
+it keeps only the core's stuck-worker backstop (:mod:`.client.core`).
 
 Tool-list changes: the worker sends ``ToolsChanged`` when the server's list
 changes (``tools/list_changed``, or a restarted server listing others);
@@ -42,7 +44,6 @@ from lovia.tools import Tool
 from lovia_mcp_worker.wire.framing import MAX_REQUEST_BYTES
 from lovia_mcp_worker.wire.mcpjson import ToolAnnotations, ToolSpec
 from lovia_mcp_worker.wire.messages import (
-    CANCEL_SLACK,
     CallTool,
     Failure,
     GetStats,
@@ -280,6 +281,8 @@ class MCPConnection(LoviaFields):
 
     async def _traced_call(self, name: str, body: bytes, timeout: float | None, cap: int | None) -> MCPToolResult:
         with self.core.operation("tools/call", name) as op:
+            if op is not None:
+                op.deadline = {"lovia_mcp.timeout_s": timeout, "lovia_mcp.on_timeout": self.server.on_timeout}
             result = await self._call(name, body, timeout, op, cap)
             if result.is_error and op is not None:
                 op.fail("tool_error")
@@ -294,7 +297,7 @@ class MCPConnection(LoviaFields):
             deadline = backstop = None
         else:
             deadline = time.monotonic() + timeout
-            backstop = timeout + self.server.kill_grace + client_core.ANSWER_BACKSTOP
+            backstop = client_core.backstop(timeout, self.server.kill_grace)
         # A partial, not a closure: a closure's variables are cells, each one
         # more object for the collector per call in flight.
         make = functools.partial(_call_message, name, body, deadline, None if op is None else op.trace, cap)
@@ -302,14 +305,9 @@ class MCPConnection(LoviaFields):
         while True:
             if self.core.closed:
                 self._check_open(name)
-            try:
-                reply = await self.core.request(make, tool=name, backstop=backstop, op=op)
-            except asyncio.CancelledError:
-                # lovia's wait_for cancels at the deadline: that is the timeout
-                # (the worker counts it so too).
-                if op is not None and deadline is not None and time.monotonic() >= deadline - CANCEL_SLACK:
-                    op.timed_out(timeout, self.server.on_timeout)
-                raise
+            # Cancelled (lovia's wait_for at the deadline, say), the request
+            # tells the span what the worker made of the cancel.
+            reply = await self.core.request(make, tool=name, backstop=backstop, op=op)
             if type(reply) is Result:
                 structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
                 # The decoded list itself: nothing else holds it.
@@ -321,8 +319,6 @@ class MCPConnection(LoviaFields):
                     omitted=reply.omitted,
                 )
             assert isinstance(reply, Failure)
-            if op is not None and reply.kind == "timeout":
-                op.timed_out(timeout, self.server.on_timeout)
             if retry(
                 reply,
                 policy=self.server.auto_reconnect,

@@ -113,7 +113,9 @@ class Operation:
         # What the worker puts into the request's _meta (None: nothing to carry).
         self.trace: dict[str, str] | None = carrier or None
         self.error_type: str | None = None
-        self._timeout_seen = False
+        # A call's timeout and on_timeout as configured: the figures of its
+        # timeout event, should the worker answer that it timed out.
+        self.deadline: dict[str, Any] = {}
         self._started = time.perf_counter()
 
     def set(self, key: str, value: str | int | None) -> None:
@@ -138,18 +140,14 @@ class Operation:
             self.set("error.type", error_type)
             self.span.set_status(Status(StatusCode.ERROR, message))
 
-    def timed_out(self, timeout: float | None, on_timeout: str) -> None:
-        """The call passed its deadline (the worker's answer or the caller's cancel: one event either way)."""
-        if self._timeout_seen:
-            return
-        self._timeout_seen = True
-        self.event(EVENT_TIMEOUT, {"lovia_mcp.timeout_s": timeout, "lovia_mcp.on_timeout": on_timeout})
-        self.fail("timeout", f"the call passed its timeout ({timeout:g} s)" if timeout is not None else None)
-
     def failure(self, failure: Failure) -> None:
-        """A worker ``Failure`` answered this operation: an event with its figures, and the error."""
+        """A worker ``Failure`` answered this operation: an event with its figures, and the error.
+
+        The kind says what happened (``timeout`` is the worker's verdict, also
+        on a cancel at the deadline); the words are the failure's own.
+        """
         if failure.kind == "timeout":
-            # The caller adds the timeout's event with its figures (timed_out).
+            self.event(EVENT_TIMEOUT, {**self.deadline, "lovia_mcp.reason": failure.text()})
             self.fail(failure.kind, failure.text())
             return
         if failure.kind == "limit":

@@ -10,9 +10,10 @@ steer control; the caller turns a failure into an error in one place
 (:mod:`lovia_mcp._errors`) and decides a retry in one place (:mod:`.retry`).
 
 What the worker owns, the core is told and applies: a call's deadline and
-its timeout kill (the call carries its deadline), the tool list
-(``Opened``, ``Tools``, ``ToolsChanged``), the server's pid. The agent keeps
-only a bounded backstop for a worker that never answers at all.
+what passing it does (the call carries its deadline; the answer's kind says
+it timed out), the tool list (``Opened``, ``Tools``, ``ToolsChanged``), the
+server's pid. The agent keeps only its stuck-worker backstop
+(:data:`STUCK_WORKER_BACKSTOP`): a worker that never answers at all is given up.
 
 Lifecycle: :meth:`ClientCore.connect` starts a channel and waits for
 ``Opened``; a lost worker is replaced on the next request (a restart for
@@ -70,11 +71,17 @@ progress_logger = logging.getLogger("lovia_mcp.progress")
 
 # Bound on a close: the worker's own tree kill is bounded below this.
 CLOSE_WAIT: Final = 8.0
-# How long past a call's deadline (and its kill grace) the agent waits for
-# the worker's answer before it gives the worker up. The worker holds the
-# deadline and answers at it; only a worker whose own loop is stuck misses
-# it by this much, and then nothing else it owes will come either.
-ANSWER_BACKSTOP: Final = 10.0
+# The stuck-worker backstop: how long past a call's deadline (and its kill
+# grace) the agent waits for the worker's answer before it gives the worker
+# up. The worker holds the deadline and answers at it; only a worker whose
+# own loop is stuck misses it by this much, and then nothing else it owes
+# will come either. Not a second deadline: the call's is the worker's.
+STUCK_WORKER_BACKSTOP: Final = 10.0
+# How long a cancelled traced call waits for the worker's word on it (was it
+# the timeout?) before its cancellation goes on: the answer takes one round
+# trip (well under a millisecond); a stuck worker only delays the
+# cancellation by this much, and its span then ends without the word.
+VERDICT_WAIT: Final = 1.0
 # Answered calls' backstop entries tolerated beyond twice the calls in
 # flight before they are swept: a sweep walks the heap once, so it runs
 # about once per that many calls.
@@ -82,6 +89,11 @@ BACKSTOP_SLACK: Final = 64
 
 Channel = ProcessChannel | LocalChannel
 OnTools = Callable[[list[ToolSpec], bool], None]
+
+
+def backstop(timeout: float, kill_grace: float) -> float:
+    """Seconds after which a call with ``timeout`` whose worker has not answered is given up (a stuck worker)."""
+    return timeout + kill_grace + STUCK_WORKER_BACKSTOP
 
 
 class ClientCore:
@@ -191,8 +203,11 @@ class ClientCore:
         """Send ``make(id)`` and return the answer or a failure; cancelling sends ``Cancel``.
 
         ``tool``: a tools/call's raw name (for progress records). ``backstop``:
-        seconds after which a worker that has not answered is given up.
-        ``op``: the operation's span, which gets the request id and the failure.
+        seconds after which a worker that has not answered is given up
+        (:func:`backstop`). ``op``: the operation's span, which gets the
+        request id and the failure; a traced request that is cancelled
+        waits (up to :data:`VERDICT_WAIT`) for the worker's word on it,
+        so its span says whether the cancel was the call's timeout.
 
         Every coroutine between a caller and its answer is made once per
         call and resumed once per answer: the path holds this one and no
@@ -226,8 +241,12 @@ class ClientCore:
         try:
             reply = await fut
         except asyncio.CancelledError:
-            if channel.alive and self._pending.pop(rid, None) is not None:
-                channel.send(Cancel(id=rid))
+            if channel.alive and rid in self._pending:
+                if op is not None:
+                    await self._verdict(rid, channel, op)
+                else:
+                    del self._pending[rid]
+                    channel.send(Cancel(id=rid))
             raise
         finally:
             self._pending.pop(rid, None)
@@ -239,7 +258,25 @@ class ClientCore:
                 op.failure(reply)
         return reply
 
-    # -- the backstop -------------------------------------------------------- #
+    async def _verdict(self, rid: int, channel: Channel, op: tracing.Operation) -> None:
+        """Cancel request ``rid`` and wait (bounded) for the worker's word: a timeout fails ``op`` as one.
+
+        The worker decides whether a cancel is the call's timeout; asked,
+        it answers a plain cancel too (kind ``cancelled``), so no wait here
+        outlasts one round trip unless the worker is stuck.
+        """
+        # The request's own future went with the cancel: the answer comes here.
+        fut: asyncio.Future[WorkerMessage] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        channel.send(Cancel(id=rid, answer=True))
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait((fut,), timeout=VERDICT_WAIT)
+        if fut.done() and not fut.cancelled():
+            reply = fut.result()
+            if type(reply) is Failure and reply.kind == "timeout":
+                op.failure(reply)
+
+    # -- the stuck-worker backstop ------------------------------------------- #
     def _backstop(self, rid: int, seconds: float, channel: Channel) -> None:
         """Give the worker up if request ``rid`` is not answered within ``seconds``.
 
@@ -545,4 +582,4 @@ def _failed(failure: Failure, op: tracing.Operation | None) -> Failure:
     return failure
 
 
-__all__ = ["ANSWER_BACKSTOP", "BACKSTOP_SLACK", "CLOSE_WAIT", "ClientCore"]
+__all__ = ["BACKSTOP_SLACK", "CLOSE_WAIT", "STUCK_WORKER_BACKSTOP", "VERDICT_WAIT", "ClientCore", "backstop"]

@@ -74,7 +74,6 @@ from typing import Any, Final
 import mcp_types as types
 from lovia.exceptions import MCPError as LoviaMCPError
 from lovia_mcp_worker.wire.mcpjson import block_json
-from lovia_mcp_worker.wire.messages import ON_TIMEOUT_KILL
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
@@ -420,8 +419,10 @@ class Gateway:
         # client may send anything) is one series, whatever it is.
         tool = raw if backend.knows(raw, session) else UNKNOWN_TOOL
         try:
-            timeout = backend.server.timeout
-            result = await asyncio.wait_for(backend.call(session, raw, arguments), timeout)
+            # No timer here: the call carries its timeout to its worker, which
+            # ends it at the deadline and words the answer (a timeout is the
+            # MCPError of kind "timeout" below).
+            result = await backend.call(session, raw, arguments)
             outcome = "tool_error" if result.is_error else "ok"
             return result_json(result)
         except asyncio.CancelledError:
@@ -431,18 +432,11 @@ class Gateway:
         except Refused as exc:
             outcome = "refused"
             raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
-        except asyncio.TimeoutError:
-            outcome = kind = "timeout"
-            action = "its server was killed" if backend.server.on_timeout == ON_TIMEOUT_KILL else "it was cancelled"
-            logger.warning("call timed out", extra={"server": backend.name, "tool": tool})
-            return _error_result(
-                "timeout", f"the call to {raw!r} passed its {backend.server.timeout:g} s timeout and {action}"
-            )
         except LoviaMCPError as exc:
-            outcome = "error"
             kind = getattr(exc, "kind", None) or "error"
+            outcome = "timeout" if kind == "timeout" else "error"
             logger.warning(
-                "call failed",
+                "call timed out" if kind == "timeout" else "call failed",
                 extra={
                     "server": backend.name,
                     "tool": tool,

@@ -10,11 +10,13 @@ cleared before each test here).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from lovia_mcp import MCP, Limits, MCPError, MCPServerStdio, MCPServerStreamableHTTP, Sandbox, tracing
+from lovia_mcp.client import core as client_core
 
 META_SERVER = str(SERVERS / "meta_sdk_server.py")
 SUP_SERVER = str(SERVERS / "sup_server.py")
@@ -230,6 +233,31 @@ def test_a_timed_out_call_marks_its_span_a_timeout_error(isolation: str) -> None
         assert event.attributes["lovia_mcp.timeout_s"] == TIMEOUT and event.attributes["lovia_mcp.on_timeout"] == "kill"
 
     run(main())
+
+
+@ISOLATIONS
+def test_a_call_cancelled_before_its_deadline_is_no_timeout_on_its_span_and_is_not_held_back(isolation: str) -> None:
+    # The worker says whether a cancel was the timeout: asked, it answers a
+    # plain cancel too, so the cancellation waits one round trip, not
+    # VERDICT_WAIT (what it would wait for a worker that never answers).
+    async def main() -> float:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="raw", isolation=isolation)  # type: ignore[arg-type]
+        async with server.session() as conn:
+            call = asyncio.ensure_future(conn.call_tool("hang", timeout=60.0))
+            while conn.core.in_flight == 0:  # sent: the cancel follows it on the same pipe
+                await asyncio.sleep(0)
+            started = time.monotonic()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            return time.monotonic() - started
+
+    took = run(main())
+    print(f"[{isolation}] cancelled in {took * 1000:.1f} ms (VERDICT_WAIT {client_core.VERDICT_WAIT:g} s)")
+    assert took < client_core.VERDICT_WAIT
+    [span] = named("tools/call hang")
+    assert span.status.status_code is not StatusCode.ERROR
+    assert not [e for e in span.events if e.name == tracing.EVENT_TIMEOUT]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")

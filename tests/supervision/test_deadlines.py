@@ -5,7 +5,7 @@ The call carries its timeout. At the deadline the worker cancels it, applies
 caller runs a timer of its own (lovia's ``wait_for`` does, and then reports
 its own error; a direct ``call_tool(timeout=...)`` does not). A worker that
 cannot answer at all (stopped here with SIGSTOP) is given up after the
-deadline, its kill grace and :data:`~lovia_mcp.client.core.ANSWER_BACKSTOP`,
+deadline, its kill grace and :data:`~lovia_mcp.client.core.STUCK_WORKER_BACKSTOP`,
 and the next call runs on a fresh worker.
 """
 
@@ -109,7 +109,7 @@ def test_a_worker_that_never_answers_is_given_up_at_the_backstop_and_the_next_ca
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     backstop = 0.5
-    monkeypatch.setattr(client_core, "ANSWER_BACKSTOP", backstop)
+    monkeypatch.setattr(client_core, "STUCK_WORKER_BACKSTOP", backstop)
 
     async def main() -> tuple[MCPError, float, int, int | None]:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", kill_grace=KILL_GRACE, auto_reconnect=False)
@@ -139,7 +139,7 @@ def test_a_call_whose_backstop_falls_before_those_of_the_calls_in_flight_is_give
     # The connection keeps one backstop timer, armed for the earliest: a
     # call sent after another but due before it must re-arm it.
     backstop = 0.5
-    monkeypatch.setattr(client_core, "ANSWER_BACKSTOP", backstop)
+    monkeypatch.setattr(client_core, "STUCK_WORKER_BACKSTOP", backstop)
 
     async def main() -> tuple[MCPError, float, BaseException | None]:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw", kill_grace=KILL_GRACE, auto_reconnect=False)

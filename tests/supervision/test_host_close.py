@@ -25,7 +25,7 @@ class TwoCloses:
             await self.gate.wait()
             self.sweeps.append(1)
 
-        self.host.containment.sweep = sweep  # type: ignore[method-assign]
+        self.host.generations.containment.sweep = sweep  # type: ignore[method-assign]
         self.first = asyncio.ensure_future(self.host.aclose())
         self.second = asyncio.ensure_future(self.host.aclose())
 

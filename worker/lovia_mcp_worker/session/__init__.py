@@ -1,8 +1,11 @@
 """One server connection, supervised: the worker's session host.
 
-- ``host``: the agent's requests in, answers out; generations and restarts;
-- ``calls``: the calls in flight, each one's deadline, what a cancel means
-  and the server's cancel grace (a ping);
+- ``host``: the dispatcher: the agent's requests in, answers out;
+- ``generations``: start, serve, retire, the standby's promotion, and a
+  cancelled call's server's grace (a ping);
+- ``deadline``: each call's deadline, the verdict "timed out", what
+  ``on_timeout`` does and how a timeout is worded (one module for all of it);
+- ``calls``: the requests in flight and the generation each call reached;
 - ``transports``: which session speaks to a server (the one place a spec's
   transport is read);
 - ``generation``: one launched (or reached) server's life as a state machine;

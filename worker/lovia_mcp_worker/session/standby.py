@@ -4,7 +4,7 @@ A persistent connection whose config has ``spares`` asks for it
 (``ServerSpec.standby``). The host starts it once a current generation
 serves; when the current one ends (a crash, a limit, a timeout kill) the
 next request promotes the standby instead of waiting for a fresh start
-(:meth:`~lovia_mcp_worker.session.host.Host._promote`, which counts it as a
+(:meth:`~lovia_mcp_worker.session.generations.Generations.live`, which counts it as a
 restart), and a new standby starts.
 
 Caveats: a standby that fails to start is not retried until the next

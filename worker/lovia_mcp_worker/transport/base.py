@@ -62,7 +62,7 @@ class Session(Protocol):
     async def list_tools(self, trace: dict[str, str] | None = None) -> list[ToolSpec]: ...
 
     async def ping(self) -> None:
-        """Return once the server answers a ping (its cancel grace, :mod:`.calls`)."""
+        """Return once the server answers a ping (its cancel grace, :meth:`..session.generations.Generations.probe`)."""
         ...
 
     async def call(

@@ -25,7 +25,7 @@ from typing import Final, Literal, NamedTuple
 
 from . import environment
 from .confinement import Limits
-from .messages import ON_TIMEOUT_CANCEL, OPTION_MARK, SETTING_MARK, Failure, FailureKind, Option, spelled
+from .messages import OPTION_MARK, SETTING_MARK, Failure, FailureKind, Option, spelled
 
 # Hints, each said in one place.
 HINT_LOG = "Check the server's log (stderr tail below)."
@@ -345,22 +345,6 @@ def unattributable(cap: int, size: int, stderr_tail: Sequence[str]) -> HostError
     )
 
 
-def timed_out_kill() -> HostError:
-    """What the other calls on a server killed for a timed-out call are told.
-
-    ``server_exited``, so that under ``auto_reconnect`` a call that merely ran
-    beside the one that timed out is retried once on the fresh server (the
-    timed-out call itself already got the caller's timeout error).
-    """
-    return HostError(
-        "server_exited",
-        "the server was killed after another call on it passed its timeout",
-        hint=f"A fresh server serves new calls. Raise {OPTION_MARK}, or use on_timeout={ON_TIMEOUT_CANCEL!r} "
-        "for servers that honour cancellation.",
-        option="timeout",
-    )
-
-
 def limit(breach: Breach, stderr_tail: Sequence[str], *, oom: bool = False) -> HostError:
     """``oom``: the kernel's OOM killer stopped the tree (cgroup), not the worker's watch."""
     return HostError(
@@ -399,17 +383,6 @@ def wedged(wait: float) -> HostError:
         "and is blocked); it was replaced",
         hint=f"A fresh server serves new calls. Make the tool honour notifications/cancelled, or raise {OPTION_MARK}.",
         option="kill_grace",
-    )
-
-
-def timed_out(timeout: float) -> HostError:
-    """What a call that reached its deadline in the worker is told."""
-    return HostError(
-        "timeout",
-        f"the call passed its {timeout:.3g} s timeout",
-        hint=f"Raise {OPTION_MARK}, or ask the tool for less work.",
-        option="timeout",
-        value=f"{timeout:.3g}",
     )
 
 
@@ -457,8 +430,6 @@ __all__ = [
     "remote",
     "signal_name",
     "start_failed",
-    "timed_out",
-    "timed_out_kill",
     "wedged",
     "wire_mismatch",
     "too_large",

@@ -47,22 +47,15 @@ from .mcpjson import ContentBlock, ToolSpec
 # 10: Failure.option and .value: the setting a failure names, as data; its
 # message and hint say it with OPTION_MARK / SETTING_MARK, which each front
 # end renders in its own words.
-PROTOCOL_VERSION: Final = 10
+# 11: Cancel.answer and the "cancelled" failure: a caller that asks is told
+# whether its cancel was the call's timeout (the worker decides; spans read it).
+PROTOCOL_VERSION: Final = 11
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
 # On a worker's status socket from the forkserver (lovia_mcp_worker.forkserver.server):
 # its pid, then its exit code (negative: the signal); a pid_t fits.
 FORKSERVER_STATUS: Final = struct.Struct("q")
-
-# A cancel that reaches the worker this close before a call's deadline is
-# the timeout (:mod:`.session.calls`; the agent's spans count it so too):
-# the caller's timer fires at the deadline and its cancel
-# crosses the pipe in about the time the call took to arrive, but either
-# crossing may have waited in a busy loop on a loaded machine. The worker's
-# own timer fires as long after the deadline, so a caller timing the call
-# itself (lovia's wait_for) cancels first and reports its own error.
-CANCEL_SLACK: Final = 0.25
 
 # MCP protocol revisions lovia-mcp speaks, newest first: those reached by the
 # initialize handshake, and the stateless ones (no initialize; a per-request
@@ -195,16 +188,19 @@ class CallTool(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     keep: int | None = None
 
 
-class Cancel(msgspec.Struct, frozen=True, tag=True):
+class Cancel(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     """Abandon request ``id``.
 
     The worker decides what the cancel means: at the call's deadline it is
-    the timeout (``on_timeout`` applies); before it, a plain cancel (the
-    server gets its cancel grace, and a server still wedged after it is
-    replaced).
+    the timeout (``on_timeout`` applies, and the call is answered with a
+    ``timeout`` failure); before it, a plain cancel (the server gets its
+    cancel grace, and a server still wedged after it is replaced), not
+    answered unless ``answer``: then with a ``cancelled`` failure, so the
+    caller learns which it was.
     """
 
     id: int
+    answer: bool = False
 
 
 class GetStats(msgspec.Struct, frozen=True, tag=True):
@@ -309,6 +305,7 @@ FailureKind = Literal[
     "server_exited",  # the server process ended (exit code or signal)
     "limit",  # a resource limit was passed and the tree was killed
     "timeout",  # the call passed its timeout and was cancelled or killed
+    "cancelled",  # the caller cancelled the call before its timeout (answered only when asked: Cancel.answer)
     "too_large",  # the result passed max_result_bytes
     "protocol",  # the server broke the protocol (e.g. an unterminated giant line)
     "open",  # the server could not be started or did not finish the handshake
@@ -438,7 +435,6 @@ __all__ = [
     "ON_TIMEOUT_KILL",
     "OnTimeout",
     "FORKSERVER_STATUS",
-    "CANCEL_SLACK",
     "HEADER",
     "MCP_HANDSHAKE_VERSIONS",
     "MCP_MODERN_VERSIONS",
