@@ -176,7 +176,7 @@ def _url(sock: socket.socket) -> str:
 
 async def run(ns: argparse.Namespace) -> int:
     """Serve until SIGTERM; the exit status."""
-    servers = load_servers(ns.config)
+    servers = load_servers(ns.config, lock=ns.lock)
     served = served_options(ns.config)
     tokens = read_tokens(ns.token_file) if ns.token_file else []
     host, port = parse_listen(ns.listen)

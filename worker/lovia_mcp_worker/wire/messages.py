@@ -146,6 +146,9 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     protocol_version: str | None = None
     # The sandbox backend the serving (else the last) generation runs in, by its registry name; None: no sandbox.
     sandbox: str | None = None
+    # Tools withheld from the model because they differ from the lock, by
+    # the server's raw names; the agent fills this in (it owns the lock).
+    quarantined: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- #
