@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from pathlib import Path
+
+from lovia.exceptions import UserError
 
 from ..servers import MCPServer, MCPServerStdio
 from .lockfile import Locked, default_lock_path, read_lock
@@ -44,9 +47,21 @@ def with_lock(servers: list[MCPServer], path: Path, config: str | os.PathLike[st
         locked = Locked(entry=entry, lock_path=os.fspath(path), config_path=config_path)
         joined = dataclasses.replace(server, locked=locked)
         if entry is not None and entry.package is not None and isinstance(joined, MCPServerStdio):
-            joined = launch_from_cache(joined, entry, locked)
+            _same_source(joined, entry.source, locked)
+            joined = launch_from_cache(joined, entry.package, locked)
         out.append(joined)
     return out
+
+
+def _same_source(server: MCPServerStdio, source: list[str] | None, locked: Locked) -> None:
+    """A package server's config must still say what was locked: its launch is replaced by the lock's."""
+    now = [server.command, *(server.args or [])]
+    if source is not None and now != source:
+        raise UserError(
+            f"MCP server {server.name!r}: the config runs {shlex.join(now)}, the lock was made for "
+            f"{shlex.join(source)}",
+            hint=f"Lock what the config says now: {locked.command('lock --update', server.name)}.",
+        )
 
 
 __all__ = ["LockOption", "lock_path", "with_lock"]

@@ -72,6 +72,8 @@ class PackageLock(msgspec.Struct, frozen=True, omit_defaults=True):
     artifacts: list[Artifact] = []
     # Arguments the config gave after the package (kept as the config's own).
     args: list[str] = []
+    # Python: the interpreter the wheels were chosen for (packages.python_tag()).
+    python: str | None = None
 
 
 class ServerLock(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -18,7 +18,6 @@ is replaced at once, so a failed lock leaves the old one.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,14 +63,30 @@ async def _lock_one(server: MCPServer, config: Path, lock: Path, say: Callable[[
         runner = packages.parse_runner(server.command, server.args or [])
         if runner is not None:
             say(f"{name}: resolving and installing {runner.describe()}")
+            # The user's own environment: their proxy, trust and registry settings.
             package = await asyncio.to_thread(packages.install, runner, dict(os.environ))
             entry = ServerLock(source=[server.command, *(server.args or [])], package=package)
             locked = Locked(entry=entry, lock_path=os.fspath(lock), config_path=os.fspath(config))
-            opened = packages.launch_from_cache(dataclasses.replace(server, locked=locked), entry, locked)
             # The lock's own launch is what is pinned: the server an agent will run.
-            tools = await _pin(dataclasses.replace(opened, locked=None))
-            return msgspec.structs.replace(entry, tools=tools)
+            opened = packages.launch_from_cache(server, package, locked)
+            return msgspec.structs.replace(entry, tools=await _pin(opened))
     return ServerLock(tools=await _pin(server))
+
+
+async def _reinstall(server: MCPServer, entry: ServerLock, say: Callable[[str], None]) -> bool:
+    """A kept package server whose cache entry is missing or changed, installed again as locked; whether it was."""
+    package = entry.package
+    if package is None or not isinstance(server, MCPServerStdio):
+        return False
+    if await asyncio.to_thread(packages.problem, package) is None:
+        return False
+    source = entry.source or [server.command, *(server.args or [])]
+    runner = packages.parse_runner(source[0], source[1:])
+    if runner is None:
+        return False
+    say(f"{server.name}: installing {package.name} {package.version} from the lock")
+    await asyncio.to_thread(packages.install, runner, dict(os.environ), package)
+    return True
 
 
 async def lock_config(
@@ -101,7 +116,14 @@ async def lock_config(
     old = read_lock(path) if path.exists() else LockFile()
     chosen = [s for s in servers if not names or (s.name or "") in names]
     todo = [s for s in chosen if update or (s.name or "") not in old.servers]
-    results = await asyncio.gather(*(_lock_one(s, config, path, say) for s in todo), return_exceptions=True)
+    kept = [s for s in chosen if s not in todo]
+    results = await asyncio.gather(
+        *(_lock_one(s, config, path, say) for s in todo),
+        *(_reinstall(s, old.servers[s.name or ""], say) for s in kept),
+        return_exceptions=True,
+    )
+    reinstalled = dict(zip((s.name or "" for s in kept), results[len(todo) :]))
+    results = results[: len(todo)]
     done = {s.name or "": r for s, r in zip(todo, results)}
     entries: dict[str, ServerLock] = {}
     outcomes: list[Outcome] = []
@@ -116,11 +138,17 @@ async def lock_config(
             raise result
         if name in old.servers:
             entries[name] = old.servers[name]
-        if isinstance(result, Exception):
-            outcomes.append(Outcome(name, "failed", error=result))
+        again = reinstalled.get(name)
+        if isinstance(again, BaseException) and not isinstance(again, Exception):
+            raise again
+        if isinstance(result, Exception) or isinstance(again, Exception):
+            error = result if isinstance(result, Exception) else again
+            assert isinstance(error, Exception)
+            outcomes.append(Outcome(name, "failed", error=error))
         elif name in old.servers:
             entry = old.servers[name]
-            outcomes.append(Outcome(name, "kept", len(entry.tools), _described(entry)))
+            action = "installed" if again is True else "kept"
+            outcomes.append(Outcome(name, action, len(entry.tools), _described(entry)))
     write_lock(path, LockFile(servers=entries))
     return path, outcomes
 
