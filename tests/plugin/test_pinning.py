@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PY, SERVERS, Model, outputs, run, serving
+from helpers import ISOLATIONS, PY, SERVERS, Model, outputs, run, serving
 from lovia import Agent, Runner
 from lovia.testing import call, text
 
@@ -96,14 +96,15 @@ def test_stats_and_a_call_by_name_see_the_quarantined_tool(tmp_path: Path) -> No
     assert "quarantined" in refused and "description changed" in refused and "lock --update" in refused
 
 
+@ISOLATIONS
 def test_a_tool_added_at_run_time_through_list_changed_is_quarantined_and_named_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, isolation: str
 ) -> None:
     path = locked_config(tmp_path)
     caplog.set_level(logging.WARNING, logger="lovia_mcp")
 
     async def go() -> tuple[Model, Model, list[str]]:
-        [server] = load_servers(path)
+        [server] = load_servers(path, isolation=isolation)
         async with server.session() as conn:
             first = Model(call("drift__add_tool", {"text": "fresh"}), text("done"))
             await Runner.run(Agent(name="a", model=first, plugins=[MCP(conn)]), "go")
