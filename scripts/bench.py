@@ -1212,6 +1212,24 @@ COLD_SERVERS: Final = {
 }
 # A first open through a package manager may resolve over the network.
 COLD_TIMEOUT: Final = 300.0
+# What uvx and npx need from the environment to reach a registry (behind a
+# TLS-intercepting proxy, trust is given by these): passed when set.
+COLD_INHERIT: Final = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "UV_NATIVE_TLS",
+    "UV_INDEX_URL",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "no_proxy",
+)
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -1241,7 +1259,9 @@ def _cold_start(repeat: int) -> list[dict[str, Any]]:
         unlocked, locked = Path(tmp, "unlocked", ".mcp.json"), Path(tmp, "locked", ".mcp.json")
         for config in (unlocked, locked):
             config.parent.mkdir()
-            config.write_text(json.dumps({"mcpServers": COLD_SERVERS}))
+            inherit = [name for name in COLD_INHERIT if name in os.environ]
+            servers = {name: {**entry, "inherit_env": inherit} for name, entry in COLD_SERVERS.items()}
+            config.write_text(json.dumps({"mcpServers": servers}))
         t0 = time.monotonic()
         done = _cli("lock", "--config", str(locked), env=env)
         if done.returncode != 0:

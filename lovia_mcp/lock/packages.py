@@ -56,7 +56,6 @@ import os
 import platform
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -220,32 +219,43 @@ def _content_address(ecosystem: str, artifacts: list[Artifact], python: str | No
     return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
 
-def _walk(top: Path, ecosystem: str) -> list[tuple[str, Path]]:
-    """The files a tree's digest covers, by path relative to the entry, sorted."""
-    root = top if ecosystem == "npm" else top / "env" / "lib"
-    out: list[tuple[str, Path]] = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        here = Path(folder)
-        for name in sorted(files + [d for d in dirs if (here / d).is_symlink()]):
-            if ecosystem == "pypi" and name in _PY_LOCAL_FILES and here.name.endswith(".dist-info"):
+def _walk(top: Path, ecosystem: str) -> list[tuple[str, os.DirEntry[str]]]:
+    """The entries a tree's digest covers (files and links), by path relative to the entry, sorted.
+
+    ``os.scandir`` with string paths: the open-time check walks thousands of
+    entries, and its cost is the walk.
+    """
+    out: list[tuple[str, os.DirEntry[str]]] = []
+    root = str(top) if ecosystem == "npm" else os.path.join(top, "env", "lib")
+    cut = len(str(top)) + 1
+
+    def visit(folder: str, dist_info: bool) -> None:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    visit(entry.path, entry.name.endswith(".dist-info"))
                 continue
-            path = here / name
-            out.append((path.relative_to(top).as_posix(), path))
+            if dist_info and ecosystem == "pypi" and entry.name in _PY_LOCAL_FILES:
+                continue
+            out.append((entry.path[cut:], entry))
+
+    visit(root, False)
     return out
 
 
 def tree_digest(top: Path, ecosystem: str) -> str:
     """``sha256:`` of every covered file's path, kind, exec bit and content (a link: its target)."""
     digest = hashlib.sha256()
-    for rel, path in _walk(top, ecosystem):
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            line = f"L {rel} {os.readlink(path)}\n"
+    for rel, entry in _walk(top, ecosystem):
+        if entry.is_symlink():
+            line = f"L {rel} {os.readlink(entry.path)}\n"
         else:
-            with open(path, "rb") as f:
+            with open(entry.path, "rb") as f:
                 content = hashlib.file_digest(f, "sha256").hexdigest()
-            line = f"F {rel} {'x' if st.st_mode & 0o111 else '-'} {content}\n"
+            executable = entry.stat(follow_symlinks=False).st_mode & 0o111
+            line = f"F {rel} {'x' if executable else '-'} {content}\n"
         digest.update(line.encode("utf-8", "surrogateescape"))
     return "sha256:" + digest.hexdigest()
 
@@ -253,8 +263,8 @@ def tree_digest(top: Path, ecosystem: str) -> str:
 def _signature(top: Path, ecosystem: str) -> str:
     """Every covered file's metadata: changes when any file's content, mode or identity does."""
     digest = hashlib.sha256()
-    for rel, path in _walk(top, ecosystem):
-        st = os.lstat(path)
+    for rel, entry in _walk(top, ecosystem):
+        st = entry.stat(follow_symlinks=False)
         digest.update(f"{rel} {st.st_mode} {st.st_ino} {st.st_size} {st.st_ctime_ns} {st.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
