@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 import pytest
 from helpers import ROOT, run
+from lovia_mcp_worker.sandbox import landlock
 
 from lovia_mcp import MCPServer, Sandbox, load_servers
 from lovia_mcp.lock.locking import lock_config
@@ -106,6 +107,7 @@ def test_the_lock_records_exact_versions_integrity_hashes_and_the_launch_from_th
     assert "echo" in lock["everything"]["tools"]
 
 
+@pytest.mark.parametrize("backend", ["auto", "landlock"])
 @pytest.mark.parametrize(
     ("name", "tool", "arguments"),
     [
@@ -114,9 +116,12 @@ def test_the_lock_records_exact_versions_integrity_hashes_and_the_launch_from_th
     ],
 )
 def test_a_locked_server_starts_from_the_cache_with_no_package_manager_and_no_network(
-    locked: Path, name: str, tool: str, arguments: dict[str, Any]
+    locked: Path, name: str, tool: str, arguments: dict[str, Any], backend: str
 ) -> None:
-    boxed = dataclasses.replace(server(locked, name), sandbox=Sandbox(network=False))
+    # Landlock reads are an allowlist: the cache entry must be granted as the server's own runtime.
+    if backend == "landlock" and landlock.ABI < landlock.NETWORK_ABI:
+        pytest.skip("needs Landlock ABI 4 (Linux 6.7+) for the network rules")
+    boxed = dataclasses.replace(server(locked, name), sandbox=Sandbox(network=False, backend=backend))
 
     async def go() -> tuple[list[str], str, str | None]:
         async with boxed.session() as conn:
@@ -129,7 +134,7 @@ def test_a_locked_server_starts_from_the_cache_with_no_package_manager_and_no_ne
         env.setenv(CACHE_ENV, str(locked.parent / "cache"))
         tree, answer, sandbox = run(go())
 
-    assert sandbox is not None
+    assert sandbox is not None and (backend == "auto" or sandbox == backend)
     words = {os.path.basename(w) for line in tree for w in line.split()[:2]}
     assert not words & PACKAGE_MANAGERS, tree
     assert str(locked.parent / "cache") in tree[0]
