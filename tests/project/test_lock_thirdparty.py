@@ -26,6 +26,7 @@ from helpers import ROOT, run
 from lovia_mcp_worker.sandbox import landlock
 
 from lovia_mcp import MCPServer, Sandbox, load_servers
+from lovia_mcp.lock.definition import definition_hash
 from lovia_mcp.lock.locking import lock_config
 from lovia_mcp.lock.packages import CACHE_ENV, entry_dir
 
@@ -195,3 +196,42 @@ def test_a_config_whose_package_changed_since_the_lock_is_refused_until_locked_a
 
     assert "the config runs uvx mcp-server-time@2099.1.1" in str(refused.value)
     assert "lock --update" in str(getattr(refused.value, "hint", ""))
+
+
+@pytest.mark.parametrize(
+    ("name", "changed", "other", "arguments"),
+    [
+        (
+            "time",
+            "get_current_time",
+            "convert_time",
+            {"source_timezone": "UTC", "time": "12:00", "target_timezone": "UTC"},
+        ),
+        ("everything", "echo", "get-sum", {"a": 1, "b": 2}),
+    ],
+)
+def test_a_tool_whose_definition_differs_from_its_pin_is_withheld_while_the_others_work(
+    locked: Path, name: str, changed: str, other: str, arguments: dict[str, Any]
+) -> None:
+    # The server's own code cannot change under a verified cache, so the pin
+    # changes instead: the same comparison, from the other side.
+    lock = json.loads(locked.with_name(".mcp.lock.json").read_text())
+    pin = lock["servers"][name]["tools"][changed]
+    pin["definition"]["description"] = "What the user approved."
+    pin["hash"] = definition_hash(pin["definition"])
+    edited = locked.with_name(f"{name}-edited.lock.json")
+    edited.write_text(json.dumps(lock))
+
+    async def go() -> tuple[list[str], list[str], str]:
+        boxed = next(s for s in load_servers(locked, lock=edited) if s.name == name)
+        async with boxed.session() as conn:
+            offered = [t.name for t in conn.tools()]
+            return offered, conn.quarantined, str(await conn.call_tool(other, arguments))
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(CACHE_ENV, str(locked.parent / "cache"))
+        offered, quarantined, answer = run(go())
+
+    assert quarantined == [changed]
+    assert f"{name}__{changed}" not in offered and f"{name}__{other}" in offered
+    assert answer and "error" not in answer.lower()
