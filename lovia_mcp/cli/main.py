@@ -152,6 +152,15 @@ async def _call(
         conn = await _open(server, progress, stack)
         head = prefix_head(conn.prefix)
         found = _raw_tool_name(ns.tool, conn.raw_names, head)
+        typed = ns.tool[len(head) :] if head and ns.tool.startswith(head) else ns.tool
+        if found is None and typed in conn.quarantined:
+            locked = server.locked
+            assert locked is not None
+            raise UsageError(
+                f"the tool {typed!r} is quarantined: {conn.drift[typed].reason()}",
+                hint=f"See what changed with: {locked.command('check', server.name)}; "
+                f"if the change is wanted: {locked.command('lock --update', server.name)}",
+            )
         if found is None:
             import difflib
 
@@ -200,7 +209,9 @@ async def _call(
 async def _tools_of(server: MCPServer, progress: Progress, named: bool) -> list[Any]:
     try:
         async with AsyncExitStack() as stack:
-            return list((await _open(server, progress, stack)).tools())
+            conn = await _open(server, progress, stack)
+            _note_drift(server, conn)
+            return list(conn.tools())
     except LoviaError as exc:
         if not named or repr(label(server)) in str(exc):
             raise
@@ -209,6 +220,20 @@ async def _tools_of(server: MCPServer, progress: Progress, named: bool) -> list[
         said = reworded(exc, cli_words)
         assert isinstance(said, LoviaError)
         raise LoviaError(f"server {label(server)!r}: {said.args[0] if said.args else said}", hint=said.hint) from None
+
+
+def _note_drift(server: MCPServer, conn: MCPConnection) -> None:
+    """Tools that differ from the lock, said on stderr: the command shows no log by default, and this is never silent."""
+    if not conn.drift or server.locked is None:
+        return
+    withheld = "withheld" if conn.quarantined else "offered anyway (pin='warn')"
+    print(
+        terminal_block(
+            f"{PROG}: note: server {label(server)!r}: {len(conn.drift)} tool(s) {withheld} because they differ "
+            f"from the lock: {summary(conn.drift)}\n  see what changed with: {server.locked.command('check', server.name)}"
+        ),
+        file=sys.stderr,
+    )
 
 
 async def _tools(ns: argparse.Namespace, servers: list[MCPServer], progress: Progress) -> int:
