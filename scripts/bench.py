@@ -85,7 +85,8 @@ Figures (goal ratios are isolated/in-process; the targets are in docs/performanc
   caches warmed by one open first) against locked (``lovia-mcp lock`` run
   once into a cache of the run's own): the ``open_seconds`` check reports
   (spawn, handshake, tool list; for the locked server, the cache check
-  too), interleaved, medians. Needs uvx, npx and the registries once (the
+  too), interleaved, medians; and "the server itself": the lock's launch
+  given as a plain command (no lock, no check). Needs uvx, npx and the registries once (the
   lock and the warm-up); skipped with a message where they are missing;
 
 Usage::
@@ -1270,22 +1271,34 @@ def _cold_start(repeat: int) -> list[dict[str, Any]]:
             )
             return []
         _log(f"cold start: locked both servers in {time.monotonic() - t0:.1f} s")
+        # The server itself: the lock's own launch, as a plain command (no lock, no cache check).
+        direct = Path(tmp, "direct", ".mcp.json")
+        direct.parent.mkdir()
+        os.environ["LOVIA_MCP_CACHE_DIR"] = env["LOVIA_MCP_CACHE_DIR"]
+        from lovia_mcp import load_servers
+
+        launched = {s.name: {"command": s.command, "args": s.args} for s in load_servers(locked)}  # type: ignore[attr-defined]
+        direct.write_text(json.dumps({"mcpServers": launched}))
+        configs = {"unlocked": unlocked, "locked": locked, "direct": direct}
         for server in COLD_SERVERS:
             _cold_open(unlocked, server, env)  # warms uvx's and npx's own caches
-            samples: dict[str, list[float]] = {"unlocked": [], "locked": []}
+            samples: dict[str, list[float]] = {kind: [] for kind in configs}
             for i in range(repeat):
-                for kind in ("unlocked", "locked") if i % 2 == 0 else ("locked", "unlocked"):
-                    samples[kind].append(_cold_open(unlocked if kind == "unlocked" else locked, server, env))
-            u, k = statistics.median(samples["unlocked"]), statistics.median(samples["locked"])
-            rows.append({"server": server, "unlocked": u, "locked": k, "ratio": k / u, "samples": samples})
-            _log(f"cold start: {server}: unlocked {u:.3f} s, locked {k:.3f} s (median of {repeat})")
+                for kind in _rotated(tuple(configs), i):
+                    samples[kind].append(_cold_open(configs[kind], server, env))
+            u, k, d = (statistics.median(samples[kind]) for kind in configs)
+            rows.append({"server": server, "unlocked": u, "locked": k, "direct": d, "ratio": k / u, "samples": samples})
+            _log(f"cold start: {server}: unlocked {u:.3f} s, locked {k:.3f} s, direct {d:.3f} s (median of {repeat})")
     return rows
 
 
 def _cold_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["server  first open unlocked  locked    locked / unlocked"]
+    lines = ["server  first open unlocked  locked    locked / unlocked  the server itself"]
     for r in rows:
-        lines.append(f"{r['server']:<6}  {r['unlocked']:>17.3f} s  {r['locked']:>6.3f} s  {r['ratio']:>17.2f}")
+        lines.append(
+            f"{r['server']:<6}  {r['unlocked']:>17.3f} s  {r['locked']:>6.3f} s  {r['ratio']:>17.2f}"
+            f"  {r['direct']:>15.3f} s"
+        )
     return "\n".join(lines)
 
 
