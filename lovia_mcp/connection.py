@@ -24,6 +24,12 @@ changes (``tools/list_changed``, or a restarted server listing others);
 connection hands them to the next run, while a run already going keeps the
 list its plugin set up with. :attr:`MCPConnection.on_tools_changed` hears of
 each change (the gateway forwards it to its clients).
+
+Pinning: with a lock (``server.locked``), every listing is screened against
+it (:mod:`.lock.pins`) before the tools are built: under ``pin="quarantine"``
+a tool that differs from its pin, or that the lock does not know, is left
+out of the tools and refused by name; the open warns once of every such
+tool, a later listing of each new one.
 """
 
 from __future__ import annotations
