@@ -31,8 +31,8 @@ from ._isolation import ISOLATIONS, Isolation
 from .client import closing
 from .client.forkserver import warm_up_soon
 from .config_file.loader import ConfigSource, load_servers
+from .config_file.locks import LockOption
 from .connection import MCPConnection
-from .lock.attach import LockOption
 from .servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP, open_server
 
 logger = logging.getLogger("lovia_mcp")

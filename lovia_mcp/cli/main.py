@@ -317,7 +317,7 @@ async def _check(ns: argparse.Namespace, servers: list[MCPServer], progress: Pro
 # lock
 # --------------------------------------------------------------------------- #
 def _lock(ns: argparse.Namespace, progress: Progress) -> int:
-    from ..lock.locking import lock_config
+    from ..config_file.locking import lock_config
 
     overrides: dict[str, Any] = {}
     if ns.open_timeout is not None:

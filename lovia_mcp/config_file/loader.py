@@ -47,9 +47,9 @@ from typing import Any, Final
 
 from lovia.exceptions import UserError
 
-from ..lock.attach import LockOption, lock_path, with_lock
 from ..servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from ._values import convert, hints
+from .locks import LockOption, lock_path, with_lock
 
 logger = logging.getLogger("lovia_mcp.config")
 
@@ -77,7 +77,7 @@ _IGNORED: Final = {
 _FORMAT_KEYS: Final = frozenset({"type", "transport", "envFile", "sandboxEnabled", "disabled"})
 # Keys only `lovia-mcp serve` reads (lovia_mcp.gateway.options checks them there).
 GATEWAY_KEYS: Final = frozenset({"session", "max_sessions", "idle"})
-# Fields only the lock file sets (lovia_mcp.lock.attach).
+# Fields only the lock file sets (.locks).
 _LOCK_ONLY: Final = frozenset({"locked"})
 _STDIO_TYPES: Final = frozenset({"stdio"})
 _HTTP_TYPES: Final = frozenset({"http", "streamable-http", "streamable_http", "streamableHttp"})

@@ -4,13 +4,13 @@
 - ``lockfile``: the lock file's format (``<config stem>.lock.json``);
 - ``pins``: a listing screened against the lock (quarantine, warn, off);
 - ``packages``: package servers (``uvx``, ``npx``, ...) resolved, installed
-  into a content-addressed cache, verified, launched from it;
-- ``attach``: a config's servers joined to their lock entries;
-- ``locking``: ``lovia-mcp lock`` itself (opens the servers, writes the lock).
+  into a content-addressed cache, verified, launched from it.
 
-The first three sit below the server configs (a config holds its lock
-entry); ``attach`` and ``locking`` sit above them. This module imports
-none of them, so a config can import the lower ones without a cycle.
+A layer with the configs: a config holds its lock entry, the connection
+screens its listings with ``pins``, and ``servers.open_server`` checks the
+cache. Joining a config file's servers to their entries, and ``lovia-mcp
+lock`` itself, open configs, so they live above, in ``config_file``
+(``locks``, ``locking``).
 """
 
 __all__: list[str] = []

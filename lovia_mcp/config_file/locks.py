@@ -6,7 +6,7 @@ the config when there is one, the one ``lock=`` names, or none
 (``lock=False``). A config with no lock behaves as it would without this
 module. With one, every server gets its entry (or ``entry=None``: the
 lock does not know it, so each of its tools is new); a package server is
-launched from the cache the entry names (:mod:`.packages`).
+launched from the cache the entry names (:mod:`lovia_mcp.lock.packages`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 from lovia.exceptions import UserError
 
+from ..lock.lockfile import Locked, default_lock_path, read_lock
+from ..lock.packages import launch_from_cache
 from ..servers import MCPServer, MCPServerStdio
-from .lockfile import Locked, default_lock_path, read_lock
-from .packages import launch_from_cache
 
 LockOption = str | os.PathLike[str] | bool | None
 

@@ -2,12 +2,12 @@
 
 For each server chosen (every one, or those ``--server`` names):
 
-- a package server (:mod:`.packages`) is resolved to an exact version and
+- a package server (:mod:`lovia_mcp.lock.packages`) is resolved to an exact version and
   installed into the cache, with the user's own environment and package
   manager; its entry records the package, the artifacts' integrity hashes
   and the launch from the cache;
 - the server is opened (a package server from the cache, as an agent will
-  open it) and every tool it lists is pinned (:mod:`.definition`).
+  open it) and every tool it lists is pinned (:mod:`lovia_mcp.lock.definition`).
 
 A server the lock already has is kept as it is unless ``update`` is given:
 re-pinning is a decision, made after ``lovia-mcp check`` showed what
@@ -27,11 +27,11 @@ from typing import Any
 import msgspec
 from lovia.exceptions import UserError
 
-from ..config_file.loader import load_servers
+from ..lock import packages
+from ..lock.definition import definition, definition_hash
+from ..lock.lockfile import Locked, LockFile, ServerLock, ToolPin, default_lock_path, read_lock, write_lock
 from ..servers import MCPServer, MCPServerStdio
-from . import packages
-from .definition import definition, definition_hash
-from .lockfile import Locked, LockFile, ServerLock, ToolPin, default_lock_path, read_lock, write_lock
+from .loader import load_servers
 
 
 @dataclass(frozen=True)
