@@ -16,7 +16,7 @@ or those below (tests/project/test_layout.py holds the order):
   ready for the next run); ``ahead`` (what is kept ready ahead of a run:
   idle workers, spares, standby, and the one place a run begins and ends);
   ``config_file/`` (server configs from ``mcp.json`` files,
-  ``load_servers``); ``_deferred`` (the deferred tools' search/call pair,
+  ``load_servers``, joined to their lock file; ``lovia-mcp lock``); ``_deferred`` (the deferred tools' search/call pair,
   owned copies of lovia's helpers);
 - ``connection``: the live connection as lovia sees it (its fields, tools,
   calls), each failure mapped once (``_errors``), the lovia tools built
@@ -29,7 +29,8 @@ or those below (tests/project/test_layout.py holds the order):
   spec a worker is told), which open nothing; ``_sandbox_config``
   (``sandbox=`` values, their paths pinned once); ``annotations``
   (``MCPTool``, a tool with its hints and ``_meta``, and the policies built
-  on the hints);
+  on the hints); ``lock/`` (the lock file: tool definitions pinned, package
+  servers installed into a verified cache);
 - the leaves, importing nothing of the package: ``_isolation`` (the
   isolation modes, defined once), ``_names`` (tool names made safe for
   providers), ``render`` (results and schemas as the model sees them),

@@ -38,8 +38,12 @@ def build_tools(
     *,
     reported: set[str],
     server_name: str,
+    withheld: frozenset[str] = frozenset(),
 ) -> tuple[list[Tool], dict[str, str]]:
-    """The tools, and each visible name's raw name; ``reported`` holds the duplicates already warned of."""
+    """The tools, and each visible name's raw name; ``reported`` holds the duplicates already warned of.
+
+    ``withheld`` raw names (quarantined by the lock) are left out after naming, as a filter is.
+    """
     # An empty include list means "no filter", as in lovia's plugin.
     include = set(server.include_tools) if server.include_tools else None
     exclude = set(server.exclude_tools or ())
@@ -61,7 +65,7 @@ def build_tools(
                     spec.name,
                 )
             continue
-        if (include is not None and spec.name not in include) or spec.name in exclude:
+        if (include is not None and spec.name not in include) or spec.name in exclude or spec.name in withheld:
             continue
         try:
             schema = _json_decode(spec.input_schema)

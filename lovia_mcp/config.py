@@ -36,6 +36,8 @@ from lovia_mcp_worker.wire.messages import (
 from . import _sandbox_config
 from ._isolation import ISOLATIONS, Isolation
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
+from .lock.lockfile import Locked
+from .lock.pins import PIN_POLICIES, PinPolicy
 
 # Crash-loop circuit: this many restarts within the window open it.
 DEFAULT_RESTART_LIMIT: Final = 5
@@ -95,6 +97,11 @@ class ServerConfig:
     # server/discover (2026-07-28) and falls back to initialize; "legacy"
     # is the initialize handshake only; a version pins it.
     protocol: str = "auto"
+    # Tool pinning (docs/pinning.md): "quarantine" (the default where a lock
+    # exists), "warn" or "off"; `locked` is the server's lock, set by
+    # load_servers() from the lock file, never written in a config file.
+    pin: PinPolicy | None = None
+    locked: Locked | None = None
 
     def __post_init__(self) -> None:
         if self._transport is None:
@@ -180,6 +187,17 @@ class ServerConfig:
             raise UserError(
                 f"unknown protocol {self.protocol!r}",
                 hint=f"Use 'auto' (the default), 'legacy', or a version to pin: {', '.join(PROTOCOL_MODES[2:])}.",
+            )
+        if self.pin is not None and self.pin not in PIN_POLICIES:
+            raise UserError(
+                f"unknown pin {self.pin!r}",
+                hint="Use 'quarantine' (withhold tools that differ from the lock), 'warn' (offer them, "
+                "with a warning) or 'off'.",
+            )
+        if self.locked is not None and not isinstance(self.locked, Locked):
+            raise UserError(
+                f"locked must be the server's lock, got {type(self.locked).__name__}",
+                hint="Let load_servers() or MCP.from_config() read the lock file (lock= names another).",
             )
         _names(self.include_tools, "include_tools")
         _names(self.exclude_tools, "exclude_tools")

@@ -26,6 +26,12 @@ changes (``tools/list_changed``, or a restarted server listing others);
 connection hands them to the next run, while a run already going keeps the
 list its plugin set up with. :attr:`MCPConnection.on_tools_changed` hears of
 each change (the gateway forwards it to its clients).
+
+Pinning: with a lock (``server.locked``), every listing is screened against
+it (:mod:`.lock.pins`) before the tools are built: under ``pin="quarantine"``
+a tool that differs from its pin, or that the lock does not know, is left
+out of the tools and refused by name; the open warns once of every such
+tool, a later listing of each new one.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from .client import core as client_core
 from .client.circuit import RestartCircuit
 from .client.core import ClientCore
 from .client.retry import retry
+from .lock import pins
 from .render import MCPToolResult, default_renderer, output_cap, with_sdk_models
 
 if TYPE_CHECKING:
@@ -109,11 +116,17 @@ class MCPConnection(LoviaFields):
         self.raw_names: dict[str, str] = {}
         # Raw names already reported as listed twice: a refresh repeats no warning.
         self._duplicates_reported: set[str] = set()
+        # The listed tools that differ from the lock (pins.screen), and those of
+        # them withheld from the model (pin="quarantine"), by raw name.
+        self.drift: dict[str, pins.Drift] = {}
+        self._withheld: frozenset[str] = frozenset()
         self._renderer = _renderer(server)
         # Called, on the event loop and synchronously, once the tools have
         # changed while open (a list_changed, a restarted server or a replaced
         # worker listing other tools); it must not block.
         self.on_tools_changed: Callable[[MCPConnection], None] | None = None
+        # Whether the open's drift has been told (later listings tell only what is new).
+        self._tools_told = False
 
     # -- the plugin's view --------------------------------------------------- #
     @property
@@ -167,7 +180,9 @@ class MCPConnection(LoviaFields):
         self._close_after_run = close_after_run
         self._renderer = _renderer(server)
         self._duplicates_reported = set()
+        self.drift = {}
         self._tools = self._build_tools(self._specs)
+        self._tell_drift()
 
     # -- tools --------------------------------------------------------------- #
     def tools(self) -> list[Tool]:
@@ -203,7 +218,13 @@ class MCPConnection(LoviaFields):
             return  # not opened yet: Opened brings the list
         before = set(self.raw_names.values())
         differs = self._tools is not None and list(specs) != self._specs
+        drifted = set(self.drift)
         self._tools = self._build_tools(specs)
+        if self._tools_told:
+            # A later listing (a restart, list_changed): each tool that drifts
+            # anew is named once, as it appears.
+            for name in sorted(set(self.drift) - drifted):
+                self._warn_drift({name: self.drift[name]})
         if differs and self.on_tools_changed is not None:
             try:
                 self.on_tools_changed(self)
@@ -219,9 +240,53 @@ class MCPConnection(LoviaFields):
                 sorted(before - after) or "none",
             )
 
+    @property
+    def listing(self) -> list[ToolSpec]:
+        """The server's tools as it last listed them, every one (filters and the lock not applied)."""
+        return list(self._specs)
+
+    @property
+    def quarantined(self) -> list[str]:
+        """The server's raw names of the tools withheld because they differ from the lock."""
+        return sorted(self._withheld)
+
+    def _pin_policy(self) -> pins.PinPolicy:
+        return self.server.pin or pins.DEFAULT_PIN
+
+    def _screen(self, specs: list[ToolSpec]) -> None:
+        locked = self.server.locked
+        if locked is None or self._pin_policy() == "off":
+            self.drift, self._withheld = {}, frozenset()
+            return
+        self.drift = pins.screen(specs, locked)
+        self._withheld = frozenset(self.drift) if self._pin_policy() == "quarantine" else frozenset()
+
+    def _warn_drift(self, drift: dict[str, pins.Drift]) -> None:
+        locked = self.server.locked
+        assert locked is not None
+        withheld = self._pin_policy() == "quarantine"
+        logger.warning(
+            "%s: %d tool(s) %s: %s. See what changed with: %s; accept them after review with: %s",
+            self.name,
+            len(drift),
+            "quarantined (withheld from the model) because they differ from the lock"
+            if withheld
+            else "differ from the lock (offered anyway: pin='warn')",
+            pins.summary(drift),
+            locked.command("check", self.server.name),
+            locked.command("lock --update", self.server.name),
+        )
+
+    def _tell_drift(self) -> None:
+        """At open: how many tools are quarantined (or offered with pin='warn'), and why; never silent."""
+        self._tools_told = True
+        if self.drift:
+            self._warn_drift(self.drift)
+
     def _build_tools(self, specs: list[ToolSpec]) -> list[Tool]:
         self._specs = list(specs)
         self._annotations = {spec.name: spec.annotations for spec in specs}
+        self._screen(self._specs)
         tools, self.raw_names = build_tools(
             self.server,
             self.prefix,
@@ -230,6 +295,7 @@ class MCPConnection(LoviaFields):
             self._renderer,
             reported=self._duplicates_reported,
             server_name=self.name,
+            withheld=self._withheld,
         )
         return tools
 
@@ -264,6 +330,15 @@ class MCPConnection(LoviaFields):
         self, name: str, arguments: dict[str, Any] | None, timeout: float | None, cap: int | None
     ) -> Awaitable[MCPToolResult]:
         """The call's coroutine (awaited by the caller: no frame of its own on the call's path)."""
+        if self._withheld and name in self._withheld:
+            # A run that began before the tool changed still holds the old
+            # Tool; by name, too, a quarantined tool is not called.
+            raise MCPError(
+                f"MCP tool {name!r} is quarantined: {self.drift[name].reason()}",
+                hint=f"Review it with '{self._lock_command('check')}', then accept it with "
+                f"'{self._lock_command('lock --update')}'.",
+                tool_name=name,
+            )
         body = _encode_arguments(name, arguments or {})
         if len(body) > ARGUMENTS_CAP:
             # Never sent: the worker takes no frame over MAX_REQUEST_BYTES, and
@@ -363,6 +438,11 @@ class MCPConnection(LoviaFields):
         if failed is not None:
             await self.close()
             raise self._error(failed, None)
+        self._tell_drift()
+
+    def _lock_command(self, verb: str) -> str:
+        locked = self.server.locked
+        return f"lovia-mcp {verb}" if locked is None else locked.command(verb, self.server.name)
 
     async def check(self, wait: float) -> bool:
         """Whether the worker and its server still serve, as the worker last told.
@@ -395,7 +475,10 @@ class MCPConnection(LoviaFields):
         assert isinstance(reply, StatsReply)
         circuit = self.core.circuit
         return msgspec.structs.replace(
-            reply.stats, restarts=circuit.restarts, last_restart_reason=circuit.last_restart_reason
+            reply.stats,
+            restarts=circuit.restarts,
+            last_restart_reason=circuit.last_restart_reason,
+            quarantined=tuple(self.quarantined),
         )
 
     async def close(self) -> None:

@@ -31,6 +31,7 @@ from ._isolation import ISOLATIONS, Isolation
 from .client import closing
 from .client.forkserver import warm_up_soon
 from .config_file.loader import ConfigSource, load_servers
+from .config_file.locks import LockOption
 from .connection import MCPConnection
 from .servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP, open_server
 
@@ -104,10 +105,15 @@ class MCP:
         name: str = "mcp",
         isolation: Isolation = "process",
         sandbox: Sandbox | bool | dict[str, Any] | None = None,
+        lock: LockOption = None,
         **overrides: Any,
     ) -> MCP:
-        """The plugin for every server of an ``mcp.json`` (see :func:`~lovia_mcp.config_file.loader.load_servers`)."""
-        return cls(*load_servers(source, **overrides), name=name, isolation=isolation, sandbox=sandbox)
+        """The plugin for every server of an ``mcp.json`` (see :func:`~lovia_mcp.config_file.loader.load_servers`).
+
+        The lock beside the file is used when there is one; ``lock=`` names another, ``lock=False`` none.
+        """
+        servers = load_servers(source, lock=lock, **overrides)
+        return cls(*servers, name=name, isolation=isolation, sandbox=sandbox)
 
     def connections(self) -> list[MCPConnection]:
         """The connections this plugin opened that are still open (for ``stats()``)."""

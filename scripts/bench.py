@@ -79,9 +79,20 @@ Figures (goal ratios are isolated/in-process; the targets are in docs/performanc
   forks the launching process instead of vfork), each minus a bare start
   with no parent-death signal just before it (paired, medians);
 
+- cold start (``--cold-start``, a run of its own): the first open of a real
+  ``uvx mcp-server-time`` and ``npx -y @modelcontextprotocol/server-everything``
+  in a fresh ``lovia-mcp check`` process, unlocked (uvx and npx with their
+  caches warmed by one open first) against locked (``lovia-mcp lock`` run
+  once into a cache of the run's own): the ``open_seconds`` check reports
+  (spawn, handshake, tool list; for the locked server, the cache check
+  too), interleaved, medians; and "the server itself": the lock's launch
+  given as a plain command (no lock, no check). Needs uvx, npx and the registries once (the
+  lock and the warm-up); skipped with a message where they are missing;
+
 Usage::
 
     .venv/bin/python scripts/bench.py              # full run, table
+    .venv/bin/python scripts/bench.py --cold-start # locked against unlocked npx/uvx first opens
     .venv/bin/python scripts/bench.py --json       # machine-readable
     .venv/bin/python scripts/bench.py --quick      # smoke run: small sizes, clients side by side (~13 s)
     .venv/bin/python scripts/bench.py --only big --repeat 15
@@ -1194,6 +1205,104 @@ def _first_open_sample(client: str) -> float:
 
 
 # --------------------------------------------------------------------------- #
+# Cold start: a package server's first open, unlocked against locked
+# --------------------------------------------------------------------------- #
+COLD_SERVERS: Final = {
+    "uvx": {"command": "uvx", "args": ["mcp-server-time@2026.10.19"]},
+    "npx": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything@2026.8.31"]},
+}
+# A first open through a package manager may resolve over the network.
+COLD_TIMEOUT: Final = 300.0
+# What uvx and npx need from the environment to reach a registry (behind a
+# TLS-intercepting proxy, trust is given by these): passed when set.
+COLD_INHERIT: Final = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "UV_NATIVE_TLS",
+    "UV_INDEX_URL",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "no_proxy",
+)
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lovia_mcp", *args], capture_output=True, text=True, timeout=COLD_TIMEOUT, env=env
+    )
+
+
+def _cold_open(config: Path, server: str, env: dict[str, str]) -> float:
+    done = _cli("check", "--json", "--config", str(config), "--server", server, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"check of {server} ({config}) failed:\n{done.stderr[-2000:]}")
+    return float(json.loads(done.stdout)[0]["open_seconds"])
+
+
+def _cold_start(repeat: int) -> list[dict[str, Any]]:
+    """Each package server's first open, unlocked and locked, medians of ``repeat`` interleaved samples."""
+    import shutil
+
+    missing = [c for c in ("uvx", "npx", "node") if shutil.which(c) is None]
+    if missing:
+        _log(f"cold start: {', '.join(missing)} not on PATH; the figure is skipped")
+        return []
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
+        env = {**os.environ, "LOVIA_MCP_CACHE_DIR": os.path.join(tmp, "cache")}
+        unlocked, locked = Path(tmp, "unlocked", ".mcp.json"), Path(tmp, "locked", ".mcp.json")
+        for config in (unlocked, locked):
+            config.parent.mkdir()
+            inherit = [name for name in COLD_INHERIT if name in os.environ]
+            servers = {name: {**entry, "inherit_env": inherit} for name, entry in COLD_SERVERS.items()}
+            config.write_text(json.dumps({"mcpServers": servers}))
+        t0 = time.monotonic()
+        done = _cli("lock", "--config", str(locked), env=env)
+        if done.returncode != 0:
+            _log(
+                f"cold start: lovia-mcp lock failed (no registry here?); the figure is skipped:\n{done.stderr[-1000:]}"
+            )
+            return []
+        _log(f"cold start: locked both servers in {time.monotonic() - t0:.1f} s")
+        # The server itself: the lock's own launch, as a plain command (no lock, no cache check).
+        direct = Path(tmp, "direct", ".mcp.json")
+        direct.parent.mkdir()
+        os.environ["LOVIA_MCP_CACHE_DIR"] = env["LOVIA_MCP_CACHE_DIR"]
+        from lovia_mcp import load_servers
+
+        launched = {s.name: {"command": s.command, "args": s.args} for s in load_servers(locked)}  # type: ignore[attr-defined]
+        direct.write_text(json.dumps({"mcpServers": launched}))
+        configs = {"unlocked": unlocked, "locked": locked, "direct": direct}
+        for server in COLD_SERVERS:
+            _cold_open(unlocked, server, env)  # warms uvx's and npx's own caches
+            samples: dict[str, list[float]] = {kind: [] for kind in configs}
+            for i in range(repeat):
+                for kind in _rotated(tuple(configs), i):
+                    samples[kind].append(_cold_open(configs[kind], server, env))
+            u, k, d = (statistics.median(samples[kind]) for kind in configs)
+            rows.append({"server": server, "unlocked": u, "locked": k, "direct": d, "ratio": k / u, "samples": samples})
+            _log(f"cold start: {server}: unlocked {u:.3f} s, locked {k:.3f} s, direct {d:.3f} s (median of {repeat})")
+    return rows
+
+
+def _cold_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["server  first open unlocked  locked    locked / unlocked  the server itself"]
+    for r in rows:
+        lines.append(
+            f"{r['server']:<6}  {r['unlocked']:>17.3f} s  {r['locked']:>6.3f} s  {r['ratio']:>17.2f}"
+            f"  {r['direct']:>15.3f} s"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- #
 # Parent: orchestration, table, JSON
 # --------------------------------------------------------------------------- #
 def _rotated(items: tuple[str, ...], k: int) -> list[str]:
@@ -1424,6 +1533,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="refills start while a run goes on, as before issue 19 (for run5_spares_model)",
     )
+    ap.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="only the first open of a real uvx and npx server, unlocked against locked (needs the registries once)",
+    )
     ap.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
     ap.add_argument("--child-servers", help=argparse.SUPPRESS)
     ap.add_argument("--child-groups", help=argparse.SUPPRESS)
@@ -1436,6 +1550,11 @@ def main(argv: list[str] | None = None) -> int:
         groups = set(args.child_groups.split(","))
         data = asyncio.run(_child_main(args.child, args.child_servers.split(","), groups, p))
         Path(args.child_out).write_text(json.dumps(data))
+        return 0
+
+    if args.cold_start:
+        rows = _cold_start(args.repeat or (1 if args.quick else 5))
+        print(json.dumps(rows, indent=2) if args.json else _cold_table(rows))
         return 0
 
     if args.otel:

@@ -7,6 +7,10 @@
 #   .cache/thirdparty/venv  mcp-server-time, mcp-server-git (PyPI)
 #   .cache/thirdparty/npm   @modelcontextprotocol/server-everything,
 #                           @modelcontextprotocol/server-filesystem (npm)
+#   .cache/thirdparty/wheels     mcp-server-time's wheels and its dependencies'
+#   .cache/thirdparty/npm-cache  an npm cache holding server-everything's tree
+#       (so that tests/project/test_lock_packages.py can run `lovia-mcp lock`
+#       with no network: pip with --no-index --find-links, npm --offline)
 #
 # Idempotent: a stamp file records the pinned versions; when it matches and
 # the entry points exist, the script returns at once. Any failed step fails
@@ -76,4 +80,19 @@ if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
   fi
 else
   echo "thirdparty.sh: node/npm not found; the npm servers' tests will skip" >&2
+fi
+
+# What `lovia-mcp lock` downloads, kept here so that its tests run offline.
+lock_key="lock: ${PY_PINS[0]} ${NPM_PINS[0]}"
+if [ ! -f "$DIR/lock.stamp" ] || [ "$(cat "$DIR/lock.stamp")" != "$lock_key" ]; then
+  echo "thirdparty.sh: fetching ${PY_PINS[0]} and ${NPM_PINS[0]} for the lock tests" >&2
+  rm -f "$DIR/lock.stamp"
+  "$VENV/bin/python" -m pip download -q --disable-pip-version-check --dest "$DIR/wheels" "${PY_PINS[0]}"
+  if command -v npm >/dev/null 2>&1; then
+    scratch="$(mktemp -d)"
+    printf '{"private": true}\n' > "$scratch/package.json"
+    npm install --prefix "$scratch" --cache "$PWD/$DIR/npm-cache" --no-audit --no-fund --loglevel=error "${NPM_PINS[0]}"
+    rm -rf "$scratch"
+  fi
+  printf '%s' "$lock_key" > "$DIR/lock.stamp"
 fi

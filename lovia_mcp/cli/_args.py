@@ -42,7 +42,8 @@ exit status:
   2    usage error: bad options, bad JSON arguments, no server, unknown tool
   3    the server could not be started or reached, or the call failed
        (server crash, timeout, resource limit, protocol error);
-       check: at least one server failed
+       check: at least one server failed, or has tools that differ
+       from the lock
   130  interrupted
   141  stdout was closed by its reader (e.g. piped into head)
 """
@@ -55,6 +56,7 @@ examples:
   {PROG} call get_current_time '{{"timezone": "Asia/Tokyo"}}' --timeout 10 --memory-mb 512 -- uvx mcp-server-time
   {PROG} tools --url http://127.0.0.1:8000/mcp --header 'Authorization: Bearer ...'
   {PROG} check --config .mcp.json
+  {PROG} lock --config .mcp.json
   {PROG} tools --sandbox --network api.github.com --writable ./out -- npx -y some-mcp-server
   {PROG} call time__get_current_time '{{"timezone": "UTC"}}' --config .mcp.json
   {PROG} demo
@@ -154,6 +156,7 @@ def _server_options() -> argparse.ArgumentParser:
     g.add_argument(
         "--server", metavar="NAME", action="append", default=[], help="with --config: only this entry (repeatable)"
     )
+    _lock_option(g)
     g = p.add_argument_group("how the server runs")
     g.add_argument("--cwd", metavar="DIR", help="the server's working directory")
     g.add_argument(
@@ -240,6 +243,14 @@ def _server_options() -> argparse.ArgumentParser:
         "--url servers too)",
     )
     return p
+
+
+def _lock_option(g: Any) -> None:
+    g.add_argument(
+        "--lock",
+        metavar="FILE",
+        help="with --config: the lock file (default: <config stem>.lock.json beside the config, if it exists)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -330,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _verbosity(check, top=False)
 
+    _lock_parser(sub)
     _serve_parser(sub)
     _doctor_parser(sub)
 
@@ -346,6 +358,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _verbosity(demo, top=False)
     return parser
+
+
+def _lock_parser(sub: Any) -> None:
+    lock = sub.add_parser(
+        "lock",
+        formatter_class=_formatter,
+        usage=f"{PROG} lock --config FILE [--lock FILE] [--server NAME]... [--update]",
+        help="pin a config's servers: packages installed into a verified cache, tool definitions hashed",
+        description=_wrap(
+            "Write the config's lock file (default: <config stem>.lock.json beside it). A server started "
+            "by a package runner (uvx, uv tool run, pipx run, npx) is resolved to an exact version and "
+            "installed once into a content-addressed cache, its integrity hashes recorded; it then starts "
+            "from there, with no package manager and no registry. Every server's tools are pinned: one "
+            "whose definition changes later is withheld from the model until re-pinned. A server already "
+            "in the lock is kept as it is unless --update is given. See docs/lock.md and docs/pinning.md."
+        ),
+        epilog=f"examples:\n  {PROG} lock --config .mcp.json\n"
+        f"  {PROG} check --config .mcp.json        # shows what changed since the lock\n"
+        f"  {PROG} lock --config .mcp.json --server time --update\n\n" + EXIT_STATUS_HELP,
+    )
+    lock.add_argument("--config", metavar="FILE", required=True, help="the config file whose servers to lock")
+    lock.add_argument("--lock", metavar="FILE", help="the lock file to write (default: beside the config)")
+    lock.add_argument("--server", metavar="NAME", action="append", default=[], help="lock only this entry (repeatable)")
+    lock.add_argument(
+        "--update",
+        action="store_true",
+        help="re-resolve and re-pin the servers already in the lock (after reviewing 'check')",
+    )
+    lock.add_argument(
+        "--open-timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        help="give up on a server that has not started and listed its tools after this long",
+    )
+    _verbosity(lock, top=False)
 
 
 def _serve_parser(sub: Any) -> None:
@@ -380,6 +427,7 @@ def _serve_parser(sub: Any) -> None:
         help="an mcp.json (the same files as 'check'); entries may set session, max_sessions, idle; "
         'a top-level "gateway": {"access": ...} says which principal may use which tools',
     )
+    _lock_option(serve)
     serve.add_argument(
         "--listen",
         metavar="HOST:PORT",

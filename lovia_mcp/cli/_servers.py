@@ -23,6 +23,11 @@ def servers_from(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
     """The server configs to open, in order (one unless ``--config``)."""
     if ns.config is not None:
         return _from_config(ns, command)
+    if ns.lock is not None:
+        raise UsageError(
+            "--lock applies to --config only",
+            hint="Name the config the lock belongs to: --config mcp.json --lock FILE.",
+        )
     if ns.server:
         raise UsageError(
             "--server applies to --config only",
@@ -93,7 +98,7 @@ def _from_config(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
     ):
         if value is not None:
             overrides[option] = value
-    servers = load_servers(ns.config, **overrides)
+    servers = load_servers(ns.config, lock=ns.lock, **overrides)
     if ns.server:
         names = [s.name for s in servers]
         missing = [n for n in ns.server if n not in names]

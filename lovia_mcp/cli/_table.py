@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..lock.pins import Drift
 from ._terminal import terminal_json, terminal_line
 
 # Narrowest description column before the table falls back to one block per tool.
@@ -105,15 +106,38 @@ class CheckRow:
     tools: int | None
     open_seconds: float
     error: str | None = None
+    # A failed row's status when it is not "failed": "drift", tools that differ from the lock.
+    status: str | None = None
+    drift: tuple[Drift, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "status": "ok" if self.ok else "failed",
+            "status": "ok" if self.ok else self.status or "failed",
             "tools": self.tools,
             "open_seconds": round(self.open_seconds, 3),
             "error": self.error,
+            **({"drift": [_drift_json(d) for d in self.drift]} if self.drift else {}),
         }
+
+
+def _drift_json(drift: Drift) -> dict[str, Any]:
+    if drift.old is None:
+        return {"tool": drift.name, "reason": drift.reason(), "new": drift.new}
+    return {
+        "tool": drift.name,
+        "reason": drift.reason(),
+        "fields": {f: {"old": drift.old.get(f), "new": drift.new.get(f)} for f in drift.fields},
+    }
+
+
+def drift_lines(row: CheckRow) -> list[str]:
+    """What changed in each of a row's drifted tools: old against new, field by field."""
+    lines: list[str] = []
+    for drift in row.drift:
+        lines.append(f"{row.name}: tool {drift.name!r}: {drift.reason()}")
+        lines.extend(drift.lines())
+    return lines
 
 
 def _error_cell(row: CheckRow) -> str:
@@ -130,7 +154,7 @@ def check_table(rows: Sequence[CheckRow], width: int) -> str:
     cells = [
         (
             terminal_line(r.name),
-            "ok" if r.ok else "failed",
+            "ok" if r.ok else r.status or "failed",
             "-" if r.tools is None else str(r.tools),
             f"{r.open_seconds:.2f} s",
             terminal_line(_error_cell(r)),
@@ -157,4 +181,4 @@ def check_table(rows: Sequence[CheckRow], width: int) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CheckRow", "check_table", "parameter_lines", "tools_table"]
+__all__ = ["CheckRow", "check_table", "drift_lines", "parameter_lines", "tools_table"]

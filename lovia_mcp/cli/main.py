@@ -5,6 +5,7 @@
   printed as the model would read it.
 - ``lovia-mcp check --config mcp.json``: every server of a config file
   opened at once, one row each (status, tools, open time, error).
+- ``lovia-mcp lock --config mcp.json``: pin the servers (:mod:`lovia_mcp.lock`).
 - ``lovia-mcp serve --config mcp.json``: the gateway (:mod:`lovia_mcp.gateway`).
 - ``lovia-mcp doctor``: what the sandbox holds on this machine (:mod:`.doctor`).
 - ``lovia-mcp demo``: the offline demo (:mod:`lovia_mcp.demo`).
@@ -47,6 +48,7 @@ from lovia_mcp_worker.wire.messages import Option
 from .._errors import reworded
 from .._names import prefix_head
 from ..annotations import as_json
+from ..lock.pins import summary
 from ..render import render_mcp_content
 from ..servers import MCPServer
 from ._args import (
@@ -64,8 +66,8 @@ from ._args import (
 )
 from ._progress import Progress, show_progress_records
 from ._servers import label, servers_from
-from ._table import CheckRow, check_table, parameter_lines, tools_table
-from ._terminal import TerminalFormatter, terminal_block, terminal_json
+from ._table import CheckRow, check_table, drift_lines, parameter_lines, tools_table
+from ._terminal import TerminalFormatter, terminal_block, terminal_json, terminal_line
 
 if TYPE_CHECKING:
     from ..connection import MCPConnection
@@ -150,6 +152,15 @@ async def _call(
         conn = await _open(server, progress, stack)
         head = prefix_head(conn.prefix)
         found = _raw_tool_name(ns.tool, conn.raw_names, head)
+        typed = ns.tool[len(head) :] if head and ns.tool.startswith(head) else ns.tool
+        if found is None and typed in conn.quarantined:
+            locked = server.locked
+            assert locked is not None
+            raise UsageError(
+                f"the tool {typed!r} is quarantined: {conn.drift[typed].reason()}",
+                hint=f"See what changed with: {locked.command('check', server.name)}; "
+                f"if the change is wanted: {locked.command('lock --update', server.name)}",
+            )
         if found is None:
             import difflib
 
@@ -198,7 +209,9 @@ async def _call(
 async def _tools_of(server: MCPServer, progress: Progress, named: bool) -> list[Any]:
     try:
         async with AsyncExitStack() as stack:
-            return list((await _open(server, progress, stack)).tools())
+            conn = await _open(server, progress, stack)
+            _note_drift(server, conn)
+            return list(conn.tools())
     except LoviaError as exc:
         if not named or repr(label(server)) in str(exc):
             raise
@@ -207,6 +220,20 @@ async def _tools_of(server: MCPServer, progress: Progress, named: bool) -> list[
         said = reworded(exc, cli_words)
         assert isinstance(said, LoviaError)
         raise LoviaError(f"server {label(server)!r}: {said.args[0] if said.args else said}", hint=said.hint) from None
+
+
+def _note_drift(server: MCPServer, conn: MCPConnection) -> None:
+    """Tools that differ from the lock, said on stderr: the command shows no log by default, and this is never silent."""
+    if not conn.drift or server.locked is None:
+        return
+    withheld = "withheld" if conn.quarantined else "offered anyway (pin='warn')"
+    print(
+        terminal_block(
+            f"{PROG}: note: server {label(server)!r}: {len(conn.drift)} tool(s) {withheld} because they differ "
+            f"from the lock: {summary(conn.drift)}\n  see what changed with: {server.locked.command('check', server.name)}"
+        ),
+        file=sys.stderr,
+    )
 
 
 async def _tools(ns: argparse.Namespace, servers: list[MCPServer], progress: Progress) -> int:
@@ -237,11 +264,27 @@ async def _check_one(server: MCPServer, progress: Progress) -> CheckRow:
             conn = await _open(server, progress, stack)
             opened = time.monotonic() - start
             count = len(conn.tools())
+            drift = tuple(d for _, d in sorted(conn.drift.items()))
     except LoviaError as exc:
         error = _said(exc)
     except Exception as exc:  # noqa: BLE001 - a row of the table, never a traceback
         error = f"unexpected {type(exc).__name__}: {exc}"
     else:
+        if drift:
+            locked = server.locked
+            assert locked is not None
+            return CheckRow(
+                name=label(server),
+                ok=False,
+                tools=count,
+                open_seconds=opened,
+                status="drift",
+                drift=drift,
+                error=f"{len(drift)} tool(s) differ from the lock "
+                f"({'withheld' if conn.quarantined else 'offered: pin=warn'}): {summary(conn.drift)}\n"
+                f"  hint: if the change is wanted, pin the tools as they are now: "
+                f"{locked.command('lock --update', server.name)}",
+            )
         return CheckRow(name=label(server), ok=True, tools=count, open_seconds=opened)
     return CheckRow(
         name=label(server),
@@ -258,12 +301,52 @@ async def _check(ns: argparse.Namespace, servers: list[MCPServer], progress: Pro
         print(terminal_json([r.as_json() for r in rows]))
     else:
         print(check_table(rows, shutil.get_terminal_size().columns))
+        details = [line for row in rows for line in drift_lines(row)]
+        if details:
+            print()
+            print(terminal_block("\n".join(details)))
     sys.stdout.flush()
     for row in rows:
         if not row.ok and row.error:
             named = repr(row.name) in row.error
             _fail(f"{'' if named else f'server {row.name!r}: '}{row.error}", EXIT_FAILED)
     return EXIT_OK if all(r.ok for r in rows) else EXIT_FAILED
+
+
+# --------------------------------------------------------------------------- #
+# lock
+# --------------------------------------------------------------------------- #
+def _lock(ns: argparse.Namespace, progress: Progress) -> int:
+    from ..config_file.locking import lock_config
+
+    overrides: dict[str, Any] = {}
+    if ns.open_timeout is not None:
+        overrides["open_timeout"] = float(ns.open_timeout)
+
+    def say(message: str) -> None:
+        logging.getLogger("lovia_mcp").info("%s", message)
+
+    async def go() -> tuple[Any, list[Any]]:
+        async with progress.waiting("locking"):
+            return await lock_config(ns.config, lock=ns.lock, names=ns.server, update=ns.update, say=say, **overrides)
+
+    path, outcomes = asyncio.run(go())
+    width = max((len(o.name) for o in outcomes), default=0)
+    for o in outcomes:
+        if o.action == "failed":
+            continue
+        tools = f"{o.tools} tool{'s' if o.tools != 1 else ''} pinned"
+        extra = f", {o.package}" if o.package else ""
+        kept = " (already in the lock; --update re-pins)" if o.action == "kept" else ""
+        print(terminal_line(f"{o.name.ljust(width)}  {o.action}  {tools}{extra}{kept}"))
+    print(terminal_line(f"wrote {path}"))
+    sys.stdout.flush()
+    status = EXIT_OK
+    for o in outcomes:
+        if o.action == "failed":
+            assert o.error is not None
+            status = _fail(f"server {o.name!r}: {_said(o.error)}", EXIT_FAILED)
+    return status
 
 
 # --------------------------------------------------------------------------- #
@@ -355,6 +438,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return demo_main()
         except BrokenPipeError:
             return _stdout_closed()
+
+    if ns.command == "lock":
+        if command is not None:
+            parser.error("lock takes no server command: put the servers in the --config file")
+        _show_config_notes()
+        lock_progress = Progress.on_stderr()
+        lock_progress.enabled = lock_progress.enabled and verbosity == 0
+        try:
+            return _lock(ns, lock_progress)
+        except LoviaError as exc:
+            return _fail(_said(exc), EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILED)
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        finally:
+            lock_progress.clear()
 
     if ns.command == "serve":
         if command is not None:

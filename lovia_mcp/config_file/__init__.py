@@ -2,7 +2,9 @@
 
 - ``loader``: ``load_servers`` and the file formats it reads;
 - ``_values``: JSON values checked against, and converted to, the config
-  fields' types.
+  fields' types;
+- ``locks``: a file's servers joined to their entries in its lock file;
+- ``locking``: ``lovia-mcp lock``: open the servers, pin them, write the lock.
 """
 
 __all__: list[str] = []

@@ -49,6 +49,7 @@ from lovia.exceptions import UserError
 
 from ..servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from ._values import convert, hints
+from .locks import LockOption, lock_path, with_lock
 
 logger = logging.getLogger("lovia_mcp.config")
 
@@ -78,6 +79,8 @@ _FORMAT_KEYS: Final = frozenset({"type", "transport", "envFile", "sandboxEnabled
 GATEWAY_KEYS: Final = frozenset({"session", "max_sessions", "idle"})
 # The top-level section only `lovia-mcp serve` reads (access rules).
 GATEWAY_SECTION: Final = "gateway"
+# Fields only the lock file sets (.locks).
+_LOCK_ONLY: Final = frozenset({"locked"})
 _STDIO_TYPES: Final = frozenset({"stdio"})
 _HTTP_TYPES: Final = frozenset({"http", "streamable-http", "streamable_http", "streamableHttp"})
 # Fields whose strings get ${VAR} expansion (keys of env/headers are left alone).
@@ -94,7 +97,7 @@ class _Context:
     workspace: Path | None  # VS Code's ${workspaceFolder}
 
 
-def load_servers(source: ConfigSource, /, **overrides: Any) -> list[MCPServer]:
+def load_servers(source: ConfigSource, /, *, lock: LockOption = None, **overrides: Any) -> list[MCPServer]:
     """The server configs in a config file (a path) or in its parsed JSON (a dict).
 
     ``overrides`` set an option on every server and win over the file
@@ -102,8 +105,13 @@ def load_servers(source: ConfigSource, /, **overrides: Any) -> list[MCPServer]:
     Python values, so a ``result_renderer`` or an approval predicate can be
     given here. Raises :class:`~lovia.exceptions.UserError` with a hint for
     anything wrong in the file, naming the file and the entry.
+
+    ``lock``: the lock file (docs/lock.md). By default the one beside the
+    file (``.mcp.json``: ``.mcp.lock.json``) if it exists; a path names
+    another; ``False`` reads none.
     """
     known = {f.name for cls in (MCPServerStdio, MCPServerStreamableHTTP) for f in dataclasses.fields(cls)}
+    known -= _LOCK_ONLY
     if "name" in overrides:
         raise UserError(
             "load_servers() takes no name=: each entry's key is its name",
@@ -122,7 +130,8 @@ def load_servers(source: ConfigSource, /, **overrides: Any) -> list[MCPServer]:
         server = _server(name, entry, ctx, overrides)
         if server is not None:
             servers.append(server)
-    return servers
+    locks = lock_path(None if isinstance(source, Mapping) else source, lock)
+    return servers if locks is None else with_lock(servers, locks, None if isinstance(source, Mapping) else source)
 
 
 # --------------------------------------------------------------------------- #
@@ -276,6 +285,11 @@ def _server(name: str, entry: Any, ctx: _Context, overrides: Mapping[str, Any]) 
     for key, value in entry.items():
         if key in _FORMAT_KEYS or key in GATEWAY_KEYS:
             continue
+        if key in _LOCK_ONLY:
+            raise UserError(
+                f"{where}: {key!r} is set from the lock file, not in the config",
+                hint="Drop it; write the lock with: lovia-mcp lock --config FILE.",
+            )
         if key in _IGNORED:
             logger.info("%s: ignoring %r (%s)", where, key, _IGNORED[key])
         elif key in fields:

@@ -155,7 +155,7 @@ def _url(sock: socket.socket) -> str:
 
 async def run(ns: argparse.Namespace) -> int:
     """Serve until SIGTERM; the exit status."""
-    servers = load_servers(ns.config)
+    servers = load_servers(ns.config, lock=ns.lock)
     served = served_options(ns.config)
     credentials = read_token_file(ns.token_file) if ns.token_file else []
     tokens = [c.token for c in credentials]

@@ -143,7 +143,7 @@ AGENT_LAYERS = [
     ("plugin", "ahead", "spares", "servers", "config_file", "_deferred"),  # what opens configs, per run or ahead
     ("connection", "_tools", "_parity", "_errors"),  # the live connection, as lovia sees it
     ("client",),  # the client core: requests, channels, the circuit, the forkserver handle
-    ("config", "_sandbox_config", "annotations"),  # the configs, as descriptions
+    ("config", "_sandbox_config", "annotations", "lock"),  # the configs, as descriptions, and their lock
     ("_isolation", "_names", "render", "tracing"),  # leaves: they import nothing of the package
 ]
 

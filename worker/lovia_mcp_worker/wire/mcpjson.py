@@ -95,13 +95,19 @@ class ToolAnnotations(msgspec.Struct, frozen=True, omit_defaults=True, rename="c
 
 
 class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A tool as listed by the server; ``input_schema`` and ``meta`` (its ``_meta``) are raw JSON."""
+    """A tool as listed by the server; ``input_schema``, ``output_schema`` and ``meta`` (its ``_meta``) are raw JSON.
+
+    ``title`` and ``output_schema`` are not shown to the model; they are
+    carried so that a tool's whole definition can be pinned (``lovia_mcp.lock``).
+    """
 
     name: str
     description: str | None = None
     input_schema: bytes = b"null"
     annotations: ToolAnnotations | None = None
     meta: bytes | None = None
+    title: str | None = None
+    output_schema: bytes | None = None
 
 
 # A tools/call result, as the SDK's CallToolResult. structuredContent stays
@@ -134,6 +140,8 @@ class _ToolEntry(msgspec.Struct, rename="camel"):
     input_schema: msgspec.Raw = msgspec.Raw()
     annotations: ToolAnnotations | None = None
     meta: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="_meta")
+    title: str | None = None
+    output_schema: msgspec.Raw = msgspec.Raw()
 
 
 class _ToolsPage(msgspec.Struct, rename="camel"):
@@ -342,6 +350,8 @@ def _entry(raw: msgspec.Raw, warn: Callable[[str], None]) -> ToolSpec | None:
         # An object of no valid hints is no annotations: it costs no wire bytes.
         annotations=None if entry.annotations == ToolAnnotations() else entry.annotations,
         meta=meta if meta.startswith(b"{") else None,
+        title=entry.title,
+        output_schema=bytes(entry.output_schema) if _given(entry.output_schema) else None,
     )
 
 

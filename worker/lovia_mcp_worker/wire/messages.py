@@ -48,7 +48,8 @@ from .mcpjson import ContentBlock, ToolSpec
 # message and hint say it with OPTION_MARK / SETTING_MARK, which each front
 # end renders in its own words.
 # 11: Cancel.answer and the "cancelled" failure: a caller that asks is told
-# whether its cancel was the call's timeout (the worker decides; spans read it).
+# whether its cancel was the call's timeout (the worker decides; spans read it);
+# ToolSpec's title and outputSchema, and Stats.quarantined (tool pinning).
 PROTOCOL_VERSION: Final = 11
 
 # A frame header: the body length, little-endian unsigned 32-bit.
@@ -139,6 +140,9 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     protocol_version: str | None = None
     # The sandbox backend the serving (else the last) generation runs in, by its registry name; None: no sandbox.
     sandbox: str | None = None
+    # Tools withheld from the model because they differ from the lock, by
+    # the server's raw names; the agent fills this in (it owns the lock).
+    quarantined: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- #
