@@ -59,7 +59,7 @@ from importlib import metadata as _metadata
 
 from lovia.exceptions import MCPError, UserError
 from lovia_mcp_worker.wire.confinement import Limits, Sandbox
-from lovia_mcp_worker.wire.messages import Stats
+from lovia_mcp_worker.wire.messages import CallUsage, HostEgress, Stats
 
 from .annotations import MCPTool, ToolAnnotations
 from .config_file.loader import load_servers
@@ -81,6 +81,8 @@ logging.getLogger("lovia_mcp").addHandler(logging.NullHandler())
 __all__ = [
     "__version__",
     "MCP",
+    "CallUsage",
+    "HostEgress",
     "Limits",
     "MCPConnection",
     "MCPError",

@@ -359,8 +359,11 @@ class MCPConnection(LoviaFields):
             if op is not None:
                 op.deadline = {"lovia_mcp.timeout_s": timeout, "lovia_mcp.on_timeout": self.server.on_timeout}
             result = await self._call(name, body, timeout, op, cap)
-            if result.is_error and op is not None:
-                op.fail("tool_error")
+            if op is not None:
+                if result.usage is not None:
+                    op.usage(result.usage)
+                if result.is_error:
+                    op.fail("tool_error")
             return result
 
     async def _call(
@@ -392,6 +395,7 @@ class MCPConnection(LoviaFields):
                     structured_content=structured,
                     cap=cap,
                     omitted=reply.omitted,
+                    usage=reply.usage,
                 )
             assert isinstance(reply, Failure)
             if retry(

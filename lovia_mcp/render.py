@@ -45,6 +45,7 @@ from lovia.plugins.mcp import render_mcp_content
 from lovia.run_context import RunContext
 from lovia.types import JsonObject
 from lovia_mcp_worker.wire.mcpjson import to_json
+from lovia_mcp_worker.wire.messages import CallUsage
 
 
 @dataclass
@@ -62,11 +63,16 @@ class MCPToolResult(_LoviaMCPToolResult):
     cap. Under a cap, a ``structuredContent`` larger than twice the cap plus
     64 KiB is not sent (``None``): the default renderer never shows it.
     A custom renderer always gets the whole result.
+
+    ``usage``: what the server's process tree used during the call (CPU
+    seconds, peak memory, egress per host; :class:`CallUsage`), ``None``
+    where there is no local tree to measure (an HTTP server).
     """
 
     structured_content: Any = None
     cap: int | None = None
     omitted: int = 0
+    usage: CallUsage | None = None
 
 
 # The smallest cap cut here: below it lovia's marker would take most of the

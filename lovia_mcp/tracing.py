@@ -25,6 +25,15 @@ a server (re)start and its reason, the sandbox backend in force, a timeout,
 a limit kill, an OOM kill, a replaced worker, a retry. Every operation also
 records the ``mcp.client.operation.duration`` histogram (seconds).
 
+A ``tools/call`` answered by a server with a local tree carries what the
+tree used during the call (:meth:`Operation.usage`):
+``lovia_mcp.call.cpu_time`` (s), ``lovia_mcp.call.memory_peak`` (bytes),
+``lovia_mcp.call.egress.connections`` and ``lovia_mcp.call.egress.bytes``
+(through the sandbox's allowlist proxy, all hosts), ``lovia_mcp.call.shared``
+(another call ran on the server meanwhile: the figures are the server's over
+the call's window), and an event ``lovia_mcp.call.egress`` per destination
+host. These are span attributes only, never the duration metric's.
+
 Parenting is OpenTelemetry's own: the span's parent is the current span
 where the operation starts (lovia's ``tool_call`` span when the run's
 ``tracer=`` is an OpenTelemetry adapter, or the application's span).
@@ -44,7 +53,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from lovia_mcp_worker.wire.messages import Ended, Failure, Started
+    from lovia_mcp_worker.wire.messages import CallUsage, Ended, Failure, Started
     from opentelemetry.metrics import Histogram
     from opentelemetry.trace import Span, Tracer
 
@@ -65,6 +74,13 @@ EVENT_OOM: Final = "lovia_mcp.oom_kill"
 EVENT_WORKER_RESTART: Final = "lovia_mcp.worker.restart"
 EVENT_RETRY: Final = "lovia_mcp.retry"
 EVENT_FAILURE: Final = "lovia_mcp.failure"
+EVENT_EGRESS: Final = "lovia_mcp.call.egress"
+# What a call's server tree used (span attributes, from the worker's CallUsage).
+ATTR_CPU_TIME: Final = "lovia_mcp.call.cpu_time"
+ATTR_MEMORY_PEAK: Final = "lovia_mcp.call.memory_peak"
+ATTR_EGRESS_CONNECTIONS: Final = "lovia_mcp.call.egress.connections"
+ATTR_EGRESS_BYTES: Final = "lovia_mcp.call.egress.bytes"
+ATTR_SHARED: Final = "lovia_mcp.call.shared"
 
 _tracer: Tracer | None = None
 _histogram: Histogram | None = None
@@ -166,6 +182,27 @@ class Operation:
         )
         self.fail(failure.kind, failure.text())
 
+    def usage(self, usage: CallUsage) -> None:
+        """What the server's tree used during the call: span attributes (not metric labels), an event per host."""
+        span = self.span
+        if usage.cpu_time is not None:
+            span.set_attribute(ATTR_CPU_TIME, usage.cpu_time)
+        if usage.memory_peak is not None:
+            span.set_attribute(ATTR_MEMORY_PEAK, usage.memory_peak)
+            span.set_attribute("lovia_mcp.call.memory_peak.source", usage.memory_source or "")
+        span.set_attribute(ATTR_EGRESS_CONNECTIONS, usage.egress_connections)
+        span.set_attribute(ATTR_EGRESS_BYTES, usage.egress_bytes)
+        span.set_attribute(ATTR_SHARED, usage.shared)
+        for e in usage.egress:
+            span.add_event(
+                EVENT_EGRESS,
+                {
+                    "server.address": e.host,
+                    "lovia_mcp.egress.connections": e.connections,
+                    "lovia_mcp.egress.bytes": e.bytes,
+                },
+            )
+
     def end(self) -> None:
         self._histogram.record(time.perf_counter() - self._started, self._metric)
         self.span.end()
@@ -247,8 +284,14 @@ def worker_restarted(ops: Iterable[Operation], reason: str | None) -> None:
 
 
 __all__ = [
+    "ATTR_CPU_TIME",
+    "ATTR_EGRESS_BYTES",
+    "ATTR_EGRESS_CONNECTIONS",
+    "ATTR_MEMORY_PEAK",
+    "ATTR_SHARED",
     "DURATION_BUCKETS",
     "DURATION_METRIC",
+    "EVENT_EGRESS",
     "EVENT_END",
     "EVENT_FAILURE",
     "EVENT_LIMIT",

@@ -6,6 +6,8 @@
 - ``guard``: a generation's tree, watched and killed (the psutil watch);
 - ``cgroup``, ``cgroup_layout``: a cgroup per generation, kernel-enforced
   limits, and cleanup after dead workers;
+- ``usage``: a generation's tree read over a call's window (CPU, the
+  kernel's peak memory), cheaply enough for every call;
 - ``machine``: the kernel's facts (user namespaces, Landlock, seccomp,
   cgroups, bwrap), as ``lovia-mcp doctor`` reports them.
 

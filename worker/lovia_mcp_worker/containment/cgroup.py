@@ -169,6 +169,12 @@ class GenerationCgroup:
     def _file(self, role: str, v1: str, v2: str) -> str:
         return os.path.join(self._path(role), v2 if self.layout.version == 2 else v1)
 
+    def file(self, role: str, v1: str, v2: str) -> str:
+        """The path of a figure's file, ``v2`` or ``v1`` by the layout; "" where that v1 hierarchy is not mounted."""
+        if self.layout.version != 2 and role not in self._made:
+            return ""
+        return self._file(role, v1, v2)
+
     # -- membership ---------------------------------------------------------- #
     def enter(self, pid: int) -> int:
         """Move the server, then any descendant it already has, into the cgroup; returns how many moved.

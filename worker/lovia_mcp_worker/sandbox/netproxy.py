@@ -140,6 +140,16 @@ OnDecision = Callable[[Decision], None]
 """``on_decision(decision)``: called once per request that gets as far as a decision, for logging."""
 
 
+class Traffic:
+    """What went through the proxy to one destination host: running totals, for per-call accounting."""
+
+    __slots__ = ("bytes", "connections")
+
+    def __init__(self) -> None:
+        self.connections = 0  # upstream connections opened
+        self.bytes = 0  # bytes relayed, both ways (a forwarded request head included)
+
+
 # --- the proxy -------------------------------------------------------------
 
 
@@ -152,6 +162,8 @@ class Proxy:
         self.patterns = allowlist.patterns
         self.denied = 0
         """Requests refused because their destination is not allowed."""
+        self.traffic: dict[str, Traffic] = {}
+        """Per destination host (as the client named it), since the proxy started."""
         self._on_decision = on_decision
         self._server: asyncio.AbstractServer | None = None
         self._socket_ino: int | None = None
@@ -255,11 +267,17 @@ class Proxy:
                     up_reader, upstream = await _connect(targets, request.port)
             except OSError as e:
                 raise _unreachable(where, e) from None
+            traffic = self.traffic.get(request.host)
+            if traffic is None:
+                traffic = self.traffic[request.host] = Traffic()
+            traffic.connections += 1
             if request.method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
-                upstream.write(request.forward_head())
-            await _relay(reader, writer, up_reader, upstream)
+                head = request.forward_head()
+                traffic.bytes += len(head)
+                upstream.write(head)
+            await _relay(reader, writer, up_reader, upstream, traffic)
         except Refusal as refusal:
             await _refuse(reader, writer, refusal.status, refusal.text, refusal.reason)
         except asyncio.CancelledError:
@@ -320,8 +338,9 @@ async def _connect(targets: list[Address], port: int) -> tuple[asyncio.StreamRea
     raise failure
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, traffic: Traffic) -> None:
     while data := await reader.read(_CHUNK):
+        traffic.bytes += len(data)
         writer.write(data)
         await writer.drain()
     if writer.can_write_eof():
@@ -333,9 +352,13 @@ async def _relay(
     a_writer: asyncio.StreamWriter,
     b_reader: asyncio.StreamReader,
     b_writer: asyncio.StreamWriter,
+    traffic: Traffic,
 ) -> None:
-    """Pipe both ways, passing each end-of-stream on, until both ends are done or one fails."""
-    pumps = [asyncio.create_task(_pump(a_reader, b_writer)), asyncio.create_task(_pump(b_reader, a_writer))]
+    """Pipe both ways, passing each end-of-stream on, until both ends are done or one fails; count the bytes."""
+    pumps = [
+        asyncio.create_task(_pump(a_reader, b_writer, traffic)),
+        asyncio.create_task(_pump(b_reader, a_writer, traffic)),
+    ]
     try:
         done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
         for task in done:
@@ -469,6 +492,7 @@ __all__ = [
     "Decision",
     "OnDecision",
     "Proxy",
+    "Traffic",
     "bridge_argv",
     "host_allowed",
     "normalize_pattern",

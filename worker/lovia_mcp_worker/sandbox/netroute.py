@@ -88,6 +88,13 @@ async def route_tcp(allowed: list[str], env: dict[str, str]) -> int:
     return entry[1]
 
 
+def proxies(allowed: list[str]) -> list[netproxy.Proxy]:
+    """The proxies serving ``allowed`` in this process (none before a server that needs one started)."""
+    key = tuple(allowed)
+    found = [entry[0] for entry in (_proxies.get(key), _tcp_proxies.get(key)) if entry is not None]
+    return found
+
+
 async def aclose_all() -> None:
     """Stop every proxy and remove its socket directory (bounded by the proxies' own close)."""
     for proxy, _ in list(_tcp_proxies.values()):
@@ -102,4 +109,4 @@ async def aclose_all() -> None:
         shutil.rmtree(path.rsplit("/", 1)[0], ignore_errors=True)
 
 
-__all__ = ["SOCKET_NAME", "aclose_all", "route", "route_tcp"]
+__all__ = ["SOCKET_NAME", "aclose_all", "proxies", "route", "route_tcp"]

@@ -11,6 +11,8 @@
 - ``generation``: one launched (or reached) server's life as a state machine;
 - ``contain``: one generation's containment: its tree, the limit watch, the
   kill at its end;
+- ``accounting``: what each call's server tree used (CPU, peak memory,
+  egress), read at the call's two ends;
 - ``standby``: one more generation kept ready beside the current one;
 - ``listing``: the tool list as the agent knows it, re-listed on change;
 - ``progress``: servers' progress notifications, coalesced for the agent;

@@ -41,6 +41,7 @@ from ..containment.launch import LaunchError
 from ..wire import failures
 from ..wire.failures import HostError
 from ..wire.messages import Ended, ListTools, Log, Open, Opened, ServerSpec, Started, Stats, Tools, WorkerMessage
+from .accounting import Accounting
 from .contain import SHUTDOWN_WAIT, Containment, session_tail
 from .generation import Generation, Session, State
 from .listing import Listing
@@ -88,6 +89,8 @@ class Generations:
         self.listing = Listing(emit, self.log, lambda: self.current)
         # Lines the servers wrote on stdout that were not JSON-RPC (skipped).
         self.garbage_lines = 0
+        # What each call's server tree used (Result.usage), and the totals.
+        self.accounting = Accounting()
 
     # -- serving ------------------------------------------------------------- #
     async def opened(self, msg: Open) -> Opened:
@@ -346,6 +349,7 @@ class Generations:
                 assert reason is not None
                 what = "standby generation" if waiting else "generation"
                 self.log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {reason.text}")
+            self.accounting.forget(gen)
             await asyncio.shield(self.containment.teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:
@@ -379,6 +383,7 @@ class Generations:
         if gen is not None and pid is not None and gen.tree is not None:
             use = gen.tree.usage()
         contained = spec is None or transport(spec).contained
+        totals = self.accounting.totals
         return Stats(
             worker_pid=os.getpid(),
             server_pid=pid,
@@ -395,6 +400,11 @@ class Generations:
             protocol_version=gen.protocol_version if serving and gen is not None else None,
             # The backend the current generation runs in, else the last one launched.
             sandbox=gen.sandbox if gen is not None and gen.sandbox is not None else self.sandbox,
+            call_cpu_seconds=totals.cpu_seconds,
+            call_memory_peak_bytes=totals.memory_peak_bytes,
+            egress_connections=totals.egress_connections,
+            egress_bytes=totals.egress_bytes,
+            shared_calls=totals.shared_calls,
         )
 
     # -- close --------------------------------------------------------------- #
@@ -416,6 +426,7 @@ class Generations:
         for runner in list(self._runners):
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
+        self.accounting.close()
         await self.containment.sweep()
 
 

@@ -127,6 +127,7 @@ class Host:
             assert gen is not None and gen.session is not None
             self.calls += 1
             self._calls.on[msg.id] = gen
+            window = self.generations.accounting.begin(gen, self.generations.spec)
             progress = ProgressForwarder(self._emit, msg.id)
             try:
                 content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
@@ -135,13 +136,21 @@ class Host:
                     await self.generations.listing.settled(gen)
             finally:
                 self._calls.on.pop(msg.id, None)
+                usage = self.generations.accounting.end(window)
                 progress.close()  # the last progress held goes out before the answer
             omitted = 0
             if msg.keep is not None:
                 content, omitted = cut.cut_middle(content, msg.keep)
                 structured = cut.keeps_structured(structured, msg.keep)
             self._emit(
-                Result(id=msg.id, content=content, is_error=is_error, structured_content=structured, omitted=omitted)
+                Result(
+                    id=msg.id,
+                    content=content,
+                    is_error=is_error,
+                    structured_content=structured,
+                    omitted=omitted,
+                    usage=usage,
+                )
             )
         except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - answered, or re-raised, by _failed
             self._failed(msg, exc)

@@ -50,7 +50,9 @@ from .mcpjson import ContentBlock, ToolSpec
 # 11: Cancel.answer and the "cancelled" failure: a caller that asks is told
 # whether its cancel was the call's timeout (the worker decides; spans read it);
 # ToolSpec's title and outputSchema, and Stats.quarantined (tool pinning).
-PROTOCOL_VERSION: Final = 11
+# 12: Result.usage: what the server's tree used during the call (CPU, peak
+# memory, egress per host); Stats.call_* and egress_* its totals.
+PROTOCOL_VERSION: Final = 12
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -114,6 +116,44 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     protocol: str = "auto"
 
 
+class HostEgress(msgspec.Struct, frozen=True, array_like=True):
+    """Traffic through the sandbox's allowlist proxy to one destination host."""
+
+    host: str
+    connections: int  # connections the proxy opened to it
+    bytes: int  # bytes relayed, both ways
+
+
+class CallUsage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What the server's process tree used during one ``tools/call`` (``Result.usage``).
+
+    ``cpu_time``: CPU seconds of the tree over the call's window (the
+    generation's cgroup where it has one, else the tree's processes).
+    ``memory_peak``: bytes at the tree's peak in the window; ``memory_source``
+    says how it was read: ``"kernel"`` (the kernel's own peak, reset when
+    the server went busy) or ``"sampled"`` (the most of the readings taken,
+    at the window's ends and while it lasted). ``egress``: the sandbox
+    proxy's traffic per destination host in the window. ``shared``: another
+    call ran on the same server during this one, so the figures are the
+    server's over the window, not this call's alone (and a shared call's
+    peak covers the server's whole busy spell).
+    """
+
+    cpu_time: float | None = None
+    memory_peak: int | None = None
+    memory_source: Literal["kernel", "sampled"] | None = None
+    egress: list[HostEgress] = []
+    shared: bool = False
+
+    @property
+    def egress_connections(self) -> int:
+        return sum(e.connections for e in self.egress)
+
+    @property
+    def egress_bytes(self) -> int:
+        return sum(e.bytes for e in self.egress)
+
+
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
     worker_pid: int
     server_pid: int | None
@@ -143,6 +183,16 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     # Tools withheld from the model because they differ from the lock, by
     # the server's raw names; the agent fills this in (it owns the lock).
     quarantined: tuple[str, ...] = ()
+    # What the server trees used while serving calls (CallUsage, summed over
+    # the spells in which at least one call ran, so overlapping calls count
+    # once): CPU seconds, the highest peak memory of a call (bytes), and the
+    # sandbox proxy's connections and bytes. This worker's, like calls.
+    call_cpu_seconds: float = 0.0
+    call_memory_peak_bytes: int = 0
+    egress_connections: int = 0
+    egress_bytes: int = 0
+    # Calls that ran beside another on the same server (CallUsage.shared).
+    shared_calls: int = 0
 
 
 # --------------------------------------------------------------------------- #
@@ -289,6 +339,7 @@ class Result(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     is_error: bool = False
     structured_content: bytes | None = None
     omitted: int = 0
+    usage: CallUsage | None = None  # None: no local tree to measure (HTTP)
 
 
 class Progress(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
@@ -446,6 +497,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "AgentMessage",
     "CallTool",
+    "CallUsage",
     "Cancel",
     "Close",
     "Closed",
@@ -453,6 +505,7 @@ __all__ = [
     "Failure",
     "FailureKind",
     "GetStats",
+    "HostEgress",
     "ListTools",
     "Log",
     "Open",
