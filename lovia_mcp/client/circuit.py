@@ -70,6 +70,13 @@ class RestartCircuit:
         """A generation serves (the first one, or a standby promoted): nothing to restart."""
         self.needs_restart = False
 
+    def tripped(self) -> bool:
+        """Whether requests fail fast now: the server needs a restart and ``limit`` restarts fall in the window."""
+        if not self.needs_restart:
+            return False
+        now = self._clock()
+        return sum(1 for t in self._times if now - t <= self.window) >= self.limit
+
     def check(self, name: str) -> Failure | None:
         """``circuit_open`` if ``limit`` restarts fall in the window, else ``None``."""
         now = self._clock()

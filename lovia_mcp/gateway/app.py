@@ -424,6 +424,8 @@ class Gateway:
             # MCPError of kind "timeout" below).
             result = await backend.call(session, raw, arguments)
             outcome = "tool_error" if result.is_error else "ok"
+            if result.usage is not None:
+                self.metrics.usage(backend.name, tool, result.usage)
             return result_json(result)
         except asyncio.CancelledError:
             # The client went away (or the gateway stops): not an ok call.
@@ -673,6 +675,13 @@ class Gateway:
                     "Server restarts and worker replacements.",
                     labels,
                     float(backend.closed_restarts + sum(s.restarts for s in got)),
+                ),
+                (
+                    "lovia_mcp_circuit_open",
+                    "gauge",
+                    "Connections of the server failing fast after too many restarts (the restart circuit).",
+                    labels,
+                    float(sum(1 for c in backend.connections() if c.core.circuit.tripped())),
                 ),
                 (
                     "lovia_mcp_server_memory_bytes",

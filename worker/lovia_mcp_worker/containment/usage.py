@@ -44,7 +44,15 @@ _READ: Final = 4096
 
 
 class Gauge(Protocol):
-    """One generation's tree, read at a window's ends (on the event loop: every read is a system call or a few)."""
+    """One generation's tree, read at a window's ends (on the event loop: every read is a system call or a few).
+
+    ``cheap_peak``: :meth:`peak` is one read (a cgroup's file), worth taking
+    at the end of every call. ``resident``: the memory in use at the last
+    :meth:`cpu` reading, where that reading gives it for free (0 elsewhere).
+    """
+
+    cheap_peak: bool
+    resident: int
 
     def cpu(self) -> float | None:
         """CPU seconds the tree has used so far (a running total; ``None``: not readable)."""
@@ -98,6 +106,9 @@ def _close(*fds: int) -> None:
 class CgroupGauge:
     """A generation's cgroup: the kernel's own counters, kept open."""
 
+    cheap_peak = True
+    resident = 0
+
     def __init__(self, cgroup: GenerationCgroup) -> None:
         self._v2 = cgroup.layout.version == 2
         if self._v2:
@@ -116,14 +127,14 @@ class CgroupGauge:
         if self._cpu < 0:
             # No cpuacct hierarchy (v1): the live members' own.
             return _tree_cpu(self._cgroup.members())
-        data = _pread(self._cpu)
-        if self._v2:
-            for line in data.splitlines():
-                if line.startswith(b"usage_usec "):
-                    return int(line[11:]) / 1e6
+        try:
+            data = os.pread(self._cpu, _READ, 0)
+            if not self._v2:
+                return int(data) / 1e9
+            at = data.index(b"usage_usec ") + 11
+            return int(data[at : data.index(b"\n", at)]) / 1e6
+        except (OSError, ValueError):
             return None
-        found = _number(data)
-        return None if found is None else found / 1e9
 
     def reset_peak(self) -> bool:
         if not self._resettable:
@@ -136,7 +147,10 @@ class CgroupGauge:
         return True
 
     def peak(self) -> int | None:
-        return _number(_pread(self._peak))
+        try:
+            return int(os.pread(self._peak, _READ, 0))
+        except (OSError, ValueError):
+            return None
 
     def current(self) -> int:
         return _number(_pread(self._current)) or 0
@@ -150,12 +164,18 @@ class ProcGauge:
     """A tree by parentage under ``server_pid``: each process's own figures in ``/proc``.
 
     A one-thread server without children (the common case) costs two
-    ``pread`` calls per reading, on files held open; a tree is walked
+    ``pread`` calls per CPU reading, on files held open; a tree is walked
     (:func:`~.proctree.descendants`) only where the server has children.
+    The peak (``/proc/PID/status``, which the kernel writes out whole) costs
+    about three such readings.
     """
+
+    cheap_peak = False
 
     def __init__(self, server_pid: int) -> None:
         self._pid = server_pid
+        self.resident = 0
+        self._below: list[int] = []  # the descendants at the last reading
         base = f"/proc/{server_pid}"
         self._stat = _open(f"{base}/stat")
         self._children = _open(f"{base}/task/{server_pid}/children")
@@ -174,17 +194,32 @@ class ProcGauge:
 
     def cpu(self) -> float | None:
         stat, below = self._members()
+        self._below = below
         if not stat:
+            self.resident = 0
             return None
-        return _stat_cpu(stat) + _tree_cpu(below)
+        fields = _fields(stat)
+        total = 0.0
+        resident = 0
+        with contextlib.suppress(ValueError, IndexError):
+            total = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) * _TICK
+            resident = int(fields[21]) * _PAGE
+        for pid in below:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = _fields(f.read())
+                total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) * _TICK
+                resident += int(fields[21]) * _PAGE
+        self.resident = resident
+        return total
 
     def reset_peak(self) -> bool:
-        _, below = self._members()
+        """Restart the peak of the processes found at the last :meth:`cpu` reading."""
         if self._clear < 0:
             return False
         try:
             os.write(self._clear, b"5")
-            for pid in below:
+            for pid in self._below:
                 with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # exited meanwhile
                     with open(f"/proc/{pid}/clear_refs", "wb", buffering=0) as f:
                         f.write(b"5")
@@ -196,8 +231,7 @@ class ProcGauge:
         own = _hwm(_pread(self._status))
         if own is None:
             return None
-        _, below = self._members()
-        for pid in below:
+        for pid in self._below:
             with contextlib.suppress(OSError):
                 with open(f"/proc/{pid}/status", "rb") as f:
                     own += _hwm(f.read()) or 0
