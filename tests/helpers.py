@@ -96,6 +96,7 @@ RAW_TOOLS = frozenset(
         "alloc",
         "spawn",
         "burn",
+        "spike",
         "pid",
         "cwd",
         "counter",

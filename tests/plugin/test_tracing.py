@@ -284,6 +284,44 @@ def test_a_memory_limit_kill_is_a_span_event_naming_the_figure(enforcement: str)
     run(main())
 
 
+def test_a_traced_call_carries_the_cpu_time_and_peak_memory_its_server_tree_used(enforcement: str) -> None:
+    """Issue 35: a call that burns 0.3 s of CPU, and one that holds 100 MB, in a real Agent run."""
+
+    async def main() -> None:
+        server = MCPServerStdio(command=PY, args=raw_args(), name="used")
+        provider = ScriptedProvider(
+            [call("used__burn", {"seconds": 0.3}), call("used__alloc", {"mb": 100}), text("done")]
+        )
+        agent = Agent(name="a", model=provider, plugins=[MCP(server)])
+        result = await Runner.run(agent, "go", tracer=OtelTracer())  # type: ignore[arg-type]
+        assert result.output == "done"
+
+    run(main())
+    [burn] = named("tools/call burn")
+    [alloc] = named("tools/call alloc")
+    burned, held = dict(burn.attributes or {}), dict(alloc.attributes or {})
+    print({k: v for k, v in burned.items() if k.startswith("lovia_mcp.call")})
+    print({k: v for k, v in held.items() if k.startswith("lovia_mcp.call")})
+    cpu = burned[tracing.ATTR_CPU_TIME]
+    assert isinstance(cpu, float) and cpu >= 0.2
+    peak = held[tracing.ATTR_MEMORY_PEAK]
+    assert isinstance(peak, int) and peak >= 100 * 1024 * 1024
+    for attrs in (burned, held):
+        assert attrs[tracing.ATTR_SHARED] is False
+        assert attrs[tracing.ATTR_EGRESS_CONNECTIONS] == 0 and attrs[tracing.ATTR_EGRESS_BYTES] == 0
+    # Span attributes only: a figure per call would make a series per call of the duration metric.
+    data = READER.get_metrics_data()
+    assert data is not None
+    labels = [
+        dict(point.attributes)
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        for point in metric.data.data_points  # type: ignore[union-attr]
+    ]
+    assert not [a for a in labels if any(k.startswith("lovia_mcp.call") for k in a)]
+
+
 def test_every_operation_records_the_duration_histogram_with_its_attributes() -> None:
     async def main() -> None:
         # A name of its own: the reader is cumulative over the whole session.

@@ -23,6 +23,8 @@ Standard library only. Tools (each a way a server can behave or misbehave):
 - ``spawn {n, orphan}``: starts ``n`` sleeping grandchildren (double-forked orphans
   if ``orphan``), reports their pids, and answers.
 - ``burn {seconds}``: burns CPU, then answers.
+- ``spike {mb, hold}``: touches ``mb`` MB, keeps it ``hold`` seconds (a
+  workload, not a synchronisation), frees it, then answers.
 - ``pid``: its own pid and environment as JSON.
 - ``cwd``: its working directory.
 - ``counter``: how many calls this process has served.
@@ -126,6 +128,7 @@ TOOLS = [
     tool("alloc", "Allocate and hold memory.", {"mb": {"type": "integer"}}),
     tool("spawn", "Start sleeping grandchildren.", {"n": {"type": "integer"}, "orphan": {"type": "boolean"}}),
     tool("burn", "Burn CPU.", {"seconds": {"type": "number"}}),
+    tool("spike", "Touch memory, free it, answer.", {"mb": {"type": "integer"}, "hold": {"type": "number"}}),
     tool("pid", "Pid and environment."),
     tool("cwd", "Working directory."),
     tool("counter", "Calls served by this process."),
@@ -297,6 +300,12 @@ def call(rid: object, name: str, args: dict) -> None:
         while time.process_time() < end:
             pass
         result(rid, text("burned"))
+    elif name == "spike":
+        mb = int(args.get("mb", 100))
+        spike = [bytearray(b"\1" * (1 << 20)) for _ in range(mb)]
+        time.sleep(float(args.get("hold", 0)))
+        del spike
+        result(rid, text(f"touched {mb} MB"))
     elif name == "pid":
         result(rid, text(json.dumps({"pid": os.getpid(), "env": dict(os.environ)})))
     elif name == "cwd":

@@ -1,0 +1,84 @@
+"""A sandboxed call's egress: connections and bytes per destination host, on its usage and in ``stats()``.
+
+A real sandboxed server (``escape_server.py``'s ``proxy_get``, which goes
+through the proxy as a program honouring the proxy variables does) fetches
+a page from a service on the host's loopback, listed as an address in
+``Sandbox(network=[...])``. Nothing leaves the loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from helpers import ESCAPE_SERVER, PY, run
+from lovia_mcp_worker.sandbox import registry
+
+from lovia_mcp import CallUsage, MCPServerStdio, Sandbox
+
+pytestmark = pytest.mark.linux_only
+
+BODY = b"x" * 5000
+
+
+class Service:
+    """An HTTP service on the loopback that answers every request with :data:`BODY`."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Service:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(BODY), BODY))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_sandboxed_calls_egress_is_counted_per_host_on_its_usage_and_in_stats(backend: str) -> None:
+    why = registry.get(backend).unavailable(Sandbox(network=["127.0.0.1"]))
+    if why is not None:
+        pytest.skip(f"the {backend} backend is not available here: {why}")
+
+    async def main() -> tuple[str, CallUsage, CallUsage, object]:
+        async with Service() as service:
+            server = MCPServerStdio(
+                command=PY,
+                args=[ESCAPE_SERVER],
+                name="egress",
+                sandbox=Sandbox(network=["127.0.0.1"], backend=backend),  # type: ignore[arg-type]
+            )
+            async with server.session() as conn:
+                fetched = await conn.call_tool("proxy_get", {"url": f"http://127.0.0.1:{service.port}/page"})
+                quiet = await conn.call_tool("proxy_get", {"url": "http://evil.example:80/"})
+                stats = await conn.stats()
+        assert fetched.usage is not None and quiet.usage is not None
+        return str(fetched), fetched.usage, quiet.usage, stats
+
+    text, fetched, refused, stats = run(main())
+    print(text, fetched, refused, stats)
+    assert text.startswith("ok 200 ")
+    [egress] = fetched.egress
+    assert egress.host == "127.0.0.1" and egress.connections == 1
+    # The body, its response head and the forwarded request head.
+    assert len(BODY) < egress.bytes < len(BODY) + 2000
+    assert fetched.egress_connections == 1 and fetched.egress_bytes == egress.bytes
+    # A refused destination is a denial, not egress: nothing went out.
+    assert refused.egress == []
+    assert stats.egress_connections == 1  # type: ignore[attr-defined]
+    assert stats.egress_bytes == egress.bytes  # type: ignore[attr-defined]

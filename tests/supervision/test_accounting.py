@@ -1,0 +1,129 @@
+"""Per-call accounting: what the server's tree used during each call, on ``MCPToolResult.usage`` and in ``stats()``.
+
+Real servers (``raw_server.py``'s ``burn``, ``alloc`` and ``spike``), under
+both containment paths (the ``enforcement`` fixture: a cgroup per
+generation, and the watch). The figures are the kernel's, so the bounds
+are the work the tool did, with room for a loaded machine below and above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helpers import raw, run
+from lovia_mcp_worker.containment import usage as usage_mod
+
+from lovia_mcp import CallUsage, MCPToolResult
+
+pytestmark = pytest.mark.linux_only
+
+MB = 1 << 20
+# The work the tools are asked for; the figures must show most of it.
+BURN = 0.3
+HOLD_MB = 100
+
+
+def usage_of(result: MCPToolResult) -> CallUsage:
+    assert result.usage is not None, "a stdio server's call carries its usage"
+    print(result.usage)
+    return result.usage
+
+
+def test_a_call_that_burns_cpu_reports_its_cpu_time_and_one_that_holds_memory_its_peak(enforcement: str) -> None:
+    async def main() -> dict[str, CallUsage]:
+        async with raw("process").session() as conn:
+            return {
+                "echo": usage_of(await conn.call_tool("echo", {"text": "x"})),
+                "burn": usage_of(await conn.call_tool("burn", {"seconds": BURN})),
+                "alloc": usage_of(await conn.call_tool("alloc", {"mb": HOLD_MB})),
+            }
+
+    got = run(main())
+    assert got["burn"].cpu_time is not None and 0.2 <= got["burn"].cpu_time < 5.0
+    # An echo takes microseconds of the server's CPU (the watch counts in 10 ms ticks).
+    assert got["echo"].cpu_time is not None and got["echo"].cpu_time < 0.1
+    alloc = got["alloc"]
+    assert alloc.memory_peak is not None and alloc.memory_peak >= HOLD_MB * MB
+    assert alloc.memory_source == "kernel"
+    assert not any(u.shared for u in got.values())
+    assert all(u.egress == [] for u in got.values())  # no sandbox, no proxy
+
+
+def test_a_memory_spike_freed_before_the_answer_is_the_calls_peak_and_not_the_next_calls(enforcement: str) -> None:
+    """The kernel's peak restarts with each call: a later call does not inherit an earlier one's spike.
+
+    Without the restart (the cgroup's or the process's lifetime peak), the
+    echo after the spike reports the spike's 100 MB: this test fails there.
+    """
+
+    async def main() -> tuple[CallUsage, CallUsage]:
+        async with raw("process").session() as conn:
+            spike = usage_of(await conn.call_tool("spike", {"mb": HOLD_MB}))
+            after = usage_of(await conn.call_tool("echo", {"text": "x"}))
+            return spike, after
+
+    spike, after = run(main())
+    assert spike.memory_peak is not None and spike.memory_peak >= HOLD_MB * MB
+    assert spike.memory_source == "kernel"
+    assert after.memory_peak is not None and after.memory_peak < HOLD_MB * MB / 2
+
+
+def test_overlapping_calls_are_marked_shared_and_stats_count_each_busy_spell_once(enforcement: str) -> None:
+    async def main() -> tuple[list[CallUsage], CallUsage, Any]:
+        import asyncio
+
+        async with raw("process").session() as conn:
+            # raw_server.py serves one call at a time: the three windows
+            # overlap while the server burns 0.1 s for each in turn.
+            results = await asyncio.gather(*(conn.call_tool("burn", {"seconds": 0.1}) for _ in range(3)))
+            alone = usage_of(await conn.call_tool("echo", {"text": "x"}))
+            return [usage_of(r) for r in results], alone, await conn.stats()
+
+    shared, alone, stats = run(main())
+    assert all(u.shared for u in shared)
+    assert not alone.shared
+    per_call = sum(u.cpu_time or 0.0 for u in shared)
+    print(f"per-call CPU summed {per_call:.3f} s; stats {stats.call_cpu_seconds:.3f} s")
+    # The spell's CPU is the tree's over the union of the windows: about
+    # 0.3 s, where the overlapping figures add up to about 0.6 s.
+    assert 0.2 <= stats.call_cpu_seconds < per_call - 0.1
+    assert stats.shared_calls == 3
+    assert stats.call_memory_peak_bytes > 0
+
+
+def test_where_the_kernel_cannot_restart_its_peak_a_spike_held_past_the_sampling_interval_is_sampled(
+    monkeypatch: pytest.MonkeyPatch, enforcement: str
+) -> None:
+    """v2 before Linux 6.12, or a ``clear_refs`` the worker may not write: the readings are sampled instead.
+
+    In the agent's process (``isolation="none"``), so the gauges can be told
+    the kernel refuses the restart. The spike is held for many sampling
+    intervals (50 ms) and freed before the answer, so only a sample taken
+    during the call sees it.
+    """
+    monkeypatch.setattr(usage_mod.CgroupGauge, "reset_peak", lambda self: False)
+    monkeypatch.setattr(usage_mod.ProcGauge, "reset_peak", lambda self: False)
+
+    async def main() -> CallUsage:
+        async with raw("none").session() as conn:
+            return usage_of(await conn.call_tool("spike", {"mb": HOLD_MB, "hold": 0.5}))
+
+    got = run(main())
+    assert got.memory_source == "sampled"
+    assert got.memory_peak is not None and got.memory_peak >= HOLD_MB * MB
+
+
+def test_a_server_without_a_local_tree_has_no_usage() -> None:
+    """The figures are the local tree's: an HTTP server has none (the usage is absent, not zero)."""
+    from helpers import SERVERS, serving
+
+    from lovia_mcp import MCPServerStreamableHTTP
+
+    async def main(url: str) -> MCPToolResult:
+        async with MCPServerStreamableHTTP(url=url, name="h").session() as conn:
+            return await conn.call_tool("echo", {"text": "x"})
+
+    with serving(str(SERVERS / "meta_sdk_server.py"), "--http") as url:
+        result = run(main(url))
+    assert result.usage is None
