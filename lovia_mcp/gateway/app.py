@@ -91,7 +91,7 @@ from ..render import MCPToolResult
 from .access import Access
 from .audit import AuditLog, Caller, trace_id
 from .backends import Backend, Refused, wait_open
-from .connections import Limits
+from .connections import CLOSE_REASONS, Limits
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import ListChangedServer, Notifier
@@ -656,7 +656,7 @@ class Gateway:
                     (("reason", reason),),
                     float(n),
                 )
-                for reason, n in sorted(self.limits.closed.items())
+                for reason, n in sorted({**dict.fromkeys(CLOSE_REASONS, 0), **self.limits.closed}.items())
             ]
         stats = await asyncio.gather(*(b.stats() for b in self.backends.values()))
         for backend, got in zip(self.backends.values(), stats):

@@ -58,6 +58,9 @@ MAX_HEAD_BYTES: Final = 64 * 1024
 # Descriptors the gateway needs besides client connections: the listening
 # socket, the event loop's, logs, and a channel per server worker.
 FD_RESERVE: Final = 64
+# Why a bound closes a connection (Limits.closed): each is exported from
+# the start, at 0, so a rate over it has a series before the first close.
+CLOSE_REASONS: Final = ("head_timeout", "head_too_large", "displaced", "refused", "body_unread")
 
 
 @dataclass(kw_only=True)
@@ -196,4 +199,13 @@ def bounded(limits: Limits) -> type[BoundedHttp]:
     return type("BoundedHttp", (BoundedHttp,), {"limits": limits})
 
 
-__all__ = ["FD_RESERVE", "KEEP_ALIVE_IDLE", "MAX_HEAD_BYTES", "BoundedHttp", "Limits", "bounded", "connection_cap"]
+__all__ = [
+    "CLOSE_REASONS",
+    "FD_RESERVE",
+    "KEEP_ALIVE_IDLE",
+    "MAX_HEAD_BYTES",
+    "BoundedHttp",
+    "Limits",
+    "bounded",
+    "connection_cap",
+]
