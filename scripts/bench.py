@@ -38,6 +38,12 @@ Figures (goal ratios are isolated/in-process; the targets are in docs/performanc
   worst tick, and in total, during that call (the ticker's own idle cost
   subtracted): the work behind the stall, without the time a busy shared
   machine merely preempted the agent;
+- accounting_cgroup / accounting_watch / accounting_burst: the per-call
+  accounting's own cost (issue 35), in the measuring process's CPU time per
+  call: a window opened and closed on a real server's tree (a sleeping
+  child) under its cgroup (where one can be made) and on the watch, one call
+  at a time, and 300 overlapping; measured in the ``process`` child only
+  (the code is the worker's; where it runs does not change its cost);
 - rss_per_server: agent RSS delta when N (default 5) more connections are
   opened after a first one, divided by N;
 - worker_uss: unique memory (USS) of each worker process (process mode only);
@@ -447,10 +453,55 @@ FIGURES += (
         None,
     ),
 )
+# Per-call accounting (issue 35): what the worker spends measuring each call.
+FIGURES += (
+    Figure(
+        "accounting_cgroup",
+        "per-call accounting, CPU per call under a cgroup (not a goal)",
+        "us",
+        ("raw",),
+        "accounting",
+        None,
+        None,
+        1e6,
+    ),
+    Figure(
+        "accounting_watch",
+        "per-call accounting, CPU per call on the watch (not a goal)",
+        "us",
+        ("raw",),
+        "accounting",
+        None,
+        None,
+        1e6,
+    ),
+    Figure(
+        "accounting_burst",
+        "per-call accounting, CPU per call in a burst of 300 overlapping (not a goal)",
+        "us",
+        ("raw",),
+        "accounting",
+        None,
+        None,
+        1e6,
+    ),
+)
 FIGURE_BY_KEY = {f.key: f for f in FIGURES}
 # Set (by --otel) for the client children: configure an OpenTelemetry SDK first.
 OTEL_ENV = "LOVIA_MCP_BENCH_OTEL"
-GROUPS = ("open", "first_open", "launch", "small_call", "concurrent", "big", "memory", "spares", "run", "soak")
+GROUPS = (
+    "open",
+    "first_open",
+    "launch",
+    "small_call",
+    "concurrent",
+    "big",
+    "memory",
+    "spares",
+    "run",
+    "soak",
+    "accounting",
+)
 
 
 @dataclass(frozen=True)
@@ -646,6 +697,9 @@ async def _measure_server(client: str, server: str, groups: set[str], p: Params,
 
     if "launch" in groups and client == "process" and server == "raw":
         await _measure_launch(p, add)
+
+    if "accounting" in groups and server == "raw" and client == "process":
+        await _measure_accounting(p, add)
 
     if "open" in groups:
         if not warmed:
@@ -1137,6 +1191,55 @@ async def _measure_memory(client: str, script: str, p: Params, add: Any) -> None
             # (Before b994689, with isolation="none", each sequential close
             # waited seconds for every other open connection's host.)
             await asyncio.gather(*(conn.close() for conn in everything))
+
+
+# Windows per accounting sample: enough CPU time (a few ms) for process_time's resolution.
+ACCOUNTING_WINDOWS = 3000
+
+
+async def _measure_accounting(p: Params, add: Any) -> None:
+    """The per-call accounting's CPU per window, on a sleeping child's tree: cgroup (where one can be made) and watch."""
+    from lovia_mcp_worker.containment import cgroup, cgroup_layout, guard
+    from lovia_mcp_worker.session.accounting import Accounting
+    from lovia_mcp_worker.session.generation import Generation
+    from lovia_mcp_worker.wire.confinement import Limits
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    made: Any = None
+    try:
+        trees: list[tuple[str, Any]] = []
+        where = cgroup_layout.layout()
+        if where is not None:
+            made = cgroup.GenerationCgroup.create(where, 1, Limits())
+            made.enter(child.pid)
+            trees.append(("accounting_cgroup", cgroup.CgroupTree(made)))
+        watch = guard.WatchTree(subreaper=False, generations=lambda: [])
+        watch.attach(child.pid)
+        trees.append(("accounting_watch", watch))
+        for key, tree in trees:
+            gen = Generation(1)
+            gen.tree = tree
+            books = Accounting()
+            books.end(books.begin(gen, None))
+            for _ in range(p.per_round(p.repeat)):
+                t0 = time.process_time()
+                for _ in range(ACCOUNTING_WINDOWS):
+                    books.end(books.begin(gen, None))
+                add(key, (time.process_time() - t0) / ACCOUNTING_WINDOWS)
+                if key == "accounting_watch":
+                    t0 = time.process_time()
+                    for _ in range(ACCOUNTING_WINDOWS // 300):
+                        windows = [books.begin(gen, None) for _ in range(300)]
+                        for w in windows:
+                            books.end(w)
+                    add("accounting_burst", (time.process_time() - t0) / (ACCOUNTING_WINDOWS // 300 * 300))
+            books.close()
+    finally:
+        child.kill()
+        child.wait()
+        if made is not None:
+            made.kill(0.0)
+            made.remove()
 
 
 def _configure_otel() -> None:
