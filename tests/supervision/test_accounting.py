@@ -8,10 +8,17 @@ are the work the tool did, with room for a loaded machine below and above.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import raw, run
+from helpers import RAW_SERVER, ROOT, raw, run
 from lovia_mcp_worker.containment import usage as usage_mod
 
 from lovia_mcp import CallUsage, MCPToolResult
@@ -19,6 +26,10 @@ from lovia_mcp import CallUsage, MCPToolResult
 pytestmark = pytest.mark.linux_only
 
 MB = 1 << 20
+NOBODY = 65534
+# Bound on the ordinary user's agent: a forkserver, a worker, a raw server
+# and two calls (about a second here).
+AGENT_WAIT = 60.0
 # The work the tools are asked for; the figures must show most of it.
 BURN = 0.3
 HOLD_MB = 100
@@ -127,3 +138,52 @@ def test_a_server_without_a_local_tree_has_no_usage() -> None:
     with serving(str(SERVERS / "meta_sdk_server.py"), "--http") as url:
         result = run(main(url))
     assert result.usage is None
+
+
+NOBODY_AGENT = textwrap.dedent("""
+    import asyncio, json, sys
+    from lovia_mcp import MCPServerStdio
+
+    async def main():
+        server = MCPServerStdio(command=sys.executable, args=[sys.argv[1]], name="raw")
+        async with server.session() as conn:
+            spike = (await conn.call_tool("spike", {"mb": 100})).usage
+            after = (await conn.call_tool("echo", {"text": "x"})).usage
+            stats = await conn.stats()
+        print(json.dumps({"spike": [spike.memory_peak, spike.memory_source], "after": after.memory_peak,
+                          "enforcement": stats.enforcement}))
+
+    asyncio.run(main())
+""")
+
+
+def test_as_an_ordinary_user_the_watch_reads_the_kernels_peak_of_each_call() -> None:
+    """Not root, no cgroup: the watch restarts each process's peak (``clear_refs``), which its owner may write."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (to become nobody) and setpriv")
+    python = shutil.which("python3.11", path="/usr/bin:/bin") or ""
+    if not python or sys.version_info[:2] != (3, 11):
+        pytest.skip("no system python3.11 readable by an ordinary user (the venv's binary modules are 3.11)")
+    site = next(Path(sys.prefix, "lib").glob("python3.*/site-packages"))
+    for path in (ROOT, site):
+        if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents]):
+            pytest.skip(f"{path} is not readable by an ordinary user")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "worker"), str(site)]),
+    }
+    out = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-c", NOBODY_AGENT, RAW_SERVER],
+        capture_output=True,
+        text=True,
+        timeout=AGENT_WAIT,
+        env=env,
+        cwd="/tmp",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout)
+    print(seen)
+    assert seen["enforcement"] == "watch"
+    assert seen["spike"][0] >= HOLD_MB * MB and seen["spike"][1] == "kernel"
+    assert seen["after"] < HOLD_MB * MB / 2
