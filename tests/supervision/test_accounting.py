@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from helpers import RAW_SERVER, ROOT, raw, run
 from lovia_mcp_worker.containment import usage as usage_mod
+from lovia_mcp_worker.containment.cgroup import GenerationCgroup
+from lovia_mcp_worker.containment.cgroup_layout import Layout
 
 from lovia_mcp import CallUsage, MCPToolResult
 
@@ -187,3 +189,42 @@ def test_as_an_ordinary_user_the_watch_reads_the_kernels_peak_of_each_call() -> 
     assert seen["enforcement"] == "watch"
     assert seen["spike"][0] >= HOLD_MB * MB and seen["spike"][1] == "kernel"
     assert seen["after"] < HOLD_MB * MB / 2
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_cgroup_gauge_reads_its_version_s_files_and_restarts_the_peak_by_writing_to_it(
+    tmp_path: Path, version: int
+) -> None:
+    """The files as each cgroup version names them (a cgroup v2 with memory delegated is not on every test machine).
+
+    The kernel's side (a write restarting the peak) is what the tests above
+    show on a real cgroup; here, that the v2 files are the ones read and
+    written, in the form the kernel takes: ``usage_usec`` from ``cpu.stat``,
+    any text written to ``memory.peak`` (v2), ``0`` to ``memory.max_usage_in_bytes`` (v1).
+    """
+    if version == 2:
+        (tmp_path / "cpu.stat").write_text("usage_usec 1250000\nuser_usec 1000000\nsystem_usec 250000\n")
+        (tmp_path / "memory.current").write_text("4096\n")
+        peak = tmp_path / "memory.peak"
+        where = Layout(version=2, unified=str(tmp_path))
+        made = GenerationCgroup(where, {"unified": str(tmp_path)})
+        cpu = 1.25
+    else:
+        (tmp_path / "cpuacct.usage").write_text("2500000000\n")
+        (tmp_path / "memory.usage_in_bytes").write_text("4096\n")
+        peak = tmp_path / "memory.max_usage_in_bytes"
+        where = Layout(version=1, memory=str(tmp_path), pids=str(tmp_path), cpuacct=str(tmp_path))
+        made = GenerationCgroup(where, {"memory": str(tmp_path), "pids": str(tmp_path), "cpuacct": str(tmp_path)})
+        cpu = 2.5
+    peak.write_text("104857600\n")
+    gauge = usage_mod.CgroupGauge(made)
+    try:
+        assert gauge.cpu() == cpu
+        assert gauge.peak() == 100 * MB
+        assert gauge.current() == 4096
+        assert gauge.reset_peak()
+    finally:
+        gauge.close()
+    written = peak.read_bytes()
+    assert written.startswith(b"reset\n" if version == 2 else b"0\n"), written
