@@ -305,6 +305,38 @@ MUTANTS: Final = [
         why="a Landlock-boxed server cannot read the CA bundle SSL_CERT_FILE names: uvx behind a TLS proxy fails there",
         needs="Landlock ABI 4",
     ),
+    Mutant(
+        name="accounting-peak-cgroup",
+        path="worker/lovia_mcp_worker/containment/usage.py",
+        old="os.write(self._peak, self._reset_bytes)",
+        new="pass",
+        tests=(
+            "tests/supervision/test_accounting.py::test_a_memory_spike_freed_before_the_answer_is_the_calls_peak_and_"
+            "not_the_next_calls",
+        ),
+        why="a call's peak under a cgroup is the cgroup's lifetime peak: an echo reports an earlier call's spike",
+        needs="cgroups (root)",
+    ),
+    Mutant(
+        name="accounting-peak-watch",
+        path="worker/lovia_mcp_worker/containment/usage.py",
+        old='os.write(self._clear, b"5")',
+        new="pass",
+        tests=(
+            "tests/supervision/test_accounting.py::test_a_memory_spike_freed_before_the_answer_is_the_calls_peak_and_"
+            "not_the_next_calls",
+        ),
+        why="a call's peak on the watch is the processes' lifetime peak: an echo reports an earlier call's spike",
+    ),
+    Mutant(
+        name="accounting-egress-bytes",
+        path="worker/lovia_mcp_worker/sandbox/netproxy.py",
+        old="traffic.bytes += len(data)",
+        new="pass",
+        tests=("tests/sandbox/test_egress_accounting.py",),
+        why="a sandboxed call's egress counts its request head only, not the bytes relayed",
+        needs="a sandbox backend",
+    ),
 ]
 
 
