@@ -24,12 +24,17 @@ or began before it ended: two counters, no list of calls.
 The totals in ``stats()`` (:class:`Totals`) add each busy spell once, so
 overlapping calls are not counted twice.
 
+Once an answer has gone out and no call runs (:meth:`Accounting.answered`),
+the readings the next spell opens with are taken at once, off the next
+call's path: a call that comes within :data:`READY_FOR` opens its window
+with them, and only the closing readings (CPU, peak) are on its path.
+
 Cost (``scripts/bench.py --only accounting``): about 7 us of CPU per call
-under a cgroup (four reads and writes of files held open), about 20 us on
-the watch (``/proc/PID/stat`` is dearer), under 2 us per call in a burst of
-overlapping calls (readings shared under :data:`COALESCE`); the sampling
-timer runs only where the kernel gives no peak, and only in spells longer
-than its interval.
+under a cgroup (four reads and writes of files held open, two of them on
+the call's path), about 20 us on the watch (``/proc/PID/stat`` is dearer),
+under 2 us per call in a burst of overlapping calls (readings shared under
+:data:`COALESCE`); the sampling timer runs only where the kernel gives no
+peak, and only in spells longer than its interval.
 """
 
 from __future__ import annotations
@@ -55,6 +60,12 @@ SHORT_WINDOW: Final = 0.001
 # for one now: a burst of overlapping calls (their figures are the server's
 # over the window anyway) costs a reading per burst, not two per call.
 COALESCE: Final = 0.0005
+# A generation made ready (readings taken, the kernel's peak restarted) this
+# recently, after its last answer went out, starts the next call's spell
+# with no reading on that call's path: back-to-back calls leave the server
+# idle for less than this, so at most this much of its idle time (its
+# background CPU, a spike meanwhile) can count with the next call.
+READY_FOR: Final = 0.001
 # How often current memory is read during a busy spell where the kernel has
 # no resettable peak. 50 ms catches a spike that lasts a few tenths of a
 # second; a small call (well under it) never pays for a reading.
@@ -95,6 +106,8 @@ class Meter:
         self._cpu_at = -1.0
         self._peak: int | None = None
         self._peak_at = -1.0
+        # When the generation was last made ready (Accounting.answered).
+        self._ready_at = -1.0
 
     def cpu(self, now: float, others: bool) -> float | None:
         """The tree's CPU now (a reading under :data:`COALESCE` old where ``others`` run)."""
@@ -124,13 +137,26 @@ class Meter:
         self.sampled = max(self.sampled, self.gauge.current())
         self._timer = asyncio.get_running_loop().call_later(SAMPLE_INTERVAL, self._sample)
 
-    def spell_begins(self, cpu: float | None, egress: Snapshot) -> None:
-        self._spell_cpu, self._spell_egress = cpu, egress
+    def ready(self, now: float) -> None:
+        """Idle again after an answer went out: take the next spell's opening readings now, off its path."""
+        self._cpu, self._cpu_at = self.gauge.cpu(), now
         self.kernel_peak = self.gauge.reset_peak()
         self.sampled = self.gauge.resident
+        self._ready_at = now
+
+    def spell_begins(self, now: float, egress: Snapshot) -> float | None:
+        """A call finds the generation idle; the CPU its window starts from."""
+        self._spell_egress = egress
+        if now - self._ready_at >= READY_FOR:
+            self._cpu, self._cpu_at = self.gauge.cpu(), now
+            self.kernel_peak = self.gauge.reset_peak()
+            self.sampled = self.gauge.resident
+        self._ready_at = -1.0
+        self._spell_cpu = cpu = self._cpu
         if not self.kernel_peak:
             self.sampled = self.sampled or self.gauge.current()
             self._timer = asyncio.get_running_loop().call_later(SAMPLE_INTERVAL, self._sample)
+        return cpu
 
     def spell_ends(self, cpu: float | None, egress: Snapshot, totals: Totals) -> None:
         if self._timer is not None:
@@ -200,10 +226,8 @@ class Accounting:
             return None
         now = time.perf_counter()
         shared = meter.busy > 0
-        cpu = meter.cpu(now, shared)
         egress = meter.egress()
-        if not shared:
-            meter.spell_begins(cpu, egress)
+        cpu = meter.cpu(now, True) if shared else meter.spell_begins(now, egress)
         meter.busy += 1
         meter.begun += 1
         return Window(meter, cpu, egress, shared, now)
@@ -243,6 +267,11 @@ class Accounting:
             shared=shared,
         )
 
+    def answered(self, window: Window | None) -> None:
+        """The call's answer went out: an idle generation is made ready for the next call (:data:`READY_FOR`)."""
+        if window is not None and not window.meter.busy and not window.meter.closed:
+            window.meter.ready(time.perf_counter())
+
     def forget(self, gen: Generation) -> None:
         """``gen`` is ending: its meter's files close (calls still in flight on it get no figures)."""
         meter = self._meters.pop(gen, None)
@@ -263,4 +292,4 @@ def _moved(before: Snapshot, after: Snapshot) -> list[HostEgress]:
     return moved
 
 
-__all__ = ["COALESCE", "SAMPLE_INTERVAL", "SHORT_WINDOW", "Accounting", "Meter", "Totals", "Window"]
+__all__ = ["COALESCE", "READY_FOR", "SAMPLE_INTERVAL", "SHORT_WINDOW", "Accounting", "Meter", "Totals", "Window"]

@@ -152,6 +152,7 @@ class Host:
                     usage=usage,
                 )
             )
+            self.generations.accounting.answered(window)
         except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - answered, or re-raised, by _failed
             self._failed(msg, exc)
         finally:
