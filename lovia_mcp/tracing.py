@@ -44,7 +44,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from lovia_mcp_worker.wire.messages import Ended, Failure, Started
+    from lovia_mcp_worker.wire.messages import Denied, Ended, Failure, Started
     from opentelemetry.metrics import Histogram
     from opentelemetry.trace import Span, Tracer
 
@@ -65,6 +65,7 @@ EVENT_OOM: Final = "lovia_mcp.oom_kill"
 EVENT_WORKER_RESTART: Final = "lovia_mcp.worker.restart"
 EVENT_RETRY: Final = "lovia_mcp.retry"
 EVENT_FAILURE: Final = "lovia_mcp.failure"
+EVENT_DENIED: Final = "lovia_mcp.sandbox.denied"
 
 _tracer: Tracer | None = None
 _histogram: Histogram | None = None
@@ -139,6 +140,20 @@ class Operation:
             self.error_type = error_type
             self.set("error.type", error_type)
             self.span.set_status(Status(StatusCode.ERROR, message))
+
+    def denied(self, denials: Iterable[Denied]) -> None:
+        """What the sandbox refused during the call: one event per distinct denial, with the destination."""
+        for d in denials:
+            self.event(
+                EVENT_DENIED,
+                {
+                    "lovia_mcp.denial.kind": d.kind,
+                    "lovia_mcp.denial.target": d.target,
+                    "lovia_mcp.denial.reason": d.reason,
+                    "lovia_mcp.denial.count": d.count,
+                    "lovia_mcp.denial.shared": d.shared,
+                },
+            )
 
     def failure(self, failure: Failure) -> None:
         """A worker ``Failure`` answered this operation: an event with its figures, and the error.
@@ -249,6 +264,7 @@ def worker_restarted(ops: Iterable[Operation], reason: str | None) -> None:
 __all__ = [
     "DURATION_BUCKETS",
     "DURATION_METRIC",
+    "EVENT_DENIED",
     "EVENT_END",
     "EVENT_FAILURE",
     "EVENT_LIMIT",

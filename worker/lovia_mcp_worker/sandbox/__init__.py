@@ -14,7 +14,10 @@
   its exec; ``_runtime``: what a boxed command must read to run at all;
 - ``netroute``, ``netproxy``, ``netrequest``: the worker's allowlist proxy, a
   sandboxed server's only way to the network; ``_netbridge``: its forwarder
-  inside the box.
+  inside the box (a deny-all proxy there with the network off), and
+  ``netbridge`` its command lines and the proxy variables;
+- ``denials``: who hears of what the sandbox refuses (the session host,
+  which attributes it to the calls in flight).
 """
 
 __all__: list[str] = []

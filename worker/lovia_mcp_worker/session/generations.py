@@ -42,6 +42,7 @@ from ..wire import failures
 from ..wire.failures import HostError
 from ..wire.messages import Ended, ListTools, Log, Open, Opened, ServerSpec, Started, Stats, Tools, WorkerMessage
 from .contain import SHUTDOWN_WAIT, Containment, session_tail
+from .denials import Attribution
 from .generation import Generation, Session, State
 from .listing import Listing
 from .standby import Standby
@@ -88,6 +89,8 @@ class Generations:
         self.listing = Listing(emit, self.log, lambda: self.current)
         # Lines the servers wrote on stdout that were not JSON-RPC (skipped).
         self.garbage_lines = 0
+        # What the sandbox refused, attributed to the host's calls in flight then.
+        self.denials = Attribution(self.log)
 
     # -- serving ------------------------------------------------------------- #
     async def opened(self, msg: Open) -> Opened:
@@ -302,6 +305,7 @@ class Generations:
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
         """Own one generation from launch to teardown (anyio needs one task for both)."""
+        self.denials.launching()  # this task's launches report to this host
         session = self._session(gen, spec)
         gen.session = session
         watchers: list[asyncio.Future[None]] = []
@@ -315,6 +319,7 @@ class Generations:
                 watchers += self.containment.watch(gen, spec)
                 # The open's trace context goes with the first handshake only.
                 trace, self.open_trace = self.open_trace, None
+                self.denials.adopt()  # what the sandbox started beside the server: calls wait for it
                 tools = await session.start(trace)
                 await self.containment.entered(entering)
                 if gen.state is State.STARTING:
@@ -395,6 +400,7 @@ class Generations:
             protocol_version=gen.protocol_version if serving and gen is not None else None,
             # The backend the current generation runs in, else the last one launched.
             sandbox=gen.sandbox if gen is not None and gen.sandbox is not None else self.sandbox,
+            sandbox_denials=self.denials.total,
         )
 
     # -- close --------------------------------------------------------------- #
@@ -417,6 +423,7 @@ class Generations:
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
         await self.containment.sweep()
+        await self.denials.aclose()
 
 
 __all__ = ["PROBE_FLOOR", "Generations"]

@@ -125,8 +125,12 @@ class Host:
             if not self.generations.ready(gen):
                 gen = await self.generations.live()  # only then: a coroutine awaited per call is one more frame
             assert gen is not None and gen.session is not None
+            denials = self.generations.denials
+            if denials.starting:  # the sandbox's deny-all proxy is not listening yet: not before it
+                await denials.settled()
             self.calls += 1
             self._calls.on[msg.id] = gen
+            denials.begin(msg.id)
             progress = ProgressForwarder(self._emit, msg.id)
             try:
                 content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
@@ -135,13 +139,21 @@ class Host:
                     await self.generations.listing.settled(gen)
             finally:
                 self._calls.on.pop(msg.id, None)
+                denied = denials.end(msg.id)
                 progress.close()  # the last progress held goes out before the answer
             omitted = 0
             if msg.keep is not None:
                 content, omitted = cut.cut_middle(content, msg.keep)
                 structured = cut.keeps_structured(structured, msg.keep)
             self._emit(
-                Result(id=msg.id, content=content, is_error=is_error, structured_content=structured, omitted=omitted)
+                Result(
+                    id=msg.id,
+                    content=content,
+                    is_error=is_error,
+                    structured_content=structured,
+                    omitted=omitted,
+                    denied=denied,
+                )
             )
         except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - answered, or re-raised, by _failed
             self._failed(msg, exc)
