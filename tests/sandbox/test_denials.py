@@ -117,7 +117,7 @@ BACKENDS = [
 
 
 def assert_gone(pid: int) -> None:
-    """``pid`` ends within :data:`AGENT_WAIT` (the deny-all bridge ends once its parent has gone)."""
+    """``pid`` ends within :data:`AGENT_WAIT` (the deny-all proxy ends once its parent has gone)."""
     try:
         psutil.wait_procs([psutil.Process(pid)], timeout=AGENT_WAIT)
     except psutil.NoSuchProcess:
@@ -285,17 +285,17 @@ def test_a_boxed_server_cannot_read_the_deny_all_report_fifo_it_sees(tmp_path: P
     assert out == "denied PermissionError: Permission denied", out
 
 
-# -- the deny-all bridge, without bwrap (on a free loopback port) ----------- #
+# -- the deny-all proxy, without bwrap (on a free loopback port) ----------- #
 # Stands for the server behind the deny-all route: says which FIFOs it holds
-# besides its stdio and which child (the bridge) it has, then, told that the
-# bridge listens (a line on stdin, as a worker lets a server serve), asks it
-# for a tunnel.
+# besides its stdio and which child (the deny-all proxy) it has, then, told
+# that the proxy listens (a line on stdin, as a worker lets a call through),
+# asks it for a tunnel.
 CLOSED_CLIENT = r"""
 import os, socket, stat, sys, psutil
 port = int(sys.argv[1])
 fifos = [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and os.path.exists(f"/proc/self/fd/{fd}")
          and stat.S_ISFIFO(os.stat(f"/proc/self/fd/{fd}").st_mode)]
-print("fifos", fifos, "bridge", *[c.pid for c in psutil.Process().children()], flush=True)
+print("fifos", fifos, "proxy", *[c.pid for c in psutil.Process().children()], flush=True)
 sys.stdin.readline()
 conn = socket.create_connection(("127.0.0.1", port), timeout=10)
 conn.sendall(b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n")
@@ -327,7 +327,7 @@ class Reported:
             self.done.set()
 
 
-def test_the_deny_all_bridge_answers_403_reports_the_request_and_leaves_the_server_no_report_fifo() -> None:
+def test_the_deny_all_proxy_answers_403_reports_the_request_and_leaves_the_server_no_report_fifo() -> None:
     reported = Reported("evil.example:443")
 
     async def main() -> str:
@@ -342,13 +342,13 @@ def test_the_deny_all_bridge_answers_403_reports_the_request_and_leaves_the_serv
             proc = await asyncio.create_subprocess_exec(
                 *argv, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
             )
-            # The bridge says when it listens; only then may the server try.
+            # The proxy says when it listens; only then may the server try.
             [ready] = denials.taken()
             await ready
             out, _ = await proc.communicate(b"go\n")
             await reported.done.wait()
             text = out.decode()
-            assert_gone(int(text.split("bridge", 1)[1].split()[0]))
+            assert_gone(int(text.split("proxy", 1)[1].split()[0]))
             return text
         finally:
             netbridge.release(reported)
@@ -356,7 +356,7 @@ def test_the_deny_all_bridge_answers_403_reports_the_request_and_leaves_the_serv
 
     out = run(asyncio.wait_for(main(), AGENT_WAIT))
     print(out)
-    assert out.startswith("fifos [] bridge "), out
+    assert out.startswith("fifos [] proxy "), out
     assert "HTTP/1.1 403 Forbidden (the network is off for this server)\r\n" in out
     assert out.rstrip().endswith(
         "this server has no network access (its sandbox has network=False). "

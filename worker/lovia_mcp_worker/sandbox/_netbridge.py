@@ -34,23 +34,6 @@ added ``LC_CTYPE`` to ``os.environ`` at start-up. SIGPIPE and SIGXFSZ, which
 Python ignores, are restored to their defaults before the exec (as
 ``subprocess`` does), since ignored signals survive an exec.
 
-With the network off (``Sandbox(network=False)``, bwrap), the box gets the
-bridge in deny-all mode instead::
-
-    python -I -S _netbridge.py --refuse-all --port PORT --report FIFO --ready TOKEN --parent PID
-
-started by a shell in the background beside the server (the server's start
-does not wait for it; until a client connects it loads nothing but C
-modules, so it costs about an interpreter's start). It binds
-``127.0.0.1:PORT`` in the box's own network namespace and answers every
-request with a 403; it writes each request's first line (at most
-:data:`_REPORT_LINE` bytes) to FIFO, which the worker reads
-(:func:`~lovia_mcp_worker.sandbox.netbridge.route_closed`); without it (the
-worker is gone) the bridge still refuses. Once it listens it writes
-``READY TOKEN`` there: the worker holds calls until then (within a
-bound). It connects nowhere: it has no socket to the worker, only the
-FIFO.
-
 Caveats: the server has a child it did not start; a server that waits for
 any child (``wait()``) may reap the bridge and lose its network. The bridge
 counts towards the server's process and memory limits. PORT must be fixed
@@ -86,29 +69,7 @@ _THREAD_STACK: Final = 256 * 1024
 _ACCEPT_BACKOFF: Final = 0.1
 _EXEC_FAILED: Final = 127
 _PR_SET_DUMPABLE: Final = 4
-_USAGE: Final = (
-    "usage: python -I -S _netbridge.py --port PORT --socket SOCKET [--seccomp-fd FD] -- ARGV...\n"
-    "       python -I -S _netbridge.py --refuse-all --port PORT --report FIFO --ready TOKEN --parent PID"
-)
-# Deny-all mode: the bound on a request head it reads (the proxy's own), on
-# the request line it reports (a longer one is cut: the worker drops it as
-# malformed), and on the wait for a head. Writes of at most PIPE_BUF (4 KiB)
-# bytes are atomic, so lines from concurrent connections never interleave.
-_HEAD_MAX: Final = 16 * 1024
-_REPORT_LINE: Final = 1024
-_HEAD_WAIT: Final = 30.0
-# After the 403, how long the bridge keeps reading what the client still
-# sends: closing with unread data resets the connection, which can destroy
-# the answer before the client has read it (the proxy's LINGER_TIMEOUT).
-_LINGER: Final = 2.0
-# Deny-all mode: how often the bridge checks that its parent (the server)
-# is still there. Under bwrap the box's pid namespace ends with the server
-# and the bridge with it; elsewhere (a test) it ends within this.
-_PARENT_CHECK: Final = 1.0
-_REFUSAL: Final = (
-    b"lovia-mcp sandbox: this server has no network access (its sandbox has network=False). "
-    b"To reach a host, list it in Sandbox(network=[...]).\n"
-)
+_USAGE: Final = "usage: python -I -S _netbridge.py --port PORT --socket SOCKET [--seccomp-fd FD] -- ARGV..."
 
 _reported: set[str] = set()
 
@@ -186,7 +147,7 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def _detach(*keep: int) -> None:
+def _detach(keep: int) -> None:
     """/dev/null on stdin and stdout; close every other descriptor but stderr and ``keep``."""
     try:
         null = os.open(os.devnull, os.O_RDWR)
@@ -205,7 +166,7 @@ def _detach(*keep: int) -> None:
     except OSError:
         fds = list(range(3, 1024))
     for fd in fds:
-        if fd > 2 and fd not in keep:
+        if fd > 2 and fd != keep:
             try:
                 os.close(fd)
             except OSError:
@@ -287,117 +248,6 @@ def _bridge(listener_fd: int, socket_path: str, parent: int) -> NoReturn:
     os._exit(1)
 
 
-def _refuse(client: socket.socket, report_fd: int) -> None:
-    import socket
-
-    try:
-        client.settimeout(_HEAD_WAIT)
-        head = b""
-        while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < _HEAD_MAX:
-            data = client.recv(_CHUNK)
-            if not data:
-                break
-            head += data
-        line = head.lstrip(b"\r\n").split(b"\n", 1)[0].rstrip(b"\r")
-        if line and report_fd >= 0:
-            try:
-                os.write(report_fd, line[:_REPORT_LINE] + b"\n")
-            except OSError:
-                pass  # the worker is gone: still refuse
-        client.sendall(
-            b"HTTP/1.1 403 Forbidden (the network is off for this server)\r\n"
-            b"Content-Type: text/plain; charset=utf-8\r\n"
-            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_REFUSAL), _REFUSAL)
-        )
-        client.shutdown(socket.SHUT_WR)
-        client.settimeout(_LINGER)
-        while client.recv(_CHUNK):
-            pass
-    except OSError:
-        pass
-    finally:
-        client.close()
-
-
-def _refuse_all(args: list[str]) -> int:
-    """Deny-all mode (see the module's doc): answer 403 to everything, report each request line.
-
-    It runs beside the server's start on every box with the network off, so
-    until a client connects it loads only C modules (no ``socket``, whose
-    enums cost more than the interpreter's own start, no ``ctypes``): its
-    whole cost is an interpreter start. It ends when its parent (the server)
-    has gone, seen every :data:`_PARENT_CHECK` seconds; under bwrap the
-    server's end ends the box's pid namespace, and the bridge with it.
-    """
-    import select
-
-    values = dict(zip(args[::2], args[1::2]))
-    port_text, parent = values.get("--port", ""), values.get("--parent", "")
-    if (
-        len(args) % 2
-        or set(values) != {"--port", "--report", "--ready", "--parent"}
-        or not (port_text.isdigit() and parent.isdigit())
-    ):
-        _say("--refuse-all takes --port PORT, --report FIFO, --ready TOKEN and --parent PID")
-        sys.stderr.write(_USAGE + "\n")
-        return 2
-    try:
-        # Non-blocking: with no reader (the worker is gone) the open fails at once.
-        report_fd = os.open(values["--report"], os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        os.set_blocking(report_fd, True)
-    except OSError as e:
-        _say(f"cannot open the report FIFO: {e.strerror or e}; refusing without reporting")
-        report_fd = -1
-    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-    try:
-        listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", int(port_text)))
-        listener.listen(_BACKLOG)
-    except OSError as e:
-        _say(f"cannot listen on 127.0.0.1:{port_text}: {e.strerror or e}")
-        return 1
-    if report_fd >= 0:
-        # Listening: the worker lets the server serve once it reads this.
-        try:
-            os.write(report_fd, b"READY " + values["--ready"].encode("ascii", "replace")[:64] + b"\n")
-        except OSError:
-            pass
-    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    _detach(listener.fileno(), report_fd)
-    while os.getppid() == int(parent):
-        ready, _, _ = select.select([listener], [], [], _PARENT_CHECK)
-        if ready:
-            _serve_refusals(listener.detach(), report_fd, int(parent))
-    return 0
-
-
-def _serve_refusals(listener_fd: int, report_fd: int, parent: int) -> None:
-    """A client has come: from now on the full modules, a thread per connection, until the parent goes."""
-    import socket
-    import threading
-    import time
-
-    threading.stack_size(_THREAD_STACK)
-    listener = socket.socket(fileno=listener_fd)
-    listener.settimeout(_PARENT_CHECK)
-    while os.getppid() == parent:
-        try:
-            client, _ = listener.accept()
-        except TimeoutError:
-            continue
-        except OSError as e:
-            _say_once(f"accept:{e.errno}", f"accept failed: {e.strerror or e}")
-            time.sleep(_ACCEPT_BACKOFF)
-            continue
-        try:
-            client.settimeout(None)  # accept's socket inherits the listener's timeout
-            threading.Thread(target=_refuse, args=(client, report_fd), daemon=True).start()
-        except RuntimeError as e:
-            _say_once("thread", f"cannot serve a connection: {e}")
-            client.close()
-    os._exit(0)  # daemon threads still answering are cut with the process
-
-
 def _read_program(fd: int) -> bytes:
     chunks = []
     while chunk := os.read(fd, 65536):
@@ -433,8 +283,6 @@ def _not_dumpable() -> None:
 
 
 def main(args: list[str]) -> int:
-    if args[:1] == ["--refuse-all"]:
-        return _refuse_all(args[1:])
     try:
         port, socket_path, seccomp_fd, argv = _parse(args)
     except ValueError as e:

@@ -314,7 +314,7 @@ def command(
     process; bwrap puts it on every process of the box. With
     ``proxy_socket``, ``argv`` is the bridge's, which stacks the full filter
     on the server (from a descriptor of its own); ``seccomp_fd`` is then the
-    program with ``allow_unix``. ``report_fifo``: the deny-all bridge's
+    program with ``allow_unix``. ``report_fifo``: the deny-all proxy's
     report FIFO (:func:`~lovia_mcp_worker.sandbox.netbridge.route_closed`),
     whose folder is bound read-only.
 

@@ -10,7 +10,7 @@ keeps the reporter it found (:func:`current`) and calls it with each
 through the transport and containment layers, which have no business with
 denials.
 
-A helper the launch starts beside the server (the deny-all bridge) tells
+A helper the launch starts beside the server (the deny-all proxy) tells
 when it is ready (:func:`expect`); the host takes that (:func:`taken`) and
 holds calls until it is, so that no call's attempt comes before anyone
 listens.

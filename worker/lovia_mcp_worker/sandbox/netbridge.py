@@ -3,14 +3,14 @@
 The bridge is ``_netbridge.py``, a script run inside the box. With an
 allowlist it forwards to the worker's proxy (:mod:`.netroute`). With the
 network off (bwrap), :func:`route_closed` gives the box a deny-all proxy of
-its own instead: the bridge in deny-all mode answers every request inside
-the box with a 403 and writes its request line to a FIFO the worker reads
+its own instead (``_denyall.py``, also run inside the box): it answers every
+request with a 403 and writes its request line to a FIFO the worker reads
 here, then tells the reporter the launch was made under (:mod:`.denials`);
-nothing in that box can reach the worker's sockets. Each bridge writes
-``READY TOKEN`` once it listens; the launching task expects it
+nothing in that box can reach the worker's sockets. Each deny-all proxy
+writes ``READY TOKEN`` once it listens; the launching task expects it
 (:func:`.denials.expect`), and the session host holds calls until then.
 
-Light on purpose: a box with the network off gets the deny-all bridge on
+Light on purpose: a box with the network off gets the deny-all proxy on
 every start, so this module is on the path of every sandboxed start, while
 the proxy itself (:mod:`.netproxy`, :mod:`.netrequest`: about 10 ms of
 imports) loads only where a server has an allowlist, or when a deny-all
@@ -47,6 +47,8 @@ BRIDGE_PORT: Final = 3128
 
 # The bridge script, run inside the sandbox with the standard library only.
 BRIDGE_SCRIPT: Final = str(Path(__file__).with_name("_netbridge.py"))
+# The deny-all proxy's script, run inside a box with the network off (the same).
+DENYALL_SCRIPT: Final = str(Path(__file__).with_name("_denyall.py"))
 
 
 def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
@@ -88,7 +90,7 @@ def bridge_argv(
     return [python, "-I", "-S", script, "--port", str(port), "--socket", socket_path, *filtered, "--", *argv]
 
 
-# Bound on one request line from a deny-all bridge (it cuts longer ones to
+# Bound on one request line from a deny-all proxy (it cuts longer ones to
 # 1 KiB): a line past it is malformed and dropped, and the reader keeps its
 # buffer small whatever the box writes.
 REPORT_LINE_MAX: Final = 2048
@@ -96,16 +98,15 @@ REPORT_LINE_MAX: Final = 2048
 # The report FIFO's name in its folder (the folder is bound into the box read-only).
 REPORT_NAME: Final = "denied"
 
-# The box's side of the deny-all route: the shell runs the bridge in the
-# background (so the server's start does not wait for a second interpreter)
-# and becomes the server. $0: the interpreter, $1: the bridge script, $2:
-# the report FIFO; the rest is the server's argv. {token} names this box's
-# bridge in its readiness line.
+# The box's side of the deny-all route: the shell runs the deny-all proxy
+# in the background (so the server's start does not wait for a second
+# interpreter) and becomes the server. $0: the interpreter, $1: the
+# script, $2: the report FIFO; the rest is the server's argv. {token} names
+# this box's proxy in its readiness line.
 _CLOSED_SCRIPT: Final = (
-    '"$0" -I -S "$1" --refuse-all --port {port} --report "$2" --ready {token} --parent $$ </dev/null >/dev/null & '
-    'shift 2; exec "$@"'
+    '"$0" -I -S "$1" --port {port} --report "$2" --ready {token} --parent $$ </dev/null >/dev/null & shift 2; exec "$@"'
 )
-# The line a deny-all bridge writes once it listens, before its token.
+# The line a deny-all proxy writes once it listens, before its token.
 READY: Final = b"READY "
 
 # One report FIFO per reporter (a session host): every generation's box writes into it.
@@ -117,15 +118,15 @@ def route_closed(
 ) -> tuple[list[str], str]:
     """The network off (bwrap): a deny-all proxy inside the box, seen by the worker; sets ``env``.
 
-    Returns ``argv`` behind a shell that starts the bridge in deny-all mode
-    beside the server, and the report FIFO, whose folder the box must bind
-    read-only. The bridge only answers 403 and writes each request line
-    to the FIFO: it holds no route anywhere, so the box's only network is
-    still its own loopback. The server holds no descriptor of it; the FIFO is
+    Returns ``argv`` behind a shell that starts ``_denyall.py`` beside the
+    server, and the report FIFO, whose folder the box must bind read-only.
+    The deny-all proxy only answers 403 and writes each request line to the
+    FIFO: it holds no route anywhere, so the box's only network is still
+    its own loopback. The server holds no descriptor of it; the FIFO is
     write-only to its owner, so a server can write to it (what it could ask
-    the bridge anyway) but never read another's reports. ``port``: where the
-    bridge listens (a test outside a box picks a free one). The bridge's
-    readiness is expected by the launching task (:func:`.denials.expect`).
+    the proxy anyway) but never read another's reports. ``port``: where the
+    proxy listens (a test outside a box picks a free one). Its readiness is
+    expected by the launching task (:func:`.denials.expect`).
     """
     report = denials.current()
     reports = _fifos.get(report)
@@ -135,7 +136,7 @@ def route_closed(
     env.update(proxy_env(port))
     sh = shutil.which("sh", path="/usr/bin:/bin") or "/bin/sh"
     script = _CLOSED_SCRIPT.format(port=port, token=token)
-    return [sh, "-c", script, python, BRIDGE_SCRIPT, reports.path, *argv], reports.path
+    return [sh, "-c", script, python, DENYALL_SCRIPT, reports.path, *argv], reports.path
 
 
 def release(report: denials.Reporter) -> None:
@@ -181,7 +182,7 @@ class _Reports:
             raise
 
     def expect(self) -> str:
-        """A token for the next box's bridge; its readiness is expected by the launching task."""
+        """A token for the next box's deny-all proxy; its readiness is expected by the launching task."""
         self._tokens += 1
         token = str(self._tokens)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -243,6 +244,7 @@ class _Reports:
 __all__ = [
     "BRIDGE_PORT",
     "BRIDGE_SCRIPT",
+    "DENYALL_SCRIPT",
     "REPORT_LINE_MAX",
     "REPORT_NAME",
     "bridge_argv",

@@ -31,7 +31,7 @@ from ..sandbox import denials
 from ..wire.messages import Denied
 
 # Bound on a call's wait for a helper the sandbox started beside the server
-# (the deny-all bridge: an interpreter's start, about 11 ms here; it is
+# (the deny-all proxy: an interpreter's start, about 11 ms here; it is
 # nearly always listening before the handshake is over, so calls seldom
 # wait at all). Past it the call goes on, and what the server tries before
 # the helper listens is refused unseen (logged).
