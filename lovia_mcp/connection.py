@@ -69,7 +69,7 @@ from .client.circuit import RestartCircuit
 from .client.core import ClientCore
 from .client.retry import retry
 from .lock import pins
-from .render import MCPToolResult, default_renderer, output_cap, with_sdk_models
+from .render import DENIED_META, MCPToolResult, default_renderer, output_cap, with_sdk_models
 
 if TYPE_CHECKING:
     from ._isolation import Isolation
@@ -388,6 +388,11 @@ class MCPConnection(LoviaFields):
             reply = await self.core.request(make, tool=name, backstop=backstop, op=op)
             if type(reply) is Result:
                 structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
+                meta = None
+                if reply.denied:
+                    meta = {DENIED_META: [msgspec.structs.asdict(d) for d in reply.denied]}
+                    if op is not None:
+                        op.denied(reply.denied)
                 # The decoded list itself: nothing else holds it.
                 return MCPToolResult(
                     content=reply.content,
@@ -396,6 +401,7 @@ class MCPConnection(LoviaFields):
                     cap=cap,
                     omitted=reply.omitted,
                     usage=reply.usage,
+                    meta=meta,
                 )
             assert isinstance(reply, Failure)
             if retry(

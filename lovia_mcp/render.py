@@ -30,6 +30,12 @@ lovia's runner cuts anything longer than the cap again; so the model sees
 about 70 characters less of such a text than under lovia's plugin. Shorter
 results cross whole and lovia's runner cuts them exactly as under lovia's
 plugin. Caps under :data:`FIT_MIN` are left to lovia.
+
+Sandbox denials: what the sandbox refused while the call was in flight
+(the worker attributes it, ``Result.denied``) is in
+``MCPToolResult.meta[DENIED_META]``, one entry per distinct denial, and the
+model reads one line per entry after the result (:func:`denial_lines`),
+under the default renderer and after a custom renderer's text alike.
 """
 
 from __future__ import annotations
@@ -73,6 +79,10 @@ class MCPToolResult(_LoviaMCPToolResult):
     cap: int | None = None
     omitted: int = 0
     usage: CallUsage | None = None
+    meta: dict[str, Any] | None = None
+    """What lovia-mcp adds about the call, as MCP's ``_meta`` would (``None``: nothing):
+    ``meta[DENIED_META]`` lists the sandbox's denials during the call, each a dict with
+    ``kind``, ``target``, ``reason``, ``count`` and ``shared``."""
 
 
 # The smallest cap cut here: below it lovia's marker would take most of the
@@ -80,6 +90,13 @@ class MCPToolResult(_LoviaMCPToolResult):
 FIT_MIN: Final = 256
 # lovia's split of the room between the text's head and its tail.
 _HEAD_SHARE: Final = 0.8
+# The _meta key of the sandbox's denials during a call (in MCPToolResult.meta and the gateway's results).
+DENIED_META: Final = "lovia-mcp/sandbox_denied"
+# Why, in the model's words, by the kind of denial (a reason the worker gives is used as it is).
+_DENIAL_WORDS: Final = {
+    "allowlist": "not in this server's network allowlist",
+    "network_off": "this server has no network access",
+}
 
 logger = logging.getLogger("lovia_mcp")
 
@@ -91,9 +108,37 @@ def default_renderer(result: Any, ctx: RunContext[Any]) -> str:
     text = str(render_mcp_content(result.content, is_error=result.is_error))
     omitted = getattr(result, "omitted", 0)
     cap = getattr(result, "cap", None)
+    lines = denial_lines(result)
     if not omitted or cap is None:
-        return text  # whole: lovia's runner applies the cap, exactly as under lovia's plugin
-    return truncate_to_fit(text, cap, omitted=omitted)
+        return text + lines  # whole: lovia's runner applies the cap, exactly as under lovia's plugin
+    return truncate_to_fit(text, max(FIT_MIN, cap - len(lines)), omitted=omitted) + lines
+
+
+def denial_lines(result: Any) -> str:
+    """One line per distinct sandbox denial in ``result.meta`` (each after a newline), or ``""``.
+
+    ``[sandbox] blocked a connection to evil.example:443 (not in this server's network allowlist)``;
+    one that came while other calls were in flight says it may be theirs.
+    """
+    meta = getattr(result, "meta", None)
+    entries = meta.get(DENIED_META) if isinstance(meta, dict) else None
+    if not entries:
+        return ""
+    out = []
+    for entry in entries:
+        reason = entry.get("reason", "")
+        if entry.get("kind") == "allowlist" and reason.startswith("port "):
+            why = reason.replace("the network allowlist", "this server's network allowlist")
+        else:
+            why = _DENIAL_WORDS.get(entry.get("kind", ""), reason)
+        line = f"[sandbox] blocked a connection to {entry.get('target', '?')} ({why})"
+        count = entry.get("count", 1)
+        if count > 1:
+            line += f", {count} times"
+        if entry.get("shared"):
+            line += "; other calls were in flight on this server, so it may have been theirs"
+        out.append("\n" + line)
+    return "".join(out)
 
 
 def output_cap(configured: int | None, ctx: RunContext[Any] | None) -> int | None:
@@ -163,12 +208,17 @@ def with_sdk_models(renderer: Any) -> Any:
 
     @functools.wraps(renderer)
     def render(result: Any, ctx: RunContext[Any]) -> Any:
+        lines = ""
         if isinstance(result, _LoviaMCPToolResult):
             structured = getattr(result, "structured_content", None)
+            meta = getattr(result, "meta", None)
+            lines = denial_lines(result)
             result = MCPToolResult(
-                content=sdk_content(result.content), is_error=result.is_error, structured_content=structured
+                content=sdk_content(result.content), is_error=result.is_error, structured_content=structured, meta=meta
             )
-        return renderer(result, ctx)
+        out = renderer(result, ctx)
+        # The model reads the denials whatever the renderer makes of the rest (when it makes text).
+        return out + lines if lines and isinstance(out, str) else out
 
     return render
 
@@ -191,9 +241,11 @@ def normalize_schema(schema: object) -> JsonObject:
 
 
 __all__ = [
+    "DENIED_META",
     "FIT_MIN",
     "MCPToolResult",
     "default_renderer",
+    "denial_lines",
     "normalize_schema",
     "output_cap",
     "render_mcp_content",

@@ -53,7 +53,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from lovia_mcp_worker.wire.messages import CallUsage, Ended, Failure, Started
+    from lovia_mcp_worker.wire.messages import CallUsage, Denied, Ended, Failure, Started
     from opentelemetry.metrics import Histogram
     from opentelemetry.trace import Span, Tracer
 
@@ -81,6 +81,7 @@ ATTR_MEMORY_PEAK: Final = "lovia_mcp.call.memory_peak"
 ATTR_EGRESS_CONNECTIONS: Final = "lovia_mcp.call.egress.connections"
 ATTR_EGRESS_BYTES: Final = "lovia_mcp.call.egress.bytes"
 ATTR_SHARED: Final = "lovia_mcp.call.shared"
+EVENT_DENIED: Final = "lovia_mcp.sandbox.denied"
 
 _tracer: Tracer | None = None
 _histogram: Histogram | None = None
@@ -155,6 +156,20 @@ class Operation:
             self.error_type = error_type
             self.set("error.type", error_type)
             self.span.set_status(Status(StatusCode.ERROR, message))
+
+    def denied(self, denials: Iterable[Denied]) -> None:
+        """What the sandbox refused during the call: one event per distinct denial, with the destination."""
+        for d in denials:
+            self.event(
+                EVENT_DENIED,
+                {
+                    "lovia_mcp.denial.kind": d.kind,
+                    "lovia_mcp.denial.target": d.target,
+                    "lovia_mcp.denial.reason": d.reason,
+                    "lovia_mcp.denial.count": d.count,
+                    "lovia_mcp.denial.shared": d.shared,
+                },
+            )
 
     def failure(self, failure: Failure) -> None:
         """A worker ``Failure`` answered this operation: an event with its figures, and the error.
@@ -292,6 +307,7 @@ __all__ = [
     "DURATION_BUCKETS",
     "DURATION_METRIC",
     "EVENT_EGRESS",
+    "EVENT_DENIED",
     "EVENT_END",
     "EVENT_FAILURE",
     "EVENT_LIMIT",

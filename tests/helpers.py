@@ -626,3 +626,59 @@ __all__ = [
     "sup",
     "wait_gone",
 ]
+
+
+# The ordinary user the sandbox tests become (setpriv), and the bound on such
+# an agent's whole run (interpreter, worker, sandbox, a call or two).
+NOBODY = 65534
+NOBODY_WAIT = 60.0
+
+
+def as_nobody(agent: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``agent`` (Python code) as nobody, with an interpreter nobody can read (not /root's).
+
+    argv[1] is a folder of nobody's own (its cwd and HOME), removed afterwards;
+    ``args`` follow. Skips where the machine cannot do this.
+    """
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (to become nobody) and setpriv")
+    python = shutil.which("python3.11", path="/usr/bin:/bin") or ""
+    if not python or not os.access(python, os.X_OK) or sys.version_info[:2] != (3, 11):
+        pytest.skip("no system python3.11 readable by an ordinary user (the venv's binary modules are 3.11)")
+    site = next(Path(sys.prefix, "lib").glob("python3.*/site-packages"))
+    for path in (ROOT, site):
+        if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents]):
+            pytest.skip(f"{path} is not readable by an ordinary user")
+    # Resolved: a checkout's .cache may be a link, which bwrap would not bind as the cwd.
+    home = Path(os.path.realpath(ROOT / ".cache")) / f"nobody-{os.getpid()}"
+    home.mkdir(parents=True)
+    os.chown(home, NOBODY, NOBODY)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "worker"), str(site)]),
+    }
+    try:
+        proc = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",
+                python,
+                "-c",
+                agent,
+                str(home),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=NOBODY_WAIT,
+            env=env,
+            cwd=home,
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print(proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc

@@ -87,7 +87,7 @@ from starlette.types import Receive, Scope, Send
 
 from .._names import PREFIX_SEP
 from ..annotations import as_json
-from ..render import MCPToolResult
+from ..render import DENIED_META, MCPToolResult, denial_lines
 from .access import Access
 from .audit import AuditLog, Caller, trace_id
 from .backends import Backend, Refused, wait_open
@@ -151,6 +151,11 @@ def result_json(result: MCPToolResult) -> dict[str, Any]:
     }
     if result.structured_content is not None:
         body["structuredContent"] = result.structured_content
+    denied = (result.meta or {}).get(DENIED_META)
+    if denied:
+        # The client's model reads the lines as ours does; its code reads _meta.
+        body["content"].append({"type": "text", "text": denial_lines(result).lstrip("\n")})
+        body["_meta"] = {DENIED_META: denied}
     return body
 
 
@@ -426,6 +431,8 @@ class Gateway:
             outcome = "tool_error" if result.is_error else "ok"
             if result.usage is not None:
                 self.metrics.usage(backend.name, tool, result.usage)
+            for denial in (result.meta or {}).get(DENIED_META, ()):
+                self.metrics.sandbox_denied(backend.name, tool, denial["kind"], denial["count"])
             return result_json(result)
         except asyncio.CancelledError:
             # The client went away (or the gateway stops): not an ok call.

@@ -25,6 +25,10 @@ Every name starts ``lovia_mcp_``:
 - ``lovia_mcp_kills_total{server,reason}``: a call that ended with its
   server tree killed or gone (``timeout``, ``limit``, ``server_exited``,
   ``worker_died``, ``protocol``);
+- ``lovia_mcp_sandbox_denials_total{server,tool,kind}``: refusals by the
+  sandbox during calls (``kind``: ``allowlist``, ``internal_address``,
+  ``network_off``); a refusal while several calls were in flight on the
+  server counts for each of them;
 - ``lovia_mcp_restarts_total{server}``, ``lovia_mcp_server_memory_bytes{server}``,
   ``lovia_mcp_server_processes{server}``, ``lovia_mcp_sessions{server}``,
   ``lovia_mcp_calls_in_flight``, ``lovia_mcp_up{server}`` and
@@ -41,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Final
 
-from lovia_mcp_worker.wire.messages import CallUsage
+from lovia_mcp_worker.wire.messages import DENIAL_KINDS, CallUsage
 
 # Latency buckets (seconds): from a raw server's sub-millisecond echo to a
 # slow tool's half minute.
@@ -124,6 +128,7 @@ class Metrics:
         self.egress_bytes: defaultdict[Labels, int] = defaultdict(int)
         self.egress_connections: defaultdict[Labels, int] = defaultdict(int)
         self._hosts: defaultdict[str, set[str]] = defaultdict(set)
+        self.denials: defaultdict[Labels, int] = defaultdict(int)
         self._hist: dict[str, list[int]] = {}
         self._sum: defaultdict[str, float] = defaultdict(float)
         self._count: defaultdict[str, int] = defaultdict(int)
@@ -173,6 +178,15 @@ class Metrics:
             self.egress_bytes[key] += e.bytes
             self.egress_connections[key] += e.connections
 
+    def sandbox_denied(self, server: str, tool: str, kind: str, count: int) -> None:
+        """``count`` refusals of ``kind`` by the sandbox during a call to ``tool``.
+
+        A kind the protocol does not name (the worker is on the untrusted
+        side) counts as ``other``: the series stay bounded.
+        """
+        kind = kind if kind in DENIAL_KINDS else "other"
+        self.denials[(("server", server), ("tool", tool), ("kind", kind))] += count
+
     def render(self, gauges: Iterable[tuple[str, str, str, Labels, float]]) -> str:
         """The exposition text; ``gauges`` are (name, type, help, labels, value) read at scrape time."""
         out: list[str] = []
@@ -214,6 +228,13 @@ class Metrics:
             "counter",
             "Connections through the sandbox's allowlist proxy during calls, by destination host.",
             self.egress_connections.items(),
+        )
+        self._family(
+            out,
+            "lovia_mcp_sandbox_denials_total",
+            "counter",
+            "Refusals by the sandbox during tool calls, by server, tool and kind.",
+            self.denials.items(),
         )
         by_name: dict[str, list[tuple[Labels, float]]] = defaultdict(list)
         meta: dict[str, tuple[str, str]] = {}

@@ -540,6 +540,29 @@ def test_a_sandboxed_server_behind_the_gateway_can_neither_write_outside_nor_con
     assert out["jail"].startswith("denied") and "| denied" in out["jail"]
 
 
+@pytest.mark.skipif(not SANDBOX or sandbox_mod.userns_refused() is not None, reason="needs the bwrap backend")
+def test_a_sandboxed_call_refused_a_host_tells_the_client_in_its_result_and_meta_and_metrics_count_it(
+    gateway: Serve,
+) -> None:
+    """With the network off, bwrap's deny-all proxy sees the attempt; the gateway's client reads it."""
+    key = 'lovia_mcp_sandbox_denials_total{server="jail",tool="proxy_get",kind="network_off"}'
+    before = _samples(gateway).get(key, 0.0)
+
+    async def main() -> Any:
+        async with sdk_client(gateway.url, gateway.headers) as client:
+            return await client.call_tool("jail__proxy_get", {"url": "http://evil.example/x"})
+
+    result = run(main())
+    texts = [block.text for block in result.content]
+    print(texts, result.meta)
+    assert texts[0].startswith("ok 403 lovia-mcp sandbox: this server has no network access")
+    assert texts[-1] == "[sandbox] blocked a connection to evil.example:80 (this server has no network access)"
+    assert result.meta is not None
+    [denied] = result.meta["lovia-mcp/sandbox_denied"]
+    assert (denied["kind"], denied["target"], denied["count"]) == ("network_off", "evil.example:80", 1)
+    assert _samples(gateway)[key] == before + 1
+
+
 def test_forty_concurrent_agents_on_lovias_plugin_are_served_by_one_shared_server(gateway: Serve) -> None:
     async def one(i: int) -> Any:
         plugin = LoviaMCP(LoviaHTTP(url=gateway.url, headers=gateway.headers))

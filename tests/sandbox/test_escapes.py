@@ -20,10 +20,8 @@ import asyncio
 import ctypes
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +30,7 @@ from typing import Any, TypeVar
 
 import msgspec
 import pytest
-from helpers import ESCAPE_SERVER, PY, RAW_SERVER, ROOT, EscapePlace, register_shared, run
+from helpers import ESCAPE_SERVER, PY, RAW_SERVER, EscapePlace, as_nobody, register_shared, run
 from lovia_mcp_worker.sandbox import bwrap, landlock, seccomp
 
 from lovia_mcp import MCPServerStdio, Sandbox
@@ -45,7 +43,6 @@ CALL_WAIT = 30.0
 JOIN_WAIT = 10.0
 # Bound on the ordinary-user agent's whole run (interpreter, worker, bwrap, one call).
 NOBODY_WAIT = 60.0
-NOBODY = 65534
 
 T = TypeVar("T")
 
@@ -417,56 +414,6 @@ def test_the_sandboxed_server_keeps_no_descriptor_but_its_stdio(servers: Servers
         assert len([fd for fd in fds if fd > 2]) <= 1, out
 
 
-def _as_nobody(agent: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``agent`` (Python code) as nobody, with an interpreter nobody can read (not /root's).
-
-    argv[1] is a folder of nobody's own (its cwd and HOME), removed afterwards;
-    ``args`` follow. Skips where the machine cannot do this.
-    """
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root (to become nobody) and setpriv")
-    python = shutil.which("python3.11", path="/usr/bin:/bin") or ""
-    if not python or not os.access(python, os.X_OK) or sys.version_info[:2] != (3, 11):
-        pytest.skip("no system python3.11 readable by an ordinary user (the venv's binary modules are 3.11)")
-    site = next(Path(sys.prefix, "lib").glob("python3.*/site-packages"))
-    for path in (ROOT, site):
-        if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents]):
-            pytest.skip(f"{path} is not readable by an ordinary user")
-    # Resolved: a checkout's .cache may be a link, which bwrap would not bind as the cwd.
-    home = Path(os.path.realpath(ROOT / ".cache")) / f"nobody-{os.getpid()}"
-    home.mkdir(parents=True)
-    os.chown(home, NOBODY, NOBODY)
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(home),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "worker"), str(site)]),
-    }
-    try:
-        proc = subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={NOBODY}",
-                f"--regid={NOBODY}",
-                "--clear-groups",
-                python,
-                "-c",
-                agent,
-                str(home),
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=NOBODY_WAIT,
-            env=env,
-            cwd=home,
-        )
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    print(proc.stdout, proc.stderr[-2000:])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_sandboxed_open_works_for_an_ordinary_user(backend: str) -> None:
     """The worker, bwrap and the server as nobody."""
@@ -480,7 +427,7 @@ def test_a_sandboxed_open_works_for_an_ordinary_user(backend: str) -> None:
         "        print(await c.call_tool('echo', {'text': 'hello as nobody'}), (await c.stats()).sandbox)\n"
         "asyncio.run(main())\n"
     )
-    proc = _as_nobody(agent, RAW_SERVER, backend)
+    proc = as_nobody(agent, RAW_SERVER, backend)
     assert proc.stdout.strip() == f"hello as nobody {backend}"
 
 
@@ -515,7 +462,7 @@ print(json.dumps({"bare": asyncio.run(probes(None)), "box": asyncio.run(probes(S
 def test_an_ordinary_users_server_leaves_no_setuid_file_or_fifo_and_cannot_list_or_listen(backend: str) -> None:
     """Issue 34 as nobody: each attack works on the bare server and fails in the box."""
     with socket.create_server(("127.0.0.1", 0)) as host:
-        proc = _as_nobody(NOBODY_PROBES, ESCAPE_SERVER, backend, str(host.getsockname()[1]))
+        proc = as_nobody(NOBODY_PROBES, ESCAPE_SERVER, backend, str(host.getsockname()[1]))
     seen = json.loads(proc.stdout)
     for name, out in seen["bare"].items():
         assert out.startswith("ok"), (name, out)

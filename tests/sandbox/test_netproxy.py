@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 from helpers import PY, LocalHTTP, bounded, exchange, pid_alive
-from lovia_mcp_worker.sandbox import netproxy
+from lovia_mcp_worker.sandbox import netbridge, netproxy
 from lovia_mcp_worker.sandbox.netproxy import host_allowed
 
 Decision = tuple[str, int, bool]
@@ -481,7 +481,7 @@ async def run_bridge(
     port: int, sock_path: str, argv: Sequence[str], env: dict[str, str], stdin: bytes | None = None
 ) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *netproxy.bridge_argv(argv, socket_path=sock_path, port=port),
+        *netbridge.bridge_argv(argv, socket_path=sock_path, port=port),
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -546,7 +546,7 @@ ENV_CLIENT = textwrap.dedent("""
 def test_a_program_following_the_proxy_variables_reaches_allowed_names_only(sock_path: str) -> None:
     async def main() -> None:
         port = free_port()
-        env = bridge_env(**netproxy.proxy_env(port))
+        env = bridge_env(**netbridge.proxy_env(port))
         # Inside the sandbox loopback names bypass the proxy; here localhost stands for an allowed host.
         del env["no_proxy"], env["NO_PROXY"]
         async with proxied(sock_path, LOCAL) as (proxy, upstream, decisions):
@@ -571,7 +571,7 @@ def test_a_program_following_the_proxy_variables_reaches_allowed_names_only(sock
 
 @pytest.mark.unit
 def test_proxy_env_points_both_spellings_at_the_bridge_and_bypasses_loopback() -> None:
-    env = netproxy.proxy_env(4321)
+    env = netbridge.proxy_env(4321)
 
     for name in ("http_proxy", "https_proxy", "all_proxy"):
         assert env[name] == env[name.upper()] == "http://127.0.0.1:4321"
@@ -598,7 +598,7 @@ def test_the_bridge_holds_only_stderr_its_listener_and_the_connections_it_serves
         port = free_port()
         async with proxied(sock_path, LOCAL) as (_, upstream, _decisions):
             proc = await asyncio.create_subprocess_exec(
-                *netproxy.bridge_argv(
+                *netbridge.bridge_argv(
                     [PY, "-c", HOLDING_CLIENT, str(port), str(upstream.port)], socket_path=sock_path, port=port
                 ),
                 stdin=asyncio.subprocess.PIPE,
@@ -679,7 +679,7 @@ def test_the_bridge_refuses_bad_arguments_with_usage(args: list[str], message: s
             PY,
             "-I",
             "-S",
-            netproxy.BRIDGE_SCRIPT,
+            netbridge.BRIDGE_SCRIPT,
             *args,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -502,13 +502,13 @@ def test_system_call_numbers_match_the_kernel_headers(arch: str) -> None:
 
 
 def _bridge(seccomp_fd: int | None, command: list[str]) -> subprocess.CompletedProcess[str]:
-    from lovia_mcp_worker.sandbox import netproxy
+    from lovia_mcp_worker.sandbox import netbridge
 
     # The bridge's port is on the host's loopback here: a free one, taken from the kernel.
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = netproxy.bridge_argv(command, socket_path="/nonexistent/proxy.sock", port=port, seccomp_fd=seccomp_fd)
+    argv = netbridge.bridge_argv(command, socket_path="/nonexistent/proxy.sock", port=port, seccomp_fd=seccomp_fd)
     return subprocess.run(
         argv,
         capture_output=True,

@@ -2,9 +2,9 @@
 
 A server under ``Sandbox(network=["api.github.com", "*.npmjs.org"])`` runs in
 a fresh network namespace with only its own loopback. Its proxy variables
-(:func:`proxy_env`) point at ``127.0.0.1:BRIDGE_PORT`` inside the sandbox,
-where ``_netbridge.py`` (:func:`bridge_argv`) forwards each TCP connection to
-this proxy's unix socket, bound into the sandbox. The proxy, running in the
+(:func:`~.netbridge.proxy_env`) point at ``127.0.0.1:BRIDGE_PORT`` inside the
+sandbox, where ``_netbridge.py`` (:func:`~.netbridge.bridge_argv`) forwards
+each TCP connection to this proxy's unix socket, bound into the sandbox. The proxy, running in the
 worker outside the sandbox, answers:
 
 - ``CONNECT host:port``: ``200 Connection established``, then a byte tunnel,
@@ -65,10 +65,8 @@ import ipaddress
 import os
 import socket
 import stat
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from .netrequest import (
@@ -106,14 +104,6 @@ LINGER_TIMEOUT: Final = 2.0
 # tasks finish within a loop iteration or two unless something is wrong.
 CLOSE_TIMEOUT: Final = 2.0
 
-# The port the bridge listens on inside the sandbox. The sandbox has a fresh
-# network namespace, so any port is free there; 3128 is the customary proxy
-# port, which reads well in a server's logs.
-BRIDGE_PORT: Final = 3128
-
-# The bridge script, run inside the sandbox with the standard library only.
-BRIDGE_SCRIPT: Final = str(Path(__file__).with_name("_netbridge.py"))
-
 _CHUNK: Final = 64 * 1024
 
 _REASONS: Final = {
@@ -128,16 +118,21 @@ _REASONS: Final = {
 
 @dataclass(frozen=True)
 class Decision:
-    """What the proxy decided on one request: ``reason`` says why a refused one was refused."""
+    """What the proxy decided on one request: ``reason`` and ``kind`` say why a refused one was refused.
+
+    ``kind`` is the :class:`~.netrequest.Denial`'s (``allowlist``, ``internal_address``); "" when allowed.
+    """
 
     host: str
     port: int
     allowed: bool
     reason: str = ""
+    kind: str = ""
 
 
 OnDecision = Callable[[Decision], None]
-"""``on_decision(decision)``: called once per request that gets as far as a decision, for logging."""
+"""``on_decision(decision)``: called once per request that gets as far as a decision (logging, and
+attributing refusals to the calls in flight); called before the client is answered."""
 
 
 class Traffic:
@@ -226,9 +221,9 @@ class Proxy:
             self.denied += 1
         if self._on_decision is None:
             return
-        reason = "" if denial is None else denial.reason
+        reason, kind = ("", "") if denial is None else (denial.reason, denial.kind)
         try:
-            self._on_decision(Decision(request.host, request.port, denial is None, reason))
+            self._on_decision(Decision(request.host, request.port, denial is None, reason, kind))
         except Exception as e:  # noqa: BLE001 - a logging hook must not break the proxy
             asyncio.get_running_loop().call_exception_handler(
                 {"message": "netproxy: the on_decision callback raised", "exception": e}
@@ -442,48 +437,7 @@ async def start_tcp(allowed: Sequence[str], *, on_decision: OnDecision | None = 
     return proxy, port
 
 
-def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
-    """The variables that point a sandboxed server at the bridge on ``127.0.0.1:port``.
-
-    Both spellings, since tools differ in which they read. Loopback names
-    bypass the proxy: inside the sandbox they are the server's own loopback.
-    ``NODE_USE_ENV_PROXY=1`` makes Node (22.21+, 24+) honour the variables in
-    ``fetch`` and ``http``; older Node ignores it.
-    """
-    url = f"http://127.0.0.1:{port}"
-    no_proxy = "localhost,127.0.0.1,::1"
-    env = {"NODE_USE_ENV_PROXY": "1"}
-    for name, value in (("http_proxy", url), ("https_proxy", url), ("all_proxy", url), ("no_proxy", no_proxy)):
-        env[name] = value
-        env[name.upper()] = value
-    return env
-
-
-def bridge_argv(
-    argv: Sequence[str],
-    *,
-    socket_path: str,
-    port: int = BRIDGE_PORT,
-    python: str = sys.executable,
-    script: str = BRIDGE_SCRIPT,
-    seccomp_fd: int | None = None,
-) -> list[str]:
-    """The argv that runs ``argv`` behind the bridge: put it after bwrap's ``--``.
-
-    ``socket_path`` and ``script`` are paths as seen inside the sandbox.
-    ``-I -S``: the bridge needs the standard library only, so neither the
-    environment nor site-packages (``.pth`` files run code) touch it. With
-    ``seccomp_fd``, the bridge installs the seccomp program read from that
-    descriptor just before it executes ``argv`` (its own forwarder stays
-    outside the filter, since it needs AF_UNIX sockets).
-    """
-    filtered = [] if seccomp_fd is None else ["--seccomp-fd", str(seccomp_fd)]
-    return [python, "-I", "-S", script, "--port", str(port), "--socket", socket_path, *filtered, "--", *argv]
-
-
 __all__ = [
-    "BRIDGE_PORT",
-    "BRIDGE_SCRIPT",
     "CLOSE_TIMEOUT",
     "CONNECT_TIMEOUT",
     "HEAD_TIMEOUT",
@@ -493,10 +447,8 @@ __all__ = [
     "OnDecision",
     "Proxy",
     "Traffic",
-    "bridge_argv",
     "host_allowed",
     "normalize_pattern",
-    "proxy_env",
     "start",
     "start_tcp",
 ]

@@ -320,10 +320,15 @@ def normalize_pattern(pattern: str) -> str:
 
 @dataclass(frozen=True)
 class Denial:
-    """Why a request is refused: ``reason`` short (for logs), ``text`` the whole answer with its hint."""
+    """Why a request is refused: ``reason`` short (for logs), ``text`` the whole answer with its hint.
+
+    ``kind``: ``allowlist`` (no entry names the destination on that port) or
+    ``internal_address`` (an allowed name resolves to an address nobody listed).
+    """
 
     reason: str
     text: str
+    kind: str = "allowlist"
 
 
 class Allowlist:
@@ -408,6 +413,7 @@ class Allowlist:
             f"lovia-mcp sandbox: {host} resolves to {why}, which the sandbox refuses unless it is "
             f"listed. To allow it, add '{listed}' (or '{entry}', or a range holding it) to "
             "Sandbox(network=[...]).",
+            "internal_address",
         )
 
 

@@ -7,21 +7,28 @@ sandbox (:mod:`._netbridge`) that forwards to the worker's proxy
 lets through exactly the allowed names (to public addresses, or to listed
 internal ones) and the listed addresses; everything else gets a 403 saying why.
 
-Lifecycle: one proxy per distinct allowlist, started at the first sandboxed
-spawn that needs it and reused by later generations (a restart costs no new
-proxy); :func:`aclose_all` stops them and removes their socket directories
-when the worker ends.
+Each refusal is logged and told to the reporter the launch was made under
+(:mod:`.denials`): the session host, which attributes it to the calls in
+flight. (With the network off, the box's deny-all proxy is
+:func:`.netbridge.route_closed`'s.)
+
+Lifecycle: one proxy per distinct allowlist and reporter, started at the
+first sandboxed spawn that needs it and reused by later generations (a
+restart costs no new proxy); :func:`release` stops a reporter's proxies
+(its host closed), :func:`aclose_all` every proxy and their socket
+directories when the worker ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import shutil
 import tempfile
 from typing import Final
 
-from . import netproxy
+from . import denials, netbridge, netproxy
 from .base import SandboxError
 
 logger = logging.getLogger("lovia_mcp.netproxy")
@@ -30,8 +37,9 @@ logger = logging.getLogger("lovia_mcp.netproxy")
 # short, because a unix socket path must fit in 108 bytes.
 SOCKET_NAME: Final = "proxy.sock"
 
-_proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, str]] = {}
-_tcp_proxies: dict[tuple[str, ...], tuple[netproxy.Proxy, int]] = {}
+_Key = tuple[tuple[str, ...], denials.Reporter | None]
+_proxies: dict[_Key, tuple[netproxy.Proxy, str]] = {}
+_tcp_proxies: dict[_Key, tuple[netproxy.Proxy, int]] = {}
 
 
 _HINT: Final = (
@@ -40,10 +48,12 @@ _HINT: Final = (
 )
 
 
-def _decision(decision: netproxy.Decision) -> None:
+def _decision(report: denials.Reporter | None, decision: netproxy.Decision) -> None:
     if not decision.allowed:
-        host = f"[{decision.host}]" if ":" in decision.host else decision.host
-        logger.warning("sandbox proxy refused %s:%d (%s)", host, decision.port, decision.reason)
+        refused = denials.Refused(decision.kind or "allowlist", decision.host, decision.port, decision.reason)
+        logger.warning("sandbox proxy refused %s (%s)", refused.target, decision.reason)
+        if report is not None:
+            report(refused)
 
 
 async def route(
@@ -56,20 +66,21 @@ async def route(
     before it executes ``argv``. Raises SandboxError for a malformed
     allowlist entry.
     """
-    key = tuple(allowed)
+    report = denials.current()
+    key = (tuple(allowed), report)
     entry = _proxies.get(key)
     if entry is None:
         folder = tempfile.mkdtemp(prefix="lovia-mcp-net-", dir="/tmp")
         path = f"{folder}/{SOCKET_NAME}"
         try:
-            proxy = await netproxy.start(allowed, path, on_decision=_decision)
+            proxy = await netproxy.start(allowed, path, on_decision=functools.partial(_decision, report))
         except ValueError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             raise SandboxError(f"bad sandbox network allowlist: {exc}", hint=_HINT) from exc
         entry = _proxies[key] = (proxy, path)
     _, path = entry
-    env.update(netproxy.proxy_env())
-    return path, netproxy.bridge_argv(argv, socket_path=path, seccomp_fd=seccomp_fd)
+    env.update(netbridge.proxy_env())
+    return path, netbridge.bridge_argv(argv, socket_path=path, seccomp_fd=seccomp_fd)
 
 
 async def route_tcp(allowed: list[str], env: dict[str, str]) -> int:
@@ -77,22 +88,34 @@ async def route_tcp(allowed: list[str], env: dict[str, str]) -> int:
 
     Returns the proxy's port, the only one the server may connect to.
     """
-    key = tuple(allowed)
+    report = denials.current()
+    key = (tuple(allowed), report)
     entry = _tcp_proxies.get(key)
     if entry is None:
         try:
-            entry = _tcp_proxies[key] = await netproxy.start_tcp(allowed, on_decision=_decision)
+            on_decision = functools.partial(_decision, report)
+            entry = _tcp_proxies[key] = await netproxy.start_tcp(allowed, on_decision=on_decision)
         except ValueError as exc:
             raise SandboxError(f"bad sandbox network allowlist: {exc}", hint=_HINT) from exc
-    env.update(netproxy.proxy_env(entry[1]))
+    env.update(netbridge.proxy_env(entry[1]))
     return entry[1]
 
 
 def proxies(allowed: list[str]) -> list[netproxy.Proxy]:
     """The proxies serving ``allowed`` in this process (none before a server that needs one started)."""
     key = tuple(allowed)
-    found = [entry[0] for entry in (_proxies.get(key), _tcp_proxies.get(key)) if entry is not None]
-    return found
+    return [entry[0] for table in (_proxies, _tcp_proxies) for k, entry in table.items() if k[0] == key]
+
+
+async def release(report: denials.Reporter) -> None:
+    """Stop the proxies set up under ``report`` (its host has closed); bounded by the proxies' own close."""
+    for table in (_proxies, _tcp_proxies):
+        for key in [k for k in table if k[1] is report]:
+            proxy, where = table.pop(key)
+            with contextlib.suppress(Exception):
+                await proxy.aclose()
+            if isinstance(where, str):
+                shutil.rmtree(where.rsplit("/", 1)[0], ignore_errors=True)
 
 
 async def aclose_all() -> None:
@@ -109,4 +132,4 @@ async def aclose_all() -> None:
         shutil.rmtree(path.rsplit("/", 1)[0], ignore_errors=True)
 
 
-__all__ = ["SOCKET_NAME", "aclose_all", "proxies", "route", "route_tcp"]
+__all__ = ["SOCKET_NAME", "aclose_all", "proxies", "release", "route", "route_tcp"]

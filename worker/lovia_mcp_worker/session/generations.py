@@ -43,6 +43,7 @@ from ..wire.failures import HostError
 from ..wire.messages import Ended, ListTools, Log, Open, Opened, ServerSpec, Started, Stats, Tools, WorkerMessage
 from .accounting import Accounting
 from .contain import SHUTDOWN_WAIT, Containment, session_tail
+from .denials import Attribution
 from .generation import Generation, Session, State
 from .listing import Listing
 from .standby import Standby
@@ -91,6 +92,8 @@ class Generations:
         self.garbage_lines = 0
         # What each call's server tree used (Result.usage), and the totals.
         self.accounting = Accounting()
+        # What the sandbox refused, attributed to the host's calls in flight then.
+        self.denials = Attribution(self.log)
 
     # -- serving ------------------------------------------------------------- #
     async def opened(self, msg: Open) -> Opened:
@@ -305,6 +308,7 @@ class Generations:
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
         """Own one generation from launch to teardown (anyio needs one task for both)."""
+        self.denials.launching()  # this task's launches report to this host
         session = self._session(gen, spec)
         gen.session = session
         watchers: list[asyncio.Future[None]] = []
@@ -318,6 +322,7 @@ class Generations:
                 watchers += self.containment.watch(gen, spec)
                 # The open's trace context goes with the first handshake only.
                 trace, self.open_trace = self.open_trace, None
+                self.denials.adopt()  # what the sandbox started beside the server: calls wait for it
                 tools = await session.start(trace)
                 await self.containment.entered(entering)
                 if gen.state is State.STARTING:
@@ -405,6 +410,7 @@ class Generations:
             egress_connections=totals.egress_connections,
             egress_bytes=totals.egress_bytes,
             shared_calls=totals.shared_calls,
+            sandbox_denials=self.denials.total,
         )
 
     # -- close --------------------------------------------------------------- #
@@ -428,6 +434,7 @@ class Generations:
                 await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
         self.accounting.close()
         await self.containment.sweep()
+        await self.denials.aclose()
 
 
 __all__ = ["PROBE_FLOOR", "Generations"]

@@ -125,9 +125,13 @@ class Host:
             if not self.generations.ready(gen):
                 gen = await self.generations.live()  # only then: a coroutine awaited per call is one more frame
             assert gen is not None and gen.session is not None
+            denials = self.generations.denials
+            if denials.starting:  # the sandbox's deny-all proxy is not listening yet: not before it
+                await denials.settled()
             self.calls += 1
             self._calls.on[msg.id] = gen
             window = self.generations.accounting.begin(gen, self.generations.spec)
+            denials.begin(msg.id)
             progress = ProgressForwarder(self._emit, msg.id)
             try:
                 content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
@@ -137,6 +141,7 @@ class Host:
             finally:
                 self._calls.on.pop(msg.id, None)
                 usage = self.generations.accounting.end(window)
+                denied = denials.end(msg.id)
                 progress.close()  # the last progress held goes out before the answer
             omitted = 0
             if msg.keep is not None:
@@ -150,6 +155,7 @@ class Host:
                     structured_content=structured,
                     omitted=omitted,
                     usage=usage,
+                    denied=denied,
                 )
             )
             self.generations.accounting.answered(window)

@@ -52,6 +52,8 @@ from .mcpjson import ContentBlock, ToolSpec
 # ToolSpec's title and outputSchema, and Stats.quarantined (tool pinning).
 # 12: Result.usage: what the server's tree used during the call (CPU, peak
 # memory, egress per host); Stats.call_* and egress_* its totals.
+# 12: Result.denied and Stats.sandbox_denials: what the sandbox refused
+# during a call, attributed to it.
 PROTOCOL_VERSION: Final = 12
 
 # A frame header: the body length, little-endian unsigned 32-bit.
@@ -59,6 +61,12 @@ HEADER: Final = struct.Struct("<I")
 # On a worker's status socket from the forkserver (lovia_mcp_worker.forkserver.server):
 # its pid, then its exit code (negative: the signal); a pid_t fits.
 FORKSERVER_STATUS: Final = struct.Struct("q")
+
+# What a sandbox denial (Denied.kind) refused, a closed set (the gateway's
+# metrics label by it): a destination the network allowlist does not name
+# (or a port it does not allow); an allowed name that resolves to an
+# internal address nobody listed; any destination, with the network off.
+DENIAL_KINDS: Final = ("allowlist", "internal_address", "network_off")
 
 # MCP protocol revisions lovia-mcp speaks, newest first: those reached by the
 # initialize handshake, and the stateless ones (no initialize; a per-request
@@ -193,6 +201,8 @@ class Stats(msgspec.Struct, frozen=True, kw_only=True):
     egress_bytes: int = 0
     # Calls that ran beside another on the same server (CallUsage.shared).
     shared_calls: int = 0
+    # Refusals by the sandbox (Denied) over the connection's life, whether or not a call was in flight.
+    sandbox_denials: int = 0
 
 
 # --------------------------------------------------------------------------- #
@@ -331,8 +341,28 @@ class ToolsChanged(msgspec.Struct, frozen=True, tag=True):
     tools: list[ToolSpec]
 
 
+class Denied(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One distinct refusal by the sandbox during a call (:mod:`..session.denials` attributes it).
+
+    ``kind``: one of :data:`DENIAL_KINDS`; ``target``: what was refused
+    (``host:port``); ``reason``: why, in a few words (``not in the network
+    allowlist``, ``resolves to 127.0.0.1, a loopback address``); ``count``:
+    how often during the call; ``shared``: other calls were in flight on the
+    server then, so it may have come from one of them.
+    """
+
+    kind: str
+    target: str
+    reason: str
+    count: int = 1
+    shared: bool = False
+
+
 class Result(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
-    """A call's answer; ``omitted``: characters of text left out of its middle (see ``CallTool.keep``)."""
+    """A call's answer; ``omitted``: characters of text left out of its middle (see ``CallTool.keep``).
+
+    ``denied``: what the sandbox refused while the call was in flight, one entry per distinct refusal.
+    """
 
     id: int
     content: list[ContentBlock]
@@ -340,6 +370,7 @@ class Result(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     structured_content: bytes | None = None
     omitted: int = 0
     usage: CallUsage | None = None  # None: no local tree to measure (HTTP)
+    denied: list[Denied] = []
 
 
 class Progress(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
@@ -501,6 +532,8 @@ __all__ = [
     "Cancel",
     "Close",
     "Closed",
+    "DENIAL_KINDS",
+    "Denied",
     "Ended",
     "Failure",
     "FailureKind",

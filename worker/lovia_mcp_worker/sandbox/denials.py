@@ -1,0 +1,88 @@
+"""Who hears of the sandbox's refusals: the reporter a server's launch is made under.
+
+The allowlist proxy (:mod:`.netproxy`) and the deny-all proxy of a box with
+the network off (:mod:`.netroute`) refuse things on a server's behalf, in
+the worker, far from the call that caused them. The session host owns the
+calls; it launches each generation under its reporter (:func:`reporting`),
+and what the sandbox sets up during that launch (a proxy, a report pipe)
+keeps the reporter it found (:func:`current`) and calls it with each
+:class:`Refused`. A context variable, not a parameter: the launch passes
+through the transport and containment layers, which have no business with
+denials.
+
+A helper the launch starts beside the server (the deny-all proxy) tells
+when it is ready (:func:`expect`); the host takes that (:func:`taken`) and
+holds calls until it is, so that no call's attempt comes before anyone
+listens.
+
+Caveat: the reporter is read when a proxy is set up. A proxy serves every
+later generation of the same host (one per allowlist and reporter), so a
+host's reporter must stay the same object for its life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable
+
+
+class Refused:
+    """One refusal: ``kind`` (:data:`~..wire.messages.DENIAL_KINDS`), the destination, and why.
+
+    A plain class: the session host imports this module in every worker, and
+    a dataclass costs an import about a millisecond.
+    """
+
+    __slots__ = ("host", "kind", "port", "reason")
+
+    def __init__(self, kind: str, host: str, port: int, reason: str) -> None:
+        self.kind = kind
+        self.host = host
+        self.port = port
+        self.reason = reason
+
+    @property
+    def target(self) -> str:
+        """``host:port``, an IPv6 address in brackets."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+Reporter = Callable[[Refused], None]
+"""``reporter(refused)``: called in the worker's event loop, once per refusal; must not raise."""
+
+_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("lovia_mcp_sandbox_reporter", default=None)
+_pending: contextvars.ContextVar[list[asyncio.Future[None]] | None] = contextvars.ContextVar(
+    "lovia_mcp_sandbox_pending", default=None
+)
+
+
+def reporting(reporter: Reporter | None) -> None:
+    """Launches made from now on in this task (and tasks it starts) report to ``reporter``."""
+    _reporter.set(reporter)
+    _pending.set([])
+
+
+def expect(ready: asyncio.Future[None]) -> None:
+    """The launch under way started a helper beside the server that is ready when ``ready`` is done."""
+    pending = _pending.get()
+    if pending is not None:
+        pending.append(ready)
+
+
+def taken() -> list[asyncio.Future[None]]:
+    """The readiness of the helpers this task's launches started since the last call (then forgotten here)."""
+    pending = _pending.get()
+    if not pending:
+        return []
+    waiting = list(pending)
+    pending.clear()
+    return waiting
+
+
+def current() -> Reporter | None:
+    """The reporter the launch under way was made under (None: refusals are only logged)."""
+    return _reporter.get()
+
+
+__all__ = ["Refused", "Reporter", "current", "expect", "reporting", "taken"]
