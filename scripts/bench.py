@@ -1355,6 +1355,8 @@ def _cold_start(repeat: int) -> list[dict[str, Any]]:
     """Each package server's first open, unlocked and locked, medians of ``repeat`` interleaved samples."""
     import shutil
 
+    # uv comes with the project's test extra, into this interpreter's environment.
+    os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     missing = [c for c in ("uvx", "npx", "node") if shutil.which(c) is None]
     if missing:
         _log(f"cold start: {', '.join(missing)} not on PATH; the figure is skipped")
@@ -1395,6 +1397,29 @@ def _cold_start(repeat: int) -> list[dict[str, Any]]:
             rows.append({"server": server, "unlocked": u, "locked": k, "direct": d, "ratio": k / u, "samples": samples})
             _log(f"cold start: {server}: unlocked {u:.3f} s, locked {k:.3f} s, direct {d:.3f} s (median of {repeat})")
     return rows
+
+
+# The part of the lock page (docs/lock.md) that ``--cold-start --markdown`` writes.
+COLD_BEGIN: Final = "<!-- bench.py --cold-start --markdown: generated table, begin -->"
+COLD_END: Final = "<!-- bench.py --cold-start --markdown: generated table, end -->"
+
+
+def _cold_markdown(rows: list[dict[str, Any]], repeat: int, load_before: tuple[float, float, float]) -> str:
+    """The cold-start figures as a markdown table, with the run's conditions above it."""
+    lines = [
+        f"Measured by `.venv/bin/python scripts/bench.py --cold-start --markdown docs/lock.md` on "
+        f"{os.cpu_count()} CPUs; load average {load_before[0]:.2f} before and {os.getloadavg()[0]:.2f} after; "
+        f"medians of {repeat} interleaved samples.",
+        "",
+        "| server | unlocked (caches warm) | locked | locked / unlocked | the server itself |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        command = " ".join([COLD_SERVERS[r["server"]]["command"], *COLD_SERVERS[r["server"]]["args"]])
+        lines.append(
+            f"| `{command}` | {r['unlocked']:.2f} s | {r['locked']:.2f} s | {r['ratio']:.2f} | {r['direct']:.2f} s |"
+        )
+    return "\n".join(lines)
 
 
 def _cold_table(rows: list[dict[str, Any]]) -> str:
@@ -1658,8 +1683,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.cold_start:
-        rows = _cold_start(args.repeat or (1 if args.quick else 5))
+        repeat = args.repeat or (1 if args.quick else 5)
+        load_before = os.getloadavg()
+        rows = _cold_start(repeat)
         print(json.dumps(rows, indent=2) if args.json else _cold_table(rows))
+        if args.markdown and rows:
+            _write_between(Path(args.markdown), COLD_BEGIN, COLD_END, _cold_markdown(rows, repeat, load_before))
+            _log(f"wrote the cold-start table into {args.markdown}")
         return 0
 
     if args.otel:
@@ -1793,13 +1823,17 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_markdown(page: Path, report: dict[str, Any]) -> None:
+def _write_between(page: Path, begin: str, end: str, table: str) -> None:
     text = page.read_text()
-    if MARK_BEGIN not in text or MARK_END not in text:
-        raise SystemExit(f"{page} has no generated-table markers; add the two lines:\n{MARK_BEGIN}\n{MARK_END}")
-    head, rest = text.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    page.write_text(f"{head}{MARK_BEGIN}\n{_markdown(report)}\n{MARK_END}{tail}")
+    if begin not in text or end not in text:
+        raise SystemExit(f"{page} has no generated-table markers; add the two lines:\n{begin}\n{end}")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    page.write_text(f"{head}{begin}\n{table}\n{end}{tail}")
+
+
+def _write_markdown(page: Path, report: dict[str, Any]) -> None:
+    _write_between(page, MARK_BEGIN, MARK_END, _markdown(report))
 
 
 if __name__ == "__main__":
