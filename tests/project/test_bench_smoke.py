@@ -7,7 +7,9 @@ code and that its JSON has a value for every figure and every client.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -89,3 +91,35 @@ def test_quick_benchmark_exits_cleanly_and_reports_every_figure_for_every_client
     assert table.count("\n| ") == len(report["figures"]) + 1  # the header and a row a figure
     outside = (ROOT / "docs" / "performance.md").read_text().split("<!-- bench.py")
     assert written.split("<!-- bench.py")[0] == outside[0]  # the prose before the table is untouched
+
+
+# Bound on compiling a copy of both packages (~1 s on an idle 2-core machine).
+COMPILE_TIMEOUT = 60
+
+
+@pytest.mark.timeout(COMPILE_TIMEOUT + 30)
+def test_first_open_imports_lovia_mcp_from_cached_bytecode_even_when_python_writes_none(tmp_path: Path) -> None:
+    # A copy with no __pycache__, run as a tree is under PYTHONDONTWRITEBYTECODE=1:
+    # lovia's modules come compiled from site-packages, so lovia-mcp's must be too.
+    shutil.copytree(ROOT / "lovia_mcp", tmp_path / "lovia_mcp", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "worker" / "lovia_mcp_worker",
+        tmp_path / "worker" / "lovia_mcp_worker",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    sources = list(tmp_path.rglob("*.py"))
+    assert sources and not list(tmp_path.rglob("__pycache__"))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(tmp_path / "worker"), str(BENCH.parent)])
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", "import bench; bench._compile_bytecode()"],
+        capture_output=True,
+        text=True,
+        timeout=COMPILE_TIMEOUT,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    missing = [
+        str(p.relative_to(tmp_path)) for p in sources if not Path(importlib.util.cache_from_source(str(p))).exists()
+    ]
+    assert not missing, missing
