@@ -634,11 +634,12 @@ NOBODY = 65534
 NOBODY_WAIT = 60.0
 
 
-def as_nobody(agent: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``agent`` (Python code) as nobody, with an interpreter nobody can read (not /root's).
+def nobody_python() -> tuple[str, Path]:
+    """An interpreter nobody can run (not /root's venv) and the site-packages it should use.
 
-    argv[1] is a folder of nobody's own (its cwd and HOME), removed afterwards;
-    ``args`` follow. Skips where the machine cannot do this.
+    Skips where the machine cannot run the project as nobody: not root, no
+    setpriv, no system python3.11, or the checkout or site-packages not
+    readable by an ordinary user.
     """
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root (to become nobody) and setpriv")
@@ -649,6 +650,16 @@ def as_nobody(agent: str, *args: str) -> subprocess.CompletedProcess[str]:
     for path in (ROOT, site):
         if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents]):
             pytest.skip(f"{path} is not readable by an ordinary user")
+    return python, site
+
+
+def as_nobody(agent: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``agent`` (Python code) as nobody, with an interpreter nobody can read (not /root's).
+
+    argv[1] is a folder of nobody's own (its cwd and HOME), removed afterwards;
+    ``args`` follow. Skips where the machine cannot do this.
+    """
+    python, site = nobody_python()
     # Resolved: a checkout's .cache may be a link, which bwrap would not bind as the cwd.
     home = Path(os.path.realpath(ROOT / ".cache")) / f"nobody-{os.getpid()}"
     home.mkdir(parents=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from helpers import CLI_TIMEOUT, PY, RAW_SERVER, ROOT
+from helpers import CLI_TIMEOUT, PY, RAW_SERVER, ROOT, nobody_python
 from lovia_mcp_worker.sandbox import bwrap, landlock, registry
 from lovia_mcp_worker.sandbox.base import LaunchPlan
 from lovia_mcp_worker.wire.messages import ServerSpec
@@ -271,15 +271,7 @@ NOBODY = 65534
 @pytest.mark.skipif(bwrap.BWRAP is None, reason="bubblewrap is not available")
 def test_doctor_as_an_ordinary_user_reports_both_backends_holding(cache: Path) -> None:
     """The command as nobody: what a deployment without root gets (the probes then try nobody's means)."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root (to become nobody) and setpriv")
-    python = shutil.which("python3.11", path="/usr/bin:/bin") or ""
-    if not python or sys.version_info[:2] != (3, 11):
-        pytest.skip("no system python3.11 readable by an ordinary user (the venv's binary modules are 3.11)")
-    site = next(Path(sys.prefix, "lib").glob("python3.*/site-packages"))
-    for path in (ROOT, site):
-        if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents]):
-            pytest.skip(f"{path} is not readable by an ordinary user")
+    python, site = nobody_python()
     home = Path(os.path.realpath(cache)) / "nobody"
     home.mkdir()
     os.chown(home, NOBODY, NOBODY)

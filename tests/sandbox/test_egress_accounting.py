@@ -8,45 +8,16 @@ a page from a service on the host's loopback, listed as an address in
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from helpers import ESCAPE_SERVER, PY, run
+from helpers import ESCAPE_SERVER, PY, LocalHTTP, run
 from lovia_mcp_worker.sandbox import registry
 
 from lovia_mcp import CallUsage, MCPServerStdio, Sandbox
 
 pytestmark = pytest.mark.linux_only
 
-BODY = b"x" * 5000
-
-
-class Service:
-    """An HTTP service on the loopback that answers every request with :data:`BODY`."""
-
-    def __init__(self) -> None:
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Service:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(BODY), BODY))
-            await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+# What the loopback service answers every request with.
+BODY = "x" * 5000
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "landlock"])
@@ -56,7 +27,7 @@ def test_a_sandboxed_calls_egress_is_counted_per_host_on_its_usage_and_in_stats(
         pytest.skip(f"the {backend} backend is not available here: {why}")
 
     async def main() -> tuple[str, CallUsage, CallUsage, object]:
-        async with Service() as service:
+        async with LocalHTTP(answer=lambda lines: BODY) as service:
             server = MCPServerStdio(
                 command=PY,
                 args=[ESCAPE_SERVER],

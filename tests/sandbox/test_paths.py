@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import PY, ROOT, SERVERS, run
+from helpers import PY, ROOT, SERVERS, nobody_python, run
 from lovia_mcp_worker.sandbox import bwrap, landlock, pins
 from lovia_mcp_worker.sandbox.base import SandboxError
 from lovia_mcp_worker.wire.confinement import PathPin
@@ -277,15 +277,7 @@ def test_where_openat2_is_refused_the_component_walk_refuses_the_swap(tmp_path: 
 @pytest.mark.parametrize("backend_name", BACKENDS)
 def test_as_an_ordinary_user_the_swap_is_refused(backend_name: str) -> None:
     """The agent, worker and server as nobody, with an interpreter nobody can read (not /root's)."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root (to become nobody) and setpriv")
-    python = shutil.which("python3.11", path="/usr/bin:/bin") or ""
-    if not python or sys.version_info[:2] != (3, 11):
-        pytest.skip("no system python3.11 readable by an ordinary user (the venv's binary modules are 3.11)")
-    site = next(Path(sys.prefix, "lib").glob("python3.*/site-packages"))
-    for path in (ROOT, site):
-        if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents]):
-            pytest.skip(f"{path} is not readable by an ordinary user")
+    python, site = nobody_python()
     base = ROOT / ".cache" / f"paths-nobody-{os.getpid()}-{backend_name}"  # pytest's tmp dirs are root's alone
     try:
         place = Place(base)

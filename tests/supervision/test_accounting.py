@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RAW_SERVER, ROOT, raw, run
+from helpers import RAW_SERVER, ROOT, nobody_python, raw, run
 from lovia_mcp_worker.containment import usage as usage_mod
 from lovia_mcp_worker.containment.cgroup import GenerationCgroup
 from lovia_mcp_worker.containment.cgroup_layout import Layout
@@ -161,15 +159,7 @@ NOBODY_AGENT = textwrap.dedent("""
 
 def test_as_an_ordinary_user_the_watch_reads_the_kernels_peak_of_each_call() -> None:
     """Not root, no cgroup: the watch restarts each process's peak (``clear_refs``), which its owner may write."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root (to become nobody) and setpriv")
-    python = shutil.which("python3.11", path="/usr/bin:/bin") or ""
-    if not python or sys.version_info[:2] != (3, 11):
-        pytest.skip("no system python3.11 readable by an ordinary user (the venv's binary modules are 3.11)")
-    site = next(Path(sys.prefix, "lib").glob("python3.*/site-packages"))
-    for path in (ROOT, site):
-        if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents]):
-            pytest.skip(f"{path} is not readable by an ordinary user")
+    python, site = nobody_python()
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": "/tmp",
