@@ -27,7 +27,6 @@ Without the section every principal sees everything, ``/metrics`` included.
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -35,7 +34,8 @@ from typing import Any, Final
 
 from lovia.exceptions import UserError
 
-from ..config_file.loader import GATEWAY_SECTION, strip_jsonc
+from ..config_file.loader import GATEWAY_SECTION
+from .options import read_config
 from .principals import PRINCIPAL_NAME
 
 # The top-level key of the config file that only ``lovia-mcp serve`` reads.
@@ -98,12 +98,7 @@ def access_options(source: str | Path | Mapping[str, Any], servers: Iterable[str
 
     Call after ``load_servers`` accepted the file: its shape is known good.
     """
-    if isinstance(source, Mapping):
-        data: Any = source
-        label = "config"
-    else:
-        label = str(source)
-        data = json.loads(strip_jsonc(Path(source).expanduser().read_text(encoding="utf-8")))
+    data, label = read_config(source)
     section = data.get(SECTION)
     if section is None:
         return Access(None)

@@ -71,17 +71,22 @@ class Served:
     idle: float = DEFAULT_IDLE
 
 
+def read_config(source: str | Path | Mapping[str, Any]) -> tuple[Any, str]:
+    """The config's data, and how errors name it (its path, or ``config`` for a mapping).
+
+    Call after ``load_servers`` accepted the file: its shape is known good.
+    """
+    if isinstance(source, Mapping):
+        return source, "config"
+    return json.loads(strip_jsonc(Path(source).expanduser().read_text(encoding="utf-8"))), str(source)
+
+
 def served_options(source: str | Path | Mapping[str, Any]) -> dict[str, Served]:
     """Each entry's gateway options by server name (entries without any get the defaults).
 
     Call after ``load_servers`` accepted the file: its shape is known good.
     """
-    if isinstance(source, Mapping):
-        data: Any = source
-        label = "config"
-    else:
-        label = str(source)
-        data = json.loads(strip_jsonc(Path(source).expanduser().read_text(encoding="utf-8")))
+    data, label = read_config(source)
     entries = data.get("mcpServers", data.get("servers", {}))
     return {
         name: _served(f"{label}: server {name!r}", entry)
@@ -120,6 +125,7 @@ def _served(where: str, entry: Mapping[str, Any]) -> Served:
 
 
 __all__ = [
+    "read_config",
     "DEFAULT_DRAIN",
     "DEFAULT_HEAD_TIMEOUT",
     "DEFAULT_IDLE",
