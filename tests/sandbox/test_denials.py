@@ -21,7 +21,6 @@ reads only the server's own text, and these tests fail on the missing line.
 from __future__ import annotations
 
 import asyncio
-import glob
 import json
 import os
 import socket
@@ -31,9 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-from helpers import ESCAPE_SERVER, PY, SERVERS, as_nobody, pid_alive, run
+from helpers import ESCAPE_SERVER, PY, SERVERS, as_nobody, run
 from lovia_mcp_worker.sandbox import bwrap, denials, landlock, netbridge
 from lovia_mcp_worker.session import denials as session_denials
 from lovia_mcp_worker.session.denials import MAX_DISTINCT, Attribution
@@ -114,15 +112,6 @@ BACKENDS = [
         ),
     ),
 ]
-
-
-def assert_gone(pid: int) -> None:
-    """``pid`` ends within :data:`AGENT_WAIT` (the deny-all proxy ends once its parent has gone)."""
-    try:
-        psutil.wait_procs([psutil.Process(pid)], timeout=AGENT_WAIT)
-    except psutil.NoSuchProcess:
-        pass
-    assert not pid_alive(pid)
 
 
 class Listener:
@@ -267,35 +256,17 @@ def test_a_refusal_during_two_overlapping_calls_is_given_to_both_each_saying_it_
         )
 
 
-@pytest.mark.skipif(bool(_bwrap_works()), reason="bubblewrap with user namespaces is needed")
-def test_a_boxed_server_cannot_read_the_deny_all_report_fifo_it_sees(tmp_path: Path) -> None:
-    """The FIFO is write-only to its owner: a box (the same uid, without capabilities) cannot take the reports."""
-
-    async def main() -> str:
-        before = set(glob.glob("/tmp/lovia-mcp-deny-*"))
-        server = MCPServerStdio(
-            command=PY, args=[ESCAPE_SERVER], name="escape", cwd=str(tmp_path), sandbox=Sandbox(backend="bwrap")
-        )
-        async with server.session() as conn:
-            [folder] = set(glob.glob("/tmp/lovia-mcp-deny-*")) - before
-            # Readable, the FIFO would hold the read until the call's timeout: it fails then.
-            return str(await conn.call_tool("read", {"path": f"{folder}/{netbridge.REPORT_NAME}"}, timeout=READ_WAIT))
-
-    out = run(asyncio.wait_for(main(), AGENT_WAIT))
-    assert out == "denied PermissionError: Permission denied", out
-
-
-# -- the deny-all proxy, without bwrap (on a free loopback port) ----------- #
-# Stands for the server behind the deny-all route: says which FIFOs it holds
-# besides its stdio and which child (the deny-all proxy) it has, then, told
-# that the proxy listens (a line on stdin, as a worker lets a call through),
-# asks it for a tunnel.
+# -- the deny-all listener ---------------------------------------------------- #
+# Stands for the server behind the deny-all route: says which descriptors it
+# holds besides its stdio and which children it has, then, told that the
+# listener is there (a line on stdin, as a worker lets a call through), asks
+# it for a tunnel.
 CLOSED_CLIENT = r"""
-import os, socket, stat, sys, psutil
+import os, socket, sys
 port = int(sys.argv[1])
-fifos = [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and os.path.exists(f"/proc/self/fd/{fd}")
-         and stat.S_ISFIFO(os.stat(f"/proc/self/fd/{fd}").st_mode)]
-print("fifos", fifos, "proxy", *[c.pid for c in psutil.Process().children()], flush=True)
+fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2)
+children = open(f"/proc/self/task/{os.getpid()}/children").read().split()
+print("fds", len(fds) - 1, "children", len(children), flush=True)  # less the listdir's own
 sys.stdin.readline()
 conn = socket.create_connection(("127.0.0.1", port), timeout=10)
 conn.sendall(b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n")
@@ -327,36 +298,53 @@ class Reported:
             self.done.set()
 
 
-def test_the_deny_all_proxy_answers_403_reports_the_request_and_leaves_the_server_no_report_fifo() -> None:
+@pytest.mark.skipif(bool(_bwrap_works()), reason="bubblewrap with user namespaces is needed")
+def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_closes_when_the_box_ends() -> None:
+    """The worker's listener lives in the box's network namespace only; the server gets no descriptor or child of it."""
+    from lovia_mcp_worker.wire.confinement import Sandbox as WireSandbox
+
     reported = Reported("evil.example:443")
+    box = WireSandbox(network=False)
 
     async def main() -> str:
         denials.reporting(reported)
-        port = _free_port()
         env = {"PATH": os.environ.get("PATH", os.defpath)}
-        argv, fifo = netbridge.route_closed([PY, "-c", CLOSED_CLIENT, str(port)], env, port=port)
+        port = netbridge.BRIDGE_PORT
+        status = netbridge.route_closed(env)
+        seccomp_fd = bwrap.filter_fd(box)
         try:
             assert env["HTTP_PROXY"] == env["https_proxy"] == f"http://127.0.0.1:{port}"
-            # Write-only: a box (same uid, no capability) cannot read the reports.
-            assert os.stat(fifo).st_mode & 0o777 == 0o200
-            proc = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+            argv = bwrap.command(
+                box, [PY, "-c", CLOSED_CLIENT, str(port)], cwd=None, env=env, seccomp_fd=seccomp_fd, status_fd=status
             )
-            # The proxy says when it listens; only then may the server try.
-            [ready] = denials.taken()
-            await ready
-            out, _ = await proc.communicate(b"go\n")
-            await reported.done.wait()
-            text = out.decode()
-            assert_gone(int(text.split("proxy", 1)[1].split()[0]))
-            return text
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                pass_fds=(status, seccomp_fd),
+            )
         finally:
-            netbridge.release(reported)
-            assert not os.path.exists(os.path.dirname(fifo))
+            os.close(status)
+            os.close(seccomp_fd)
+        # The listener is made once bwrap names the box; only then may the server try.
+        [ready] = denials.taken()
+        await ready
+        [closed] = netbridge._boxes[reported]
+        assert closed.refusing is not None
+        # Not in this process's own network namespace: nothing listens on the port here.
+        with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=READ_WAIT):
+            pass
+        out, _ = await proc.communicate(b"go\n")
+        await reported.done.wait()
+        # bwrap has ended: its status pipe's end of file closes the listener.
+        while reported in netbridge._boxes:
+            await asyncio.sleep(0)
+        return out.decode()
 
     out = run(asyncio.wait_for(main(), AGENT_WAIT))
     print(out)
-    assert out.startswith("fifos [] proxy "), out
+    assert out.startswith("fds 0 children 0\n"), out
     assert "HTTP/1.1 403 Forbidden (the network is off for this server)\r\n" in out
     assert out.rstrip().endswith(
         "this server has no network access (its sandbox has network=False). "
@@ -367,32 +355,78 @@ def test_the_deny_all_proxy_answers_403_reports_the_request_and_leaves_the_serve
     ]
 
 
-def test_report_lines_a_box_writes_are_parsed_as_requests_and_anything_else_is_dropped() -> None:
+async def _ask(port: int, head: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head)
+    answer = await reader.read()
+    writer.close()
+    return answer
+
+
+def test_request_lines_a_box_sends_are_parsed_as_requests_and_anything_else_is_dropped() -> None:
+    """The listener, served here on a free port: only a well-formed proxy request line reaches the reporter."""
     reported = Reported("last.example:443")
+    heads = [
+        b"GET / HTTP/1.1\r\n\r\n",  # origin form: not a proxy request
+        b"CONNECT no-port.example HTTP/1.1\r\n\r\n",
+        b"\xff\xfe garbage\r\n\r\n",
+        # Too long, and its tail shaped like a request: dropped whole.
+        b"x" * (netbridge.REPORT_LINE_MAX + 10) + b" CONNECT tail.example:443 HTTP/1.1\r\n\r\n",
+        # Past the head's bound without an end: the first line is still all it reads.
+        b"GET http://[::1]:8080/x HTTP/1.1\r\n" + b"X: " + b"y" * netbridge.HEAD_MAX,
+        b"CONNECT last.example:443 HTTP/1.1\r\n\r\n",
+    ]
 
-    async def main() -> None:
-        denials.reporting(reported)
-        _, fifo = netbridge.route_closed(["true"], {})
+    async def main() -> list[bytes]:
+        listener = socket.create_server(("127.0.0.1", 0))
+        refusing = netbridge.Refusing(listener, reported)
         try:
-            lines = [
-                b"READY 999",  # no bridge was started with that token: nothing to wake
-                b"GET / HTTP/1.1",  # origin form: not a proxy request
-                b"CONNECT no-port.example HTTP/1.1",
-                b"\xff\xfe garbage",
-                # Too long, and its tail shaped like a request: dropped whole.
-                b"x" * (netbridge.REPORT_LINE_MAX + 10) + b" CONNECT tail.example:443 HTTP/1.1",
-                b"GET http://[::1]:8080/x HTTP/1.1",
-                b"CONNECT last.example:443 HTTP/1.1",
-            ]
-            with open(fifo, "wb", buffering=0) as box:
-                for line in lines:
-                    box.write(line + b"\n")
+            port = listener.getsockname()[1]
+            answers = [await _ask(port, head) for head in heads]
             await reported.done.wait()
+            return answers
         finally:
-            netbridge.release(reported)
+            refusing.close()
 
-    run(asyncio.wait_for(main(), AGENT_WAIT))
+    answers = run(asyncio.wait_for(main(), AGENT_WAIT))
+    assert all(a.startswith(b"HTTP/1.1 403 Forbidden") for a in answers), answers
     assert [r.target for r in reported.seen] == ["[::1]:8080", "last.example:443"]
+
+
+def test_a_box_holding_more_connections_than_the_bound_gets_the_extra_ones_closed_unanswered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server looping on connect() costs the worker at most MAX_CONNECTIONS connections; the held ones still get 403."""
+    monkeypatch.setattr(netbridge, "MAX_CONNECTIONS", 2)
+    reported = Reported("late.example:443")
+
+    async def main() -> tuple[bytes, list[bytes]]:
+        listener = socket.create_server(("127.0.0.1", 0))
+        refusing = netbridge.Refusing(listener, reported)
+        try:
+            port = listener.getsockname()[1]
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                # It asks as well, and is not answered: closed at accept, unread.
+                extra_writer.write(b"CONNECT extra.example:443 HTTP/1.1\r\n\r\n")
+                extra = await extra_reader.read()
+            except ConnectionResetError:
+                extra = b""
+            extra_writer.close()
+            answers = []
+            for reader, writer in held:
+                writer.write(b"CONNECT late.example:443 HTTP/1.1\r\n\r\n")
+                answers.append(await reader.read())
+                writer.close()
+            return extra, answers
+        finally:
+            refusing.close()
+
+    extra, answers = run(asyncio.wait_for(main(), AGENT_WAIT))
+    assert extra == b""
+    assert all(a.startswith(b"HTTP/1.1 403 Forbidden") for a in answers), answers
+    assert [r.target for r in reported.seen] == ["late.example:443"] * 2
 
 
 # -- attribution (pure logic: which calls a refusal belongs to) -------------- #

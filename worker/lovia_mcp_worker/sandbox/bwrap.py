@@ -20,9 +20,9 @@
   ``/proc/sys`` is read-only (uid 0 may write it without any capability),
   and ``/proc/keys``, ``/proc/key-users``, ``/proc/timer_list`` are masked;
 - a new network namespace (only its own loopback) unless ``network=True``;
-  with ``network=False``, a deny-all proxy inside it (the bridge in deny-all
-  mode, :func:`~lovia_mcp_worker.sandbox.netbridge.route_closed`) that
-  refuses every request and tells the worker; with a list of host names, a proxy run by the worker
+  with ``network=False``, a deny-all listener the worker makes inside it
+  (:func:`~lovia_mcp_worker.sandbox.netbridge.route_closed`, told the box's
+  pid through ``--json-status-fd``) that refuses every request and reports it; with a list of host names, a proxy run by the worker
   (:mod:`~lovia_mcp_worker.sandbox.netproxy`) is the only way out, reached through
   a unix socket whose folder is bound read-only into the sandbox and a small
   bridge inside it;
@@ -305,7 +305,7 @@ def command(
     env: dict[str, str],
     seccomp_fd: int,
     proxy_socket: str | None = None,
-    report_fifo: str | None = None,
+    status_fd: int | None = None,
     held: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[str]:
     """The bwrap argv that runs ``argv`` inside ``sandbox``. Raises SandboxError.
@@ -314,9 +314,11 @@ def command(
     process; bwrap puts it on every process of the box. With
     ``proxy_socket``, ``argv`` is the bridge's, which stacks the full filter
     on the server (from a descriptor of its own); ``seccomp_fd`` is then the
-    program with ``allow_unix``. ``report_fifo``: the deny-all proxy's
-    report FIFO (:func:`~lovia_mcp_worker.sandbox.netbridge.route_closed`),
-    whose folder is bound read-only.
+    program with ``allow_unix``. ``status_fd``: where bwrap writes its
+    child's pid (``--json-status-fd``) for the deny-all listener
+    (:func:`~lovia_mcp_worker.sandbox.netbridge.route_closed`); bwrap's
+    child closes it before the server runs, and bwrap holds it until it
+    ends.
 
     ``held`` maps the configured cwd and ``writable`` paths to their
     resolved path and a descriptor the caller opened and checked
@@ -402,10 +404,8 @@ def command(
         args += ["--ro-bind", folder, folder]
         for path in INIT_MEMORY:
             args += ["--ro-bind", "/dev/null", path]
-    if report_fifo is not None:
-        # Read-only: opening a FIFO for writing needs no write access to its mount.
-        folder = os.path.dirname(report_fifo)
-        args += ["--ro-bind", folder, folder]
+    if status_fd is not None:
+        args += ["--json-status-fd", str(status_fd)]
     args += ["--seccomp", str(seccomp_fd)]
     for path in hidden_paths(sandbox, env):
         if os.path.isdir(path):
@@ -473,7 +473,7 @@ class BwrapBackend:
         held = pins.hold(box, spec.cwd)
         try:
             proxy_socket: str | None = None
-            report_fifo: str | None = None
+            status_fd: int | None = None
             if isinstance(box.network, list):
                 from . import netroute  # the proxy's modules load only where a server needs one
 
@@ -481,7 +481,8 @@ class BwrapBackend:
                 proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
             elif box.network is False:
                 # netbridge is imported up front (light, and most boxes have the network off).
-                argv, report_fifo = netbridge.route_closed(argv, env)
+                fds.append(netbridge.route_closed(env))
+                status_fd = fds[-1]
             fds.append(filter_fd(box, allow_unix=proxy_socket is not None))
             argv = command(
                 box,
@@ -490,7 +491,7 @@ class BwrapBackend:
                 env=env,
                 seccomp_fd=fds[-1],
                 proxy_socket=proxy_socket,
-                report_fifo=report_fifo,
+                status_fd=status_fd,
                 held=held.paths,
             )
             # Only the descriptors bwrap binds (and closes): any other would reach the server.

@@ -2,36 +2,46 @@
 
 The bridge is ``_netbridge.py``, a script run inside the box. With an
 allowlist it forwards to the worker's proxy (:mod:`.netroute`). With the
-network off (bwrap), :func:`route_closed` gives the box a deny-all proxy of
-its own instead (``_denyall.py``, also run inside the box): it answers every
-request with a 403 and writes its request line to a FIFO the worker reads
-here, then tells the reporter the launch was made under (:mod:`.denials`);
-nothing in that box can reach the worker's sockets. Each deny-all proxy
-writes ``READY TOKEN`` once it listens; the launching task expects it
-(:func:`.denials.expect`), and the session host holds calls until then.
+network off (bwrap), :func:`route_closed` gives the box a deny-all listener
+instead: a socket the worker makes inside the box's own network namespace
+(bwrap tells it the box's pid through ``--json-status-fd``) and serves from
+its own event loop. It answers every request with a 403 and reports its
+request line to the reporter the launch was made under (:mod:`.denials`);
+it connects nowhere, so nothing in that box can reach anything of the
+worker's but that listener. The launching task expects its readiness
+(:func:`.denials.expect`), and the session host holds calls until then
+(about a millisecond after bwrap made the namespaces).
 
-Light on purpose: a box with the network off gets the deny-all proxy on
+Light on purpose: a box with the network off gets the deny-all listener on
 every start, so this module is on the path of every sandboxed start, while
 the proxy itself (:mod:`.netproxy`, :mod:`.netrequest`: about 10 ms of
 imports) loads only where a server has an allowlist, or when a deny-all
-report arrives.
+listener first reports a request.
 
-Lifecycle: one report FIFO per reporter (a session host), in a private
-folder under ``/tmp``, made at its first box's start and used by every
-later one; :func:`release` closes it and removes the folder when the host
-closes, :func:`close_all` when the worker ends. A worker killed outright
-leaves the folder (``/tmp/lovia-mcp-deny-*``).
+Entering the box's network namespace takes CAP_SYS_ADMIN in the caller's
+own user namespace: as root a short-lived thread enters it (about 0.1 ms);
+an ordinary user's worker forks a helper that enters the box's user
+namespace first, which its owner may (about 3 ms).
+
+Lifecycle: a box's listener closes when its bwrap ends (the status pipe's
+end of file), when its reporter is released (:func:`release`, the host
+closes) or when the worker ends (:func:`close_all`); nothing is left on
+disk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import fcntl
 import logging
 import os
-import shutil
+import re
+import signal
+import socket
 import sys
-import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -47,8 +57,6 @@ BRIDGE_PORT: Final = 3128
 
 # The bridge script, run inside the sandbox with the standard library only.
 BRIDGE_SCRIPT: Final = str(Path(__file__).with_name("_netbridge.py"))
-# The deny-all proxy's script, run inside a box with the network off (the same).
-DENYALL_SCRIPT: Final = str(Path(__file__).with_name("_denyall.py"))
 
 
 def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
@@ -90,141 +98,355 @@ def bridge_argv(
     return [python, "-I", "-S", script, "--port", str(port), "--socket", socket_path, *filtered, "--", *argv]
 
 
-# Bound on one request line from a deny-all proxy (it cuts longer ones to
-# 1 KiB): a line past it is malformed and dropped, and the reader keeps its
-# buffer small whatever the box writes.
+# Bound on the request line a deny-all refusal reports: a longer one is
+# malformed and dropped (a request line to a proxy is a method, a target of
+# at most a host name and a port, and a version).
 REPORT_LINE_MAX: Final = 2048
+# Bound on a request head the deny-all listener reads (the proxy's own).
+HEAD_MAX: Final = 16 * 1024
+_CHUNK: Final = 64 * 1024
+# How long a connection may take to send its head: a client that asks sends
+# it at once; one that does not only holds one of MAX_CONNECTIONS.
+HEAD_WAIT: Final = 10.0
+# After the 403, how long the listener keeps reading what the client still
+# sends: closing with unread data resets the connection, which can destroy
+# the answer before the client has read it (the proxy's LINGER_TIMEOUT).
+LINGER: Final = 2.0
+# Connections a box may hold open on its deny-all listener at once; past it
+# a new one is closed unanswered (and logged once): a server looping on
+# connect() costs the worker at most this many small tasks.
+MAX_CONNECTIONS: Final = 32
+_BACKLOG: Final = 16
+# Bound on bwrap's status line (its child's pid and namespace ids, ~200 bytes).
+STATUS_MAX: Final = 4096
+# Bound on the forked helper that makes the listener where a thread may not
+# enter the box's network namespace (an ordinary user): a fork and three
+# system calls, about 3 ms; past it the helper is killed and the box's
+# attempts are refused unseen.
+HELPER_WAIT: Final = 2.0
+# Pause before accepting again after a failed accept (out of descriptors,
+# say), which would otherwise repeat at once and spin the worker's loop.
+ACCEPT_BACKOFF: Final = 0.1
 
-# The report FIFO's name in its folder (the folder is bound into the box read-only).
-REPORT_NAME: Final = "denied"
-
-# The box's side of the deny-all route: the shell runs the deny-all proxy
-# in the background (so the server's start does not wait for a second
-# interpreter) and becomes the server. $0: the interpreter, $1: the
-# script, $2: the report FIFO; the rest is the server's argv. {token} names
-# this box's proxy in its readiness line.
-_CLOSED_SCRIPT: Final = (
-    '"$0" -I -S "$1" --port {port} --report "$2" --ready {token} --parent $$ </dev/null >/dev/null & shift 2; exec "$@"'
+_REFUSAL: Final = (
+    b"lovia-mcp sandbox: this server has no network access (its sandbox has network=False). "
+    b"To reach a host, list it in Sandbox(network=[...]).\n"
 )
-# The line a deny-all proxy writes once it listens, before its token.
-READY: Final = b"READY "
+_ANSWER: Final = (
+    b"HTTP/1.1 403 Forbidden (the network is off for this server)\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_REFUSAL), _REFUSAL)
+)
 
-# One report FIFO per reporter (a session host): every generation's box writes into it.
-_fifos: dict[denials.Reporter | None, _Reports] = {}
+# setns(2) flags, the ioctl that names a namespace's owning user namespace
+# (linux/nsfs.h: _IO(0xb7, 0x1)), and IP_FREEBIND (linux/in.h): the box's
+# loopback is not up yet when the listener is made, so its address is not local yet.
+_CLONE_NEWNET: Final = 0x40000000
+_CLONE_NEWUSER: Final = 0x10000000
+_NS_GET_USERNS: Final = 0xB701
+_IP_FREEBIND: Final = 15
+
+_CHILD_PID = re.compile(rb'"child-pid": (\d+)')
+_NET_NAMESPACE = re.compile(rb'"net-namespace": (\d+)')
+
+# The boxes with the network off, by reporter (a session host), until their bwrap ends.
+_boxes: dict[denials.Reporter | None, set[_ClosedBox]] = {}
+# Whether a thread of this process may enter a box's network namespace
+# (CAP_SYS_ADMIN here: root); learnt on the first refusal, then a forked helper.
+_thread_enters = True
 
 
-def route_closed(
-    argv: list[str], env: dict[str, str], *, port: int = BRIDGE_PORT, python: str = sys.executable
-) -> tuple[list[str], str]:
-    """The network off (bwrap): a deny-all proxy inside the box, seen by the worker; sets ``env``.
+def route_closed(env: dict[str, str], *, port: int = BRIDGE_PORT) -> int:
+    """The network off (bwrap): the worker's own deny-all listener inside the box; sets ``env``.
 
-    Returns ``argv`` behind a shell that starts ``_denyall.py`` beside the
-    server, and the report FIFO, whose folder the box must bind read-only.
-    The deny-all proxy only answers 403 and writes each request line to the
-    FIFO: it holds no route anywhere, so the box's only network is still
-    its own loopback. The server holds no descriptor of it; the FIFO is
-    write-only to its owner, so a server can write to it (what it could ask
-    the proxy anyway) but never read another's reports. ``port``: where the
-    proxy listens (a test outside a box picks a free one). Its readiness is
-    expected by the launching task (:func:`.denials.expect`).
+    Returns the write end of a pipe for bwrap's ``--json-status-fd``: pass
+    it to the spawn, then close it. Once bwrap has made the box's namespaces
+    it writes its child's pid there; the worker makes a listener on
+    ``127.0.0.1:port`` in that child's network namespace (where the proxy
+    variables point) and serves it from its own event loop: every request
+    gets a 403 and its request line is reported (:mod:`.denials`). The
+    listener is the only thing of the worker's in the box: it holds no
+    route anywhere, so the box's only network stays its own loopback. It
+    closes when bwrap ends (the pipe's end of file) or the reporter is
+    released. Its readiness is expected by the launching task
+    (:func:`.denials.expect`).
     """
     report = denials.current()
-    reports = _fifos.get(report)
-    if reports is None:
-        reports = _fifos[report] = _Reports(report)
-    token = reports.expect()
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    read_end, write_end = os.pipe()
+    try:
+        box = _ClosedBox(read_end, report, port, ready)
+    except BaseException:
+        os.close(read_end)
+        os.close(write_end)
+        raise
+    _boxes.setdefault(report, set()).add(box)
+    denials.expect(ready)
     env.update(proxy_env(port))
-    sh = shutil.which("sh", path="/usr/bin:/bin") or "/bin/sh"
-    script = _CLOSED_SCRIPT.format(port=port, token=token)
-    return [sh, "-c", script, python, DENYALL_SCRIPT, reports.path, *argv], reports.path
+    return write_end
 
 
 def release(report: denials.Reporter) -> None:
-    """Close the report FIFO made for ``report`` (its host has closed) and remove its folder."""
-    reports = _fifos.pop(report, None)
-    if reports is not None:
-        reports.close()
+    """Close the deny-all listeners of ``report``'s boxes (its host has closed)."""
+    for box in list(_boxes.get(report, ())):
+        box.close()
 
 
 def close_all() -> None:
-    """Close every report FIFO and remove the folders (the worker ends)."""
-    for reports in list(_fifos.values()):
-        reports.close()
-    _fifos.clear()
+    """Close every deny-all listener (the worker ends)."""
+    for boxes in list(_boxes.values()):
+        for box in list(boxes):
+            box.close()
+    _boxes.clear()
 
 
-class _Reports:
-    """A report FIFO in a private folder, read in the event loop until :meth:`close`.
+def _setns(fd: int, kind: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, kind) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
 
-    The worker holds a write end of its own as well, so the reader never
-    sees an end of file between two boxes.
-    """
 
-    def __init__(self, report: denials.Reporter | None) -> None:
-        self._report = report
-        self._buffer = b""
-        self._discarding = False
-        # Bridges started and not yet listening, by token.
-        self._starting: dict[bytes, asyncio.Future[None]] = {}
-        self._tokens = 0
-        self.folder = tempfile.mkdtemp(prefix="lovia-mcp-deny-", dir="/tmp")
-        self.path = f"{self.folder}/{REPORT_NAME}"
-        self._fds: list[int] = []
+def _listener(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_IP, _IP_FREEBIND, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _listen_in_thread(netns: int, port: int) -> socket.socket:
+    """A thread enters the namespace, makes the listener and ends (its namespace with it)."""
+    made: list[socket.socket | BaseException] = []
+
+    def enter() -> None:
         try:
-            os.mkfifo(self.path, 0o600)
-            self._fds.append(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
-            self._fds.append(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
-            # Write-only from now on: the box (same uid, no capability) cannot read the reports.
-            os.chmod(self.path, 0o200)
-            asyncio.get_running_loop().add_reader(self._fds[0], self._readable)
+            _setns(netns, _CLONE_NEWNET)
+            made.append(_listener(port))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            made.append(e)
+
+    thread = threading.Thread(target=enter, name="lovia-mcp-denyall")
+    thread.start()
+    thread.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]
+
+
+def _listen_in_child(netns: int, port: int) -> socket.socket:
+    """A forked helper enters the box's user namespace, then its network namespace, and sends the listener.
+
+    Entering a user namespace takes a single-threaded process, and entering
+    a network namespace takes CAP_SYS_ADMIN in the caller's own user
+    namespace too; the owner of the box's user namespace has every
+    capability inside it.
+    """
+    ours, theirs = socket.socketpair()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the helper: system calls only, then out
+            code = 1
+            try:
+                ours.close()
+                _setns(fcntl.ioctl(netns, _NS_GET_USERNS), _CLONE_NEWUSER)
+                _setns(netns, _CLONE_NEWNET)
+                listener = _listener(port)
+                socket.send_fds(theirs, [b"1"], [listener.fileno()])
+                code = 0
+            except BaseException as e:  # noqa: BLE001 - told to the worker, which logs it
+                with contextlib.suppress(BaseException):
+                    theirs.sendall(f"{type(e).__name__}: {e}".encode()[:512])
+            os._exit(code)
+        theirs.close()
+        try:
+            ours.settimeout(HELPER_WAIT)
+            message, fds, _, _ = socket.recv_fds(ours, 512, 1)
         except BaseException:
-            self.close()
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
             raise
+        finally:
+            os.waitpid(pid, 0)
+    finally:
+        ours.close()
+        theirs.close()
+    if not fds:
+        raise OSError(message.decode(errors="replace") or "the helper made no listener")
+    return socket.socket(fileno=fds[0])
 
-    def expect(self) -> str:
-        """A token for the next box's deny-all proxy; its readiness is expected by the launching task."""
-        self._tokens += 1
-        token = str(self._tokens)
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._starting[token.encode()] = ready
-        ready.add_done_callback(lambda _f: self._starting.pop(token.encode(), None))
-        denials.expect(ready)
-        return token
 
-    def close(self) -> None:
-        for ready in list(self._starting.values()):
-            ready.cancel()
-        if self._fds:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(self._fds[0])
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
-        shutil.rmtree(self.folder, ignore_errors=True)
+def _listen_in(netns: int, port: int) -> socket.socket:
+    global _thread_enters
+    if _thread_enters:
+        try:
+            return _listen_in_thread(netns, port)
+        except PermissionError:
+            _thread_enters = False  # no CAP_SYS_ADMIN here (an ordinary user)
+    return _listen_in_child(netns, port)
+
+
+class _ClosedBox:
+    """One box with the network off: reads bwrap's status, then serves the deny-all listener until bwrap ends."""
+
+    def __init__(self, status_fd: int, report: denials.Reporter | None, port: int, ready: asyncio.Future[None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._status = status_fd
+        self._report = report
+        self._port = port
+        self._ready = ready
+        self._buffer = b""
+        self.refusing: Refusing | None = None
+        self._loop.add_reader(status_fd, self._readable)
 
     def _readable(self) -> None:
         try:
-            data = os.read(self._fds[0], 65536)
-        except (BlockingIOError, IndexError):
+            data = os.read(self._status, STATUS_MAX)
+        except BlockingIOError:
             return
-        lines = (self._buffer + data).split(b"\n")
-        self._buffer = lines.pop()
-        for line in lines:
-            if self._discarding:
-                self._discarding = False  # the end of a line too long to read
-            else:
-                self._line(line)
-        if len(self._buffer) > REPORT_LINE_MAX:
-            self._buffer = b""
-            self._discarding = True
+        except OSError:
+            data = b""
+        if not data:  # bwrap has ended (or the spawn failed): the box is gone
+            self.close()
+            return
+        if self._ready.done():
+            return  # the exit status, later: not needed
+        self._buffer += data
+        if b"\n" not in self._buffer:
+            if len(self._buffer) > STATUS_MAX:
+                self._give_up("bwrap's status line is too long")
+            return
+        self._listen(self._buffer.split(b"\n", 1)[0])
+        self._buffer = b""
 
-    def _line(self, line: bytes) -> None:
-        if line.startswith(READY):
-            ready = self._starting.get(line[len(READY) :])
-            if ready is not None and not ready.done():
-                ready.set_result(None)
+    def _listen(self, status: bytes) -> None:
+        pid, netns = _CHILD_PID.search(status), _NET_NAMESPACE.search(status)
+        if pid is None or netns is None:
+            self._give_up("bwrap's status names no child and network namespace")
             return
-        # The box wrote it: parsed as strictly as the proxy parses a request.
+        try:
+            fd = os.open(f"/proc/{int(pid[1])}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            self._give_up(f"cannot open the box's network namespace: {e.strerror or e}")
+            return
+        try:
+            # The namespace bwrap made (not a pid reused since), never the worker's own.
+            if os.fstat(fd).st_ino != int(netns[1]) or os.stat("/proc/self/ns/net").st_ino == int(netns[1]):
+                self._give_up("the box's network namespace is not the one bwrap reported")
+                return
+            listener = _listen_in(fd, self._port)
+        except OSError as e:
+            self._give_up(f"cannot listen in the box: {e.strerror or e}")
+            return
+        finally:
+            os.close(fd)
+        self.refusing = Refusing(listener, self._report)
+        self._ready.set_result(None)
+
+    def _give_up(self, why: str) -> None:
+        logger.warning("no deny-all listener for a box with the network off (%s); its attempts are refused unseen", why)
+        if not self._ready.done():
+            self._ready.set_result(None)  # calls need not wait for what will not come
+
+    def close(self) -> None:
+        if self._status >= 0:
+            self._loop.remove_reader(self._status)
+            os.close(self._status)
+            self._status = -1
+        if not self._ready.done():
+            self._ready.cancel()
+        if self.refusing is not None:
+            self.refusing.close()
+        boxes = _boxes.get(self._report)
+        if boxes is not None:
+            boxes.discard(self)
+            if not boxes:
+                del _boxes[self._report]
+
+
+class Refusing:
+    """Serves a deny-all listener in the worker's event loop: a 403 to each request, its request line reported.
+
+    Bounded: at most :data:`MAX_CONNECTIONS` at once, a head of at most
+    :data:`HEAD_MAX` bytes read within :data:`HEAD_WAIT`, then the answer
+    and :data:`LINGER`. It writes nothing but the fixed answer, connects
+    nowhere, and hands the worker only the request line, parsed as strictly
+    as the proxy parses a request.
+    """
+
+    def __init__(self, listener: socket.socket, report: denials.Reporter | None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._listener = listener
+        self._report = report
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._warned: set[str] = set()
+        self._closed = False
+        listener.setblocking(False)
+        self._loop.add_reader(listener.fileno(), self._accept)
+
+    def _warn_once(self, key: str, message: str) -> None:
+        # A server retrying in a loop must not flood the worker's log.
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning("%s", message)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._warn_once(f"accept:{e.errno}", f"the deny-all listener cannot accept: {e.strerror or e}")
+                self._loop.remove_reader(self._listener.fileno())
+                self._loop.call_later(ACCEPT_BACKOFF, self._resume)
+                return
+            if len(self._tasks) >= MAX_CONNECTIONS:
+                self._warn_once(
+                    "full",
+                    f"a box holds {MAX_CONNECTIONS} connections to its deny-all listener; more are closed unseen",
+                )
+                client.close()
+                continue
+            client.setblocking(False)
+            task = self._loop.create_task(self._refuse(client))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _resume(self) -> None:
+        if not self._closed:
+            self._loop.add_reader(self._listener.fileno(), self._accept)
+
+    async def _refuse(self, client: socket.socket) -> None:
+        loop = self._loop
+        try:
+            head = b""
+            async with asyncio.timeout(HEAD_WAIT):
+                while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < HEAD_MAX:
+                    data = await loop.sock_recv(client, _CHUNK)
+                    if not data:
+                        break
+                    head += data
+            line = head.lstrip(b"\r\n").split(b"\n", 1)[0].rstrip(b"\r")
+            if line:
+                self.line(line)
+            await loop.sock_sendall(client, _ANSWER)
+            client.shutdown(socket.SHUT_WR)
+            async with asyncio.timeout(LINGER):
+                while await loop.sock_recv(client, _CHUNK):
+                    pass
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            client.close()
+
+    def line(self, line: bytes) -> None:
+        """Report the request line ``line`` a box sent, if it is a proxy request; anything else is dropped."""
         if len(line) > REPORT_LINE_MAX:
             return
         # Imported here: only a box that asked for something pays the parser's import.
@@ -240,13 +462,28 @@ class _Reports:
         if self._report is not None:
             self._report(refused)
 
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._loop.remove_reader(self._listener.fileno())
+        self._listener.close()
+        for task in list(self._tasks):
+            task.cancel()
+
 
 __all__ = [
     "BRIDGE_PORT",
     "BRIDGE_SCRIPT",
-    "DENYALL_SCRIPT",
+    "HEAD_MAX",
+    "HEAD_WAIT",
+    "HELPER_WAIT",
+    "LINGER",
+    "MAX_CONNECTIONS",
     "REPORT_LINE_MAX",
-    "REPORT_NAME",
+    "STATUS_MAX",
+    "Refusing",
     "bridge_argv",
     "close_all",
     "proxy_env",
