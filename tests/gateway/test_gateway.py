@@ -544,7 +544,7 @@ def test_a_sandboxed_server_behind_the_gateway_can_neither_write_outside_nor_con
 def test_a_sandboxed_call_refused_a_host_tells_the_client_in_its_result_and_meta_and_metrics_count_it(
     gateway: Serve,
 ) -> None:
-    """With the network off, bwrap's deny-all proxy sees the attempt; the gateway's client reads it."""
+    """With the network off, the box's deny-all listener sees the attempt; the gateway's client reads it."""
     key = 'lovia_mcp_sandbox_denials_total{server="jail",tool="proxy_get",kind="network_off"}'
     before = _samples(gateway).get(key, 0.0)
 

@@ -204,7 +204,7 @@ def test_a_request_to_a_host_outside_the_allowlist_is_named_as_blocked_in_the_re
 def test_with_the_network_off_a_proxy_aware_client_is_refused_by_a_deny_all_proxy_and_nothing_leaves_the_box(
     listener: Listener, nobody: bool, tmp_path: Path
 ) -> None:
-    # The host's own loopback service: the deny-all proxy must not reach it
+    # The host's own loopback service: the deny-all listener must not reach it
     # (no route out), whatever the request names.
     seen = run_agent("bwrap", False, f"http://127.0.0.1:{listener.port}/", tmp_path, nobody=nobody)
     check_refused(
@@ -477,7 +477,7 @@ def test_calls_wait_for_the_helpers_a_launch_started_and_give_up_on_one_that_nev
         return waiting, after, never.cancelled() and not attribution.starting
 
     assert run(main()) == (1, 0, True)
-    assert len(logged) == 1 and "did not listen within 0.01 s" in logged[0], logged
+    assert len(logged) == 1 and "was not made within 0.01 s" in logged[0], logged
 
 
 def test_a_call_lists_at_most_max_distinct_denials_and_still_counts_repeats_of_those_it_lists() -> None:

@@ -157,7 +157,9 @@ async def _serve(channel: Channel, closed_by_agent: asyncio.Event) -> None:
         with contextlib.suppress(asyncio.TimeoutError, Exception):
             await asyncio.wait_for(route.aclose_all(), EXIT_WAIT)
     bridge = sys.modules.get("lovia_mcp_worker.sandbox.netbridge")
-    if bridge is not None:  # boxes with the network off: their deny-all report FIFOs (the host's close did most)
+    if (
+        bridge is not None
+    ):  # boxes with the network off: their deny-all listeners (bwrap's end and the host's close did most)
         bridge.close_all()
     landlock = sys.modules.get("lovia_mcp_worker.sandbox.landlock")
     if landlock is not None:  # remove the Landlock servers' private temporary directories

@@ -15,8 +15,9 @@
 - ``netroute``, ``netproxy``, ``netrequest``: the worker's allowlist proxy, a
   sandboxed server's only way to the network; ``_netbridge``: its forwarder
   inside the box, and ``netbridge`` its command lines, the proxy variables
-  and the deny-all route of a box with the network off (``_denyall``: the
-  proxy inside that box that refuses everything and says what was asked);
+  and the deny-all route of a box with the network off (a listener the
+  worker makes inside that box, which refuses everything and says what was
+  asked);
 - ``denials``: who hears of what the sandbox refuses (the session host,
   which attributes it to the calls in flight).
 """

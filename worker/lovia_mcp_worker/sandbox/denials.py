@@ -1,16 +1,16 @@
 """Who hears of the sandbox's refusals: the reporter a server's launch is made under.
 
-The allowlist proxy (:mod:`.netproxy`) and the deny-all proxy of a box with
-the network off (:mod:`.netroute`) refuse things on a server's behalf, in
+The allowlist proxy (:mod:`.netproxy`) and the deny-all listener of a box
+with the network off (:mod:`.netbridge`) refuse things on a server's behalf, in
 the worker, far from the call that caused them. The session host owns the
 calls; it launches each generation under its reporter (:func:`reporting`),
-and what the sandbox sets up during that launch (a proxy, a report pipe)
+and what the sandbox sets up during that launch (a proxy, a listener)
 keeps the reporter it found (:func:`current`) and calls it with each
 :class:`Refused`. A context variable, not a parameter: the launch passes
 through the transport and containment layers, which have no business with
 denials.
 
-A helper the launch starts beside the server (the deny-all proxy) tells
+A helper the launch sets up beside the server (the deny-all listener) tells
 when it is ready (:func:`expect`); the host takes that (:func:`taken`) and
 holds calls until it is, so that no call's attempt comes before anyone
 listens.

@@ -151,9 +151,25 @@ _NET_NAMESPACE = re.compile(rb'"net-namespace": (\d+)')
 
 # The boxes with the network off, by reporter (a session host), until their bwrap ends.
 _boxes: dict[denials.Reporter | None, set[_ClosedBox]] = {}
+_CAP_SYS_ADMIN: Final = 21
+
+
+def _has_sys_admin() -> bool:
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 # Whether a thread of this process may enter a box's network namespace
-# (CAP_SYS_ADMIN here: root); learnt on the first refusal, then a forked helper.
-_thread_enters = True
+# (CAP_SYS_ADMIN in its own user namespace: root); read once, at import in
+# the forkserver, and learnt again on a refusal. Otherwise a forked helper.
+_thread_enters = _has_sys_admin()
+_libc: ctypes.CDLL | None = None
 
 
 def route_closed(env: dict[str, str], *, port: int = BRIDGE_PORT) -> int:
@@ -202,8 +218,10 @@ def close_all() -> None:
 
 
 def _setns(fd: int, kind: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, kind) != 0:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, kind) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
 
@@ -396,7 +414,11 @@ class Refusing:
             logger.warning("%s", message)
 
     def _accept(self) -> None:
-        while not self._closed:
+        # At most a backlog's worth per wake-up: a server connecting in a loop
+        # must not hold the worker's loop here.
+        for _ in range(_BACKLOG):
+            if self._closed:
+                return
             try:
                 client, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -428,7 +450,7 @@ class Refusing:
             head = b""
             async with asyncio.timeout(HEAD_WAIT):
                 while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < HEAD_MAX:
-                    data = await loop.sock_recv(client, _CHUNK)
+                    data = await loop.sock_recv(client, HEAD_MAX - len(head))
                     if not data:
                         break
                     head += data

@@ -9,7 +9,7 @@ internal ones) and the listed addresses; everything else gets a 403 saying why.
 
 Each refusal is logged and told to the reporter the launch was made under
 (:mod:`.denials`): the session host, which attributes it to the calls in
-flight. (With the network off, the box's deny-all proxy is
+flight. (With the network off, the box's deny-all listener is
 :func:`.netbridge.route_closed`'s.)
 
 Lifecycle: one proxy per distinct allowlist and reporter, started at the

@@ -1,7 +1,7 @@
 """Sandbox denials attributed to the calls in flight.
 
 The sandbox refuses things in the worker (the allowlist proxy, the deny-all
-proxy of a box with the network off), far from the call that caused them;
+listener of a box with the network off), far from the call that caused them;
 only the host knows which calls were on the server then. The host launches
 every generation under one :class:`Attribution` (:meth:`Attribution.launching`)
 and brackets each call that reaches a server with :meth:`~Attribution.begin`
@@ -30,11 +30,11 @@ from typing import Final
 from ..sandbox import denials
 from ..wire.messages import Denied
 
-# Bound on a call's wait for a helper the sandbox started beside the server
-# (the deny-all proxy: an interpreter's start, about 11 ms here; it is
-# nearly always listening before the handshake is over, so calls seldom
-# wait at all). Past it the call goes on, and what the server tries before
-# the helper listens is refused unseen (logged).
+# Bound on a call's wait for a helper the sandbox set up beside the server
+# (the deny-all listener: made about a millisecond after bwrap has made the
+# box's namespaces, long before the handshake is over, so calls seldom wait
+# at all). Past it the call goes on, and what the server tries before the
+# helper listens is refused unseen (logged).
 HELPER_WAIT: Final = 2.0
 
 # Distinct denials a call's answer lists: a server retrying many hosts in a
@@ -84,8 +84,8 @@ class Attribution:
                 ready.cancel()
                 self._log(
                     logging.WARNING,
-                    f"the sandbox's deny-all proxy did not listen within {HELPER_WAIT:g} s; "
-                    "what the server tries before it does is refused unseen",
+                    f"the sandbox's deny-all listener was not made within {HELPER_WAIT:g} s; "
+                    "what the server tries before then is refused unseen",
                 )
 
     def __call__(self, refused: denials.Refused) -> None:

@@ -126,7 +126,7 @@ class Host:
                 gen = await self.generations.live()  # only then: a coroutine awaited per call is one more frame
             assert gen is not None and gen.session is not None
             denials = self.generations.denials
-            if denials.starting:  # the sandbox's deny-all proxy is not listening yet: not before it
+            if denials.starting:  # the sandbox's deny-all listener is not made yet: not before it
                 await denials.settled()
             self.calls += 1
             self._calls.on[msg.id] = gen
