@@ -299,9 +299,17 @@ class Reported:
 
 
 @pytest.mark.skipif(bool(_bwrap_works()), reason="bubblewrap with user namespaces is needed")
-def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_closes_when_the_box_ends() -> None:
-    """The worker's listener lives in the box's network namespace only; the server gets no descriptor or child of it."""
+@pytest.mark.parametrize("entered_by", ["thread", "helper"])
+def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_closes_when_the_box_ends(
+    entered_by: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's listener lives in the box's network namespace only; the server gets no descriptor or child of it.
+
+    ``helper``: the forked helper an ordinary user's worker uses, here as root too.
+    """
     from lovia_mcp_worker.wire.confinement import Sandbox as WireSandbox
+
+    monkeypatch.setattr(netbridge, "_thread_enters", entered_by == "thread" and netbridge._thread_enters)
 
     reported = Reported("evil.example:443")
     box = WireSandbox(network=False)
