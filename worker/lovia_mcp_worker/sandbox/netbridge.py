@@ -104,7 +104,6 @@ def bridge_argv(
 REPORT_LINE_MAX: Final = 2048
 # Bound on a request head the deny-all listener reads (the proxy's own).
 HEAD_MAX: Final = 16 * 1024
-_CHUNK: Final = 64 * 1024
 # How long a connection may take to send its head: a client that asks sends
 # it at once; one that does not only holds one of MAX_CONNECTIONS.
 HEAD_WAIT: Final = 10.0
@@ -117,6 +116,8 @@ LINGER: Final = 2.0
 # connect() costs the worker at most this many small tasks.
 MAX_CONNECTIONS: Final = 32
 _BACKLOG: Final = 16
+# What the listener reads at once of what a client sends after the answer (discarded).
+_CHUNK: Final = 64 * 1024
 # Bound on bwrap's status line (its child's pid and namespace ids, ~200 bytes).
 STATUS_MAX: Final = 4096
 # Bound on the forked helper that makes the listener where a thread may not
@@ -139,19 +140,23 @@ _ANSWER: Final = (
 )
 
 # setns(2) flags, the ioctl that names a namespace's owning user namespace
-# (linux/nsfs.h: _IO(0xb7, 0x1)), and IP_FREEBIND (linux/in.h): the box's
-# loopback is not up yet when the listener is made, so its address is not local yet.
+# (linux/nsfs.h: _IO(0xb7, 0x1)), IP_FREEBIND (linux/in.h: the box's
+# loopback is not up yet when the listener is made, so its address is not
+# local yet), and CAP_SYS_ADMIN's bit (linux/capability.h).
 _CLONE_NEWNET: Final = 0x40000000
 _CLONE_NEWUSER: Final = 0x10000000
 _NS_GET_USERNS: Final = 0xB701
 _IP_FREEBIND: Final = 15
+_CAP_SYS_ADMIN: Final = 21
+# Loaded here (in the forkserver), never in the forked helper: a fork of a
+# process with threads must not take the dynamic loader's lock.
+_LIBC: Final = ctypes.CDLL(None, use_errno=True)
 
 _CHILD_PID = re.compile(rb'"child-pid": (\d+)')
 _NET_NAMESPACE = re.compile(rb'"net-namespace": (\d+)')
 
 # The boxes with the network off, by reporter (a session host), until their bwrap ends.
 _boxes: dict[denials.Reporter | None, set[_ClosedBox]] = {}
-_CAP_SYS_ADMIN: Final = 21
 
 
 def _has_sys_admin() -> bool:
@@ -169,7 +174,6 @@ def _has_sys_admin() -> bool:
 # (CAP_SYS_ADMIN in its own user namespace: root); read once, at import in
 # the forkserver, and learnt again on a refusal. Otherwise a forked helper.
 _thread_enters = _has_sys_admin()
-_libc: ctypes.CDLL | None = None
 
 
 def route_closed(env: dict[str, str], *, port: int = BRIDGE_PORT) -> int:
@@ -218,10 +222,7 @@ def close_all() -> None:
 
 
 def _setns(fd: int, kind: int) -> None:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    if _libc.setns(fd, kind) != 0:
+    if _LIBC.setns(fd, kind) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
 

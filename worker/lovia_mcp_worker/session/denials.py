@@ -120,7 +120,7 @@ class Attribution:
         ]
 
     async def aclose(self) -> None:
-        """Stop the proxies and report FIFOs set up for this host (its connection closed); bounded."""
+        """Stop the proxies and deny-all listeners set up for this host (its connection closed); bounded."""
         # Only where one was ever set up: the proxy's modules stay unloaded otherwise.
         bridge = sys.modules.get("lovia_mcp_worker.sandbox.netbridge")
         if bridge is not None:
