@@ -338,7 +338,7 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
         # The listener is made once bwrap names the box; only then may the server try.
         [ready] = denials.taken()
         await ready
-        [closed] = netbridge._boxes[reported]
+        [closed] = netbridge.boxes(reported)
         assert closed.refusing is not None
         # Not in this process's own network namespace: nothing listens on the port here.
         with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=READ_WAIT):
@@ -346,8 +346,8 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
         out, _ = await proc.communicate(b"go\n")
         await reported.done.wait()
         # bwrap has ended: its status pipe's end of file closes the listener.
-        while reported in netbridge._boxes:
-            await asyncio.sleep(0)
+        await closed.ended.wait()
+        assert netbridge.boxes(reported) == []
         return out.decode()
 
     out = run(asyncio.wait_for(main(), AGENT_WAIT))

@@ -207,6 +207,11 @@ def route_closed(env: dict[str, str], *, port: int = BRIDGE_PORT) -> int:
     return write_end
 
 
+def boxes(report: denials.Reporter | None) -> list[_ClosedBox]:
+    """The boxes with the network off whose refusals go to ``report`` (for tests and diagnostics)."""
+    return list(_boxes.get(report, ()))
+
+
 def release(report: denials.Reporter) -> None:
     """Close the deny-all listeners of ``report``'s boxes (its host has closed)."""
     for box in list(_boxes.get(report, ())):
@@ -321,6 +326,7 @@ class _ClosedBox:
         self._ready = ready
         self._buffer = b""
         self.refusing: Refusing | None = None
+        self.ended = asyncio.Event()  # set once the box is gone and its listener closed
         self._loop.add_reader(status_fd, self._readable)
 
     def _readable(self) -> None:
@@ -386,6 +392,7 @@ class _ClosedBox:
             boxes.discard(self)
             if not boxes:
                 del _boxes[self._report]
+        self.ended.set()
 
 
 class Refusing:
@@ -511,5 +518,6 @@ __all__ = [
     "close_all",
     "proxy_env",
     "release",
+    "boxes",
     "route_closed",
 ]
