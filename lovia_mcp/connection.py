@@ -262,8 +262,6 @@ class MCPConnection(LoviaFields):
         self._withheld = frozenset(self.drift) if self._pin_policy() == "quarantine" else frozenset()
 
     def _warn_drift(self, drift: dict[str, pins.Drift]) -> None:
-        locked = self.server.locked
-        assert locked is not None
         withheld = self._pin_policy() == "quarantine"
         logger.warning(
             "%s: %d tool(s) %s: %s. See what changed with: %s; accept them after review with: %s",
@@ -273,8 +271,8 @@ class MCPConnection(LoviaFields):
             if withheld
             else "differ from the lock (offered anyway: pin='warn')",
             pins.summary(drift),
-            locked.command("check", self.server.name),
-            locked.command("lock --update", self.server.name),
+            self._lock_command("check"),
+            self._lock_command("lock --update"),
         )
 
     def _tell_drift(self) -> None:
