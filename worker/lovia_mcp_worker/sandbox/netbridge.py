@@ -21,7 +21,8 @@ listener first reports a request.
 Entering the box's network namespace takes CAP_SYS_ADMIN in the caller's
 own user namespace: as root a short-lived thread enters it (about 0.1 ms);
 an ordinary user's worker forks a helper that enters the box's user
-namespace first, which its owner may (about 3 ms).
+namespace first, which its owner may (about 3 ms; :mod:`._denyall` has the
+system calls, and is the program a forked helper with threads becomes).
 
 Lifecycle: a box's listener closes when its bwrap ends (the status pipe's
 end of file), when its reporter is released (:func:`release`, the host
@@ -34,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import fcntl
 import logging
 import os
 import re
@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from . import denials
+from . import _denyall, denials
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 
@@ -57,6 +57,8 @@ BRIDGE_PORT: Final = 3128
 
 # The bridge script, run inside the sandbox with the standard library only.
 BRIDGE_SCRIPT: Final = str(Path(__file__).with_name("_netbridge.py"))
+# The deny-all helper as a program, for a forked helper that has threads.
+_DENYALL: Final = str(Path(__file__).with_name("_denyall.py"))
 
 
 def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
@@ -115,15 +117,15 @@ LINGER: Final = 2.0
 # a new one is closed unanswered (and logged once): a server looping on
 # connect() costs the worker at most this many small tasks.
 MAX_CONNECTIONS: Final = 32
-_BACKLOG: Final = 16
 # What the listener reads at once of what a client sends after the answer (discarded).
 _CHUNK: Final = 64 * 1024
 # Bound on bwrap's status line (its child's pid and namespace ids, ~200 bytes).
 STATUS_MAX: Final = 4096
 # Bound on the forked helper that makes the listener where a thread may not
 # enter the box's network namespace (an ordinary user): a fork and three
-# system calls, about 3 ms; past it the helper is killed and the box's
-# attempts are refused unseen.
+# system calls, about 3 ms (about 30 ms where the fork came out with threads
+# and the helper executes a fresh interpreter); past it the helper is killed
+# and the box's attempts are refused unseen.
 HELPER_WAIT: Final = 2.0
 # Pause before accepting again after a failed accept (out of descriptors,
 # say), which would otherwise repeat at once and spin the worker's loop.
@@ -139,14 +141,7 @@ _ANSWER: Final = (
     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_REFUSAL), _REFUSAL)
 )
 
-# setns(2) flags, the ioctl that names a namespace's owning user namespace
-# (linux/nsfs.h: _IO(0xb7, 0x1)), IP_FREEBIND (linux/in.h: the box's
-# loopback is not up yet when the listener is made, so its address is not
-# local yet), and CAP_SYS_ADMIN's bit (linux/capability.h).
-_CLONE_NEWNET: Final = 0x40000000
-_CLONE_NEWUSER: Final = 0x10000000
-_NS_GET_USERNS: Final = 0xB701
-_IP_FREEBIND: Final = 15
+# CAP_SYS_ADMIN's bit (linux/capability.h).
 _CAP_SYS_ADMIN: Final = 21
 # Loaded here (in the forkserver), never in the forked helper: a fork of a
 # process with threads must not take the dynamic loader's lock.
@@ -226,32 +221,14 @@ def close_all() -> None:
     _boxes.clear()
 
 
-def _setns(fd: int, kind: int) -> None:
-    if _LIBC.setns(fd, kind) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
-
-
-def _listener(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_IP, _IP_FREEBIND, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(_BACKLOG)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 def _listen_in_thread(netns: int, port: int) -> socket.socket:
     """A thread enters the namespace, makes the listener and ends (its namespace with it)."""
     made: list[socket.socket | BaseException] = []
 
     def enter() -> None:
         try:
-            _setns(netns, _CLONE_NEWNET)
-            made.append(_listener(port))
+            _denyall.setns(_LIBC, netns, _denyall.CLONE_NEWNET)
+            made.append(_denyall.listener(port))
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             made.append(e)
 
@@ -269,7 +246,9 @@ def _listen_in_child(netns: int, port: int) -> socket.socket:
     Entering a user namespace takes a single-threaded process, and entering
     a network namespace takes CAP_SYS_ADMIN in the caller's own user
     namespace too; the owner of the box's user namespace has every
-    capability inside it.
+    capability inside it. A child that came out of the fork with threads
+    (at-fork handlers start them) executes :mod:`._denyall` as a fresh
+    program instead, which has none.
     """
     ours, theirs = socket.socketpair()
     try:
@@ -278,19 +257,22 @@ def _listen_in_child(netns: int, port: int) -> socket.socket:
             code = 1
             try:
                 ours.close()
-                _setns(fcntl.ioctl(netns, _NS_GET_USERNS), _CLONE_NEWUSER)
-                _setns(netns, _CLONE_NEWNET)
-                listener = _listener(port)
-                socket.send_fds(theirs, [b"1"], [listener.fileno()])
-                code = 0
+                if _denyall.threaded():
+                    os.set_inheritable(netns, True)
+                    os.set_inheritable(theirs.fileno(), True)
+                    os.execv(
+                        sys.executable,
+                        [sys.executable, "-I", "-S", _DENYALL, str(netns), str(port), str(theirs.fileno())],
+                    )
+                code = _denyall.serve(_LIBC, netns, port, theirs)
             except BaseException as e:  # noqa: BLE001 - told to the worker, which logs it
                 with contextlib.suppress(BaseException):
-                    theirs.sendall(f"{type(e).__name__}: {e}".encode()[:512])
+                    theirs.sendall(f"{type(e).__name__}: {e}".encode()[: _denyall.MESSAGE_MAX])
             os._exit(code)
         theirs.close()
         try:
             ours.settimeout(HELPER_WAIT)
-            message, fds, _, _ = socket.recv_fds(ours, 512, 1)
+            message, fds, _, _ = socket.recv_fds(ours, _denyall.MESSAGE_MAX, 1)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -424,7 +406,7 @@ class Refusing:
     def _accept(self) -> None:
         # At most a backlog's worth per wake-up: a server connecting in a loop
         # must not hold the worker's loop here.
-        for _ in range(_BACKLOG):
+        for _ in range(_denyall.BACKLOG):
             if self._closed:
                 return
             try:
