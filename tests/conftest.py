@@ -133,6 +133,35 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     reap_zombies()
 
 
+# threads_at_fork: while set, each child this process forks starts a thread,
+# as OpenTelemetry's SDK makes every child do once a tracer provider is set.
+_fork_starts_a_thread = False
+_forever = threading.Event()
+
+
+def _start_a_thread_in_the_child() -> None:
+    if _fork_starts_a_thread:
+        threading.Thread(target=_forever.wait, daemon=True).start()
+
+
+os.register_at_fork(after_in_child=_start_a_thread_in_the_child)
+
+
+@pytest.fixture
+def threads_at_fork() -> Iterator[None]:
+    """Forks of the test process come out with a thread (a process with threads cannot enter a user namespace)."""
+    global _fork_starts_a_thread
+    _fork_starts_a_thread = True
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(len(os.listdir("/proc/self/task")))
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) > 1, "the fork came out with one thread"
+        yield
+    finally:
+        _fork_starts_a_thread = False
+
+
 @pytest.fixture(params=["cgroup", "watch"])
 def enforcement(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test under each enforcement path: a cgroup per generation, or the watch.

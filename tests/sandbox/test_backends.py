@@ -188,6 +188,14 @@ def test_a_user_namespace_without_capabilities_counts_as_refused() -> None:
     assert "gives no capabilities" in proc.stdout and "CLONE_NEWNS" in proc.stdout
 
 
+@pytest.mark.skipif(bwrap.userns_refused() is not None, reason="user namespaces are refused here")
+def test_a_process_whose_forks_come_out_with_threads_still_finds_that_user_namespaces_work(
+    threads_at_fork: None,
+) -> None:
+    """The probe's child has a thread from an at-fork handler (OpenTelemetry's): it runs the probe as a fresh program."""
+    assert bwrap._probe_userns() is None
+
+
 # --- the backend interface: the registry, auto, and a backend added by a test ---
 
 

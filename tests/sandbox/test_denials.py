@@ -284,28 +284,6 @@ def _free_port() -> int:
         return port
 
 
-# The "helper, threads at fork" case: each child this process forks starts a
-# thread, as OpenTelemetry's SDK makes every child do once a tracer provider
-# is set (a process with threads cannot enter a user namespace).
-_fork_starts_a_thread = False
-_forever = threading.Event()
-
-
-def _start_a_thread_in_the_child() -> None:
-    if _fork_starts_a_thread:
-        threading.Thread(target=_forever.wait, daemon=True).start()
-
-
-os.register_at_fork(after_in_child=_start_a_thread_in_the_child)
-
-
-def _a_fork_has_threads() -> bool:
-    pid = os.fork()
-    if pid == 0:
-        os._exit(1 if netbridge._denyall.threaded() else 0)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 1
-
-
 class Reported:
     """A reporter that keeps what it is told and wakes a waiter once ``last`` is among it."""
 
@@ -323,7 +301,7 @@ class Reported:
 @pytest.mark.skipif(bool(_bwrap_works()), reason="bubblewrap with user namespaces is needed")
 @pytest.mark.parametrize("entered_by", ["thread", "helper", "helper with threads at fork"])
 def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_closes_when_the_box_ends(
-    entered_by: str, monkeypatch: pytest.MonkeyPatch
+    entered_by: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """The worker's listener lives in the box's network namespace only; the server gets no descriptor or child of it.
 
@@ -336,8 +314,7 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
 
     monkeypatch.setattr(netbridge, "_thread_enters", entered_by == "thread" and netbridge._thread_enters)
     if entered_by == "helper with threads at fork":
-        monkeypatch.setitem(globals(), "_fork_starts_a_thread", True)
-        assert _a_fork_has_threads()
+        request.getfixturevalue("threads_at_fork")
 
     reported = Reported("evil.example:443")
     box = WireSandbox(network=False)

@@ -69,7 +69,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..wire.confinement import DEFAULT_HIDDEN, Sandbox
-from . import netbridge, pins, seccomp
+from . import _namespaces, netbridge, pins, seccomp
 from .base import LaunchPlan, SandboxError
 from .writedeny import protected_entries
 
@@ -135,9 +135,6 @@ _programs: dict[tuple[bool, bool], bytes] = {}
 INIT_MEMORY: Final = ("/proc/1/mem", "/proc/1/task/1/mem")
 
 
-_CLONE_NEWUSER: Final = 0x10000000
-_CLONE_NEWNS: Final = 0x00020000
-
 _userns: str | None | bool = False  # False: not probed yet; None: allowed; str: why not
 
 
@@ -154,12 +151,10 @@ def _probe_userns() -> str | None:
     if pid == 0:  # the child only makes the two calls and reports which failed, with its errno
         try:
             os.close(r)
-            step, err = 0, 0
-            for step, flag in enumerate((_CLONE_NEWUSER, _CLONE_NEWNS), 1):
-                if libc.unshare(flag) != 0:
-                    err = ctypes.get_errno() or 1
-                    break
-            os.write(w, bytes([step if err else 0, min(err, 255)]))
+            if _namespaces.threaded():  # threads from at-fork handlers: only a fresh program may
+                os.set_inheritable(w, True)
+                _namespaces.execute("userns", str(w))
+            os.write(w, _namespaces.try_userns(libc))
         finally:
             os._exit(0)
     os.close(w)

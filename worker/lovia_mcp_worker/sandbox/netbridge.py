@@ -21,7 +21,7 @@ listener first reports a request.
 Entering the box's network namespace takes CAP_SYS_ADMIN in the caller's
 own user namespace: as root a short-lived thread enters it (about 0.1 ms);
 an ordinary user's worker forks a helper that enters the box's user
-namespace first, which its owner may (about 3 ms; :mod:`._denyall` has the
+namespace first, which its owner may (about 3 ms; :mod:`._namespaces` has the
 system calls, and is the program a forked helper with threads becomes).
 
 Lifecycle: a box's listener closes when its bwrap ends (the status pipe's
@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from . import _denyall, denials
+from . import _namespaces, denials
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 
@@ -57,8 +57,6 @@ BRIDGE_PORT: Final = 3128
 
 # The bridge script, run inside the sandbox with the standard library only.
 BRIDGE_SCRIPT: Final = str(Path(__file__).with_name("_netbridge.py"))
-# The deny-all helper as a program, for a forked helper that has threads.
-_DENYALL: Final = str(Path(__file__).with_name("_denyall.py"))
 
 
 def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
@@ -227,8 +225,8 @@ def _listen_in_thread(netns: int, port: int) -> socket.socket:
 
     def enter() -> None:
         try:
-            _denyall.setns(_LIBC, netns, _denyall.CLONE_NEWNET)
-            made.append(_denyall.listener(port))
+            _namespaces.setns(_LIBC, netns, _namespaces.CLONE_NEWNET)
+            made.append(_namespaces.listener(port))
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             made.append(e)
 
@@ -247,7 +245,7 @@ def _listen_in_child(netns: int, port: int) -> socket.socket:
     a network namespace takes CAP_SYS_ADMIN in the caller's own user
     namespace too; the owner of the box's user namespace has every
     capability inside it. A child that came out of the fork with threads
-    (at-fork handlers start them) executes :mod:`._denyall` as a fresh
+    (at-fork handlers start them) executes :mod:`._namespaces` as a fresh
     program instead, which has none.
     """
     ours, theirs = socket.socketpair()
@@ -257,22 +255,19 @@ def _listen_in_child(netns: int, port: int) -> socket.socket:
             code = 1
             try:
                 ours.close()
-                if _denyall.threaded():
+                if _namespaces.threaded():
                     os.set_inheritable(netns, True)
                     os.set_inheritable(theirs.fileno(), True)
-                    os.execv(
-                        sys.executable,
-                        [sys.executable, "-I", "-S", _DENYALL, str(netns), str(port), str(theirs.fileno())],
-                    )
-                code = _denyall.serve(_LIBC, netns, port, theirs)
+                    _namespaces.execute("listen", str(netns), str(port), str(theirs.fileno()))
+                code = _namespaces.serve(_LIBC, netns, port, theirs)
             except BaseException as e:  # noqa: BLE001 - told to the worker, which logs it
                 with contextlib.suppress(BaseException):
-                    theirs.sendall(f"{type(e).__name__}: {e}".encode()[: _denyall.MESSAGE_MAX])
+                    theirs.sendall(f"{type(e).__name__}: {e}".encode()[: _namespaces.MESSAGE_MAX])
             os._exit(code)
         theirs.close()
         try:
             ours.settimeout(HELPER_WAIT)
-            message, fds, _, _ = socket.recv_fds(ours, _denyall.MESSAGE_MAX, 1)
+            message, fds, _, _ = socket.recv_fds(ours, _namespaces.MESSAGE_MAX, 1)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -406,7 +401,7 @@ class Refusing:
     def _accept(self) -> None:
         # At most a backlog's worth per wake-up: a server connecting in a loop
         # must not hold the worker's loop here.
-        for _ in range(_denyall.BACKLOG):
+        for _ in range(_namespaces.BACKLOG):
             if self._closed:
                 return
             try:

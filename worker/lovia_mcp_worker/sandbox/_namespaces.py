@@ -1,20 +1,28 @@
-"""Make the deny-all listener inside a box's network namespace: the system calls, and the helper program.
+"""System calls that enter or make namespaces, for a single-threaded process; and the program that runs them afresh.
 
-Usage (the helper as a program of its own)::
+Usage (as a program of its own)::
 
-    python -I -S _denyall.py NETNS_FD PORT SOCKET_FD
+    python -I -S _namespaces.py listen NETNS_FD PORT SOCKET_FD
+    python -I -S _namespaces.py userns PIPE_FD
 
-Standard library only, no package imports: besides being imported by
-:mod:`.netbridge`, this file runs as a fresh program. An ordinary user's
-worker cannot enter the box's network namespace from a thread (that takes
-CAP_SYS_ADMIN in its own user namespace), so it forks a helper that enters
-the box's user namespace first, which the box's owner may. Entering a user
-namespace takes a single-threaded process, and a fork can come out with
-threads: at-fork handlers start them (OpenTelemetry's SDK restarts its
-thread pool in every child). Such a child cannot enter; it executes this
-file instead, which drops every thread, and the fresh program does the same
-work. Either way the helper sends the listener back over ``SOCKET_FD`` with
-``SCM_RIGHTS``, or one line saying which step failed, and exits.
+Standard library only, no package imports: besides being imported, this
+file runs as a fresh program. Entering or making a user namespace takes a
+single-threaded process, so the worker forks a child for it, and a fork
+can come out with threads: at-fork handlers start them (OpenTelemetry's SDK
+restarts its thread pool in every child). Such a child cannot do the work
+(the kernel answers EINVAL); it executes this file instead
+(:func:`execute`), which drops every thread, and the fresh program does the
+same work.
+
+- ``listen``: the deny-all helper of an ordinary user's worker
+  (:mod:`.netbridge`). A thread of such a worker cannot enter the box's
+  network namespace (that takes CAP_SYS_ADMIN in its own user namespace),
+  so the helper enters the box's user namespace first, which the box's
+  owner may, then its network namespace, and sends the listener back over
+  ``SOCKET_FD`` with ``SCM_RIGHTS``, or one line saying which step failed.
+- ``userns``: whether a user namespace, and a mount namespace inside it,
+  can be made here (:mod:`.bwrap`); two bytes on ``PIPE_FD``, the step that
+  failed (0: none) and its errno.
 """
 
 from __future__ import annotations
@@ -26,12 +34,13 @@ import socket
 import sys
 from typing import Final
 
-# setns(2) flags, the ioctl that names a namespace's owning user namespace
+# setns(2) and unshare(2) flags, the ioctl that names a namespace's owning user namespace
 # (linux/nsfs.h: _IO(0xb7, 0x1)), IP_FREEBIND (linux/in.h: the box's
 # loopback is not up yet when the listener is made, so its address is not
 # local yet).
 CLONE_NEWNET: Final = 0x40000000
 CLONE_NEWUSER: Final = 0x10000000
+CLONE_NEWNS: Final = 0x00020000
 NS_GET_USERNS: Final = 0xB701
 IP_FREEBIND: Final = 15
 BACKLOG: Final = 16
@@ -91,9 +100,29 @@ def serve(libc: ctypes.CDLL, netns: int, port: int, back: socket.socket) -> int:
         return 1
 
 
+def try_userns(libc: ctypes.CDLL) -> bytes:
+    """Make a user namespace, then a mount namespace in it (this process changes for good): the step that failed and its errno."""
+    for step, flag in enumerate((CLONE_NEWUSER, CLONE_NEWNS), 1):
+        if libc.unshare(flag) != 0:
+            return bytes([step, min(ctypes.get_errno() or 1, 255)])
+    return bytes([0, 0])
+
+
+def execute(*argv: str) -> None:
+    """Become this file as a fresh program (a forked child with threads); the descriptors named in ``argv`` must be inheritable."""
+    os.execv(sys.executable, [sys.executable, "-I", "-S", __file__, *argv])
+
+
 def main(argv: list[str]) -> int:
-    netns, port, back = (int(arg) for arg in argv)
-    return serve(ctypes.CDLL(None, use_errno=True), netns, port, socket.socket(fileno=back))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if argv[:1] == ["listen"]:
+        netns, port, back = (int(arg) for arg in argv[1:])
+        return serve(libc, netns, port, socket.socket(fileno=back))
+    if argv[:1] == ["userns"]:
+        os.write(int(argv[1]), try_userns(libc))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
