@@ -68,8 +68,15 @@ def listener(port: int) -> socket.socket:
 
 
 def threaded() -> bool:
-    """Whether this process has more than one thread (it then cannot enter a user namespace)."""
-    return len(os.listdir("/proc/self/task")) > 1
+    """Whether this process has more than one thread (it then cannot enter a user namespace).
+
+    Without ``/proc`` it cannot tell, and answers False: the work is tried
+    in place, and a refusal is reported as it comes.
+    """
+    try:
+        return len(os.listdir("/proc/self/task")) > 1
+    except OSError:
+        return False
 
 
 def serve(libc: ctypes.CDLL, netns: int, port: int, back: socket.socket) -> int:
