@@ -134,7 +134,8 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 # threads_at_fork: while set, each child this process forks starts a thread,
-# as OpenTelemetry's SDK makes every child do once a tracer provider is set.
+# as an OpenTelemetry tracer provider makes a child do (its at-fork handler
+# re-detects the process's resource on a short-lived thread pool).
 _fork_starts_a_thread = False
 _forever = threading.Event()
 

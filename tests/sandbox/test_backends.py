@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PY, ROOT, SERVERS, raw_args, run
+from helpers import as_nobody
 from lovia.exceptions import UserError
 from lovia_mcp_worker.sandbox import bwrap, landlock, registry
 from lovia_mcp_worker.sandbox.base import LaunchPlan, SandboxError
@@ -194,6 +195,31 @@ def test_a_process_whose_forks_come_out_with_threads_still_finds_that_user_names
 ) -> None:
     """The probe's child has a thread from an at-fork handler (OpenTelemetry's): it runs the probe as a fresh program."""
     assert bwrap._probe_userns() is None
+
+
+# An ordinary user's process whose forks come out with a thread (as with an
+# OpenTelemetry tracer provider, whose at-fork handler re-detects the
+# process's resource on a short-lived thread) probes for user namespaces.
+THREADED_FORKS_PROBE = r"""
+import os, threading
+forever = threading.Event()
+os.register_at_fork(after_in_child=lambda: threading.Thread(target=forever.wait, daemon=True).start())
+pid = os.fork()
+if pid == 0:
+    os._exit(len(os.listdir("/proc/self/task")))
+print("threads in a fork:", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+from lovia_mcp_worker.sandbox import bwrap
+print("refused:", bwrap._probe_userns())
+"""
+
+
+@pytest.mark.skipif(bwrap.userns_refused() is not None, reason="user namespaces are refused here")
+def test_as_nobody_a_process_whose_forks_come_out_with_threads_still_finds_user_namespaces() -> None:
+    proc = as_nobody(THREADED_FORKS_PROBE)
+    print(proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "threads in a fork: 2" in proc.stdout
+    assert "refused: None" in proc.stdout
 
 
 # --- the backend interface: the registry, auto, and a backend added by a test ---

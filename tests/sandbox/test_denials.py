@@ -307,7 +307,7 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
 
     ``helper``: the forked helper an ordinary user's worker uses, here as root too.
     ``helper with threads at fork``: the helper's fork comes out with a
-    thread, as in any process with an OpenTelemetry tracer provider; it
+    thread, as in a process with an OpenTelemetry tracer provider; it
     cannot enter the box's user namespace and runs the helper program afresh.
     """
     from lovia_mcp_worker.wire.confinement import Sandbox as WireSandbox

@@ -8,8 +8,9 @@ Usage (as a program of its own)::
 Standard library only, no package imports: besides being imported, this
 file runs as a fresh program. Entering or making a user namespace takes a
 single-threaded process, so the worker forks a child for it, and a fork
-can come out with threads: at-fork handlers start them (OpenTelemetry's SDK
-restarts its thread pool in every child). Such a child cannot do the work
+can come out with threads: at-fork handlers start them (an OpenTelemetry
+tracer provider re-detects the process's resource on a short-lived thread
+pool in every child). Such a child cannot do the work
 (the kernel answers EINVAL); it executes this file instead
 (:func:`execute`), which drops every thread, and the fresh program does the
 same work.
