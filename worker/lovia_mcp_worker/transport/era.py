@@ -33,14 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Protocol
 
 from ..wire.failures import HostError, RemoteError
 from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS
-
-if TYPE_CHECKING:
-    from .jsonrpc import Client
 
 UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
@@ -133,7 +130,21 @@ def input_required(result: dict[str, Any]) -> str | None:
     )
 
 
-async def negotiate_auto(client: Client, trace: dict[str, str] | None) -> None:
+class Negotiating(Protocol):
+    """What the era's rules need of a client (:class:`.jsonrpc.Client` is one): its requests, and adopting a verdict."""
+
+    def discover(self, version: str, trace: dict[str, str] | None) -> Coroutine[Any, Any, dict[str, Any]]: ...
+
+    def handshake(self, version: str | None, trace: dict[str, str] | None) -> Coroutine[Any, Any, dict[str, Any]]: ...
+
+    def adopt_handshake(self, result: dict[str, Any]) -> None: ...
+
+    def adopt_modern(self, version: str, discovered: dict[str, Any] | None) -> None: ...
+
+    async def listen(self) -> None: ...
+
+
+async def negotiate_auto(client: Negotiating, trace: dict[str, str] | None) -> None:
     """The SDK's ``mode="auto"`` with the probe and the handshake pipelined (the rules above)."""
     probe = asyncio.ensure_future(client.discover(MCP_MODERN_VERSIONS[0], trace))
     handshake = asyncio.ensure_future(client.handshake(None, trace))
@@ -178,7 +189,7 @@ async def negotiate_auto(client: Client, trace: dict[str, str] | None) -> None:
                 task.exception()  # retrieved: the losing answer is not an error
 
 
-async def follow_changes(client: Client, log: Callable[[int, str, bool], None]) -> None:
+async def follow_changes(client: Negotiating, log: Callable[[int, str, bool], None]) -> None:
     """Tool-list changes in the modern era: a ``subscriptions/listen`` stream for the generation's life."""
     try:
         await client.listen()
@@ -188,7 +199,7 @@ async def follow_changes(client: Client, log: Callable[[int, str, bool], None]) 
         pass  # the generation ended
 
 
-async def _reprobe(client: Client, version: str, trace: dict[str, str] | None) -> None:
+async def _reprobe(client: Negotiating, version: str, trace: dict[str, str] | None) -> None:
     result = await client.discover(version, trace)
     versions = result.get("supportedVersions")
     mutual = mutual_modern(versions)
@@ -202,6 +213,7 @@ __all__ = [
     "CLIENT_CAPABILITIES_KEY",
     "CLIENT_INFO",
     "CLIENT_INFO_KEY",
+    "Negotiating",
     "PROTOCOL_VERSION_KEY",
     "UNSUPPORTED_PROTOCOL_VERSION",
     "envelope",
