@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import selectors
 import signal
@@ -27,6 +28,9 @@ START_WAIT: Final = 60.0
 # SIGTERM to exit: the drain is immediate without calls in flight, and
 # closing a handful of servers takes well under a second unloaded.
 STOP_WAIT: Final = 30.0
+# A tool-list change travels server -> worker -> gateway -> client's stream:
+# milliseconds unloaded. Generous for a loaded machine.
+NOTIFY_WAIT: Final = 30.0
 
 
 def raw(*flags: str, **options: Any) -> dict[str, Any]:
@@ -208,8 +212,31 @@ async def sdk_client(
             yield client
 
 
+class Heard:
+    """A 2025 session's ears: its GET stream open, and the tools/list_changed notifications it got."""
+
+    def __init__(self) -> None:
+        import mcp_types
+
+        self.kind = mcp_types.ToolListChangedNotification
+        self.stream_open = asyncio.Event()
+        self.count = 0
+        self._changes: asyncio.Queue[None] = asyncio.Queue()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, self.kind):
+            self.count += 1
+            self._changes.put_nowait(None)
+
+    async def next(self, wait: float = NOTIFY_WAIT) -> None:
+        """The next notification (one that came already counts)."""
+        await asyncio.wait_for(self._changes.get(), wait)
+
+
 __all__ = [
+    "NOTIFY_WAIT",
     "OTHER_TOKEN",
+    "Heard",
     "PY",
     "SERVERS",
     "START_WAIT",

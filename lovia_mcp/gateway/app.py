@@ -95,7 +95,7 @@ from .connections import CLOSE_REASONS, Limits
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import ListChangedServer, Notifier
-from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY
+from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of
 from .sessions import Sessions
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -123,12 +123,6 @@ def _owner(scope: Scope) -> str | None:
     """Which token let the request in (its line in the token file), ``None`` without tokens."""
     user = scope.get("user")
     return user.username if isinstance(user, AuthenticatedUser) else None
-
-
-def _principal(scope: Any) -> str:
-    """The principal ``_authorized`` found for the request; ``""`` (a name no rule allows) if it set none."""
-    value = scope.get(SCOPE_KEY) if isinstance(scope, dict) else None
-    return value if isinstance(value, str) else ""
 
 
 def _first(scope: Scope, name: bytes) -> bytes | None:
@@ -233,9 +227,9 @@ class Gateway:
         # Listen streams are long-lived HTTP responses: as many per endpoint
         # as sessions.
         self.paths = paths
-        self.notifier = Notifier(paths, max_streams=max_sessions, sessions=self.sessions)
+        self.notifier = Notifier(paths, max_streams=max_sessions, sessions=self.sessions, access=self.access)
         for backend in backends:
-            backend.on_tools_changed = lambda b, session: self.notifier.changed(b.name, session)
+            backend.on_tools_changed = lambda b, session, principal: self.notifier.changed(b.name, session, principal)
         # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
         # sessions and everything else, and one in JSON mode, on the same
         # Server, for the 2026-07-28 calls fastpath serves.
@@ -278,18 +272,19 @@ class Gateway:
         async def list_tools(
             ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
         ) -> types.ListToolsResult:
-            principal = _principal(getattr(ctx.request, "scope", None))
+            principal = principal_of(getattr(ctx.request, "scope", None))
             return types.ListToolsResult(tools=self._listing(only, self._session_of(ctx), principal))
 
         async def initialized(ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
             session = self._session_of(ctx)
             if session is not None:
-                self.sessions.heard(session, ctx.session, only)
+                principal = principal_of(getattr(ctx.request, "scope", None))
+                self.sessions.heard(session, ctx.session, only, principal)
 
         async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> dict[str, Any]:
             scope = getattr(ctx.request, "scope", None)
             header = _first(scope, TRACEPARENT_HEADER) if isinstance(scope, dict) else None
-            caller = Caller(_principal(scope), path, trace_id(params.meta, header))
+            caller = Caller(principal_of(scope), path, trace_id(params.meta, header))
             session = self._session_of(ctx)
             backend, raw = self._permitted(only, params.name, session, caller)
             return await self._call(
@@ -517,7 +512,7 @@ class Gateway:
                 headers=[(b"www-authenticate", b'Bearer realm="lovia-mcp"')],
             )
             return
-        principal = _principal(scope)
+        principal = principal_of(scope)
         _PRINCIPAL.set(principal)
         if path == "/metrics" and self.access.metrics(principal):
             await _plain(send, 200, await self._metrics_text(), CONTENT_TYPE)

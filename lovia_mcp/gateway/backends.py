@@ -26,8 +26,8 @@ connection, bounded and shielded.
 
 Tool-list changes: a backend tells :attr:`Backend.on_tools_changed` when a
 connection's tools change (:attr:`MCPConnection.on_tools_changed`), with the
-session whose server it is (``None`` for a shared server, whose change is
-everyone's).
+session or the principal whose server it is (neither for a shared server,
+whose change is told to every principal that may see it).
 """
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ class Backend:
         # Restarts of connections already closed: the counter never goes back.
         self.closed_restarts = 0
         # The gateway's listener: (this backend, the session whose server's
-        # tools changed, None for a shared server). Called on the event loop.
-        self.on_tools_changed: Callable[[Backend, str | None], None] | None = None
+        # tools changed, the principal whose server's did; None and None for
+        # a shared server). Called on the event loop.
+        self.on_tools_changed: Callable[[Backend, str | None, str | None], None] | None = None
         # Set once the backend can serve a call, or failed to open; the
         # failure's message for a request that waited for it.
         self.settled = asyncio.Event()
@@ -131,9 +132,9 @@ class Backend:
         except (Refused, MCPError):  # not open (any more): no listing to hold it against
             return False
 
-    def _changed(self, session: str | None) -> None:
+    def _changed(self, session: str | None, principal: str | None = None) -> None:
         if self.on_tools_changed is not None:
-            self.on_tools_changed(self, session)
+            self.on_tools_changed(self, session, principal)
 
     async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
         raise NotImplementedError
@@ -400,10 +401,10 @@ class PerPrincipal(PerSession):
         # Prefixed: a principal's name never meets a session id in one table.
         return PRINCIPAL_HOLDER + principal
 
-    def _changed(self, session: str | None) -> None:
-        # The principal's sessions are not known here: every client listing
-        # the server re-lists, and each sees its own principal's tools.
-        super()._changed(None)
+    def _changed(self, session: str | None, principal: str | None = None) -> None:
+        # ``session`` is the holder: the principal's clients hear, all of them
+        # (its sessions and its listen streams), and no other principal's.
+        super()._changed(None, None if session is None else session.removeprefix(PRINCIPAL_HOLDER))
 
     def _who(self, holder: str) -> dict[str, str]:
         return {"principal": holder.removeprefix(PRINCIPAL_HOLDER)}

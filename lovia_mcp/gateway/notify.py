@@ -16,10 +16,13 @@ of every endpoint that lists that server (``/mcp`` and
   over an ``InMemorySubscriptionBus`` per endpoint (``server/discover`` then
   says ``tools.listChanged: true``).
 
-A per-session server's change goes only to its own session (a stateless
-client cannot use per-session servers, so no listen stream hears of it); so
-does the idle expiry of a changed one (the session lists the first listing
-again).
+Who hears: a client of a principal that may see the server (its access
+rules, :mod:`.access`), and of that principal alone when the server is a
+per-principal one: a listen stream is served from a bus of its principal's
+own, so another principal's change never reaches it. A per-session server's
+change goes only to its own session (a stateless client cannot use
+per-session servers, so no listen stream hears of it); so does the idle
+expiry of a changed one (the session lists the first listing again).
 
 Caveats: the SDK drops a notification for a session whose GET stream is not
 open at that moment (no replay without an event store), as it does for any
@@ -32,14 +35,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types import SubscriptionsListenRequestParams, SubscriptionsListenResult
+from mcp_types.jsonrpc import INTERNAL_ERROR
 
+from .access import Access
+from .principals import principal_of
 from .sessions import Sessions
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -72,31 +81,77 @@ class ListChangedServer(Server[Any]):
 
 
 class Endpoint:
-    """One MCP endpoint's listen streams: the bus a change is published on and the SDK's handler."""
+    """One MCP endpoint's listen streams: a bus and the SDK's handler per principal, at most ``max_streams`` in all.
+
+    :meth:`listen` is the endpoint's ``subscriptions/listen`` handler: it
+    serves the stream from its request's principal's bus, so a change
+    published to some principals' buses (:meth:`publish`) reaches their
+    streams alone.
+    """
 
     def __init__(self, max_streams: int) -> None:
-        self.bus = InMemorySubscriptionBus()
-        self.listen = ListenHandler(self.bus, max_subscriptions=max_streams)
+        self._max = max_streams
+        self._open = 0
+        self._buses: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
+
+    async def listen(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        if self._open >= self._max:
+            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")  # the SDK handler's own refusal
+        principal = principal_of(getattr(ctx.request, "scope", None))
+        self.bus(principal)
+        self._open += 1
+        try:
+            return await self._buses[principal][1](ctx, params)
+        finally:
+            self._open -= 1
+
+    def bus(self, principal: str) -> InMemorySubscriptionBus:
+        """The bus that ``principal``'s listen streams on this endpoint hear (made on first use)."""
+        found = self._buses.get(principal)
+        if found is None:
+            bus = InMemorySubscriptionBus()
+            found = self._buses[principal] = (bus, ListenHandler(bus, max_subscriptions=self._max))
+        return found[0]
+
+    def publish(self, hears: Callable[[str], bool]) -> list[Coroutine[Any, Any, None]]:
+        """A tool-list change for the streams of each principal that ``hears``: the publications to await."""
+        return [bus.publish(ToolsListChanged()) for principal, (bus, _) in self._buses.items() if hears(principal)]
+
+    def close(self) -> None:
+        """End every listen stream gracefully."""
+        for _, handler in self._buses.values():
+            handler.close()
 
 
 class Notifier:
     """Who hears of tool-list changes, and the sending."""
 
-    def __init__(self, paths: dict[str, str | None], *, max_streams: int, sessions: Sessions) -> None:
+    def __init__(
+        self, paths: dict[str, str | None], *, max_streams: int, sessions: Sessions, access: Access | None = None
+    ) -> None:
         # path -> the server it serves alone (None: /mcp, every server)
         self.endpoints = {path: Endpoint(max_streams) for path in paths}
         self._serves = dict(paths)
         self._sessions = sessions
+        self._access = access if access is not None else Access(None)
         self._sending: set[asyncio.Task[None]] = set()
 
     # -- changes -------------------------------------------------------------- #
-    def changed(self, server: str, session_id: str | None) -> None:
-        """``server``'s tools changed (for ``session_id`` alone if it is a per-session server's)."""
+    def changed(self, server: str, session_id: str | None, principal: str | None = None) -> None:
+        """``server``'s tools changed: for ``session_id`` alone if it is a per-session server's, for
+        ``principal``'s clients alone if a per-principal one's; either way only for principals that may see it."""
         if session_id is None:
-            targets = self._sessions.listeners(server)
+
+            def hears(who: str) -> bool:
+                return (principal is None or who == principal) and self._access.sees(who, server)
+
+            targets = self._sessions.listeners(server, hears)
             for path, only in self._serves.items():
                 if only in (None, server):
-                    self._spawn(self.endpoints[path].bus.publish(ToolsListChanged()))
+                    for publication in self.endpoints[path].publish(hears):
+                        self._spawn(publication)
         else:
             listener = self._sessions.listener(session_id)
             targets = [] if listener is None else [listener]
@@ -119,7 +174,7 @@ class Notifier:
     def close(self) -> None:
         """End every listen stream gracefully (the drain): its client re-listens, on another replica."""
         for endpoint in self.endpoints.values():
-            endpoint.listen.close()
+            endpoint.close()
 
 
 __all__ = ["NOTIFY_WAIT", "Endpoint", "ListChangedServer", "Notifier"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from lovia.exceptions import UserError
 
@@ -36,6 +36,13 @@ PRINCIPAL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 MIN_TOKEN_CHARS: Final = 16
 # Where the gateway leaves a request's principal in its ASGI scope.
 SCOPE_KEY: Final = "lovia_mcp.principal"
+
+
+def principal_of(scope: Any) -> str:
+    """The principal the gateway's authorisation left in a request's ASGI ``scope``; ``""`` (a name no rule
+    allows) if it set none."""
+    value = scope.get(SCOPE_KEY) if isinstance(scope, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)
@@ -95,4 +102,12 @@ def read_token_file(path: str) -> list[Credential]:
     return out
 
 
-__all__ = ["DEFAULT_PRINCIPAL", "MIN_TOKEN_CHARS", "PRINCIPAL_NAME", "SCOPE_KEY", "Credential", "read_token_file"]
+__all__ = [
+    "DEFAULT_PRINCIPAL",
+    "MIN_TOKEN_CHARS",
+    "PRINCIPAL_NAME",
+    "SCOPE_KEY",
+    "Credential",
+    "principal_of",
+    "read_token_file",
+]

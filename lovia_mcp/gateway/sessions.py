@@ -24,6 +24,7 @@ sessions opened within one idle time, which the SDK caps per endpoint.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from mcp.server.session import ServerSession
 
@@ -31,16 +32,17 @@ from mcp.server.session import ServerSession
 class Session:
     """One session the SDK opened: its owner, its requests in flight, and where it hears of changes."""
 
-    __slots__ = ("in_flight", "listener", "only", "owner", "seen")
+    __slots__ = ("in_flight", "listener", "only", "owner", "principal", "seen")
 
     def __init__(self, owner: str | None) -> None:
         self.owner = owner
         self.in_flight = 0
         self.seen = time.monotonic()
-        # The SDK's session object, once its handshake finished, and the
-        # server its endpoint serves alone (None: /mcp, every server).
+        # The SDK's session object, once its handshake finished, the server
+        # its endpoint serves alone (None: /mcp, every server), and its principal.
         self.listener: ServerSession | None = None
         self.only: str | None = None
+        self.principal = ""
 
 
 class Sessions:
@@ -74,19 +76,25 @@ class Sessions:
             entry.in_flight = max(0, entry.in_flight - 1)
             entry.seen = time.monotonic()
 
-    def heard(self, session_id: str, listener: ServerSession, only: str | None) -> None:
-        """``session_id`` finished its handshake on the endpoint serving ``only``: it hears of changes from now."""
+    def heard(self, session_id: str, listener: ServerSession, only: str | None, principal: str) -> None:
+        """``session_id`` of ``principal`` finished its handshake on the endpoint serving ``only``: it hears of
+        changes from now."""
         entry = self._table.get(session_id)
         if entry is not None:
-            entry.listener, entry.only = listener, only
+            entry.listener, entry.only, entry.principal = listener, only, principal
 
     def forget(self, session_id: str) -> None:
         self._table.pop(session_id, None)
 
-    def listeners(self, server: str) -> list[ServerSession]:
-        """The sessions that hear of a change to ``server``'s tools: those on an endpoint that lists it."""
+    def listeners(self, server: str, hears: Callable[[str], bool]) -> list[ServerSession]:
+        """The sessions that hear of a change to ``server``'s tools: those on an endpoint that lists it, of a
+        principal that ``hears``."""
         self.prune()
-        return [e.listener for e in self._table.values() if e.listener is not None and e.only in (None, server)]
+        return [
+            e.listener
+            for e in self._table.values()
+            if e.listener is not None and e.only in (None, server) and hears(e.principal)
+        ]
 
     def listener(self, session_id: str) -> ServerSession | None:
         entry = self._table.get(session_id)

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from _gateway import OTHER_TOKEN, Serve, raw, samples, sdk_client, sdk_http_server, server
+from _gateway import NOTIFY_WAIT, OTHER_TOKEN, Heard, Serve, raw, samples, sdk_client, sdk_http_server, server
 from conftest import register_shared, run
 from helpers import outputs
 from lovia import Agent, Runner
@@ -52,9 +52,6 @@ KEEP_ALIVE_REQUESTS = 21
 # A client gone mid-call: uvicorn sees the closed socket, the gateway cancels
 # the call (a few ms unloaded). Generous for a loaded machine.
 CANCEL_SEEN_WAIT = 20.0
-# A tool-list change travels server -> worker -> gateway -> client's stream:
-# milliseconds unloaded. Generous for a loaded machine.
-NOTIFY_WAIT = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -836,27 +833,6 @@ def test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equalit
 # --------------------------------------------------------------------------- #
 # Tool-list changes reach the clients
 # --------------------------------------------------------------------------- #
-class Heard:
-    """A 2025 session's ears: its GET stream open, and the tools/list_changed notifications it got."""
-
-    def __init__(self) -> None:
-        import mcp_types
-
-        self.kind = mcp_types.ToolListChangedNotification
-        self.stream_open = asyncio.Event()
-        self.count = 0
-        self._changes: asyncio.Queue[None] = asyncio.Queue()
-
-    async def __call__(self, message: Any) -> None:
-        if isinstance(message, self.kind):
-            self.count += 1
-            self._changes.put_nowait(None)
-
-    async def next(self, wait: float = NOTIFY_WAIT) -> None:
-        """The next notification (one that came already counts)."""
-        await asyncio.wait_for(self._changes.get(), wait)
-
-
 def _fresh() -> str:
     # The shared server keeps every tool added: each test adds its own.
     return f"t{os.urandom(4).hex()}"
@@ -995,7 +971,7 @@ def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table
     n = notify.Notifier({"/mcp": None, "/servers/a/mcp": "a", "/servers/b/mcp": "b"}, max_streams=4, sessions=table)
     published: dict[str, int] = {path: 0 for path in n.endpoints}
     for path, endpoint in n.endpoints.items():
-        endpoint.bus.subscribe(lambda _event, path=path: published.__setitem__(path, published[path] + 1))
+        endpoint.bus("p").subscribe(lambda _event, path=path: published.__setitem__(path, published[path] + 1))
     ears = {sid: _Ears() for sid in ("all", "a", "b")}
 
     # A request naming an id the SDK never issued leaves nothing behind.
@@ -1005,7 +981,7 @@ def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table
     for sid, only in (("all", None), ("a", "a"), ("b", "b")):
         table.opened(sid, "token-1")
         table.began(sid)
-        table.heard(sid, ears[sid], only)  # type: ignore[arg-type]
+        table.heard(sid, ears[sid], only, "p")  # type: ignore[arg-type]
         table.ended(sid)
     # A session is its opener's only: another token (or none) naming it finds nothing.
     assert table.owned("all", "token-1") is not None
@@ -1035,3 +1011,42 @@ def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table
         assert ears["all"].sent == 2 and len(table) == 0
 
     run(main())
+
+
+@pytest.mark.unit
+def test_a_change_is_told_only_to_principals_that_may_see_the_server_and_a_per_principal_one_to_its_own() -> None:
+    from lovia_mcp.gateway import notify, sessions
+    from lovia_mcp.gateway.access import Access
+
+    table = sessions.Sessions(idle=60.0)
+    # alice sees every server, bob only "a".
+    access = Access({"alice": ["*"], "bob": ["a"]})
+    n = notify.Notifier({"/mcp": None}, max_streams=4, sessions=table, access=access)
+    published = {who: 0 for who in ("alice", "bob")}
+    for who in published:
+        n.endpoints["/mcp"].bus(who).subscribe(lambda _event, who=who: published.__setitem__(who, published[who] + 1))
+    ears = {who: _Ears() for who in published}
+    for who, e in ears.items():
+        table.opened(who, f"token-{who}")
+        table.heard(who, e, None, who)  # type: ignore[arg-type]
+
+    async def change(server: str, principal: str | None) -> dict[str, tuple[int, int]]:
+        n.changed(server, None, principal)
+        await asyncio.gather(*list(n._sending))  # noqa: SLF001 - every send of this change, done
+        return {who: (ears[who].sent, published[who]) for who in ears}
+
+    async def main() -> list[dict[str, tuple[int, int]]]:
+        # (2025 session told, listen streams told) per principal, after each change:
+        return [
+            await change("a", None),  # a shared server both see
+            await change("b", None),  # a shared server bob may not see
+            await change("a", "alice"),  # alice's own per-principal server
+            await change("a", "bob"),  # bob's own
+        ]
+
+    assert run(main()) == [
+        {"alice": (1, 1), "bob": (1, 1)},
+        {"alice": (2, 2), "bob": (1, 1)},
+        {"alice": (3, 3), "bob": (1, 1)},
+        {"alice": (3, 3), "bob": (2, 2)},
+    ]

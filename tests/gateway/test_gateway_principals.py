@@ -1,9 +1,10 @@
 """Principals in ``lovia-mcp serve``: identities from the token file, access rules, per-principal servers, the audit log.
 
-One gateway serves the module's end-to-end tests: four principals (alice may
-use everything and read /metrics, bob one server, carol one tool of it,
-``default`` nothing), a per-principal server and a shared one, the audit log
-and the principal label on /metrics. Real clients over loopback: the MCP
+One gateway serves the module's end-to-end tests: five principals (alice may
+use everything and read /metrics, bob one server, carol one tool of it, dave
+a per-principal server whose tool list grows, ``default`` nothing),
+per-principal servers and a shared one, the audit log and the principal
+label on /metrics. Real clients over loopback: the MCP
 SDK's (both eras) and raw HTTP where bytes are compared.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from _gateway import PY, Serve, raw, samples, sdk_client, server
+from _gateway import NOTIFY_WAIT, PY, Heard, Serve, raw, samples, sdk_client, server
 from conftest import ROOT, register_shared, run
 
 from lovia_mcp.gateway.access import Access, access_options
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.timeout(120)
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef00"
 CAROL = "carol-token-0123456789abcdef"
+DAVE = "dave-token-0123456789abcdef00"
 BARE = "bare-token-0123456789abcdef0"
 # A start refused for a bad token file or access section: imports, no server started.
 REFUSAL_WAIT = 30.0
@@ -63,12 +66,14 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
             "brief": raw(session="per-principal", idle=0.5),
             "other": raw(),
             "hdr": server("header_server.py"),
+            # Its tool list grows on demand (add_tool), a principal's own.
+            "growpp": server("annotated_server.py", session="per-principal"),
         },
         "--audit-log",
         str(folder / "audit.log"),
         "--metrics-principal",
-        token_lines=f"# principals\nalice {ALICE}\nbob   {BOB}\ncarol\t{CAROL}\n{BARE}\n",
-        gateway={"access": {"alice": ["*", "/metrics"], "bob": ["mine"], "carol": ["mine/ech?"]}},
+        token_lines=f"# principals\nalice {ALICE}\nbob   {BOB}\ncarol\t{CAROL}\ndave {DAVE}\n{BARE}\n",
+        gateway={"access": {"alice": ["*", "/metrics"], "bob": ["mine"], "carol": ["mine/ech?"], "dave": ["growpp"]}},
     )
     register_shared(g.proc.pid)
     try:
@@ -258,6 +263,42 @@ def test_a_principals_server_is_closed_after_its_idle_expiry_and_its_next_call_g
 
     first, second = run(main())
     assert first != second and not psutil.pid_exists(first)
+
+
+def test_a_per_principal_servers_tool_list_change_is_told_to_its_own_principals_clients_in_both_eras(
+    gateway: Serve,
+) -> None:
+    # That no other principal is told is the notifier's unit test (tests/gateway/test_gateway.py):
+    # a notification's absence cannot be awaited here. This is the path through the real gateway.
+    from mcp.client.subscriptions import ToolsListChanged
+
+    mine, theirs = f"t{os.urandom(4).hex()}", f"t{os.urandom(4).hex()}"
+
+    async def main() -> tuple[Any, set[str], set[str]]:
+        a, d = Heard(), Heard()
+        async with (
+            sdk_client(gateway.url, _auth(ALICE), mode="legacy", message_handler=a, stream_open=a.stream_open) as alice,
+            sdk_client(gateway.url, _auth(DAVE), mode="legacy", message_handler=d, stream_open=d.stream_open) as dave,
+            sdk_client(gateway.url, _auth(DAVE), mode="auto") as modern,
+        ):
+            await asyncio.wait_for(asyncio.gather(a.stream_open.wait(), d.stream_open.wait()), NOTIFY_WAIT)
+            async with modern.listen(tools_list_changed=True) as sub:
+                await alice.call_tool("growpp__add_tool", {"text": mine})
+                await a.next()
+                await dave.call_tool("growpp__add_tool", {"text": theirs})
+                await d.next()
+                event = await asyncio.wait_for(anext(aiter(sub)), NOTIFY_WAIT)
+            return (
+                event,
+                {t.name for t in (await alice.list_tools()).tools},
+                {t.name for t in (await modern.list_tools()).tools},
+            )
+
+    event, alice_lists, dave_lists = run(main())
+    assert isinstance(event, ToolsListChanged)
+    assert f"growpp__{mine}" in alice_lists and f"growpp__{theirs}" not in alice_lists
+    assert f"growpp__{theirs}" in dave_lists and f"growpp__{mine}" not in dave_lists
+    assert all(name.startswith("growpp__") for name in dave_lists)
 
 
 # --------------------------------------------------------------------------- #
