@@ -49,8 +49,9 @@ checks ``Mcp-Param-*`` headers against is given only for tools it may call.
 Every call (refused ones too) is one line of the audit log (:mod:`.audit`).
 
 Before ready: a request for an MCP endpoint waits until the servers that
-endpoint serves are open (:func:`.backends.wait_open`), then is served; only
-a server that failed to open (or the gateway stopping) makes it an error.
+endpoint serves to its principal are open (:func:`.backends.wait_open`),
+then is served; only one of those that failed to open (or the gateway
+stopping) makes it an error.
 
 Failure semantics: a call that fails on the server's side (a crash, a
 limit, a timeout, an open circuit) is that call's ``isError`` result,
@@ -561,7 +562,7 @@ class Gateway:
             )
             return
         if not self.ready:
-            refused = await self._opened(path)
+            refused = await self._opened(path, principal)
             if refused is not None:
                 await _rpc_error(send, 503, UNAVAILABLE, str(refused), refused.hint)
                 return
@@ -623,12 +624,15 @@ class Gateway:
 
         await manager.handle_request(scope, receive, watch)
 
-    async def _opened(self, path: str) -> Refused | None:
-        """Wait until the servers ``path`` serves are open; why not, if one failed (or the wait ran out)."""
+    async def _opened(self, path: str, principal: str) -> Refused | None:
+        """Wait until the servers ``path`` serves to ``principal`` are open; why not, if one failed (or the wait
+        ran out). A server the principal may not see is not waited for, nor named."""
         only = self.paths[path]
         self.waiting += 1
         try:
-            await wait_open([b for name, b in self.backends.items() if only in (None, name)])
+            await wait_open(
+                [b for name, b in self.backends.items() if only in (None, name) and self.access.sees(principal, name)]
+            )
             return None
         except Refused as exc:
             return exc

@@ -307,6 +307,46 @@ def test_a_request_waiting_for_a_server_that_fails_to_open_gets_that_servers_err
     assert code == 3, g.stderr()
 
 
+def test_a_request_is_not_held_for_a_server_its_principal_may_not_see_nor_told_its_name(tmp_path: Path) -> None:
+    # "bad" is held at its start until the test lets it go, then exits: alice, who may use only
+    # "good", is served meanwhile; root, who may use both, waits and hears that "bad" failed.
+    alice, root = "alice-token-0123456789abcdef", "root-token-0123456789abcdef00"
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    holder = os.open(gate, os.O_RDWR)
+    g = Serve(
+        tmp_path / "g",
+        {"good": raw(), "bad": gated(gate, "--exit-on-start", "7")},
+        ready=False,
+        token_lines=f"alice {alice}\nroot {root}\n",
+        gateway={"access": {"alice": ["good"], "root": ["*", "/metrics"]}},
+    )
+    try:
+
+        async def main() -> tuple[httpx.Response, httpx.Response, int]:
+            as_root = {"authorization": f"Bearer {root}"}
+            async with httpx.AsyncClient(base_url=g.base, headers=as_root, timeout=START_WAIT) as http:
+                headers = {**MODERN, "mcp-name": "good__echo"}
+                waiting = asyncio.ensure_future(http.post("/mcp", json=_echo("good__echo", "root"), headers=headers))
+                await _until_waiting(http, 1, waiting)
+                served = await http.post(
+                    "/mcp", json=_echo("good__echo", "alice"), headers={**headers, "authorization": f"Bearer {alice}"}
+                )
+                held = (await http.get("/readyz")).status_code  # "bad" is still held at its start
+                os.write(holder, b"go\n")
+                return served, await waiting, held
+
+        served, refused, held = run(main())
+        g.proc.wait(STOP_WAIT)
+    finally:
+        os.close(holder)
+        g.kill()
+    assert held == 503
+    assert served.status_code == 200, served.text
+    assert served.json()["result"]["content"][0]["text"] == "alice"
+    assert refused.status_code == 503 and "server 'bad' failed to open" in refused.json()["error"]["message"]
+
+
 def test_sigterm_while_servers_open_answers_the_waiting_requests_and_exits_0_leaving_no_process(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     os.mkfifo(gate)
