@@ -85,6 +85,10 @@ _TAIL_LINES: Final = 12
 _PY_LOCAL_FILES: Final = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
 
 _PYTHON_RUNNERS: Final = {"uvx": "uvx", "uv tool run": "uv tool run", "pipx run": "pipx run"}
+# A lock's cache and tree digests, as this module writes them.
+_DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
+# A console script's entry point (``module:attr``), as packaging tools write them.
+_PY_ENTRY: Final = re.compile(r"[A-Za-z_][\w.]*\s*:\s*[A-Za-z_][\w.]*")
 
 
 @dataclass(frozen=True)
@@ -204,8 +208,61 @@ def cache_root() -> Path:
 
 
 def entry_dir(package: PackageLock) -> Path:
-    """Where a locked package is installed: named by its content address."""
+    """Where a locked package is installed: named by its content address (a ``ValueError`` for any other name)."""
+    if package.ecosystem not in ("pypi", "npm") or not _DIGEST.fullmatch(package.cache):
+        raise ValueError(f"not a cache entry's name: {package.ecosystem!r}, {package.cache!r}")
     return cache_root() / package.ecosystem / package.cache.removeprefix("sha256:")
+
+
+def malformed(package: PackageLock, source: list[str] | None) -> str | None:
+    """What in a lock's package entry ``lock`` would not have written for the command line ``source``; None: nothing.
+
+    A lock file is a file in a repository like any other: one that names a
+    cache entry outside the cache, an entry whose name is not the hash of
+    its artifacts, another package than the command line runs, or a script
+    outside the installed tree would start code the lock never verified.
+    """
+    if package.ecosystem not in ("pypi", "npm"):
+        return f"ecosystem {package.ecosystem!r} is neither 'pypi' nor 'npm'"
+    for field, value in (("cache", package.cache), ("tree", package.tree)):
+        if not _DIGEST.fullmatch(value):
+            return f"its {field} {value[:80]!r} is not a sha256 digest"
+    if package.cache != content_address(package.ecosystem, package.artifacts, package.python):
+        return "its cache entry's name is not the hash of its artifacts"
+    runner = parse_runner(source[0], source[1:]) if source else None
+    if runner is None:
+        return "it records no package runner's command line"
+    same = (
+        runner.package == package.name
+        if runner.ecosystem == "npm"
+        else _normal(runner.package) == _normal(package.name)
+    )
+    if (runner.runner, runner.ecosystem) != (package.runner, package.ecosystem) or not same:
+        return f"it installs {package.runner} {package.name}, and the command line runs {runner.describe()}"
+    if tuple(package.args) != runner.args:
+        return "its arguments are not the command line's"
+    if package.ecosystem == "npm":
+        parts = package.entry.split("/")
+        if parts[0] != "node_modules" or ".." in parts or "" in parts or "\\" in package.entry:
+            return f"its script {package.entry[:80]!r} is not a path inside its node_modules"
+    elif not _PY_ENTRY.fullmatch(package.entry.strip()):
+        return f"its entry point {package.entry[:80]!r} is not module:attribute"
+    return None
+
+
+def declared_entry(package: PackageLock, source: list[str]) -> str | None:
+    """The entry the installed (verified) tree declares for ``source``'s command; None if it declares none."""
+    runner = parse_runner(source[0], source[1:])
+    if runner is None:
+        return None
+    top = entry_dir(package)
+    try:
+        if package.ecosystem == "npm":
+            return _npm_bin(top, runner, "")
+        lib = next((top / "env" / "lib").glob("python*/site-packages"), None)
+        return None if lib is None else _console_script(lib, runner, "")
+    except (UserError, OSError, ValueError):
+        return None
 
 
 def python_tag() -> str:
@@ -214,7 +271,8 @@ def python_tag() -> str:
     return f"{sys.implementation.name}-{v.major}.{v.minor}-{sys.platform}-{platform.machine()}"
 
 
-def _content_address(ecosystem: str, artifacts: list[Artifact], python: str | None) -> str:
+def content_address(ecosystem: str, artifacts: list[Artifact], python: str | None) -> str:
+    """A cache entry's name: the hash of its artifacts' integrity hashes (and of the interpreter, for Python)."""
     body = {"ecosystem": ecosystem, "artifacts": sorted([a.file, a.hash] for a in artifacts), "python": python}
     return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
@@ -309,13 +367,25 @@ def problem(package: PackageLock) -> str | None:
 
 
 def verify(package: PackageLock, server: str | None, locked: Locked) -> Path:
-    """The package's cache entry, checked against the lock; a ``UserError`` naming the server if missing or changed."""
+    """The package's cache entry, checked against the lock; a ``UserError`` naming the server if missing or changed.
+
+    Then the entry the lock launches must be the one the verified tree
+    declares for the command line the lock was made for.
+    """
+    source = locked.entry.source if locked.entry is not None else None
+    refused(package, source, server, locked)
     found = problem(package)
     top = entry_dir(package)
-    if found is None:
-        return top
     what = f"{package.name} {package.version}"
     again = locked.command("lock", server)
+    if found is None:
+        if source is not None and declared_entry(package, source) != package.entry:
+            raise UserError(
+                f"MCP server {server!r}: its lock launches {package.entry!r}, which the cached {what} does not "
+                "declare for the command line it was locked for; it is not started",
+                hint=f"Lock it again: {locked.command('lock --update', server)}.",
+            )
+        return top
     if found == "python":
         raise UserError(
             f"MCP server {server!r}: its lock installs {what} for {package.python}, and this is {python_tag()}",
@@ -336,6 +406,16 @@ def verify(package: PackageLock, server: str | None, locked: Locked) -> Path:
 # --------------------------------------------------------------------------- #
 # Installing (lovia-mcp lock)
 # --------------------------------------------------------------------------- #
+def refused(package: PackageLock, source: list[str] | None, server: str | None, locked: Locked) -> None:
+    """A ``UserError`` naming the server if its lock entry is :func:`malformed`."""
+    wrong = malformed(package, source)
+    if wrong is not None:
+        raise UserError(
+            f"MCP server {server!r}: its lock entry is not one lovia-mcp lock writes ({wrong}); it is not started",
+            hint=f"Lock it again after a look at how the lock file changed: {locked.command('lock --update', server)}.",
+        )
+
+
 def _run(argv: list[str], environ: dict[str, str], what: str, cwd: Path | None = None) -> str:
     try:
         done = subprocess.run(
@@ -454,7 +534,7 @@ def _install_pypi(runner: Runner, environ: dict[str, str], staging: Path) -> Pac
         name=runner.package,
         version=version,
         entry=entry,
-        cache=_content_address("pypi", artifacts, python_tag()),
+        cache=content_address("pypi", artifacts, python_tag()),
         tree=tree,
         artifacts=artifacts,
         args=list(runner.args),
@@ -538,7 +618,7 @@ def _install_npm(runner: Runner, environ: dict[str, str], staging: Path) -> Pack
         name=runner.package,
         version=str(own["version"]),
         entry=entry,
-        cache=_content_address("npm", artifacts, None),
+        cache=content_address("npm", artifacts, None),
         tree=tree_digest(top, "npm"),
         artifacts=artifacts,
         args=list(runner.args),
@@ -590,7 +670,8 @@ def launch(package: PackageLock, top: Path) -> tuple[str, list[str]]:
 
 
 def launch_from_cache(server: _Stdio, package: PackageLock, locked: Locked) -> _Stdio:
-    """``server`` launched from the cache entry the lock names (checked when it is opened)."""
+    """``server`` launched from the cache entry the lock names (its form checked now, its files when it is opened)."""
+    refused(package, locked.entry.source if locked.entry is not None else None, server.name, locked)
     command, args = launch(package, entry_dir(package))
     return dataclasses.replace(server, command=command, args=args)
 
@@ -599,13 +680,17 @@ __all__ = [
     "CACHE_ENV",
     "Runner",
     "cache_root",
+    "content_address",
     "entry_dir",
     "install",
     "launch",
+    "declared_entry",
     "launch_from_cache",
+    "malformed",
     "parse_runner",
     "problem",
     "python_tag",
+    "refused",
     "tree_digest",
     "verify",
 ]
