@@ -337,6 +337,44 @@ MUTANTS: Final = [
         why="a sandboxed call's egress counts its request head only, not the bytes relayed",
         needs="a sandbox backend",
     ),
+    Mutant(
+        name="gateway-notify-everyone",
+        path="lovia_mcp/gateway/notify.py",
+        old="return (principal is None or who == principal) and self._access.sees(who, server)",
+        new="return True",
+        tests=(
+            "tests/gateway/test_gateway.py::test_a_change_is_told_only_to_principals_that_may_see_the_server_and_a_"
+            "per_principal_one_to_its_own",
+        ),
+        why="a principal hears when servers it may not see, or another principal's own server, change",
+    ),
+    Mutant(
+        name="gateway-wait-for-all",
+        path="lovia_mcp/gateway/app.py",
+        old="if only in (None, name) and self.access.sees(principal, name)]",
+        new="if only in (None, name)]",
+        tests=(
+            "tests/gateway/test_gateway_serve.py::test_a_request_is_not_held_for_a_server_its_principal_may_not_"
+            "see_nor_told_its_name",
+        ),
+        why="before ready, a principal waits for (and hears the failure of) a server it may not see",
+    ),
+    Mutant(
+        name="lock-trusted",
+        path="lovia_mcp/lock/packages.py",
+        old="    wrong = malformed(package, source)\n",
+        new="    wrong = None\n",
+        tests=("tests/plugin/test_lock_forged.py",),
+        why="a lock file's cache name and entry are used as written: a path out of the cache runs",
+    ),
+    Mutant(
+        name="lock-entry-undeclared",
+        path="lovia_mcp/lock/packages.py",
+        old="if source is not None and declared_entry(package, source) != package.entry:",
+        new="if False:",
+        tests=("tests/plugin/test_lock_forged.py",),
+        why="a lock may launch a function the verified package does not declare",
+    ),
 ]
 
 
