@@ -68,7 +68,7 @@ from .client import core as client_core
 from .client.circuit import RestartCircuit
 from .client.core import ClientCore
 from .client.retry import retry
-from .lock import pins
+from .lock import packages, pins
 from .render import DENIED_META, MCPToolResult, default_renderer, output_cap, with_sdk_models
 
 if TYPE_CHECKING:
@@ -437,8 +437,16 @@ class MCPConnection(LoviaFields):
 
     # -- open, stats, close -------------------------------------------------- #
     async def connect(self) -> None:
-        """Open: start the worker and the server, list the tools; closes what it started on failure."""
+        """Open: start the worker and the server, list the tools; closes what it started on failure.
+
+        A locked package server's cache entry is checked against its lock
+        first: every open that starts one from the cache checks it (a warm
+        spare's too, in the background; taking a spare starts nothing).
+        """
+        locked = self.server.locked
         try:
+            if locked is not None and locked.entry is not None and locked.entry.package is not None:
+                await asyncio.to_thread(packages.verify, locked.entry.package, self.server.name, locked)
             failed = await self.core.connect()
         except BaseException:
             await self.close()

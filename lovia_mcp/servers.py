@@ -14,7 +14,6 @@ against the descriptions, and only this module, above them, knows both.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ from . import spares
 from ._isolation import Isolation
 from .config import ServerConfig, StdioConfig, StreamableHTTPConfig
 from .connection import MCPConnection
-from .lock import packages
 
 
 async def open_server(server: ServerConfig, *, isolation: Isolation | None, close_after_run: bool) -> MCPConnection:
@@ -32,10 +30,6 @@ async def open_server(server: ServerConfig, *, isolation: Isolation | None, clos
     ``isolation`` is the default for a config that sets none (the plugin's);
     a config's own ``isolation`` wins, and ``"process"`` is the last resort.
     """
-    locked = server.locked
-    if locked is not None and locked.entry is not None and locked.entry.package is not None:
-        # A locked package server starts only from the cache entry it was locked with.
-        await asyncio.to_thread(packages.verify, locked.entry.package, server.name, locked)
     mode: Isolation = server.isolation or isolation or "process"
     # Per-run opens take the pool's spares; a persistent connection keeps
     # a standby server in its own worker instead (MCPConnection).

@@ -134,7 +134,8 @@ class ProcessChannel:
                 return
             # The exit status takes a join; never on the loop.
             task = loop.create_task(asyncio.to_thread(self._exit_description))
-            task.add_done_callback(lambda t: report(t.result()))
+            # Cancelled: the loop is closing (asyncio.run's end), nobody is left to tell.
+            task.add_done_callback(lambda t: None if t.cancelled() else report(t.result()))
 
         reader = FrameReader(agent_decoder(), on_message, lost, cap=self.cap, peer="the worker")
         try:

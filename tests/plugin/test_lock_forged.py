@@ -25,9 +25,10 @@ import msgspec
 import pytest
 from helpers import PY, RAW_SERVER, SERVERS, run
 
-from lovia_mcp import load_servers
+from lovia_mcp import close_spares, load_servers, warm_spares
 from lovia_mcp.lock.lockfile import Artifact, LockFile, PackageLock, ServerLock, write_lock
 from lovia_mcp.lock.packages import CACHE_ENV, content_address, entry_dir, malformed, python_tag, tree_digest
+from lovia_mcp.servers import open_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,6 +94,12 @@ def entry(tmp_path: Path) -> Iterator[Entry]:
         )
         lock = tmp_path / ".mcp.lock.json"
         yield Entry(config, lock, package, marker)
+
+
+def _config(e: Entry, **options: object) -> None:
+    # pin "off": the tools' pins are not what these tests are about.
+    entry = {"command": SOURCE[0], "args": SOURCE[1:], "pin": "off", **options}
+    e.config.write_text(json.dumps({"mcpServers": {"fake": entry}}))
 
 
 def _write(e: Entry, package: PackageLock) -> None:
@@ -195,3 +202,37 @@ def test_an_npm_script_outside_the_installed_node_modules_is_refused(script: str
     assert (
         malformed(msgspec.structs.replace(package, entry="node_modules/x/bin/x.js"), ["npx", "-y", "x@1.0.0"]) is None
     )
+
+
+def test_every_start_from_the_cache_checks_it_a_warm_spare_too_and_taking_a_spare_starts_nothing(entry: Entry) -> None:
+    # The spare is checked as it starts, in the background; a run that takes it pays no walk of the
+    # tree. Once a file of the tree changes, nothing more starts from it: not the spare's
+    # replacement, not a fresh open. The changed code would leave the marker.
+    _config(entry, spares=1)
+    _write(entry, entry.package)
+    [server] = load_servers(entry.config)
+    [lib] = (entry_dir(entry.package) / "env" / "lib").glob("python*/site-packages")
+
+    async def main() -> tuple[int, list[str], str, str]:
+        try:
+            ready = await warm_spares(server)
+            with open(lib / "fake_server.py", "a") as f:  # noqa: ASYNC230 - a few bytes, once
+                f.write(f"\nopen({str(entry.marker)!r}, 'w').close()\n")
+            conn = await open_server(server, isolation=None, close_after_run=True)
+            try:
+                tools = sorted(t.name for t in conn.tools())
+            finally:
+                await conn.close()
+            with pytest.raises(Exception) as spare:
+                await warm_spares(server)  # the taken spare's replacement
+            with pytest.raises(Exception) as fresh:
+                await open_server(server, isolation=None, close_after_run=True)
+            return ready, tools, str(spare.value), str(fresh.value)
+        finally:
+            await close_spares()
+
+    ready, tools, spare, fresh = run(main())
+    print(f"spare: {spare}\nfresh open: {fresh}")
+    assert ready == 1 and "fake__echo" in tools
+    assert "was changed since it was locked" in spare and "was changed since it was locked" in fresh
+    assert not entry.marker.exists(), "a server started from the changed cache"
