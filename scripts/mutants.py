@@ -194,8 +194,9 @@ MUTANTS: Final = [
     Mutant(
         name="landlock-write-parent",
         path="worker/lovia_mcp_worker/sandbox/landlock.py",
-        old="writable = ([cwd] if cwd else []) + list(box.writable)",
-        new="writable = ([os.path.dirname(cwd)] if cwd else []) + list(box.writable)",
+        # Paths are granted by the descriptors the worker pinned: the weakening grants the parent instead.
+        old="                    grants.add_fd(held_fd, real, rights)\n",
+        new="                    grants.add(os.path.dirname(real), rights)\n",
         tests=("tests/sandbox/test_landlock.py",),
         why="a Landlock-boxed server may write next to its cwd",
         needs="Landlock (Linux 5.13+)",
