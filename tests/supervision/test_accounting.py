@@ -64,8 +64,10 @@ def test_a_call_that_burns_cpu_reports_its_cpu_time_and_one_that_holds_memory_it
 def test_a_memory_spike_freed_before_the_answer_is_the_calls_peak_and_not_the_next_calls(enforcement: str) -> None:
     """The kernel's peak restarts with each call: a later call does not inherit an earlier one's spike.
 
-    Without the restart (the cgroup's or the process's lifetime peak), the
-    echo after the spike reports the spike's 100 MB: this test fails there.
+    Without the restart (the cgroup's or the process's lifetime peak), a
+    later call reports the spike's 100 MB: the echo under a cgroup, the longer
+    call on the watch (an echo there takes the resident memory at its two
+    ends). This test fails there.
     """
 
     async def main() -> tuple[CallUsage, CallUsage, CallUsage]:
