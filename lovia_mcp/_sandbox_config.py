@@ -38,7 +38,7 @@ from typing import Any
 from lovia.exceptions import UserError
 from lovia_mcp_worker.wire.confinement import DEFAULT_HIDDEN, PathPin, Sandbox
 
-_OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny"}
+_OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny", "upstream_proxy"}
 _VSCODE_KEYS = {"filesystem", "network", "enabled", "backend"}
 _EXAMPLE = "Sandbox(network=False, writable=['/srv/data'])"
 
@@ -124,6 +124,22 @@ def _network(entries: list[str]) -> list[str]:
     return entries
 
 
+def _upstream(url: object, network: bool | list[str]) -> None:
+    """A bad ``upstream_proxy``, or one without a network allowlist, fails here, not at the server's open."""
+    from lovia_mcp_worker.sandbox.netrequest import BadUpstream, parse_upstream
+
+    if not isinstance(network, list) or not network:
+        raise UserError(
+            "sandbox upstream_proxy needs a network allowlist: it is how the allowed names are reached",
+            hint="Sandbox(network=['pypi.org'], upstream_proxy='http://proxy.internal:3128'); "
+            "with network=True the server uses the proxy variables it is given.",
+        )
+    try:
+        parse_upstream(url)  # type: ignore[arg-type]
+    except BadUpstream as exc:
+        raise UserError(f"sandbox upstream_proxy is invalid: {exc.why}", hint=exc.hint) from None
+
+
 def _backend(value: object) -> Any:
     from lovia_mcp_worker.sandbox.registry import names  # names the backends without loading any
 
@@ -156,6 +172,9 @@ def coerce(value: object) -> Sandbox | None:
     network = value.network
     if not isinstance(network, bool):
         network = _network(_strings(network, "network"))
+    upstream = value.upstream_proxy
+    if upstream is not None:
+        _upstream(upstream, network)
     if not isinstance(value.write_deny, bool):
         raise UserError(
             f"sandbox write_deny must be true or false, got {value.write_deny!r}",
@@ -169,6 +188,7 @@ def coerce(value: object) -> Sandbox | None:
         read_only=_strings(value.read_only, "read_only") if value.read_only else [],
         readable=_strings(value.readable, "readable") if value.readable else [],
         write_deny=value.write_deny,
+        upstream_proxy=upstream,
     )
 
 
@@ -203,6 +223,7 @@ def resolved(box: Sandbox, cwd: str) -> Sandbox:
         read_only=[fix(p) for p in box.read_only],
         readable=readable,
         write_deny=box.write_deny,
+        upstream_proxy=box.upstream_proxy,
         pins={p: pin(p) for p in dict.fromkeys([cwd, *writable, *readable])},
     )
 

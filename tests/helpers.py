@@ -196,6 +196,71 @@ class LocalHTTP:
             self.tasks.discard(task)
 
 
+class LocalUpstream:
+    """A corporate proxy stand-in on a loopback address: it answers ``CONNECT name:port`` with a tunnel to ``target``.
+
+    Whatever name is asked for (no resolver is involved), the tunnel leads
+    to ``target``'s port on 127.0.0.1. It keeps each CONNECT's head
+    (``requests``); ``answer`` is the status line it gives (a refusing proxy:
+    ``"HTTP/1.1 403 Forbidden"``), and no tunnel follows a refusal.
+    """
+
+    def __init__(self, target: int, answer: str = "HTTP/1.1 200 Connection established") -> None:
+        self.target = target
+        self.answer = answer
+        self.port = 0
+        self.requests: list[list[str]] = []
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> LocalUpstream:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.requests.append(head.decode("latin-1").split("\r\n")[:-2])
+            writer.write(self.answer.encode() + b"\r\n\r\n")
+            await writer.drain()
+            if not self.answer.split(" ")[1].startswith("2"):
+                return
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+
+            async def pump(a: asyncio.StreamReader, b: asyncio.StreamWriter) -> None:
+                while data := await a.read(65536):
+                    b.write(data)
+                    await b.drain()
+                if b.can_write_eof():
+                    b.write_eof()
+
+            try:
+                await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+            finally:
+                up_writer.close()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+
+
 async def exchange(sock_path: str, request: bytes) -> bytes:
     """Send ``request`` to the proxy's unix socket, end the sending side, read everything until EOF."""
     reader, writer = await asyncio.open_unix_connection(sock_path)
@@ -592,6 +657,7 @@ __all__ = [
     "SUP_SERVER",
     "EscapePlace",
     "LocalHTTP",
+    "LocalUpstream",
     "Model",
     "alive_after",
     "agent_fds",

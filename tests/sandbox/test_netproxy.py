@@ -21,9 +21,10 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import PY, LocalHTTP, bounded, exchange, pid_alive
+from helpers import PY, LocalHTTP, LocalUpstream, bounded, exchange, pid_alive
 from lovia_mcp_worker.sandbox import netbridge, netproxy
 from lovia_mcp_worker.sandbox.netproxy import host_allowed
+from lovia_mcp_worker.sandbox.netrequest import BadUpstream, Upstream, parse_upstream
 
 Decision = tuple[str, int, bool]
 
@@ -227,6 +228,134 @@ def test_a_plain_get_to_an_allowed_name_is_forwarded_in_origin_form_without_prox
             assert decisions == [("localhost", upstream.port, True)]
 
     bounded(main())
+
+
+# --- through an upstream proxy ---------------------------------------------
+
+
+@asynccontextmanager
+async def through_upstream(
+    sock_path: str, allowed: Sequence[str], answer: str = "HTTP/1.1 200 Connection established", url: str = ""
+) -> AsyncIterator[tuple[netproxy.Proxy, LocalHTTP, LocalUpstream, list[Decision]]]:
+    decisions: list[Decision] = []
+    async with LocalHTTP() as origin, LocalUpstream(origin.port, answer) as upstream:
+        proxy = await netproxy.start(
+            allowed,
+            sock_path,
+            on_decision=lambda d: decisions.append((d.host, d.port, d.allowed)),
+            upstream=parse_upstream(url or upstream.url),
+        )
+        try:
+            yield proxy, origin, upstream, decisions
+        finally:
+            await proxy.aclose()
+
+
+@pytest.mark.unit
+def test_through_an_upstream_an_allowed_name_is_asked_of_it_unresolved_and_both_request_forms_are_tunnelled(
+    sock_path: str,
+) -> None:
+    # "pypi.example.test" resolves nowhere: only the upstream, which maps every name to the
+    # origin on 127.0.0.1, can reach it.
+    async def main() -> None:
+        async with through_upstream(sock_path, ["*.example.test"]) as (proxy, origin, upstream, decisions):
+            reader, writer = await asyncio.open_unix_connection(sock_path)
+            writer.write(connect("pypi.example.test", 443))
+            established = await reader.readuntil(b"\r\n\r\n")
+            writer.write(GET_THROUGH_TUNNEL)
+            tunnelled = await reader.read()
+            writer.close()
+            await writer.wait_closed()
+            plain = await exchange(sock_path, b"GET http://files.example.test/simple/ HTTP/1.1\r\nHost: x\r\n\r\n")
+
+            assert established == b"HTTP/1.1 200 Connection established\r\n\r\n"
+            assert status_and_body(tunnelled) == (200, "upstream saw: GET /through-the-tunnel HTTP/1.1\n")
+            assert status_and_body(plain) == (200, "upstream saw: GET /simple/ HTTP/1.1\n")
+            assert [r[0] for r in upstream.requests] == [
+                "CONNECT pypi.example.test:443 HTTP/1.1",
+                "CONNECT files.example.test:80 HTTP/1.1",
+            ]
+            assert all(not any(h.lower().startswith("proxy-authorization") for h in r) for r in upstream.requests)
+            assert decisions == [("pypi.example.test", 443, True), ("files.example.test", 80, True)]
+            assert proxy.traffic["pypi.example.test"].connections == 1 and proxy.denied == 0
+
+    bounded(main())
+
+
+@pytest.mark.unit
+def test_through_an_upstream_a_name_outside_the_allowlist_is_refused_here_and_never_asked_of_it(
+    sock_path: str,
+) -> None:
+    async def main() -> None:
+        async with through_upstream(sock_path, ["*.example.test"]) as (proxy, _, upstream, decisions):
+            status, body = status_and_body(await exchange(sock_path, connect("evil.test", 443)))
+            assert status == 403 and "evil.test is not in the sandbox's network allowlist" in body
+            assert upstream.requests == [] and decisions == [("evil.test", 443, False)] and proxy.denied == 1
+
+    bounded(main())
+
+
+@pytest.mark.unit
+def test_an_upstream_that_refuses_gives_a_502_quoting_its_status_and_its_credentials_are_sent(sock_path: str) -> None:
+    async def main() -> None:
+        # The stand-in refuses every CONNECT, as a proxy that wants other credentials would.
+        async with (
+            LocalHTTP() as origin,
+            LocalUpstream(origin.port, "HTTP/1.1 407 Proxy Authentication Required") as up,
+        ):
+            proxy = await netproxy.start(
+                ["a.example.test"], sock_path, upstream=parse_upstream(f"http://us%40r:p%3Ass@127.0.0.1:{up.port}")
+            )
+            try:
+                response = await exchange(sock_path, connect("a.example.test", 443))
+            finally:
+                await proxy.aclose()
+            status, body = status_and_body(response)
+            assert response.startswith(b"HTTP/1.1 502 Bad Gateway (HTTP/1.1 407 Proxy Authentication Required)")
+            assert status == 502 and "refused a.example.test:443: HTTP/1.1 407" in body
+            assert "Proxy-Authorization: Basic dXNAcjpwOnNz" in up.requests[0]  # us@r:p:ss
+            assert origin.accepted == 0
+
+    bounded(main())
+
+
+@pytest.mark.unit
+def test_an_upstream_nobody_listens_on_gives_a_502_naming_it(sock_path: str) -> None:
+    async def main() -> None:
+        port = free_port()
+        proxy = await netproxy.start(["a.example.test"], sock_path, upstream=Upstream("127.0.0.1", port))
+        try:
+            status, body = status_and_body(await exchange(sock_path, connect("a.example.test", 443)))
+        finally:
+            await proxy.aclose()
+        assert status == 502 and f"cannot connect to the upstream proxy 127.0.0.1:{port}" in body
+
+    bounded(main())
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://proxy:3128", "only an http:// proxy"),
+        ("http://proxy", "names no host and port"),
+        ("proxy:3128", "only an http:// proxy"),
+        ("http://proxy:3128/path", "has a path"),
+        ("http://proxy:99999", "is not a URL"),
+        ("", "expected a URL"),
+    ],
+)
+def test_a_bad_upstream_url_is_refused_saying_why(url: str, why: str) -> None:
+    with pytest.raises(BadUpstream) as refused:
+        parse_upstream(url)
+    assert why in refused.value.why and "http://HOST:PORT" in refused.value.hint
+
+
+@pytest.mark.unit
+def test_an_upstream_url_gives_its_host_port_and_basic_credentials() -> None:
+    assert parse_upstream("http://proxy.internal:3128") == Upstream("proxy.internal", 3128)
+    assert parse_upstream("http://[::1]:8080/") == Upstream("::1", 8080)
+    assert parse_upstream("http://u:p@h:1").authorization == "Basic dTpw"
 
 
 @pytest.mark.unit

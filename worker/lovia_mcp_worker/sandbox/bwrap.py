@@ -473,7 +473,9 @@ class BwrapBackend:
                 from . import netroute  # the proxy's modules load only where a server needs one
 
                 fds.append(filter_fd(box))
-                proxy_socket, argv = await netroute.route(box.network, argv, env, seccomp_fd=fds[-1])
+                proxy_socket, argv = await netroute.route(
+                    box.network, argv, env, seccomp_fd=fds[-1], upstream=box.upstream_proxy
+                )
             elif box.network is False:
                 # netbridge is imported up front (light, and most boxes have the network off).
                 fds.append(netbridge.route_closed(env))

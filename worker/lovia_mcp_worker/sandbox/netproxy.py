@@ -37,6 +37,16 @@ The rules (:class:`~.netrequest.Allowlist`), in two steps:
   address in the resolver's order; addresses that fail the check are
   skipped, and a name with none left is refused, naming the first reason.
 
+Through an upstream proxy (``Sandbox(upstream_proxy="http://proxy:3128")``,
+for networks whose only way out is a proxy): an allowed *name* is not
+resolved here; the proxy asks the upstream for a tunnel (``CONNECT
+host:port``, with ``Proxy-Authorization`` when the URL carries
+credentials) and relays through it, a plain request in origin form inside
+the tunnel. The upstream resolves the name, so the address check above is
+the upstream's to make, not this proxy's. Listed addresses are still
+reached directly. An upstream that refuses answers the client 502 with its
+status line.
+
 Lifecycle: :func:`start` binds the unix socket (mode 0600) and serves;
 :meth:`Proxy.aclose` stops accepting, aborts every open connection, waits a
 bounded time for their tasks and removes the socket file.
@@ -76,6 +86,7 @@ from .netrequest import (
     Denial,
     Refusal,
     Request,
+    Upstream,
     as_address,
     destination,
     host_allowed,
@@ -151,9 +162,12 @@ class Traffic:
 class Proxy:
     """A running allowlist proxy; made by :func:`start`, closed by :meth:`aclose`."""
 
-    def __init__(self, socket_path: str, allowlist: Allowlist, on_decision: OnDecision | None) -> None:
+    def __init__(
+        self, socket_path: str, allowlist: Allowlist, on_decision: OnDecision | None, upstream: Upstream | None = None
+    ) -> None:
         self.socket_path = socket_path
         self.allowlist = allowlist
+        self.upstream = upstream
         self.patterns = allowlist.patterns
         self.denied = 0
         """Requests refused because their destination is not allowed."""
@@ -248,20 +262,24 @@ class Proxy:
             where = f"[{request.host}]:{request.port}" if ":" in request.host else f"{request.host}:{request.port}"
             # One bound on resolving and connecting together.
             deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT
-            try:
-                async with asyncio.timeout_at(deadline):
-                    targets, denial = await self._targets(request)
-            except OSError as e:  # TimeoutError included
-                self._decide(request, None)  # the name was allowed; resolving it failed
-                raise _unreachable(where, e) from None
-            self._decide(request, denial)
-            if denial is not None:
-                raise Refusal(403, denial.text, denial.reason)
-            try:
-                async with asyncio.timeout_at(deadline):
-                    up_reader, upstream = await _connect(targets, request.port)
-            except OSError as e:
-                raise _unreachable(where, e) from None
+            if self.upstream is not None and as_address(request.host) is None:
+                self._decide(request, None)
+                up_reader, upstream = await _tunnel(self.upstream, request, where, deadline)
+            else:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        targets, denial = await self._targets(request)
+                except OSError as e:  # TimeoutError included
+                    self._decide(request, None)  # the name was allowed; resolving it failed
+                    raise _unreachable(where, e) from None
+                self._decide(request, denial)
+                if denial is not None:
+                    raise Refusal(403, denial.text, denial.reason)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        up_reader, upstream = await _connect(targets, request.port)
+                except OSError as e:
+                    raise _unreachable(where, e) from None
             traffic = self.traffic.get(request.host)
             if traffic is None:
                 traffic = self.traffic[request.host] = Traffic()
@@ -331,6 +349,38 @@ async def _connect(targets: list[Address], port: int) -> tuple[asyncio.StreamRea
             failure = e
     assert failure is not None
     raise failure
+
+
+async def _tunnel(
+    via: Upstream, request: Request, where: str, deadline: float
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A tunnel to ``request``'s host and port through the upstream proxy ``via``; a :class:`Refusal` if none."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            reader, writer = await asyncio.open_connection(via.host, via.port, limit=_CHUNK)
+    except OSError as e:  # TimeoutError included
+        if isinstance(e, TimeoutError):
+            raise Refusal(504, f"lovia-mcp sandbox proxy: connecting to the upstream proxy {via} timed out.") from None
+        raise Refusal(
+            502, f"lovia-mcp sandbox proxy: cannot connect to the upstream proxy {via}: {e.strerror or e}."
+        ) from None
+    lines: list[bytes] | None = None
+    try:
+        writer.write(via.connect_head(request.host, request.port))
+        async with asyncio.timeout_at(deadline):
+            lines = await read_head(reader)
+    except (OSError, Refusal):  # reset, timed out, or an answer head over the bound
+        lines = None
+    except BaseException:
+        writer.transport.abort()
+        raise
+    status = lines[0].decode("latin-1", "replace").strip() if lines else ""
+    parts = status.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].startswith("2"):
+        writer.transport.abort()
+        said = "".join(c for c in status[:200] if " " <= c <= "~") or "no answer"
+        raise Refusal(502, f"lovia-mcp sandbox proxy: the upstream proxy {via} refused {where}: {said}.", said[:80])
+    return reader, writer
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, traffic: Traffic) -> None:
@@ -409,7 +459,9 @@ async def _close(writers: list[asyncio.StreamWriter], *, abort: bool) -> None:
                 w.transport.abort()
 
 
-async def start(allowed: Sequence[str], socket_path: str, *, on_decision: OnDecision | None = None) -> Proxy:
+async def start(
+    allowed: Sequence[str], socket_path: str, *, on_decision: OnDecision | None = None, upstream: Upstream | None = None
+) -> Proxy:
     """Serve an allowlist proxy on the unix socket ``socket_path``.
 
     ``allowed`` holds host names and ``*.domain`` wildcards, addresses and
@@ -418,20 +470,23 @@ async def start(allowed: Sequence[str], socket_path: str, *, on_decision: OnDeci
     ``on_decision(decision)`` is called once per request decided. The
     path must be short (a unix socket path has at most 107 bytes on Linux) and
     its directory private to the worker; a stale socket there is replaced.
+    ``upstream``: reach allowed names through that proxy.
     """
-    proxy = Proxy(socket_path, Allowlist(allowed), on_decision)
+    proxy = Proxy(socket_path, Allowlist(allowed), on_decision, upstream)
     await proxy._start()
     return proxy
 
 
-async def start_tcp(allowed: Sequence[str], *, on_decision: OnDecision | None = None) -> tuple[Proxy, int]:
+async def start_tcp(
+    allowed: Sequence[str], *, on_decision: OnDecision | None = None, upstream: Upstream | None = None
+) -> tuple[Proxy, int]:
     """Serve an allowlist proxy on a free loopback TCP port (the Landlock backend's way out).
 
     Landlock cannot stop a ``connect()`` to a unix socket, and the seccomp
     filter refuses unix sockets outright, so there the server reaches the
     proxy over TCP; Landlock allows that one port. Returns the proxy and the port.
     """
-    proxy = Proxy("", Allowlist(allowed), on_decision)
+    proxy = Proxy("", Allowlist(allowed), on_decision, upstream)
     proxy._server = await asyncio.start_server(proxy._accept, "127.0.0.1", 0, limit=MAX_HEAD)
     port: int = proxy._server.sockets[0].getsockname()[1]
     return proxy, port

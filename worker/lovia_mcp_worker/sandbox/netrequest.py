@@ -7,6 +7,7 @@ decides on. See :mod:`.netproxy` for the rules and the caveats.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ipaddress
 import re
@@ -14,6 +15,7 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
+from urllib.parse import unquote, urlsplit
 
 # Bound on a request head (request line and headers). Real clients send a
 # few hundred bytes to a proxy; 16 KiB leaves room for long URLs and cookies
@@ -469,6 +471,66 @@ class Request:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+# --- the upstream proxy ----------------------------------------------------
+
+_UPSTREAM_HINT: Final = (
+    "Give the upstream proxy as http://HOST:PORT (with USER:PASSWORD@ if it asks for them), "
+    "e.g. Sandbox(network=['pypi.org'], upstream_proxy='http://proxy.internal:3128')."
+)
+
+
+class BadUpstream(ValueError):
+    """An ``upstream_proxy`` that cannot be used: ``why`` says what is wrong, ``hint`` what to write."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"invalid upstream_proxy: {why}. {_UPSTREAM_HINT}")
+        self.why = why
+        self.hint = _UPSTREAM_HINT
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A proxy the allowlist proxy reaches allowed names through: its address and credentials."""
+
+    host: str
+    port: int
+    # The Proxy-Authorization header's value (Basic), if the URL carried credentials.
+    authorization: str | None = None
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def connect_head(self, host: str, port: int) -> bytes:
+        """The ``CONNECT`` that asks this proxy for a tunnel to ``host:port``."""
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        lines = [f"CONNECT {where} HTTP/1.1", f"Host: {where}"]
+        if self.authorization is not None:
+            lines.append(f"Proxy-Authorization: {self.authorization}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def parse_upstream(url: str) -> Upstream:
+    """``http://[USER:PASSWORD@]HOST:PORT`` as an :class:`Upstream`; :class:`BadUpstream` for anything else."""
+    if not isinstance(url, str) or not url:
+        raise BadUpstream(f"expected a URL, got {url!r}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise BadUpstream(f"{url!r} is not a URL ({exc})") from None
+    if parts.scheme.lower() != "http":
+        raise BadUpstream(f"{url!r}: only an http:// proxy is supported (TLS to the proxy is not)")
+    if not parts.hostname or port is None:
+        raise BadUpstream(f"{url!r} names no host and port")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise BadUpstream(f"{url!r} has a path; a proxy URL is only http://HOST:PORT")
+    authorization = None
+    if parts.username is not None:
+        user, password = unquote(parts.username), unquote(parts.password or "")
+        authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return Upstream(parts.hostname, port, authorization)
+
+
 def _bad(reason: str) -> Refusal:
     return Refusal(400, f"lovia-mcp sandbox proxy: bad request: {reason}.")
 
@@ -568,11 +630,13 @@ __all__ = [
     "Address",
     "Allowlist",
     "BadEntry",
+    "BadUpstream",
     "Denial",
     "Network",
     "Refusal",
     "Request",
     "Rule",
+    "Upstream",
     "as_address",
     "destination",
     "host_allowed",
@@ -580,5 +644,6 @@ __all__ = [
     "normalize_pattern",
     "parse_head",
     "parse_rule",
+    "parse_upstream",
     "read_head",
 ]

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 from typing import Final
 
-from . import denials, netbridge, netproxy
+from . import denials, netbridge, netproxy, netrequest
 from .base import SandboxError
 
 logger = logging.getLogger("lovia_mcp.netproxy")
@@ -37,7 +37,8 @@ logger = logging.getLogger("lovia_mcp.netproxy")
 # short, because a unix socket path must fit in 108 bytes.
 SOCKET_NAME: Final = "proxy.sock"
 
-_Key = tuple[tuple[str, ...], denials.Reporter | None]
+# The allowlist, the upstream proxy's URL, and the reporter.
+_Key = tuple[tuple[str, ...], str | None, denials.Reporter | None]
 _proxies: dict[_Key, tuple[netproxy.Proxy, str]] = {}
 _tcp_proxies: dict[_Key, tuple[netproxy.Proxy, int]] = {}
 
@@ -46,6 +47,15 @@ _HINT: Final = (
     "List host names, each optionally with a port, and the internal addresses or ranges to allow, e.g. "
     "Sandbox(network=['api.github.com', '*.npmjs.org', 'db.internal:5432', '10.0.0.0/8'])."
 )
+
+
+def _upstream(url: str | None) -> netrequest.Upstream | None:
+    if url is None:
+        return None
+    try:
+        return netrequest.parse_upstream(url)
+    except netrequest.BadUpstream as exc:
+        raise SandboxError(f"bad sandbox upstream_proxy: {exc.why}", hint=exc.hint) from exc
 
 
 def _decision(report: denials.Reporter | None, decision: netproxy.Decision) -> None:
@@ -57,23 +67,29 @@ def _decision(report: denials.Reporter | None, decision: netproxy.Decision) -> N
 
 
 async def route(
-    allowed: list[str], argv: list[str], env: dict[str, str], *, seccomp_fd: int | None = None
+    allowed: list[str],
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    seccomp_fd: int | None = None,
+    upstream: str | None = None,
 ) -> tuple[str, list[str]]:
-    """Start (or reuse) the proxy for ``allowed``; set the proxy variables in ``env``.
+    """Start (or reuse) the proxy for ``allowed`` (through ``upstream``, a proxy URL); set the proxy variables in ``env``.
 
     Returns the proxy's socket path (to bind into the sandbox) and ``argv``
     behind the bridge, which installs the seccomp program from ``seccomp_fd``
     before it executes ``argv``. Raises SandboxError for a malformed
-    allowlist entry.
+    allowlist entry or upstream.
     """
     report = denials.current()
-    key = (tuple(allowed), report)
+    key = (tuple(allowed), upstream, report)
     entry = _proxies.get(key)
     if entry is None:
+        via = _upstream(upstream)
         folder = tempfile.mkdtemp(prefix="lovia-mcp-net-", dir="/tmp")
         path = f"{folder}/{SOCKET_NAME}"
         try:
-            proxy = await netproxy.start(allowed, path, on_decision=functools.partial(_decision, report))
+            proxy = await netproxy.start(allowed, path, on_decision=functools.partial(_decision, report), upstream=via)
         except ValueError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             raise SandboxError(f"bad sandbox network allowlist: {exc}", hint=_HINT) from exc
@@ -83,18 +99,19 @@ async def route(
     return path, netbridge.bridge_argv(argv, socket_path=path, seccomp_fd=seccomp_fd)
 
 
-async def route_tcp(allowed: list[str], env: dict[str, str]) -> int:
+async def route_tcp(allowed: list[str], env: dict[str, str], *, upstream: str | None = None) -> int:
     """Start (or reuse) the loopback TCP proxy for ``allowed`` (the Landlock backend); set ``env``.
 
     Returns the proxy's port, the only one the server may connect to.
     """
     report = denials.current()
-    key = (tuple(allowed), report)
+    key = (tuple(allowed), upstream, report)
     entry = _tcp_proxies.get(key)
     if entry is None:
+        via = _upstream(upstream)
         try:
             on_decision = functools.partial(_decision, report)
-            entry = _tcp_proxies[key] = await netproxy.start_tcp(allowed, on_decision=on_decision)
+            entry = _tcp_proxies[key] = await netproxy.start_tcp(allowed, on_decision=on_decision, upstream=via)
         except ValueError as exc:
             raise SandboxError(f"bad sandbox network allowlist: {exc}", hint=_HINT) from exc
     env.update(netbridge.proxy_env(entry[1]))
@@ -110,7 +127,7 @@ def proxies(allowed: list[str]) -> list[netproxy.Proxy]:
 async def release(report: denials.Reporter) -> None:
     """Stop the proxies set up under ``report`` (its host has closed); bounded by the proxies' own close."""
     for table in (_proxies, _tcp_proxies):
-        for key in [k for k in table if k[1] is report]:
+        for key in [k for k in table if k[2] is report]:
             proxy, where = table.pop(key)
             with contextlib.suppress(Exception):
                 await proxy.aclose()

@@ -72,6 +72,11 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     - ``write_deny``: keep :data:`WRITE_DENY` (git hooks and config, shell
       rc files, editor and MCP configs) read-only inside cwd and the writable
       paths; ``False`` opts out;
+    - ``upstream_proxy``: with a ``network`` list, the proxy
+      (``"http://HOST:PORT"``, credentials allowed) that the allowed names
+      are reached through, for networks whose only way out is a proxy; the
+      upstream then resolves them, so the check that an allowed name leads
+      to no internal address is its to make;
     - ``pins``: filled in when the server is opened, not by the user (a
       value given here is replaced): the server's cwd and each ``writable``
       and ``readable`` path, by the absolute path as configured, resolved and
@@ -90,6 +95,7 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     read_only: list[str] = []
     readable: list[str] = []
     write_deny: bool = True
+    upstream_proxy: str | None = None
     pins: dict[str, PathPin] = {}
 
 

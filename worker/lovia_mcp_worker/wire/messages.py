@@ -54,7 +54,7 @@ from .mcpjson import ContentBlock, ToolSpec
 # memory, egress per host); Stats.call_* and egress_* its totals.
 # 12: Result.denied and Stats.sandbox_denials: what the sandbox refused
 # during a call, attributed to it.
-PROTOCOL_VERSION: Final = 12
+PROTOCOL_VERSION: Final = 13
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
