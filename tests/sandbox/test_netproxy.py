@@ -352,6 +352,15 @@ def test_a_bad_upstream_url_is_refused_saying_why(url: str, why: str) -> None:
 
 
 @pytest.mark.unit
+def test_a_bad_upstream_url_never_shows_its_credentials() -> None:
+    for url in ("https://alice:s3cret@proxy:3128", "http://alice:s3cret@proxy:99999", "http://alice:s3cret@proxy"):
+        with pytest.raises(BadUpstream) as refused:
+            parse_upstream(url)
+        assert "s3cret" not in str(refused.value) and "alice" not in str(refused.value)
+        assert "//***@proxy" in str(refused.value)
+
+
+@pytest.mark.unit
 def test_an_upstream_url_gives_its_host_port_and_basic_credentials() -> None:
     assert parse_upstream("http://proxy.internal:3128") == Upstream("proxy.internal", 3128)
     assert parse_upstream("http://[::1]:8080/") == Upstream("::1", 8080)

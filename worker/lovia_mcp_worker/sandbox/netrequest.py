@@ -510,20 +510,24 @@ class Upstream:
 
 
 def parse_upstream(url: str) -> Upstream:
-    """``http://[USER:PASSWORD@]HOST:PORT`` as an :class:`Upstream`; :class:`BadUpstream` for anything else."""
+    """``http://[USER:PASSWORD@]HOST:PORT`` as an :class:`Upstream`; :class:`BadUpstream` for anything else.
+
+    The errors show the URL without its credentials.
+    """
     if not isinstance(url, str) or not url:
         raise BadUpstream(f"expected a URL, got {url!r}")
+    shown = re.sub(r"//[^/@]*@", "//***@", url)[:200]
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise BadUpstream(f"{url!r} is not a URL ({exc})") from None
+        raise BadUpstream(f"{shown!r} is not a URL ({str(exc).replace(url, shown)})") from None
     if parts.scheme.lower() != "http":
-        raise BadUpstream(f"{url!r}: only an http:// proxy is supported (TLS to the proxy is not)")
+        raise BadUpstream(f"{shown!r}: only an http:// proxy is supported (TLS to the proxy is not)")
     if not parts.hostname or port is None:
-        raise BadUpstream(f"{url!r} names no host and port")
+        raise BadUpstream(f"{shown!r} names no host and port")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise BadUpstream(f"{url!r} has a path; a proxy URL is only http://HOST:PORT")
+        raise BadUpstream(f"{shown!r} has a path; a proxy URL is only http://HOST:PORT")
     authorization = None
     if parts.username is not None:
         user, password = unquote(parts.username), unquote(parts.password or "")
