@@ -223,6 +223,12 @@ def _server_options() -> argparse.ArgumentParser:
         default=[],
         help="let the sandboxed server write this path besides its cwd (repeatable)",
     )
+    g.add_argument(
+        "--upstream-proxy",
+        metavar="URL",
+        help="reach the --network hosts through this proxy (http://HOST:PORT), where the network's only way "
+        "out is a proxy",
+    )
     # The registry names the backends without loading any of them.
     from lovia_mcp_worker.sandbox.registry import names
 

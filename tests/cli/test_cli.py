@@ -222,6 +222,20 @@ def test_passing_the_memory_limit_fails_the_call_naming_the_limit() -> None:
     assert "memory limit" in message and "--memory-mb 100" in message and "memory_mb" not in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--upstream-proxy", "http://proxy.internal:3128"], "upstream_proxy needs a network allowlist"),
+        (["--network", "a.test", "--upstream-proxy", "https://alice:s3cret@proxy:1"], "only an http:// proxy"),
+    ],
+)
+def test_an_upstream_proxy_without_a_network_list_or_with_another_scheme_is_refused_before_anything_starts(
+    flags: list[str], said: str
+) -> None:
+    r = lovia_mcp("tools", *flags, *RAW)
+    assert r.returncode == 2 and said in error_of(r) and "s3cret" not in r.stderr
+
+
 def test_max_result_bytes_caps_the_result_and_the_hint_names_the_flag() -> None:
     r = lovia_mcp("call", "big", '{"size": 200000}', "--max-result-bytes", "100000", *RAW)
     assert r.returncode == 3
