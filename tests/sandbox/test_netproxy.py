@@ -334,6 +334,33 @@ def test_an_upstream_nobody_listens_on_gives_a_502_naming_it(sock_path: str) -> 
 
 
 @pytest.mark.unit
+def test_an_upstream_that_never_answers_gives_a_504_at_the_connect_bound(
+    sock_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(netproxy, "CONNECT_TIMEOUT", 0.5)
+
+    async def main() -> None:
+        heard: list[bytes] = []
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            heard.append(await reader.readuntil(b"\r\n\r\n"))
+            await reader.read()  # until the proxy gives up on it
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        proxy = await netproxy.start(["a.example.test"], sock_path, upstream=Upstream("127.0.0.1", port))
+        try:
+            status, body = status_and_body(await exchange(sock_path, connect("a.example.test", 443)))
+        finally:
+            await proxy.aclose()
+            server.close()
+        assert status == 504 and f"the upstream proxy 127.0.0.1:{port} did not answer" in body
+        assert heard and heard[0].startswith(b"CONNECT a.example.test:443 HTTP/1.1")
+
+    bounded(main())
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("url", "why"),
     [

@@ -369,7 +369,12 @@ async def _tunnel(
         writer.write(via.connect_head(request.host, request.port))
         async with asyncio.timeout_at(deadline):
             lines = await read_head(reader)
-    except (OSError, Refusal):  # reset, timed out, or an answer head over the bound
+    except TimeoutError:
+        writer.transport.abort()
+        raise Refusal(
+            504, f"lovia-mcp sandbox proxy: the upstream proxy {via} did not answer for {where} in time."
+        ) from None
+    except (OSError, Refusal):  # a reset, or an answer head over the bound
         lines = None
     except BaseException:
         writer.transport.abort()
