@@ -87,13 +87,9 @@ def entry(tmp_path: Path) -> Iterator[Entry]:
         top = entry_dir(shell)
         _install(top, marker)
         package = msgspec.structs.replace(shell, tree=tree_digest(top, "pypi"))
-        config = tmp_path / ".mcp.json"
-        # pin "off": the tools' pins are not what these tests are about.
-        config.write_text(
-            json.dumps({"mcpServers": {"fake": {"command": SOURCE[0], "args": SOURCE[1:], "pin": "off"}}})
-        )
-        lock = tmp_path / ".mcp.lock.json"
-        yield Entry(config, lock, package, marker)
+        made = Entry(tmp_path / ".mcp.json", tmp_path / ".mcp.lock.json", package, marker)
+        _config(made)
+        yield made
 
 
 def _config(e: Entry, **options: object) -> None:
