@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import psutil
 import pytest
@@ -130,34 +130,15 @@ def bounded(coro: Awaitable[T]) -> T:
     return run(asyncio.wait_for(coro, LOOPBACK_TEST_WAIT))
 
 
-class LocalHTTP:
-    """An HTTP server on a loopback address that counts the connections it accepts.
+class LoopbackServer:
+    """A TCP server on a loopback address; its connections' handlers (:meth:`serve`) are cancelled at exit."""
 
-    It keeps each request's head (``requests``: its lines) and answers
-    ``answer(lines)`` (by default the request line it saw). A path starting
-    with ``/hold`` is not answered: the server reports it on ``holding`` and
-    keeps the connection until the other end closes it, then reports it on
-    ``ended``.
-    """
-
-    def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, answer: Callable[[list[str]], str] | None = None
-    ) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host, self.port = host, port
-        self.answer = answer or (lambda lines: f"upstream saw: {lines[0]}\n")
-        self.accepted = 0
-        self.requests: list[list[str]] = []
-        self.holding: asyncio.Queue[str] = asyncio.Queue()
-        self.ended: asyncio.Queue[str] = asyncio.Queue()
         self.tasks: set[asyncio.Task[Any]] = set()
         self._server: asyncio.Server | None = None
 
-    @property
-    def paths(self) -> list[str]:
-        """The path of each request, in order."""
-        return [lines[0].split(" ")[1] for lines in self.requests]
-
-    async def __aenter__(self) -> LocalHTTP:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._handle, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -171,32 +152,64 @@ class LocalHTTP:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
         task = asyncio.current_task()
         assert task is not None
         self.tasks.add(task)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")[:-2]
-            self.requests.append(lines)
-            path = lines[0].split(" ")[1]
-            if path.startswith("/hold"):
-                await self.holding.put(path)
-                while await reader.read(65536):
-                    pass
-                await self.ended.put(path)
-                return
-            body = self.answer(lines).encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-            await writer.drain()
+            await self.serve(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
             self.tasks.discard(task)
 
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
 
-class LocalUpstream:
+
+class LocalHTTP(LoopbackServer):
+    """An HTTP server on a loopback address that counts the connections it accepts.
+
+    It keeps each request's head (``requests``: its lines) and answers
+    ``answer(lines)`` (by default the request line it saw). A path starting
+    with ``/hold`` is not answered: the server reports it on ``holding`` and
+    keeps the connection until the other end closes it, then reports it on
+    ``ended``.
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, answer: Callable[[list[str]], str] | None = None
+    ) -> None:
+        super().__init__(host, port)
+        self.answer = answer or (lambda lines: f"upstream saw: {lines[0]}\n")
+        self.accepted = 0
+        self.requests: list[list[str]] = []
+        self.holding: asyncio.Queue[str] = asyncio.Queue()
+        self.ended: asyncio.Queue[str] = asyncio.Queue()
+
+    @property
+    def paths(self) -> list[str]:
+        """The path of each request, in order."""
+        return [lines[0].split(" ")[1] for lines in self.requests]
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")[:-2]
+        self.requests.append(lines)
+        path = lines[0].split(" ")[1]
+        if path.startswith("/hold"):
+            await self.holding.put(path)
+            while await reader.read(65536):
+                pass
+            await self.ended.put(path)
+            return
+        body = self.answer(lines).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+
+
+class LocalUpstream(LoopbackServer):
     """A corporate proxy stand-in on a loopback address: it answers ``CONNECT name:port`` with a tunnel to ``target``.
 
     Whatever name is asked for (no resolver is involved), the tunnel leads
@@ -206,59 +219,35 @@ class LocalUpstream:
     """
 
     def __init__(self, target: int, answer: str = "HTTP/1.1 200 Connection established") -> None:
+        super().__init__()
         self.target = target
         self.answer = answer
-        self.port = 0
         self.requests: list[list[str]] = []
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
-    async def __aenter__(self) -> LocalUpstream:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.requests.append(head.decode("latin-1").split("\r\n")[:-2])
+        writer.write(self.answer.encode() + b"\r\n\r\n")
+        await writer.drain()
+        if not self.answer.split(" ")[1].startswith("2"):
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        async def pump(a: asyncio.StreamReader, b: asyncio.StreamWriter) -> None:
+            while data := await a.read(65536):
+                b.write(data)
+                await b.drain()
+            if b.can_write_eof():
+                b.write_eof()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            self.requests.append(head.decode("latin-1").split("\r\n")[:-2])
-            writer.write(self.answer.encode() + b"\r\n\r\n")
-            await writer.drain()
-            if not self.answer.split(" ")[1].startswith("2"):
-                return
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-
-            async def pump(a: asyncio.StreamReader, b: asyncio.StreamWriter) -> None:
-                while data := await a.read(65536):
-                    b.write(data)
-                    await b.drain()
-                if b.can_write_eof():
-                    b.write_eof()
-
-            try:
-                await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-            finally:
-                up_writer.close()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
         finally:
-            writer.close()
-            self._tasks.discard(task)
+            up_writer.close()
 
 
 async def exchange(sock_path: str, request: bytes) -> bytes:
