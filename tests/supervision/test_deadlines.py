@@ -21,7 +21,7 @@ import time
 import psutil
 import pytest
 from conftest import PY, raw_args, run
-from helpers import ISOLATIONS
+from helpers import ISOLATIONS, SERVERS
 
 from lovia_mcp import MCPError, MCPServerStdio
 from lovia_mcp.client import core as client_core
@@ -162,3 +162,57 @@ def test_a_call_whose_backstop_falls_before_those_of_the_calls_in_flight_is_give
     assert error.kind == "timeout" and "did not answer" in str(error), error
     assert took >= TIMEOUT + KILL_GRACE + backstop
     assert isinstance(late, MCPError) and late.kind == "worker_died", late
+
+
+@pytest.mark.timeout(60)
+@ISOLATIONS
+def test_a_call_waiting_for_a_restart_that_hangs_ends_at_its_deadline_told_it_never_reached_a_server(
+    isolation: str, tmp_path: object
+) -> None:
+    # gated_server.py reads a line from the gate at each start: the first start gets one; the
+    # server is then killed, and its restart waits at the gate, as a server frozen before its
+    # handshake would. A call meanwhile ends at its own deadline, not at open_timeout; once the
+    # gate opens, the restart serves.
+    gate = os.path.join(str(tmp_path), "gate")
+    os.mkfifo(gate)
+    holder = os.open(gate, os.O_RDWR)
+    os.write(holder, b"go\n")
+
+    async def main() -> tuple[MCPError, float, int, int]:
+        server = MCPServerStdio(
+            command=PY,
+            args=[str(SERVERS / "gated_server.py"), gate],
+            name="raw",
+            open_timeout=60,
+            auto_reconnect=False,
+            isolation=isolation,  # type: ignore[arg-type]
+        )
+        async with server.session() as conn:
+            old = await _pid(conn)
+            os.kill(old, signal.SIGKILL)
+            await asyncio.to_thread(psutil.wait_procs, [psutil.Process(old)], CALL_BOUND)
+
+            async def seen_gone() -> None:
+                # Until the host (the worker's, or this loop's under isolation="none") has seen the
+                # exit: a call sent before would go to the dead server and fail as server_exited.
+                while (await conn.stats()).server_pid == old:  # type: ignore[attr-defined]
+                    await asyncio.sleep(0)  # in-process, stats() may answer without yielding to the loop
+
+            await asyncio.wait_for(seen_gone(), CALL_BOUND)
+            started = time.monotonic()
+            with pytest.raises(MCPError) as info:
+                await asyncio.wait_for(conn.call_tool("echo", {"text": "x"}, timeout=TIMEOUT), CALL_BOUND)
+            took = time.monotonic() - started
+            os.write(holder, b"go\n")
+            new = await _pid(conn)
+            return info.value, took, old, new
+
+    try:
+        error, took, old, new = run(main())
+    finally:
+        os.close(holder)
+    print(f"[{isolation}] the call ended {took * 1000:.0f} ms after it was sent (timeout {TIMEOUT} s): {error}")
+    assert error.kind == "timeout", error
+    assert "cancelled before it reached a server" in str(error)
+    assert TIMEOUT <= took < CALL_BOUND
+    assert new != old
