@@ -99,21 +99,23 @@ class Endpoint:
     ) -> SubscriptionsListenResult:
         if self._open >= self._max:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")  # the SDK handler's own refusal
-        principal = principal_of(getattr(ctx.request, "scope", None))
-        self.bus(principal)
+        _, handler = self._own(principal_of(getattr(ctx.request, "scope", None)))
         self._open += 1
         try:
-            return await self._buses[principal][1](ctx, params)
+            return await handler(ctx, params)
         finally:
             self._open -= 1
 
     def bus(self, principal: str) -> InMemorySubscriptionBus:
         """The bus that ``principal``'s listen streams on this endpoint hear (made on first use)."""
+        return self._own(principal)[0]
+
+    def _own(self, principal: str) -> tuple[InMemorySubscriptionBus, ListenHandler]:
         found = self._buses.get(principal)
         if found is None:
             bus = InMemorySubscriptionBus()
             found = self._buses[principal] = (bus, ListenHandler(bus, max_subscriptions=self._max))
-        return found[0]
+        return found
 
     def publish(self, hears: Callable[[str], bool]) -> list[Coroutine[Any, Any, None]]:
         """A tool-list change for the streams of each principal that ``hears``: the publications to await."""

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -167,13 +168,13 @@ def test_a_call_whose_backstop_falls_before_those_of_the_calls_in_flight_is_give
 @pytest.mark.timeout(60)
 @ISOLATIONS
 def test_a_call_waiting_for_a_restart_that_hangs_ends_at_its_deadline_told_it_never_reached_a_server(
-    isolation: str, tmp_path: object
+    isolation: str, tmp_path: Path
 ) -> None:
     # gated_server.py reads a line from the gate at each start: the first start gets one; the
     # server is then killed, and its restart waits at the gate, as a server frozen before its
     # handshake would. A call meanwhile ends at its own deadline, not at open_timeout; once the
     # gate opens, the restart serves.
-    gate = os.path.join(str(tmp_path), "gate")
+    gate = str(tmp_path / "gate")
     os.mkfifo(gate)
     holder = os.open(gate, os.O_RDWR)
     os.write(holder, b"go\n")

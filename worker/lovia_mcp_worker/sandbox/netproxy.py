@@ -90,6 +90,7 @@ from .netrequest import (
     as_address,
     destination,
     host_allowed,
+    hostport,
     normalize_pattern,
     parse_head,
     read_head,
@@ -259,7 +260,7 @@ class Proxy:
             if denial is not None:
                 self._decide(request, denial)
                 raise Refusal(403, denial.text, denial.reason)
-            where = f"[{request.host}]:{request.port}" if ":" in request.host else f"{request.host}:{request.port}"
+            where = hostport(request.host, request.port)
             # One bound on resolving and connecting together.
             deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT
             if self.upstream is not None and as_address(request.host) is None:

@@ -35,6 +35,12 @@ _VERSION: Final = re.compile(r"HTTP/1\.[0-9]")
 Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+
+def hostport(host: object, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets (as a request target and a proxy's messages spell it)."""
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
 # --- the address check -----------------------------------------------------
 
 # Where an allowed name may not lead unless the operator lists the address:
@@ -223,7 +229,7 @@ class Rule:
             host = str(self.network)
         if self.port is None:
             return host
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        return hostport(host, self.port)
 
     def admits_port(self, port: int | None) -> bool:
         return self.port is None or port is None or self.port == port
@@ -387,7 +393,7 @@ class Allowlist:
         if self.admits(host, port):
             return None
         if self.admits(host):
-            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            where = hostport(host, port)
             return Denial(
                 f"port {port} not in the network allowlist",
                 f"lovia-mcp sandbox: port {port} of {host} is not in the sandbox's network allowlist. "
@@ -409,7 +415,7 @@ class Allowlist:
         listed: Address = destination(address)
         if isinstance(listed, ipaddress.IPv6Address) and listed.scope_id is not None:
             listed = ipaddress.IPv6Address(int(listed))  # a scope id cannot be listed
-        entry = f"[{listed}]:{port}" if ":" in str(listed) else f"{listed}:{port}"
+        entry = hostport(listed, port)
         return Denial(
             f"resolves to {why}",
             f"lovia-mcp sandbox: {host} resolves to {why}, which the sandbox refuses unless it is "
@@ -498,11 +504,11 @@ class Upstream:
     authorization: str | None = None
 
     def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return hostport(self.host, self.port)
 
     def connect_head(self, host: str, port: int) -> bytes:
         """The ``CONNECT`` that asks this proxy for a tunnel to ``host:port``."""
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        where = hostport(host, port)
         lines = [f"CONNECT {where} HTTP/1.1", f"Host: {where}"]
         if self.authorization is not None:
             lines.append(f"Proxy-Authorization: {self.authorization}")
@@ -643,6 +649,7 @@ __all__ = [
     "Upstream",
     "as_address",
     "destination",
+    "hostport",
     "host_allowed",
     "internal_reason",
     "normalize_pattern",
