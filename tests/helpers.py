@@ -479,18 +479,41 @@ def alive_after_sync(pids: list[int], within: float) -> tuple[list[int], float]:
     return asyncio.run(alive_after(pids, within))
 
 
-def agent_fds() -> int:
-    """This process's open descriptors, less the idle workers' sockets.
+def agent_fd_links() -> dict[int, str]:
+    """This process's open descriptors and what each is, less the idle workers' sockets.
 
     The forkserver keeps a pool of idle workers of varying size (two, up to
     five after bursts of opens), each with two sockets in the agent: shared
-    by every connection, not any one's.
+    by every connection, not any one's. What a descriptor is (its
+    ``/proc/self/fd`` link, ``"?"`` if it closed meanwhile) says what a
+    count that changed is made of.
     """
     from lovia_mcp.client.forkserver import process_forkserver as fs
 
     fs.idle_pids()  # reads the pool's announcements
     idle = {s.fileno() for pair in fs._idle.values() if pair for s in pair}  # noqa: SLF001
-    return len(set(os.listdir("/proc/self/fd")) - {str(fd) for fd in idle})
+    links = {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in idle:
+            continue
+        try:
+            links[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            links[fd] = "?"
+    return links
+
+
+def agent_fds() -> int:
+    """How many descriptors this process has open, less the idle workers' sockets (see :func:`agent_fd_links`)."""
+    return len(agent_fd_links())
+
+
+def fd_change(before: dict[int, str], after: dict[int, str]) -> str:
+    """What differs between two :func:`agent_fd_links`: descriptors gone, and come."""
+    gone = {fd: link for fd, link in before.items() if after.get(fd) != link}
+    came = {fd: link for fd, link in after.items() if before.get(fd) != link}
+    return f"gone {gone}, came {came}"
 
 
 async def settled(count: Callable[[], int], before: int, within: float) -> int:
@@ -649,7 +672,9 @@ __all__ = [
     "LocalUpstream",
     "Model",
     "alive_after",
+    "agent_fd_links",
     "agent_fds",
+    "fd_change",
     "alive_after_sync",
     "bounded",
     "copy_raw_server",

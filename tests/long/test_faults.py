@@ -12,8 +12,8 @@ served again; then the connection is closed. Checked:
   a failure instead of a stuck test);
 - no caller ever receives another call's answer;
 - after the faults, every call succeeds;
-- after close no process of the run is left and the agent has as many open
-  descriptors as before it opened.
+- after close no process of the run is left and the agent has no more open
+  descriptors than before it opened (which ones changed is printed).
 
 Run on both isolation modes, on both sandbox backends (bubblewrap, and
 Landlock in an agent process that refuses user namespaces the way Docker's
@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -53,9 +54,11 @@ from helpers import (  # noqa: E402
     RAW_SERVER,
     ROOT,
     SERVERS,
+    agent_fd_links,
     agent_fds,
     alive_after,
     alive_after_sync,
+    fd_change,
     settled,
 )
 
@@ -126,6 +129,8 @@ class Figures:
     recovery_failures: list[str] = dataclasses.field(default_factory=list)
     left: list[int] = dataclasses.field(default_factory=list)
     fds: tuple[int, int] = (0, 0)
+    # Which descriptors those were, where the counts differ.
+    fds_changed: str = ""
     # The sandbox backend the server ran under, as stats() said.
     backend: str | None = None
 
@@ -135,6 +140,11 @@ class Figures:
         return (
             f"{self.calls} calls, {sum(self.faults.values())} faults ({faults}), {self.failed} failed "
             f"({kinds}), worst call {self.worst:.2f} s"
+            + (
+                f"; descriptors {self.fds[0]} before, {self.fds[1]} after: {self.fds_changed}"
+                if self.fds_changed
+                else ""
+            )
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -159,7 +169,11 @@ class Figures:
         assert self.slow == [], f"calls ended past {CALL_TIMEOUT} s + {MARGIN} s: {sorted(self.slow)[-5:]}"
         assert self.recovery_failures == [], f"calls failed after the faults stopped: {self.recovery_failures[:5]}"
         assert self.left == [], f"processes left after close: {self.left}"
-        assert self.fds[0] == self.fds[1], f"open descriptors before and after: {self.fds}"
+        # A leak is a descriptor more after close than before the run. One
+        # fewer is one that was open before and closed meanwhile: garbage of
+        # an earlier test, a transport closed a loop tick late (seen once on
+        # CI, 17 before and 16 after); printed, not a failure.
+        assert self.fds[1] <= self.fds[0], f"open descriptors before and after: {self.fds}: {self.fds_changed}"
         assert sum(self.faults.values()) >= 5, self.faults  # the run really was under faults
         assert self.calls >= CALLERS * 10, self.calls
 
@@ -360,7 +374,11 @@ async def hammer(server: MCPServerStdio, seed: int) -> Figures:
     # Warm up: the forkserver runs and its descriptors are open before counting.
     async with server.session() as warm:
         await warm.call_tool("echo", {"text": "warm"})
-    fds_before = agent_fds()
+    # Garbage of earlier tests in this process (a socket in a reference
+    # cycle) is collected first, so the collector does not close it mid-run.
+    gc.collect()
+    links_before = agent_fd_links()
+    fds_before = len(links_before)
     conn = await server.open()
     faults = Faults(seed, kinds, lambda: conn.worker_pid, figures)
     try:
@@ -382,7 +400,10 @@ async def hammer(server: MCPServerStdio, seed: int) -> Figures:
         await conn.close()
     helpers_now = set(p for p in (forkserver_pids()[0], *forkserver_pids()[1]) if p is not None)
     figures.left, _ = await alive_after(sorted(seen - helpers_now), GONE_WITHIN)
+    gc.collect()
     figures.fds = (fds_before, await settled(agent_fds, fds_before, FDS_SETTLE_WITHIN))
+    if figures.fds[0] != figures.fds[1]:
+        figures.fds_changed = fd_change(links_before, agent_fd_links())
     return figures
 
 
