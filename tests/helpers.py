@@ -485,8 +485,7 @@ def agent_fd_links() -> dict[int, str]:
     The forkserver keeps a pool of idle workers of varying size (two, up to
     five after bursts of opens), each with two sockets in the agent: shared
     by every connection, not any one's. What a descriptor is (its
-    ``/proc/self/fd`` link, ``"?"`` if it closed meanwhile) says what a
-    count that changed is made of.
+    ``/proc/self/fd`` link) says what a count that changed is made of.
     """
     from lovia_mcp.client.forkserver import process_forkserver as fs
 
@@ -499,8 +498,8 @@ def agent_fd_links() -> dict[int, str]:
             continue
         try:
             links[fd] = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            links[fd] = "?"
+        except OSError:  # closed since listed: the listing's own descriptor, or one closing on another thread
+            continue
     return links
 
 
