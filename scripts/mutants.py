@@ -350,6 +350,15 @@ MUTANTS: Final = [
         why="a principal hears when servers it may not see, or another principal's own server, change",
     ),
     Mutant(
+        name="gateway-no-share",
+        path="lovia_mcp/gateway/principals.py",
+        old="return max(1, cap // max(1, principals))",
+        new="return cap",
+        tests=("tests/gateway/test_gateway_shares.py",),
+        why="one principal fills an endpoint's sessions and listen streams, or a per-session server's slots, "
+        "for the others",
+    ),
+    Mutant(
         name="gateway-wait-for-all",
         path="lovia_mcp/gateway/app.py",
         old="if only in (None, name) and self.access.sees(principal, name)]",

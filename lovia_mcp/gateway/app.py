@@ -35,7 +35,9 @@ session ids :mod:`.sessions` saw the SDK issue to the request's token. A
 request with two ``Mcp-Session-Id`` or ``Mcp-Protocol-Version`` headers is
 refused (400): the gateway and the SDK must read the same one. Request
 bodies over the cap get a 413 and sessions over the cap a 503 (the SDK's
-own limits); on loopback, the SDK's DNS rebinding protection checks
+own limits); with several principals, each may hold at most its share of
+an endpoint's sessions (:func:`.principals.share`), and a new session past
+it is a 503 too, so that no principal can fill the cap for the others. On loopback, the SDK's DNS rebinding protection checks
 ``Host`` and ``Origin``. What a client can hold before any of this is
 checked (connections, request heads) is bounded by :mod:`.connections`.
 
@@ -96,7 +98,7 @@ from .connections import CLOSE_REASONS, Limits
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import ListChangedServer, Notifier
-from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of
+from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of, share
 from .sessions import Sessions
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -203,6 +205,9 @@ class Gateway:
         # Requests waiting for their servers to open (before ready).
         self.waiting = 0
         self.sessions = Sessions(session_idle)
+        # Opening requests the SDK has not answered yet, by principal and
+        # endpoint: counted against the principal's share with its sessions.
+        self._pending: dict[tuple[str, str], int] = {}
         self._idle_now = asyncio.Event()
         self._idle_now.set()
         security = None
@@ -228,8 +233,15 @@ class Gateway:
         # Listen streams are long-lived HTTP responses: as many per endpoint
         # as sessions.
         self.paths = paths
-        self.notifier = Notifier(paths, max_streams=max_sessions, sessions=self.sessions, access=self.access)
+        # Each principal's share of those caps (the whole cap with one principal).
+        named = len(set(self._principals))
+        self.max_sessions = max_sessions
+        self.session_share = share(max_sessions, named)
+        self.notifier = Notifier(
+            paths, max_streams=max_sessions, share=self.session_share, sessions=self.sessions, access=self.access
+        )
         for backend in backends:
+            backend.principals = named
             backend.on_tools_changed = lambda b, session, principal: self.notifier.changed(b.name, session, principal)
         # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
         # sessions and everything else, and one in JSON mode, on the same
@@ -423,7 +435,9 @@ class Gateway:
             # No timer here: the call carries its timeout to its worker, which
             # ends it at the deadline and words the answer (a timeout is the
             # MCPError of kind "timeout" below).
-            result = await backend.call(session, raw, arguments)
+            result = await backend.call(
+                session, raw, arguments, DEFAULT_PRINCIPAL if caller is None else caller.principal
+            )
             outcome = "tool_error" if result.is_error else "ok"
             if result.usage is not None:
                 self.metrics.usage(backend.name, tool, result.usage)
@@ -589,7 +603,20 @@ class Gateway:
             return
         if session is None:
             if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
-                await self._opening(manager, scope, receive, send)
+                held = self.sessions.held(principal, path) + self._pending.get((principal, path), 0)
+                if scope["method"] == "POST" and held >= self.session_share:
+                    await _rpc_error(
+                        send,
+                        503,
+                        UNAVAILABLE,
+                        f"principal {principal!r} already holds {self.session_share} sessions on {path}, its share "
+                        f"of the endpoint's {self.max_sessions} (--max-http-sessions, split among the token file's "
+                        "principals)",
+                        "End a session you no longer use (HTTP DELETE) or wait for idle ones to expire; the "
+                        "operator can raise --max-http-sessions.",
+                    )
+                    return
+                await self._opening(manager, scope, receive, send, principal, path)
             else:
                 await manager.handle_request(scope, receive, send)
             return
@@ -611,18 +638,44 @@ class Gateway:
             for backend in self.backends.values():
                 await backend.end_session(session)
 
-    async def _opening(self, manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive, send: Send) -> None:
-        """A request that may open a 2025 session: the id the SDK answers is recorded for the token that sent it."""
+    async def _opening(
+        self,
+        manager: StreamableHTTPSessionManager,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        principal: str,
+        path: str,
+    ) -> None:
+        """A request that may open a 2025 session on ``path``: the id the SDK answers is recorded for the token
+        (and ``principal``) that sent it."""
         owner = _owner(scope)
+        key = (principal, path)
+        pending = True
+        self._pending[key] = self._pending.get(key, 0) + 1
+
+        def settle() -> None:
+            nonlocal pending
+            if pending:
+                pending = False
+                if self._pending[key] > 1:
+                    self._pending[key] -= 1
+                else:
+                    del self._pending[key]
 
         async def watch(message: Any) -> None:
-            if message["type"] == "http.response.start" and message["status"] < 400:
-                for key, value in message.get("headers", ()):
-                    if key.lower() == SESSION_HEADER:
-                        self.sessions.opened(value.decode("latin-1"), owner)
+            if message["type"] == "http.response.start":
+                if message["status"] < 400:
+                    for name, value in message.get("headers", ()):
+                        if name.lower() == SESSION_HEADER:
+                            self.sessions.opened(value.decode("latin-1"), owner, principal, path)
+                settle()  # recorded, or no session: no longer pending either way
             await send(message)
 
-        await manager.handle_request(scope, receive, watch)
+        try:
+            await manager.handle_request(scope, receive, watch)
+        finally:
+            settle()
 
     async def _opened(self, path: str, principal: str) -> Refused | None:
         """Wait until the servers ``path`` serves to ``principal`` are open; why not, if one failed (or the wait

@@ -49,6 +49,7 @@ from ..render import MCPToolResult
 from ..servers import MCPServer
 from ..spares import close_spares, warm_spares
 from .options import Served
+from .principals import DEFAULT_PRINCIPAL, share
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -94,6 +95,9 @@ class Backend:
         self.failure: str | None = None
         # Its open was cancelled (the gateway stops), not failed on its own.
         self.stopped = False
+        # How many principals the gateway's token file names (the gateway
+        # sets it): each may hold at most its share of a per-session cap.
+        self.principals = 1
 
     async def start(self) -> None:
         """Open the server (``_start``); whoever waits in :func:`wait_open` hears how it went."""
@@ -136,7 +140,10 @@ class Backend:
         if self.on_tools_changed is not None:
             self.on_tools_changed(self, session, principal)
 
-    async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
+    async def call(
+        self, session: str | None, raw_name: str, arguments: dict[str, Any], principal: str = DEFAULT_PRINCIPAL
+    ) -> MCPToolResult:
+        """Call ``raw_name`` on the server of ``session`` (the holder), for a client of ``principal``."""
         raise NotImplementedError
 
     async def end_session(self, session: str) -> None:
@@ -194,7 +201,9 @@ class Shared(Backend):
     def tools(self, session: str | None = None) -> list[MCPTool]:
         return _tools_of(self._live())
 
-    async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
+    async def call(
+        self, session: str | None, raw_name: str, arguments: dict[str, Any], principal: str = DEFAULT_PRINCIPAL
+    ) -> MCPToolResult:
         return await self._live().call_tool(raw_name, arguments, timeout=self.server.timeout)
 
     def connections(self) -> list[MCPConnection]:
@@ -207,10 +216,11 @@ class Shared(Backend):
 
 
 class _Held:
-    """A session's server, and when it was last used."""
+    """A session's server, whose client it serves, and when it was last used."""
 
-    def __init__(self, conn: MCPConnection) -> None:
+    def __init__(self, conn: MCPConnection, principal: str) -> None:
         self.conn = conn
+        self.principal = principal
         self.used = time.monotonic()
         self.in_flight = 0
 
@@ -227,6 +237,8 @@ class PerSession(Backend):
         self.config = dataclasses.replace(server, spares=max(1, server.spares), close_after_run=True)
         self._held: dict[str, _Held] = {}
         self._opening: dict[str, asyncio.Task[_Held]] = {}
+        # Whose client each holder (held or opening) is.
+        self._principal_of: dict[str, str] = {}
         self._spare: MCPConnection | None = None
         self._listing: list[MCPTool] = []
         self._sweeper: asyncio.Task[None] | None = None
@@ -258,7 +270,7 @@ class PerSession(Backend):
     def connections(self) -> list[MCPConnection]:
         return [h.conn for h in self._held.values()]
 
-    async def _take(self, session: str) -> _Held:
+    async def _take(self, session: str, principal: str) -> _Held:
         held = self._held.get(session)
         if held is not None:
             return held
@@ -272,21 +284,35 @@ class PerSession(Backend):
                     hint="End a session you no longer use (HTTP DELETE), wait for idle ones to expire, "
                     "or raise max_sessions in the config file.",
                 )
-            task = self._opening[session] = asyncio.ensure_future(self._open(session))
+            mine = sum(1 for who in self._principal_of.values() if who == principal)
+            if mine >= (allowed := share(self.served.max_sessions, self.principals)):
+                raise Refused(
+                    f"server {self.name!r} already serves {allowed} {self.HOLDERS} of principal {principal!r}, "
+                    f"its share of the server's max_sessions ({self.served.max_sessions}, split among the token "
+                    "file's principals)",
+                    hint="End a session you no longer use (HTTP DELETE), wait for idle ones to expire, "
+                    "or raise max_sessions in the config file.",
+                )
+            self._principal_of[session] = principal
+            task = self._opening[session] = asyncio.ensure_future(self._open(session, principal))
         # Shielded: one caller cancelled (its client went away) must not
         # abandon a server half-open that the session's other calls wait for.
         return await asyncio.shield(task)
 
-    async def _open(self, session: str) -> _Held:
+    async def _open(self, session: str, principal: str) -> _Held:
         try:
             spare, self._spare = self._spare, None
             conn = spare if spare is not None else await self.config.open()
+        except BaseException:
+            self._principal_of.pop(session, None)
+            raise
         finally:
             self._opening.pop(session, None)
         if self._closing:
+            self._principal_of.pop(session, None)
             await conn.close()
             raise Refused("the gateway is shutting down", hint="Retry on another replica.")
-        held = self._held[session] = _Held(conn)
+        held = self._held[session] = _Held(conn, principal)
         # Only this session lists this server: only it hears of its changes.
         conn.on_tools_changed = lambda _conn: self._changed(session)
         if _shape(_tools_of(conn)) != _shape(self._listing):
@@ -294,7 +320,9 @@ class PerSession(Backend):
         logger.info("session opened", extra={"server": self.name, **self._who(session)})
         return held
 
-    async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any]) -> MCPToolResult:
+    async def call(
+        self, session: str | None, raw_name: str, arguments: dict[str, Any], principal: str = DEFAULT_PRINCIPAL
+    ) -> MCPToolResult:
         if session is None:
             raise Refused(
                 f"server {self.name!r} gives each client session a server of its own, and this request "
@@ -302,7 +330,7 @@ class PerSession(Backend):
                 hint="Connect with a stateful session (an initialize handshake; the SDK's Client(mode='legacy')), "
                 'or serve the server with "session": "shared".',
             )
-        held = await self._take(session)
+        held = await self._take(session, principal)
         held.in_flight += 1
         try:
             return await held.conn.call_tool(raw_name, arguments, timeout=self.server.timeout)
@@ -313,6 +341,7 @@ class PerSession(Backend):
     async def end_session(self, session: str) -> None:
         held = self._held.pop(session, None)
         if held is not None:
+            self._principal_of.pop(session, None)
             await self._close(held, "ended")
 
     async def _close(self, held: _Held, why: str) -> None:
@@ -329,6 +358,7 @@ class PerSession(Backend):
             for session, held in list(self._held.items()):
                 if held.in_flight == 0 and now - held.used >= idle and self._held.get(session) is held:
                     del self._held[session]
+                    self._principal_of.pop(session, None)
                     # From now on the session lists the first open's tools
                     # (and its next call gets a fresh server that lists them).
                     if _shape(_tools_of(held.conn)) != _shape(self._listing):
@@ -345,6 +375,7 @@ class PerSession(Backend):
             with contextlib.suppress(BaseException):
                 await task
         held, self._held = list(self._held.values()), {}
+        self._principal_of.clear()
         spare, self._spare = self._spare, None
         closing = [h.conn.close() for h in held] + ([spare.close()] if spare is not None else [])
         await asyncio.gather(*closing, return_exceptions=True)

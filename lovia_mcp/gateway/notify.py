@@ -81,7 +81,8 @@ class ListChangedServer(Server[Any]):
 
 
 class Endpoint:
-    """One MCP endpoint's listen streams: a bus and the SDK's handler per principal, at most ``max_streams`` in all.
+    """One MCP endpoint's listen streams: a bus and the SDK's handler per principal, at most ``max_streams`` in all
+    and ``share`` per principal (:func:`.principals.share`: no principal fills the endpoint for the others).
 
     :meth:`listen` is the endpoint's ``subscriptions/listen`` handler: it
     serves the stream from its request's principal's bus, so a change
@@ -89,22 +90,36 @@ class Endpoint:
     streams alone.
     """
 
-    def __init__(self, max_streams: int) -> None:
+    def __init__(self, max_streams: int, share: int | None = None) -> None:
         self._max = max_streams
+        self._share = max_streams if share is None else share
         self._open = 0
+        self._open_by: dict[str, int] = {}
         self._buses: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
 
     async def listen(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
+        principal = principal_of(getattr(ctx.request, "scope", None))
         if self._open >= self._max:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")  # the SDK handler's own refusal
-        _, handler = self._own(principal_of(getattr(ctx.request, "scope", None)))
+        if self._open_by.get(principal, 0) >= self._share:
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"Subscription limit reached: principal {principal!r} holds {self._share} listen streams here, "
+                f"its share of {self._max}",
+            )
+        _, handler = self._own(principal)
         self._open += 1
+        self._open_by[principal] = self._open_by.get(principal, 0) + 1
         try:
             return await handler(ctx, params)
         finally:
             self._open -= 1
+            if self._open_by[principal] > 1:
+                self._open_by[principal] -= 1
+            else:
+                del self._open_by[principal]
 
     def bus(self, principal: str) -> InMemorySubscriptionBus:
         """The bus that ``principal``'s listen streams on this endpoint hear (made on first use)."""
@@ -131,10 +146,16 @@ class Notifier:
     """Who hears of tool-list changes, and the sending."""
 
     def __init__(
-        self, paths: dict[str, str | None], *, max_streams: int, sessions: Sessions, access: Access | None = None
+        self,
+        paths: dict[str, str | None],
+        *,
+        max_streams: int,
+        sessions: Sessions,
+        access: Access | None = None,
+        share: int | None = None,
     ) -> None:
         # path -> the server it serves alone (None: /mcp, every server)
-        self.endpoints = {path: Endpoint(max_streams) for path in paths}
+        self.endpoints = {path: Endpoint(max_streams, share) for path in paths}
         self._serves = dict(paths)
         self._sessions = sessions
         self._access = access if access is not None else Access(None)

@@ -53,6 +53,15 @@ class Credential:
     token: str
 
 
+def share(cap: int, principals: int) -> int:
+    """One principal's share of a cap that ``principals`` principals share: the cap split evenly, at least one.
+
+    Each principal may hold at most its share, so that no principal can
+    fill a cap the others need. With one principal the share is the cap.
+    """
+    return max(1, cap // max(1, principals))
+
+
 def read_token_file(path: str) -> list[Credential]:
     """The credentials in ``path``: ``PRINCIPAL TOKEN`` or bare ``TOKEN`` lines; blank lines and ``#`` comments skipped."""
     try:
@@ -110,4 +119,5 @@ __all__ = [
     "Credential",
     "principal_of",
     "read_token_file",
+    "share",
 ]

@@ -32,17 +32,19 @@ from mcp.server.session import ServerSession
 class Session:
     """One session the SDK opened: its owner, its requests in flight, and where it hears of changes."""
 
-    __slots__ = ("in_flight", "listener", "only", "owner", "principal", "seen")
+    __slots__ = ("in_flight", "listener", "only", "owner", "path", "principal", "seen")
 
-    def __init__(self, owner: str | None) -> None:
+    def __init__(self, owner: str | None, principal: str = "", path: str = "") -> None:
         self.owner = owner
+        # Its principal and the endpoint it was opened on.
+        self.principal = principal
+        self.path = path
         self.in_flight = 0
         self.seen = time.monotonic()
-        # The SDK's session object, once its handshake finished, the server
-        # its endpoint serves alone (None: /mcp, every server), and its principal.
+        # The SDK's session object, once its handshake finished, and the
+        # server its endpoint serves alone (None: /mcp, every server).
         self.listener: ServerSession | None = None
         self.only: str | None = None
-        self.principal = ""
 
 
 class Sessions:
@@ -52,10 +54,16 @@ class Sessions:
         self._idle = idle
         self._table: dict[str, Session] = {}
 
-    def opened(self, session_id: str, owner: str | None) -> None:
-        """The SDK answered an opening request with ``session_id``, a session of ``owner``'s."""
+    def opened(self, session_id: str, owner: str | None, principal: str = "", path: str = "") -> None:
+        """The SDK answered an opening request on ``path`` with ``session_id``, a session of ``owner``'s (a token
+        of ``principal``'s)."""
         self.prune()
-        self._table[session_id] = Session(owner)
+        self._table[session_id] = Session(owner, principal, path)
+
+    def held(self, principal: str, path: str) -> int:
+        """How many sessions ``principal`` holds open on the endpoint ``path``."""
+        self.prune()
+        return sum(1 for e in self._table.values() if e.principal == principal and e.path == path)
 
     def owned(self, session_id: str | None, owner: str | None) -> Session | None:
         """The session ``session_id`` if the SDK opened it for ``owner``; ``None`` for any other id."""
