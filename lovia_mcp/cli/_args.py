@@ -459,7 +459,8 @@ def _serve_parser(sub: Any) -> None:
         metavar="N",
         type=_positive(int),
         default=DEFAULT_MAX_HTTP_SESSIONS,
-        help=f"open MCP sessions per endpoint (default {DEFAULT_MAX_HTTP_SESSIONS}); past it HTTP 503",
+        help=f"open MCP sessions per endpoint (default {DEFAULT_MAX_HTTP_SESSIONS}), each of the token file's "
+        "principals at most an even share of them; past it HTTP 503",
     )
     serve.add_argument(
         "--max-connections",

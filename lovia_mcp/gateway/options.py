@@ -15,6 +15,8 @@ loader lets them through; ``check`` and the plugin ignore them)::
   all its sessions and stateless requests share and no other principal's reach.
 - ``max_sessions``: how many client sessions (per-principal: principals)
   may hold a server of their own at once; the next one gets a clear error.
+  With several principals each may hold at most its share
+  (:func:`.principals.share`).
 - ``idle``: seconds after which a session's (principal's) server is closed
   when it has made no call.
 """
