@@ -359,6 +359,16 @@ MUTANTS: Final = [
         "for the others",
     ),
     Mutant(
+        name="gateway-share-answered-only",
+        path="lovia_mcp/gateway/app.py",
+        old="return self.sessions.held(principal, path) + self._pending.get((principal, path), 0) >= self.session_share",
+        new="return self.sessions.held(principal, path) >= self.session_share",
+        tests=(
+            "tests/gateway/test_gateway_shares.py::test_no_principal_can_hold_more_than_its_share_of_an_endpoints_sessions",
+        ),
+        why="a principal that opens its sessions all at once, before the SDK answers any, takes the whole endpoint",
+    ),
+    Mutant(
         name="gateway-wait-for-all",
         path="lovia_mcp/gateway/app.py",
         old="if only in (None, name) and self.access.sees(principal, name)]",

@@ -603,8 +603,7 @@ class Gateway:
             return
         if session is None:
             if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
-                held = self.sessions.held(principal, path) + self._pending.get((principal, path), 0)
-                if scope["method"] == "POST" and held >= self.session_share:
+                if scope["method"] == "POST" and self._past_share(principal, path):
                     await _rpc_error(
                         send,
                         503,
@@ -637,6 +636,15 @@ class Gateway:
             self.sessions.forget(session)
             for backend in self.backends.values():
                 await backend.end_session(session)
+
+    def _past_share(self, principal: str, path: str) -> bool:
+        """Whether ``principal`` holds its share of ``path``'s sessions (those the SDK has yet to answer included).
+
+        With one principal its share is the whole cap, which the SDK checks itself.
+        """
+        if self.session_share >= self.max_sessions:
+            return False
+        return self.sessions.held(principal, path) + self._pending.get((principal, path), 0) >= self.session_share
 
     async def _opening(
         self,
