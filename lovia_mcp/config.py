@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+import msgspec
 from lovia.exceptions import UserError
 from lovia.tools.base import ToolResultRenderer
 from lovia_mcp_worker.wire.confinement import Limits, Sandbox
@@ -241,6 +242,10 @@ class StdioConfig(ServerConfig):
     env: dict[str, str] | None = None
     cwd: str | os.PathLike[str] | None = None
     sandbox: Sandbox | bool | dict[str, Any] | None = None
+    # The config file this server was loaded from and its lock (absolute
+    # paths), kept read-only in its sandbox so that it cannot rewrite what
+    # starts it next; set by load_servers(), never written in a config file.
+    config_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -260,9 +265,23 @@ class StdioConfig(ServerConfig):
             isinstance(self.env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items())
         ):
             raise UserError("env must map names to string values", hint="env={'API_URL': 'http://...'}")
+        if not isinstance(self.config_files, tuple) or not all(
+            isinstance(p, str) and os.path.isabs(p) for p in self.config_files
+        ):
+            raise UserError(
+                f"config_files must be a tuple of absolute paths, got {self.config_files!r}",
+                hint="Leave it out: load_servers() sets it to the config file a server came from and its lock.",
+            )
 
     def _label(self) -> str:
         return os.path.basename(self.command)
+
+    def _guarded(self) -> Sandbox:
+        """The sandbox, with this server's config file and lock added to ``read_only``."""
+        box = self.sandbox
+        assert isinstance(box, Sandbox)
+        added = [p for p in self.config_files if p not in box.read_only]
+        return msgspec.structs.replace(box, read_only=[*box.read_only, *added]) if added else box
 
     def _spec(self) -> ServerSpec:
         # Absolute and fixed here, at open time: the worker's own cwd is the
@@ -281,7 +300,7 @@ class StdioConfig(ServerConfig):
             args=list(self.args or []),
             env=self._env(self.env),
             cwd=cwd,
-            sandbox=None if not isinstance(self.sandbox, Sandbox) else _sandbox_config.resolved(self.sandbox, cwd),
+            sandbox=None if not isinstance(self.sandbox, Sandbox) else _sandbox_config.resolved(self._guarded(), cwd),
             **self._common(),
         )
 

@@ -369,6 +369,25 @@ MUTANTS: Final = [
         why="a principal that opens its sessions all at once, before the SDK answers any, takes the whole endpoint",
     ),
     Mutant(
+        name="config-file-unguarded",
+        path="lovia_mcp/config_file/loader.py",
+        old="return [dataclasses.replace(s, config_files=paths) if isinstance(s, MCPServerStdio) else s for s in servers]",
+        new="return servers",
+        tests=("tests/sandbox/test_config_guard.py",),
+        why="a sandboxed server rewrites the config file it was loaded from (an unsandboxed server of its own, "
+        "run on the host next time) or its lock",
+        needs="a sandbox backend",
+    ),
+    Mutant(
+        name="config-files-not-in-box",
+        path="lovia_mcp/config.py",
+        old="_sandbox_config.resolved(self._guarded(), cwd)",
+        new="_sandbox_config.resolved(self.sandbox, cwd)",
+        tests=("tests/sandbox/test_config_guard.py",),
+        why="the recorded config file and lock never reach the box: the server rewrites them",
+        needs="a sandbox backend",
+    ),
+    Mutant(
         name="gateway-wait-for-all",
         path="lovia_mcp/gateway/app.py",
         old="if only in (None, name) and self.access.sees(principal, name)]",

@@ -47,6 +47,7 @@ from typing import Any, Final
 
 from lovia.exceptions import UserError
 
+from ..lock.lockfile import default_lock_path
 from ..servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from ._values import convert, hints
 from .locks import LockOption, lock_path, with_lock
@@ -80,7 +81,15 @@ GATEWAY_KEYS: Final = frozenset({"session", "max_sessions", "idle"})
 # The top-level section only `lovia-mcp serve` reads (access rules).
 GATEWAY_SECTION: Final = "gateway"
 # Fields only the lock file sets (.locks).
-_LOCK_ONLY: Final = frozenset({"locked"})
+# Set by load_servers itself, never in a file: the lock's entry, and the
+# files a server's sandbox keeps read-only (this file and its lock).
+_LOADER_ONLY: Final = {
+    "locked": ("is set from the lock file", "Drop it; write the lock with: lovia-mcp lock --config FILE."),
+    "config_files": (
+        "is set by the loader (this file and its lock, kept read-only in the server's sandbox)",
+        "Drop it; to keep other paths read-only, use the sandbox's read_only.",
+    ),
+}
 _STDIO_TYPES: Final = frozenset({"stdio"})
 _HTTP_TYPES: Final = frozenset({"http", "streamable-http", "streamable_http", "streamableHttp"})
 # Fields whose strings get ${VAR} expansion (keys of env/headers are left alone).
@@ -111,7 +120,7 @@ def load_servers(source: ConfigSource, /, *, lock: LockOption = None, **override
     another; ``False`` reads none.
     """
     known = {f.name for cls in (MCPServerStdio, MCPServerStreamableHTTP) for f in dataclasses.fields(cls)}
-    known -= _LOCK_ONLY
+    known -= set(_LOADER_ONLY)
     if "name" in overrides:
         raise UserError(
             "load_servers() takes no name=: each entry's key is its name",
@@ -130,8 +139,25 @@ def load_servers(source: ConfigSource, /, *, lock: LockOption = None, **override
         server = _server(name, entry, ctx, overrides)
         if server is not None:
             servers.append(server)
-    locks = lock_path(None if isinstance(source, Mapping) else source, lock)
-    return servers if locks is None else with_lock(servers, locks, None if isinstance(source, Mapping) else source)
+    config = None if isinstance(source, Mapping) else source
+    locks = lock_path(config, lock)
+    if config is not None:
+        servers = _guarding(servers, [Path(config).expanduser(), locks or default_lock_path(Path(config).expanduser())])
+    return servers if locks is None else with_lock(servers, locks, config)
+
+
+def _guarding(servers: list[MCPServer], files: list[Path]) -> list[MCPServer]:
+    """``servers``, each stdio one knowing ``files`` (its config file and lock) to keep read-only in its sandbox.
+
+    A sandboxed server that may write the folder holding its own config
+    could otherwise rewrite it (an unsandboxed server of its making, run on
+    the host at the next start) or the lock (its tools' pins), whatever the
+    file is called. Recorded on the config (``config_files``), not put in
+    ``read_only`` here: a sandbox given later (``MCP(sandbox=...)``, the
+    command line's flags) keeps them too.
+    """
+    paths = tuple(os.path.abspath(p) for p in files)
+    return [dataclasses.replace(s, config_files=paths) if isinstance(s, MCPServerStdio) else s for s in servers]
 
 
 # --------------------------------------------------------------------------- #
@@ -285,11 +311,9 @@ def _server(name: str, entry: Any, ctx: _Context, overrides: Mapping[str, Any]) 
     for key, value in entry.items():
         if key in _FORMAT_KEYS or key in GATEWAY_KEYS:
             continue
-        if key in _LOCK_ONLY:
-            raise UserError(
-                f"{where}: {key!r} is set from the lock file, not in the config",
-                hint="Drop it; write the lock with: lovia-mcp lock --config FILE.",
-            )
+        if key in _LOADER_ONLY:
+            said, hint = _LOADER_ONLY[key]
+            raise UserError(f"{where}: {key!r} {said}, not in the config", hint=hint)
         if key in _IGNORED:
             logger.info("%s: ignoring %r (%s)", where, key, _IGNORED[key])
         elif key in fields:

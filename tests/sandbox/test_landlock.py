@@ -173,6 +173,11 @@ def _git_checkout(work: Path) -> list[Path]:
     (work / ".vscode").mkdir()
     (work / ".bashrc").write_text("# rc\n")
     (work / ".mcp.json").write_text("{}\n")
+    (work / ".mcp.lock.json").write_text("{}\n")
+    (work / ".gitmodules").write_text("")
+    (work / ".claude").mkdir()
+    (work / ".claude" / "settings.json").write_text("{}\n")
+    (work / ".cursor").mkdir()
     (work / "src").mkdir()
     return [
         work / ".git" / "hooks" / "pre-commit",
@@ -180,6 +185,10 @@ def _git_checkout(work: Path) -> list[Path]:
         work / ".vscode" / "tasks.json",
         work / ".bashrc",
         work / ".mcp.json",
+        work / ".mcp.lock.json",
+        work / ".gitmodules",
+        work / ".claude" / "settings.json",
+        work / ".cursor" / "mcp.json",
     ]
 
 
