@@ -388,6 +388,18 @@ MUTANTS: Final = [
         needs="a sandbox backend",
     ),
     Mutant(
+        name="gateway-files-unguarded",
+        path="lovia_mcp/gateway/serve.py",
+        old="own = tuple(os.path.abspath(f) for f in files if f)",
+        new="own = ()",
+        tests=(
+            "tests/sandbox/test_config_guard.py::test_a_gateways_sandboxed_server_cannot_rewrite_its_config_lock_"
+            "token_file_or_audit_log",
+        ),
+        why="a gateway's sandboxed server rewrites the token file (letting itself in next time) or the audit log",
+        needs="a sandbox backend",
+    ),
+    Mutant(
         name="gateway-wait-for-all",
         path="lovia_mcp/gateway/app.py",
         old="if only in (None, name) and self.access.sees(principal, name)]",

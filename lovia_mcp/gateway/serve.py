@@ -27,9 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -42,6 +44,7 @@ import uvicorn
 from lovia.exceptions import LoviaError, UserError
 
 from ..config_file.loader import load_servers
+from ..servers import MCPServer, MCPServerStdio
 from .access import access_options
 from .app import Gateway
 from .audit import AuditLog
@@ -153,9 +156,23 @@ def _url(sock: socket.socket) -> str:
     return f"http://{shown}:{port}/mcp"
 
 
+def _guarding(servers: list[MCPServer], *files: str | None) -> list[MCPServer]:
+    """``servers``, the gateway's own ``files`` (its token file, its audit log) kept read-only in their boxes too.
+
+    Like their config file and its lock (``load_servers``): a sandboxed
+    server that rewrote the token file would let itself, or anyone, in at
+    the next start, and one that rewrote the audit log would hide its calls.
+    """
+    own = tuple(os.path.abspath(f) for f in files if f)
+    return [
+        dataclasses.replace(s, config_files=(*s.config_files, *own)) if isinstance(s, MCPServerStdio) and own else s
+        for s in servers
+    ]
+
+
 async def run(ns: argparse.Namespace) -> int:
     """Serve until SIGTERM; the exit status."""
-    servers = load_servers(ns.config, lock=ns.lock)
+    servers = _guarding(load_servers(ns.config, lock=ns.lock), ns.token_file, getattr(ns, "audit_log", None))
     served = served_options(ns.config)
     credentials = read_token_file(ns.token_file) if ns.token_file else []
     tokens = [c.token for c in credentials]

@@ -106,3 +106,66 @@ def test_a_sandboxed_server_cannot_rewrite_its_config_file_or_lock_however_they_
     # Without the record the same box lets the server rewrite its config: the attack.
     _, (config, lock, notes) = seen["control"]  # type: ignore[misc]
     assert config.startswith("ok") and lock.startswith("ok"), seen["control"]
+
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def test_a_gateways_sandboxed_server_cannot_rewrite_its_config_lock_token_file_or_audit_log(tmp_path: Path) -> None:
+    import httpx
+    from _gateway import Serve
+    from lovia_mcp_worker.sandbox import registry
+    from lovia_mcp_worker.sandbox.base import SandboxError
+
+    from lovia_mcp import Sandbox
+
+    try:
+        registry.pick(Sandbox())
+    except SandboxError as exc:
+        pytest.skip(f"no sandbox backend can run here: {exc}")
+    folder = tmp_path / "g"
+    folder.mkdir()
+    (folder / "mcp.lock.json").write_text(json.dumps({"lockfileVersion": 1, "servers": {}}))
+    (folder / "notes.txt").write_text("notes\n")
+    entry = {
+        "command": PY,
+        "args": [ESCAPE_SERVER],
+        "cwd": str(folder),
+        "env": {"HOME": str(folder)},
+        "sandbox": {"backend": "auto"},
+        "pin": "off",
+    }
+    g = Serve(folder, {"escape": entry}, "--audit-log", str(folder / "audit.log"))
+    try:
+        files = ["mcp.json", "mcp.lock.json", "tokens", "audit.log", "notes.txt"]
+        said = {}
+        for name in files:
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "escape__write", "arguments": {"path": str(folder / name)}, "_meta": MODERN_META},
+            }
+            r = httpx.post(
+                g.base + "/mcp",
+                json=body,
+                headers={
+                    **g.headers,
+                    "accept": "application/json, text/event-stream",
+                    "mcp-protocol-version": "2026-07-28",
+                    "mcp-method": "tools/call",
+                    "mcp-name": "escape__write",
+                },
+                timeout=30.0,
+            )
+            assert r.status_code == 200, r.text
+            said[name] = r.json()["result"]["content"][0]["text"]
+    finally:
+        code, alive = g.stop()
+    print(said)
+    assert code == 0 and alive == [], g.stderr()[-3000:]
+    assert all(said[name].startswith("denied") for name in files[:-1]), said
+    assert said["notes.txt"].startswith("ok"), said
