@@ -38,7 +38,17 @@ from typing import Any
 from lovia.exceptions import UserError
 from lovia_mcp_worker.wire.confinement import DEFAULT_HIDDEN, PathPin, Sandbox
 
-_OWN_KEYS = {"network", "writable", "hidden", "backend", "read_only", "readable", "write_deny", "upstream_proxy"}
+_OWN_KEYS = {
+    "network",
+    "writable",
+    "hidden",
+    "backend",
+    "read_only",
+    "readable",
+    "write_deny",
+    "upstream_proxy",
+    "no_proxy",
+}
 _VSCODE_KEYS = {"filesystem", "network", "enabled", "backend"}
 _EXAMPLE = "Sandbox(network=False, writable=['/srv/data'])"
 
@@ -112,7 +122,7 @@ def _allowed_minus_denied(allowed: list[str], denied: list[str]) -> list[str]:
     return kept
 
 
-def _network(entries: list[str]) -> list[str]:
+def _network(entries: list[str], field: str = "network") -> list[str]:
     """``entries`` if each is a valid allowlist entry: a bad one fails here, not at the server's open."""
     from lovia_mcp_worker.sandbox.netrequest import BadEntry, parse_rule
 
@@ -120,8 +130,21 @@ def _network(entries: list[str]) -> list[str]:
         try:
             parse_rule(entry)
         except BadEntry as exc:
-            raise UserError(f"sandbox network entry {entry!r} is invalid: {exc.why}", hint=exc.hint) from None
+            raise UserError(f"sandbox {field} entry {entry!r} is invalid: {exc.why}", hint=exc.hint) from None
     return entries
+
+
+def _no_proxy(value: object, upstream: object) -> list[str]:
+    """``no_proxy``'s entries, checked: allowlist entries, and only beside an ``upstream_proxy``."""
+    if not value:
+        return []
+    if upstream is None:
+        raise UserError(
+            "sandbox no_proxy names what is reached without the upstream proxy, and there is none",
+            hint="Sandbox(network=['pypi.org', 'git.corp.internal'], upstream_proxy='http://proxy.internal:3128', "
+            "no_proxy=['*.corp.internal']), or drop no_proxy.",
+        )
+    return _network(_strings(value, "no_proxy"), "no_proxy")
 
 
 def _upstream(url: object, network: bool | list[str]) -> None:
@@ -175,6 +198,7 @@ def coerce(value: object) -> Sandbox | None:
     upstream = value.upstream_proxy
     if upstream is not None:
         _upstream(upstream, network)
+    no_proxy = _no_proxy(value.no_proxy, upstream)
     if not isinstance(value.write_deny, bool):
         raise UserError(
             f"sandbox write_deny must be true or false, got {value.write_deny!r}",
@@ -189,6 +213,7 @@ def coerce(value: object) -> Sandbox | None:
         readable=_strings(value.readable, "readable") if value.readable else [],
         write_deny=value.write_deny,
         upstream_proxy=upstream,
+        no_proxy=no_proxy,
     )
 
 
@@ -224,6 +249,7 @@ def resolved(box: Sandbox, cwd: str) -> Sandbox:
         readable=readable,
         write_deny=box.write_deny,
         upstream_proxy=box.upstream_proxy,
+        no_proxy=box.no_proxy,
         pins={p: pin(p) for p in dict.fromkeys([cwd, *writable, *readable])},
     )
 

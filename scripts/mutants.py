@@ -400,6 +400,17 @@ MUTANTS: Final = [
         needs="a sandbox backend",
     ),
     Mutant(
+        name="no-proxy-ignored",
+        path="worker/lovia_mcp_worker/sandbox/netproxy.py",
+        old="and not self.upstream.direct(request.host, request.port)",
+        new="and True",
+        tests=(
+            "tests/sandbox/test_netproxy.py::test_a_no_proxy_name_is_reached_directly_with_the_address_check_and_"
+            "the_others_through_the_upstream",
+        ),
+        why="an internal name the operator listed in no_proxy is sent to the upstream proxy, which cannot reach it",
+    ),
+    Mutant(
         name="gateway-wait-for-all",
         path="lovia_mcp/gateway/app.py",
         old="if only in (None, name) and self.access.sees(principal, name)]",

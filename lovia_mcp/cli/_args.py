@@ -229,6 +229,13 @@ def _server_options() -> argparse.ArgumentParser:
         help="reach the --network hosts through this proxy (http://HOST:PORT), where the network's only way "
         "out is a proxy",
     )
+    g.add_argument(
+        "--no-proxy",
+        metavar="HOST",
+        action="append",
+        default=[],
+        help="with --upstream-proxy, reach this --network host directly instead (repeatable; '*.corp.internal')",
+    )
     # The registry names the backends without loading any of them.
     from lovia_mcp_worker.sandbox.registry import names
 

@@ -49,13 +49,14 @@ def label(server: MCPServer) -> str:
 
 def _sandbox(ns: argparse.Namespace) -> Sandbox | None:
     """The Sandbox the sandbox flags ask for, or None when none of them is given."""
-    if not (ns.sandbox or ns.network or ns.writable or ns.sandbox_backend or ns.upstream_proxy):
+    if not (ns.sandbox or ns.network or ns.writable or ns.sandbox_backend or ns.upstream_proxy or ns.no_proxy):
         return None
     return Sandbox(
         network=list(ns.network) or False,
         writable=list(ns.writable),
         backend=ns.sandbox_backend or "auto",
         upstream_proxy=ns.upstream_proxy,
+        no_proxy=list(ns.no_proxy),
     )
 
 

@@ -227,6 +227,7 @@ def test_passing_the_memory_limit_fails_the_call_naming_the_limit() -> None:
     [
         (["--upstream-proxy", "http://proxy.internal:3128"], "upstream_proxy needs a network allowlist"),
         (["--network", "a.test", "--upstream-proxy", "https://alice:s3cret@proxy:1"], "only an http:// proxy"),
+        (["--network", "a.test", "--no-proxy", "a.test"], "no_proxy names what is reached without the upstream"),
     ],
 )
 def test_an_upstream_proxy_without_a_network_list_or_with_another_scheme_is_refused_before_anything_starts(

@@ -235,7 +235,11 @@ def test_a_plain_get_to_an_allowed_name_is_forwarded_in_origin_form_without_prox
 
 @asynccontextmanager
 async def through_upstream(
-    sock_path: str, allowed: Sequence[str], answer: str = "HTTP/1.1 200 Connection established", url: str = ""
+    sock_path: str,
+    allowed: Sequence[str],
+    answer: str = "HTTP/1.1 200 Connection established",
+    url: str = "",
+    no_proxy: Sequence[str] = (),
 ) -> AsyncIterator[tuple[netproxy.Proxy, LocalHTTP, LocalUpstream, list[Decision]]]:
     decisions: list[Decision] = []
     async with LocalHTTP() as origin, LocalUpstream(origin.port, answer) as upstream:
@@ -243,7 +247,7 @@ async def through_upstream(
             allowed,
             sock_path,
             on_decision=lambda d: decisions.append((d.host, d.port, d.allowed)),
-            upstream=parse_upstream(url or upstream.url),
+            upstream=parse_upstream(url or upstream.url, no_proxy),
         )
         try:
             yield proxy, origin, upstream, decisions
@@ -278,6 +282,43 @@ def test_through_an_upstream_an_allowed_name_is_asked_of_it_unresolved_and_both_
             assert all(not any(h.lower().startswith("proxy-authorization") for h in r) for r in upstream.requests)
             assert decisions == [("pypi.example.test", 443, True), ("files.example.test", 80, True)]
             assert proxy.traffic["pypi.example.test"].connections == 1 and proxy.denied == 0
+
+    bounded(main())
+
+
+@pytest.mark.unit
+def test_a_no_proxy_name_is_reached_directly_with_the_address_check_and_the_others_through_the_upstream(
+    sock_path: str,
+) -> None:
+    async def main() -> None:
+        allowed = ["*.example.test", "localhost", "*.corp.test"]
+        async with through_upstream(sock_path, [*allowed, "127.0.0.1"], no_proxy=["localhost", "*.corp.test"]) as (
+            proxy,
+            origin,
+            upstream,
+            decisions,
+        ):
+            direct = await exchange(
+                sock_path, f"GET http://localhost:{origin.port}/here HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            )
+            assert status_and_body(direct) == (200, "upstream saw: GET /here HTTP/1.1\n")
+            assert upstream.requests == []  # reached without the upstream
+            through = await exchange(sock_path, b"GET http://files.example.test/simple/ HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert status_and_body(through) == (200, "upstream saw: GET /simple/ HTTP/1.1\n")
+            assert [r[0] for r in upstream.requests] == ["CONNECT files.example.test:80 HTTP/1.1"]
+            # A direct name is resolved here, so the inward check holds: "db.corp.test" resolves nowhere.
+            status, body = status_and_body(await exchange(sock_path, connect("db.corp.test", 5432)))
+            assert status in (502, 504) and "db.corp.test" in body, (status, body)
+            assert len(upstream.requests) == 1, upstream.requests
+        # Reached directly, a name leading to an internal address nobody listed is refused as any direct name is.
+        async with through_upstream(sock_path, allowed, no_proxy=["localhost"]) as (_, origin, upstream, decisions):
+            status, body = status_and_body(await exchange(sock_path, connect("localhost", origin.port)))
+            assert status == 403 and "127.0.0.1" in body, (status, body)
+            assert upstream.requests == [] and decisions == [("localhost", origin.port, False)]
+        # Without no_proxy the same name goes to the upstream.
+        async with through_upstream(sock_path, [*allowed, "127.0.0.1"]) as (_, origin, upstream, _):
+            await exchange(sock_path, f"GET http://localhost:{origin.port}/here HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert [r[0] for r in upstream.requests] == [f"CONNECT localhost:{origin.port} HTTP/1.1"]
 
     bounded(main())
 

@@ -474,7 +474,7 @@ class BwrapBackend:
 
                 fds.append(filter_fd(box))
                 proxy_socket, argv = await netroute.route(
-                    box.network, argv, env, seccomp_fd=fds[-1], upstream=box.upstream_proxy
+                    box.network, argv, env, seccomp_fd=fds[-1], upstream=box.upstream_proxy, no_proxy=box.no_proxy
                 )
             elif box.network is False:
                 # netbridge is imported up front (light, and most boxes have the network off).

@@ -540,7 +540,7 @@ class LandlockBackend:
             if isinstance(box.network, list):
                 from . import netroute  # the proxy's modules load only where a server needs one
 
-                port = await netroute.route_tcp(box.network, env, upstream=box.upstream_proxy)
+                port = await netroute.route_tcp(box.network, env, upstream=box.upstream_proxy, no_proxy=box.no_proxy)
             ruleset = prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port, held=held.paths)
         except BaseException:
             held.close()

@@ -263,7 +263,11 @@ class Proxy:
             where = hostport(request.host, request.port)
             # One bound on resolving and connecting together.
             deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT
-            if self.upstream is not None and as_address(request.host) is None:
+            if (
+                self.upstream is not None
+                and as_address(request.host) is None
+                and not self.upstream.direct(request.host, request.port)
+            ):
                 self._decide(request, None)
                 up_reader, upstream = await _tunnel(self.upstream, request, where, deadline)
             else:

@@ -502,6 +502,12 @@ class Upstream:
     port: int
     # The Proxy-Authorization header's value (Basic), if the URL carried credentials.
     authorization: str | None = None
+    # Names reached directly, not through this proxy (``Sandbox.no_proxy``).
+    bypass: Allowlist | None = None
+
+    def direct(self, host: str, port: int) -> bool:
+        """Whether ``host:port`` (a canonical name) is reached directly rather than through this proxy."""
+        return self.bypass is not None and self.bypass.admits(host, port)
 
     def __str__(self) -> str:
         return hostport(self.host, self.port)
@@ -515,10 +521,11 @@ class Upstream:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def parse_upstream(url: str) -> Upstream:
+def parse_upstream(url: str, no_proxy: Sequence[str] = ()) -> Upstream:
     """``http://[USER:PASSWORD@]HOST:PORT`` as an :class:`Upstream`; :class:`BadUpstream` for anything else.
 
-    The errors show the URL without its credentials.
+    ``no_proxy``: the names (allowlist entries) reached directly instead;
+    a bad one raises ValueError. The errors show the URL without its credentials.
     """
     if not isinstance(url, str) or not url:
         raise BadUpstream(f"expected a URL, got {url!r}")
@@ -538,7 +545,8 @@ def parse_upstream(url: str) -> Upstream:
     if parts.username is not None:
         user, password = unquote(parts.username), unquote(parts.password or "")
         authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return Upstream(parts.hostname, port, authorization)
+    # A bad no_proxy entry raises the allowlist's ValueError (with its hint).
+    return Upstream(parts.hostname, port, authorization, Allowlist(no_proxy) if no_proxy else None)
 
 
 def _bad(reason: str) -> Refusal:

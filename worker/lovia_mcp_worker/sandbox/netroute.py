@@ -26,6 +26,7 @@ import functools
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from typing import Final
 
 from . import denials, netbridge, netproxy, netrequest
@@ -37,8 +38,8 @@ logger = logging.getLogger("lovia_mcp.netproxy")
 # short, because a unix socket path must fit in 108 bytes.
 SOCKET_NAME: Final = "proxy.sock"
 
-# The allowlist, the upstream proxy's URL, and the reporter.
-_Key = tuple[tuple[str, ...], str | None, denials.Reporter | None]
+# The allowlist, the upstream proxy's URL, the names reached past it, and the reporter.
+_Key = tuple[tuple[str, ...], str | None, tuple[str, ...], denials.Reporter | None]
 _proxies: dict[_Key, tuple[netproxy.Proxy, str]] = {}
 _tcp_proxies: dict[_Key, tuple[netproxy.Proxy, int]] = {}
 
@@ -49,13 +50,15 @@ _HINT: Final = (
 )
 
 
-def _upstream(url: str | None) -> netrequest.Upstream | None:
+def _upstream(url: str | None, no_proxy: Sequence[str]) -> netrequest.Upstream | None:
     if url is None:
         return None
     try:
-        return netrequest.parse_upstream(url)
+        return netrequest.parse_upstream(url, no_proxy)
     except netrequest.BadUpstream as exc:
         raise SandboxError(f"bad sandbox upstream_proxy: {exc.why}", hint=exc.hint) from exc
+    except ValueError as exc:
+        raise SandboxError(f"bad sandbox no_proxy entry: {exc}", hint=_HINT) from exc
 
 
 def _decision(report: denials.Reporter | None, decision: netproxy.Decision) -> None:
@@ -73,8 +76,10 @@ async def route(
     *,
     seccomp_fd: int | None = None,
     upstream: str | None = None,
+    no_proxy: Sequence[str] = (),
 ) -> tuple[str, list[str]]:
-    """Start (or reuse) the proxy for ``allowed`` (through ``upstream``, a proxy URL); set the proxy variables in ``env``.
+    """Start (or reuse) the proxy for ``allowed`` (through ``upstream``, a proxy URL, but for the names of
+    ``no_proxy``); set the proxy variables in ``env``.
 
     Returns the proxy's socket path (to bind into the sandbox) and ``argv``
     behind the bridge, which installs the seccomp program from ``seccomp_fd``
@@ -82,10 +87,10 @@ async def route(
     allowlist entry or upstream.
     """
     report = denials.current()
-    key = (tuple(allowed), upstream, report)
+    key = (tuple(allowed), upstream, tuple(no_proxy), report)
     entry = _proxies.get(key)
     if entry is None:
-        via = _upstream(upstream)
+        via = _upstream(upstream, no_proxy)
         folder = tempfile.mkdtemp(prefix="lovia-mcp-net-", dir="/tmp")
         path = f"{folder}/{SOCKET_NAME}"
         try:
@@ -99,16 +104,18 @@ async def route(
     return path, netbridge.bridge_argv(argv, socket_path=path, seccomp_fd=seccomp_fd)
 
 
-async def route_tcp(allowed: list[str], env: dict[str, str], *, upstream: str | None = None) -> int:
+async def route_tcp(
+    allowed: list[str], env: dict[str, str], *, upstream: str | None = None, no_proxy: Sequence[str] = ()
+) -> int:
     """Start (or reuse) the loopback TCP proxy for ``allowed`` (the Landlock backend); set ``env``.
 
     Returns the proxy's port, the only one the server may connect to.
     """
     report = denials.current()
-    key = (tuple(allowed), upstream, report)
+    key = (tuple(allowed), upstream, tuple(no_proxy), report)
     entry = _tcp_proxies.get(key)
     if entry is None:
-        via = _upstream(upstream)
+        via = _upstream(upstream, no_proxy)
         try:
             on_decision = functools.partial(_decision, report)
             entry = _tcp_proxies[key] = await netproxy.start_tcp(allowed, on_decision=on_decision, upstream=via)
@@ -127,7 +134,7 @@ def proxies(allowed: list[str]) -> list[netproxy.Proxy]:
 async def release(report: denials.Reporter) -> None:
     """Stop the proxies set up under ``report`` (its host has closed); bounded by the proxies' own close."""
     for table in (_proxies, _tcp_proxies):
-        for key in [k for k in table if k[2] is report]:
+        for key in [k for k in table if k[-1] is report]:
             proxy, where = table.pop(key)
             with contextlib.suppress(Exception):
                 await proxy.aclose()

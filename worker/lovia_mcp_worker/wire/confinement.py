@@ -77,6 +77,10 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
       are reached through, for networks whose only way out is a proxy; the
       upstream then resolves them, so the check that an allowed name leads
       to no internal address is its to make;
+    - ``no_proxy``: with ``upstream_proxy``, the allowed names reached
+      directly instead (allowlist entries: ``"*.corp.internal"``), as the
+      ``NO_PROXY`` variable says for other clients; they get the address
+      check as any direct name;
     - ``pins``: filled in when the server is opened, not by the user (a
       value given here is replaced): the server's cwd and each ``writable``
       and ``readable`` path, by the absolute path as configured, resolved and
@@ -96,6 +100,7 @@ class Sandbox(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     readable: list[str] = []
     write_deny: bool = True
     upstream_proxy: str | None = None
+    no_proxy: list[str] = []
     pins: dict[str, PathPin] = {}
 
 

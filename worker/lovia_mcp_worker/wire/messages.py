@@ -54,7 +54,10 @@ from .mcpjson import ContentBlock, ToolSpec
 # memory, egress per host); Stats.call_* and egress_* its totals.
 # 12: Result.denied and Stats.sandbox_denials: what the sandbox refused
 # during a call, attributed to it.
-PROTOCOL_VERSION: Final = 13
+# 13: Sandbox.upstream_proxy.
+# 14: Sandbox.no_proxy: the allowed names reached directly, not through the
+# upstream proxy.
+PROTOCOL_VERSION: Final = 14
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
