@@ -163,6 +163,25 @@ class Serve:
 
 
 @contextmanager
+def shared_by_module(g: Serve) -> Iterator[Serve]:
+    """``g`` shared by a module's tests: exempt from the leak check while it runs, then stopped, cleanly.
+
+    Its workers and servers come and go (restarts, the forkserver's idle
+    workers) within and across the tests; at the end it must exit 0 and
+    leave no process behind.
+    """
+    from conftest import register_shared
+
+    register_shared(g.proc.pid)
+    try:
+        yield g
+    finally:
+        code, alive = g.stop()
+        assert code == 0, g.stderr()
+        assert alive == [], f"serve left processes behind: {alive}"
+
+
+@contextmanager
 def sdk_http_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """tests/servers/http_server.py (the SDK's MCPServer on uvicorn): the process and its URL."""
     proc = subprocess.Popen([PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -249,4 +268,5 @@ __all__ = [
     "sdk_client",
     "sdk_http_server",
     "server",
+    "shared_by_module",
 ]

@@ -24,7 +24,18 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from _gateway import NOTIFY_WAIT, OTHER_TOKEN, Heard, Serve, raw, samples, sdk_client, sdk_http_server, server
+from _gateway import (
+    NOTIFY_WAIT,
+    OTHER_TOKEN,
+    Heard,
+    Serve,
+    raw,
+    samples,
+    sdk_client,
+    sdk_http_server,
+    server,
+    shared_by_module,
+)
 from conftest import register_shared, run
 from helpers import outputs
 from lovia import Agent, Runner
@@ -88,13 +99,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, remote: str) -> Iterator[S
         "--max-body-bytes",
         "65536",
     )
-    register_shared(g.proc.pid)
-    try:
+    with shared_by_module(g):
         yield g
-    finally:
-        code, alive = g.stop()
-        assert code == 0, g.stderr()
-        assert alive == [], f"serve left processes behind: {alive}"
 
 
 def _mcp_post(g: Serve, body: Any, **headers: str) -> httpx.Response:

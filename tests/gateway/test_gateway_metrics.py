@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
-from _gateway import PY, SERVERS, Serve, raw, samples, sdk_client
-from conftest import register_shared, run
+from _gateway import PY, SERVERS, Serve, raw, samples, sdk_client, shared_by_module
+from conftest import run
 from lovia_mcp_worker.wire.messages import CallUsage, HostEgress
 
 from lovia_mcp.gateway.metrics import EGRESS_HOSTS, OTHER_HOST, Metrics
@@ -51,15 +51,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
             },
         },
     )
-    # Shared by this module's tests: its workers and servers come and go
-    # (restarts, the forkserver's idle workers) within and across them.
-    register_shared(g.proc.pid)
-    try:
+    with shared_by_module(g):
         yield g
-    finally:
-        code, alive = g.stop()
-        assert code == 0, g.stderr()
-        assert alive == [], f"serve left processes behind: {alive}"
 
 
 def scrape(g: Serve) -> str:

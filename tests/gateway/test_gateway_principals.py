@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from _gateway import NOTIFY_WAIT, PY, Heard, Serve, raw, samples, sdk_client, server
-from conftest import ROOT, register_shared, run
+from _gateway import NOTIFY_WAIT, PY, Heard, Serve, raw, samples, sdk_client, server, shared_by_module
+from conftest import ROOT, run
 
 from lovia_mcp.gateway.access import Access, access_options
 from lovia_mcp.gateway.audit import AuditLog, Caller, trace_id
@@ -75,13 +75,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
         token_lines=f"# principals\nalice {ALICE}\nbob   {BOB}\ncarol\t{CAROL}\ndave {DAVE}\n{BARE}\n",
         gateway={"access": {"alice": ["*", "/metrics"], "bob": ["mine"], "carol": ["mine/ech?"], "dave": ["growpp"]}},
     )
-    register_shared(g.proc.pid)
-    try:
+    with shared_by_module(g):
         yield g
-    finally:
-        code, alive = g.stop()
-        assert code == 0, g.stderr()
-        assert alive == [], f"serve left processes behind: {alive}"
 
 
 def _audit(g: Serve) -> list[dict[str, Any]]:

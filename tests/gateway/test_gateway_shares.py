@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
-from _gateway import Serve, raw, sdk_client
-from conftest import register_shared, run
+from _gateway import Serve, raw, sdk_client, shared_by_module
+from conftest import run
 
 from lovia_mcp.gateway.principals import share
 
@@ -46,13 +46,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
         str(CAP),
         token_lines=f"alice {ALICE}\nbob {BOB}\n",
     )
-    register_shared(g.proc.pid)
-    try:
+    with shared_by_module(g):
         yield g
-    finally:
-        code, alive = g.stop()
-        assert code == 0, g.stderr()
-        assert alive == [], f"serve left processes behind: {alive}"
 
 
 def _auth(token: str) -> dict[str, str]:
