@@ -80,7 +80,6 @@ _FORMAT_KEYS: Final = frozenset({"type", "transport", "envFile", "sandboxEnabled
 GATEWAY_KEYS: Final = frozenset({"session", "max_sessions", "idle"})
 # The top-level section only `lovia-mcp serve` reads (access rules).
 GATEWAY_SECTION: Final = "gateway"
-# Fields only the lock file sets (.locks).
 # Set by load_servers itself, never in a file: the lock's entry, and the
 # files a server's sandbox keeps read-only (this file and its lock).
 _LOADER_ONLY: Final = {
