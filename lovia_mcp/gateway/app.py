@@ -38,8 +38,9 @@ bodies over the cap get a 413 and sessions over the cap a 503 (the SDK's
 own limits); with several principals, each may hold at most its share of
 an endpoint's sessions (:func:`.principals.share`), and a new session past
 it is a 503 too, so that no principal can fill the cap for the others. On
-loopback, the SDK's DNS rebinding protection checks ``Host`` and ``Origin``. What a client can hold before any of this is
-checked (connections, request heads) is bounded by :mod:`.connections`.
+loopback, the SDK's DNS rebinding protection checks ``Host`` and
+``Origin``. What a client can hold before any of this is checked
+(connections, request heads) is bounded by :mod:`.connections`.
 
 Principals: ``_authorized`` leaves the principal of the matching token in
 the request's scope (``default`` without tokens). With an access section
