@@ -216,11 +216,10 @@ class Shared(Backend):
 
 
 class _Held:
-    """A session's server, whose client it serves, and when it was last used."""
+    """A session's server, and when it was last used."""
 
-    def __init__(self, conn: MCPConnection, principal: str) -> None:
+    def __init__(self, conn: MCPConnection) -> None:
         self.conn = conn
-        self.principal = principal
         self.used = time.monotonic()
         self.in_flight = 0
 
@@ -294,12 +293,12 @@ class PerSession(Backend):
                     "or raise max_sessions in the config file.",
                 )
             self._principal_of[session] = principal
-            task = self._opening[session] = asyncio.ensure_future(self._open(session, principal))
+            task = self._opening[session] = asyncio.ensure_future(self._open(session))
         # Shielded: one caller cancelled (its client went away) must not
         # abandon a server half-open that the session's other calls wait for.
         return await asyncio.shield(task)
 
-    async def _open(self, session: str, principal: str) -> _Held:
+    async def _open(self, session: str) -> _Held:
         try:
             spare, self._spare = self._spare, None
             conn = spare if spare is not None else await self.config.open()
@@ -312,7 +311,7 @@ class PerSession(Backend):
             self._principal_of.pop(session, None)
             await conn.close()
             raise Refused("the gateway is shutting down", hint="Retry on another replica.")
-        held = self._held[session] = _Held(conn, principal)
+        held = self._held[session] = _Held(conn)
         # Only this session lists this server: only it hears of its changes.
         conn.on_tools_changed = lambda _conn: self._changed(session)
         if _shape(_tools_of(conn)) != _shape(self._listing):
