@@ -43,9 +43,10 @@ resolved here; the proxy asks the upstream for a tunnel (``CONNECT
 host:port``, with ``Proxy-Authorization`` when the URL carries
 credentials) and relays through it, a plain request in origin form inside
 the tunnel. The upstream resolves the name, so the address check above is
-the upstream's to make, not this proxy's. Listed addresses are still
-reached directly. An upstream that refuses answers the client 502 with its
-status line.
+the upstream's to make, not this proxy's. Listed addresses, and the names
+of ``Sandbox.no_proxy`` (:meth:`Upstream.direct`), are still reached
+directly, with the address check. An upstream that refuses answers the
+client 502 with its status line.
 
 Lifecycle: :func:`start` binds the unix socket (mode 0600) and serves;
 :meth:`Proxy.aclose` stops accepting, aborts every open connection, waits a
