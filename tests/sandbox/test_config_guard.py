@@ -7,8 +7,8 @@ start runs that one on the host. Or it rewrites the lock beside the file,
 where its tools' pins are. ``load_servers`` records both files on each
 server (``config_files``) and every sandbox keeps them read-only, whether
 the file gave the sandbox or it was given later (the command line's flags,
-``MCP(sandbox=...)``). The control: the same server with nothing recorded
-rewrites the config.
+``MCP(sandbox=...)``), and with ``write_deny=False``. The control: the same
+server with nothing recorded rewrites the config.
 
 Run as root and as nobody, on each backend, in an agent process of its own.
 """
@@ -56,8 +56,9 @@ notes = work / "notes.txt"
 notes.write_text("notes\n")  # an existing entry: writable on both backends
 before = config.read_text()
 servers = {s.name: s for s in load_servers(config, pin="off")}
-# The command line's --sandbox, as lovia_mcp/cli gives it: after loading.
-servers["later"] = dataclasses.replace(servers["later"], sandbox=Sandbox(backend=backend))
+# A box given after loading, as the command line's flags give it; write_deny=False
+# drops the protected entries, not the config file and its lock.
+servers["later"] = dataclasses.replace(servers["later"], sandbox=Sandbox(backend=backend, write_deny=False))
 
 async def writes(server):
     async with server.session() as conn:
