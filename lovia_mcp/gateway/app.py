@@ -239,7 +239,12 @@ class Gateway:
         self.max_sessions = max_sessions
         self.session_share = share(max_sessions, named)
         self.notifier = Notifier(
-            paths, max_streams=max_sessions, share=self.session_share, sessions=self.sessions, access=self.access
+            paths,
+            max_streams=max_sessions,
+            share=self.session_share,
+            sessions=self.sessions,
+            access=self.access,
+            on_share_refused=lambda path, principal: self._share_refused(path, "listen_streams", principal),
         )
         for backend in backends:
             backend.principals = named
@@ -432,13 +437,12 @@ class Gateway:
         # Only a tool the server lists names a series: any other name (a
         # client may send anything) is one series, whatever it is.
         tool = raw if backend.knows(raw, session) else UNKNOWN_TOOL
+        who = DEFAULT_PRINCIPAL if caller is None else caller.principal
         try:
             # No timer here: the call carries its timeout to its worker, which
             # ends it at the deadline and words the answer (a timeout is the
             # MCPError of kind "timeout" below).
-            result = await backend.call(
-                session, raw, arguments, DEFAULT_PRINCIPAL if caller is None else caller.principal
-            )
+            result = await backend.call(session, raw, arguments, who)
             outcome = "tool_error" if result.is_error else "ok"
             if result.usage is not None:
                 self.metrics.usage(backend.name, tool, result.usage)
@@ -451,6 +455,8 @@ class Gateway:
             raise
         except Refused as exc:
             outcome = "refused"
+            if exc.share is not None:
+                self._share_refused("" if caller is None else caller.endpoint, exc.share, who)
             raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
         except LoviaMCPError as exc:
             kind = getattr(exc, "kind", None) or "error"
@@ -605,6 +611,7 @@ class Gateway:
         if session is None:
             if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
                 if scope["method"] == "POST" and self._past_share(principal, path):
+                    self._share_refused(path, "sessions", principal)
                     await _rpc_error(
                         send,
                         503,
@@ -637,6 +644,14 @@ class Gateway:
             self.sessions.forget(session)
             for backend in self.backends.values():
                 await backend.end_session(session)
+
+    def _share_refused(self, endpoint: str, cap: str, principal: str) -> None:
+        """A request refused for its principal's share of ``cap``: logged for the operator, and counted."""
+        logger.warning(
+            "a principal held its share of a cap",
+            extra={"principal": principal, "endpoint": endpoint, "cap": cap},
+        )
+        self.metrics.share_refused(endpoint, cap, self._labelled(principal))
 
     def _past_share(self, principal: str, path: str) -> bool:
         """Whether ``principal`` holds its share of ``path``'s sessions (those the SDK has yet to answer included).

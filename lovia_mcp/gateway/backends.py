@@ -71,9 +71,11 @@ PRINCIPAL_HOLDER: Final = "principal:"
 class Refused(Exception):
     """A call the gateway will not start (no session slot, no session): a clear error for the client."""
 
-    def __init__(self, message: str, hint: str) -> None:
+    def __init__(self, message: str, hint: str, share: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+        # The cap whose share the principal held, when that is why (a metric's label).
+        self.share = share
 
 
 class Backend:
@@ -291,6 +293,7 @@ class PerSession(Backend):
                     "file's principals)",
                     hint="End a session you no longer use (HTTP DELETE), wait for idle ones to expire, "
                     "or raise max_sessions in the config file.",
+                    share="server_slots",
                 )
             self._principal_of[session] = principal
             task = self._opening[session] = asyncio.ensure_future(self._open(session))

@@ -29,6 +29,10 @@ Every name starts ``lovia_mcp_``:
   sandbox during calls (``kind``: ``allowlist``, ``internal_address``,
   ``network_off``); a refusal while several calls were in flight on the
   server counts for each of them;
+- ``lovia_mcp_share_refusals_total{endpoint,cap}``: requests refused because
+  their principal held its share of a cap (``cap``: ``sessions``,
+  ``listen_streams``, ``server_slots``); with ``--metrics-principal`` a
+  ``principal`` label too;
 - ``lovia_mcp_restarts_total{server}``, ``lovia_mcp_server_memory_bytes{server}``,
   ``lovia_mcp_server_processes{server}``, ``lovia_mcp_sessions{server}``,
   ``lovia_mcp_calls_in_flight``, ``lovia_mcp_up{server}`` and
@@ -129,6 +133,7 @@ class Metrics:
         self.egress_connections: defaultdict[Labels, int] = defaultdict(int)
         self._hosts: defaultdict[str, set[str]] = defaultdict(set)
         self.denials: defaultdict[Labels, int] = defaultdict(int)
+        self.share_refusals: defaultdict[Labels, int] = defaultdict(int)
         self._hist: dict[str, list[int]] = {}
         self._sum: defaultdict[str, float] = defaultdict(float)
         self._count: defaultdict[str, int] = defaultdict(int)
@@ -187,6 +192,11 @@ class Metrics:
         kind = kind if kind in DENIAL_KINDS else "other"
         self.denials[(("server", server), ("tool", tool), ("kind", kind))] += count
 
+    def share_refused(self, endpoint: str, cap: str, principal: str | None = None) -> None:
+        """A request refused because its principal held its share of ``cap`` on ``endpoint``."""
+        labels: Labels = (("endpoint", endpoint), ("cap", cap))
+        self.share_refusals[labels if principal is None else (("principal", principal), *labels)] += 1
+
     def render(self, gauges: Iterable[tuple[str, str, str, Labels, float]]) -> str:
         """The exposition text; ``gauges`` are (name, type, help, labels, value) read at scrape time."""
         out: list[str] = []
@@ -235,6 +245,13 @@ class Metrics:
             "counter",
             "Refusals by the sandbox during tool calls, by server, tool and kind.",
             self.denials.items(),
+        )
+        self._family(
+            out,
+            "lovia_mcp_share_refusals_total",
+            "counter",
+            "Requests refused because their principal held its share of a cap, by endpoint and cap.",
+            self.share_refusals.items(),
         )
         by_name: dict[str, list[tuple[Labels, float]]] = defaultdict(list)
         meta: dict[str, tuple[str, str]] = {}

@@ -90,9 +90,13 @@ class Endpoint:
     streams alone.
     """
 
-    def __init__(self, max_streams: int, share: int | None = None) -> None:
+    def __init__(
+        self, max_streams: int, share: int | None = None, on_share_refused: Callable[[str], None] | None = None
+    ) -> None:
         self._max = max_streams
         self._share = max_streams if share is None else share
+        # Told the principal whose stream was refused for its share.
+        self._on_share_refused = on_share_refused
         self._open = 0
         self._open_by: dict[str, int] = {}
         self._buses: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
@@ -104,6 +108,8 @@ class Endpoint:
         if self._open >= self._max:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")  # the SDK handler's own refusal
         if self._open_by.get(principal, 0) >= self._share:
+            if self._on_share_refused is not None:
+                self._on_share_refused(principal)
             raise MCPError(
                 INTERNAL_ERROR,
                 f"Subscription limit reached: principal {principal!r} holds {self._share} listen streams here, "
@@ -153,9 +159,17 @@ class Notifier:
         sessions: Sessions,
         access: Access | None = None,
         share: int | None = None,
+        on_share_refused: Callable[[str, str], None] | None = None,
     ) -> None:
+        """``on_share_refused(path, principal)``: a listen stream was refused for its principal's share."""
+
+        def told(path: str) -> Callable[[str], None] | None:
+            if on_share_refused is None:
+                return None
+            return lambda principal: on_share_refused(path, principal)
+
         # path -> the server it serves alone (None: /mcp, every server)
-        self.endpoints = {path: Endpoint(max_streams, share) for path in paths}
+        self.endpoints = {path: Endpoint(max_streams, share, told(path)) for path in paths}
         self._serves = dict(paths)
         self._sessions = sessions
         self._access = access if access is not None else Access(None)

@@ -54,6 +54,13 @@ def _auth(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
+def _refusals(g: Serve, cap: str) -> int:
+    """``lovia_mcp_share_refusals_total`` for ``cap`` on ``/mcp``, from the gateway's /metrics."""
+    text = httpx.get(g.base + "/metrics", headers=_auth(ALICE), timeout=30.0).text
+    line = f'lovia_mcp_share_refusals_total{{endpoint="/mcp",cap="{cap}"}} '
+    return sum(int(s.removeprefix(line)) for s in text.splitlines() if s.startswith(line))
+
+
 async def _initialize(http: httpx.AsyncClient, token: str) -> tuple[int, str | None, str]:
     """A 2025 initialize by hand: the status, the session id the SDK answered (if any), and the body."""
     r = await http.post(
@@ -70,6 +77,8 @@ async def _initialize(http: httpx.AsyncClient, token: str) -> tuple[int, str | N
 
 
 def test_no_principal_can_hold_more_than_its_share_of_an_endpoints_sessions(gateway: Serve) -> None:
+    counted = _refusals(gateway, "sessions")
+
     async def main() -> tuple[list[tuple[int, str | None, str]], list[tuple[int, str | None, str]]]:
         opened: list[tuple[str, str]] = []
         async with httpx.AsyncClient(base_url=gateway.base, timeout=30.0) as http:
@@ -96,6 +105,7 @@ def test_no_principal_can_hold_more_than_its_share_of_an_endpoints_sessions(gate
         assert "principal 'alice' already holds 2 sessions on /mcp, its share of the endpoint's 4" in body, body
         assert "hint" in body
     assert all(status == 200 and sid is not None for status, sid, _ in bob), bob
+    assert _refusals(gateway, "sessions") - counted == 2  # the operator sees each refusal
 
 
 def _listen(token: str) -> dict[str, Any]:
@@ -122,6 +132,8 @@ def _listen(token: str) -> dict[str, Any]:
 
 
 def test_no_principal_can_hold_more_than_its_share_of_an_endpoints_listen_streams(gateway: Serve) -> None:
+    counted = _refusals(gateway, "listen_streams")
+
     async def main() -> tuple[list[bytes], list[bytes]]:
         async with contextlib.AsyncExitStack() as streams, httpx.AsyncClient(base_url=gateway.base) as http:
             # The streams' readers, kept: one dropped closes its stream.
@@ -144,10 +156,13 @@ def test_no_principal_can_hold_more_than_its_share_of_an_endpoints_listen_stream
     for first in alice[2:]:
         assert b"principal 'alice' holds 2 listen streams here, its share of 4" in first, first
     assert all(b"notifications/subscriptions/acknowledged" in first for first in bob), bob
+    assert _refusals(gateway, "listen_streams") - counted == 2
 
 
 def test_no_principal_can_hold_more_than_its_share_of_a_per_session_servers_slots(gateway: Serve) -> None:
     from mcp.shared.exceptions import MCPError as SDKError
+
+    counted = _refusals(gateway, "server_slots")
 
     async def main() -> tuple[str, str, str]:
         async with (
@@ -171,6 +186,7 @@ def test_no_principal_can_hold_more_than_its_share_of_a_per_session_servers_slot
         refused
     ), refused
     assert bob == "bob"
+    assert _refusals(gateway, "server_slots") - counted == 1
 
 
 @pytest.mark.unit
