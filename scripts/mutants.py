@@ -361,7 +361,7 @@ MUTANTS: Final = [
     Mutant(
         name="gateway-share-answered-only",
         path="lovia_mcp/gateway/app.py",
-        old="return self.sessions.held(principal, path) + self._pending.get((principal, path), 0) >= self.session_share",
+        old="return self.sessions.held(principal, path) + self._pending[principal, path] >= self.session_share",
         new="return self.sessions.held(principal, path) >= self.session_share",
         tests=(
             "tests/gateway/test_gateway_shares.py::test_no_principal_can_hold_more_than_its_share_of_an_endpoints_sessions",

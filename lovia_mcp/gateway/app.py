@@ -67,6 +67,7 @@ server's own ``isError`` results and annotations pass through unchanged.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import json
 import logging
@@ -208,7 +209,7 @@ class Gateway:
         self.sessions = Sessions(session_idle)
         # Opening requests the SDK has not answered yet, by principal and
         # endpoint: counted against the principal's share with its sessions.
-        self._pending: dict[tuple[str, str], int] = {}
+        self._pending: collections.Counter[tuple[str, str]] = collections.Counter()
         self._idle_now = asyncio.Event()
         self._idle_now.set()
         security = None
@@ -660,7 +661,7 @@ class Gateway:
         """
         if self.session_share >= self.max_sessions:
             return False
-        return self.sessions.held(principal, path) + self._pending.get((principal, path), 0) >= self.session_share
+        return self.sessions.held(principal, path) + self._pending[principal, path] >= self.session_share
 
     async def _opening(
         self,
@@ -676,16 +677,13 @@ class Gateway:
         owner = _owner(scope)
         key = (principal, path)
         pending = True
-        self._pending[key] = self._pending.get(key, 0) + 1
+        self._pending[key] += 1
 
         def settle() -> None:
             nonlocal pending
             if pending:
                 pending = False
-                if self._pending[key] > 1:
-                    self._pending[key] -= 1
-                else:
-                    del self._pending[key]
+                self._pending[key] -= 1
 
         async def watch(message: Any) -> None:
             if message["type"] == "http.response.start":

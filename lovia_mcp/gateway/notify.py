@@ -34,6 +34,7 @@ finished there.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
@@ -97,17 +98,17 @@ class Endpoint:
         self._share = max_streams if share is None else share
         # Told the principal whose stream was refused for its share.
         self._on_share_refused = on_share_refused
-        self._open = 0
-        self._open_by: dict[str, int] = {}
+        # Streams open, by principal.
+        self._open: collections.Counter[str] = collections.Counter()
         self._buses: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
 
     async def listen(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
         principal = principal_of(getattr(ctx.request, "scope", None))
-        if self._open >= self._max:
+        if self._open.total() >= self._max:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")  # the SDK handler's own refusal
-        if self._open_by.get(principal, 0) >= self._share:
+        if self._open[principal] >= self._share:
             if self._on_share_refused is not None:
                 self._on_share_refused(principal)
             raise MCPError(
@@ -116,16 +117,11 @@ class Endpoint:
                 f"its share of {self._max}",
             )
         _, handler = self._own(principal)
-        self._open += 1
-        self._open_by[principal] = self._open_by.get(principal, 0) + 1
+        self._open[principal] += 1
         try:
             return await handler(ctx, params)
         finally:
-            self._open -= 1
-            if self._open_by[principal] > 1:
-                self._open_by[principal] -= 1
-            else:
-                del self._open_by[principal]
+            self._open[principal] -= 1
 
     def bus(self, principal: str) -> InMemorySubscriptionBus:
         """The bus that ``principal``'s listen streams on this endpoint hear (made on first use)."""

@@ -85,6 +85,8 @@ _TAIL_LINES: Final = 12
 _PY_LOCAL_FILES: Final = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
 
 _PYTHON_RUNNERS: Final = {"uvx": "uvx", "uv tool run": "uv tool run", "pipx run": "pipx run"}
+# The ecosystems a lock's package entry may name.
+_ECOSYSTEMS: Final = ("pypi", "npm")
 # A lock's cache and tree digests, as this module writes them.
 _DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
 # A console script's entry point (``module:attr``), as packaging tools write them.
@@ -209,7 +211,7 @@ def cache_root() -> Path:
 
 def entry_dir(package: PackageLock) -> Path:
     """Where a locked package is installed: named by its content address (a ``ValueError`` for any other name)."""
-    if package.ecosystem not in ("pypi", "npm") or not _DIGEST.fullmatch(package.cache):
+    if package.ecosystem not in _ECOSYSTEMS or not _DIGEST.fullmatch(package.cache):
         raise ValueError(f"not a cache entry's name: {package.ecosystem!r}, {package.cache!r}")
     return cache_root() / package.ecosystem / package.cache.removeprefix("sha256:")
 
@@ -222,7 +224,7 @@ def malformed(package: PackageLock, source: list[str] | None) -> str | None:
     its artifacts, another package than the command line runs, or a script
     outside the installed tree would start code the lock never verified.
     """
-    if package.ecosystem not in ("pypi", "npm"):
+    if package.ecosystem not in _ECOSYSTEMS:
         return f"ecosystem {package.ecosystem!r} is neither 'pypi' nor 'npm'"
     for field, value in (("cache", package.cache), ("tree", package.tree)):
         if not _DIGEST.fullmatch(value):

@@ -272,20 +272,7 @@ class Proxy:
                 self._decide(request, None)
                 up_reader, upstream = await _tunnel(self.upstream, request, where, deadline)
             else:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        targets, denial = await self._targets(request)
-                except OSError as e:  # TimeoutError included
-                    self._decide(request, None)  # the name was allowed; resolving it failed
-                    raise _unreachable(where, e) from None
-                self._decide(request, denial)
-                if denial is not None:
-                    raise Refusal(403, denial.text, denial.reason)
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        up_reader, upstream = await _connect(targets, request.port)
-                except OSError as e:
-                    raise _unreachable(where, e) from None
+                up_reader, upstream = await self._direct(request, where, deadline)
             traffic = self.traffic.get(request.host)
             if traffic is None:
                 traffic = self.traffic[request.host] = Traffic()
@@ -311,6 +298,25 @@ class Proxy:
             )
         finally:
             await _close([writer] if upstream is None else [writer, upstream], abort=aborted or self._closing)
+
+    async def _direct(
+        self, request: Request, where: str, deadline: float
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to ``request``'s host, resolved here and checked address by address; a :class:`Refusal`."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                targets, denial = await self._targets(request)
+        except OSError as e:  # TimeoutError included
+            self._decide(request, None)  # the name was allowed; resolving it failed
+            raise _unreachable(where, e) from None
+        self._decide(request, denial)
+        if denial is not None:
+            raise Refusal(403, denial.text, denial.reason)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await _connect(targets, request.port)
+        except OSError as e:
+            raise _unreachable(where, e) from None
 
     async def _targets(self, request: Request) -> tuple[list[Address], Denial | None]:
         """The checked addresses to try for ``request``, in order, or why there are none.
