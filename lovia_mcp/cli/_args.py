@@ -154,7 +154,11 @@ def _server_options() -> argparse.ArgumentParser:
         "each entry's key is its --name",
     )
     g.add_argument(
-        "--server", metavar="NAME", action="append", default=[], help="with --config: only this entry (repeatable)"
+        "--server",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="with --config: only this entry (repeatable); the others are not read, so their variables need not be set",
     )
     _lock_option(g)
     g = p.add_argument_group("how the server runs")

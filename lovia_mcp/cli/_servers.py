@@ -104,16 +104,8 @@ def _from_config(ns: argparse.Namespace, command: list[str] | None) -> list[MCPS
     ):
         if value is not None:
             overrides[option] = value
-    servers = load_servers(ns.config, lock=ns.lock, **overrides)
-    if ns.server:
-        names = [s.name for s in servers]
-        missing = [n for n in ns.server if n not in names]
-        if missing:
-            raise UsageError(
-                f"{ns.config} has no server {', '.join(map(repr, missing))}",
-                hint=f"Its servers: {', '.join(map(repr, names)) or 'none enabled'}.",
-            )
-        servers = [s for s in servers if s.name in ns.server]
+    # Only the entries --server names are read: another's unset variable is no error here.
+    servers = load_servers(ns.config, lock=ns.lock, names=ns.server, **overrides)
     if not servers:
         raise UsageError(
             f"{ns.config}: every server in it is disabled", hint='Set "disabled": false on the one to use.'

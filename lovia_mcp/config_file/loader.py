@@ -15,10 +15,11 @@ Rules:
 
 - each entry's key becomes the server's ``name=`` (the tool prefix);
 - ``${VAR}`` and ``${VAR:-default}`` are expanded in ``command``, ``args``,
-  ``env``, ``cwd``, ``url``, ``headers`` and ``envFile`` from the agent's
-  environment (VS Code's ``${env:VAR}`` and ``${workspaceFolder}`` too); an
-  undefined variable without a default is an error naming it, never an
-  empty string;
+  ``env``, ``cwd``, ``url``, ``headers``, ``envFile`` and ``sandbox`` from
+  the agent's environment, and VS Code's ``${workspaceFolder}``,
+  ``${userHome}``... too (:mod:`._variables`); an undefined variable
+  without a default is an error naming it and its entry, never an empty
+  string, and only an entry that is loaded is expanded (``names=``);
 - relative ``cwd``, ``envFile`` and ``command`` paths (a command with a
   ``/`` in it; a bare ``npx`` is looked up on ``PATH``) are relative to the
   file's folder, not to wherever the agent runs; ``~`` is expanded in them;
@@ -31,7 +32,7 @@ Rules:
   skipped (as those clients do); any other key is an error with a hint.
 
 Non-goals: VS Code's ``${input:...}`` prompts and OAuth blocks (an editor
-asks the user; a library cannot), SSE servers.
+asks the user; a library cannot: an error with a hint), SSE servers.
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ import dataclasses
 import json
 import logging
 import os
-import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,6 +50,7 @@ from lovia.exceptions import UserError
 from ..lock.lockfile import default_lock_path
 from ..servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from ._values import convert, hints
+from ._variables import NAME, expand
 from .locks import LockOption, lock_path, with_lock
 
 logger = logging.getLogger("lovia_mcp.config")
@@ -91,10 +92,9 @@ _LOADER_ONLY: Final = {
 }
 _STDIO_TYPES: Final = frozenset({"stdio"})
 _HTTP_TYPES: Final = frozenset({"http", "streamable-http", "streamable_http", "streamableHttp"})
-# Fields whose strings get ${VAR} expansion (keys of env/headers are left alone).
-_EXPANDED: Final = frozenset({"command", "args", "env", "cwd", "url", "headers"})
-_VARIABLE: Final = re.compile(r"\$\{([^}]*)\}")
-_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Fields whose strings get ${VAR} expansion (keys of env/headers are left
+# alone); the sandbox's paths are where ${workspaceFolder} is written most.
+_EXPANDED: Final = frozenset({"command", "args", "env", "cwd", "url", "headers", "sandbox"})
 _EXAMPLE: Final = '{"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}'
 
 
@@ -105,8 +105,14 @@ class _Context:
     workspace: Path | None  # VS Code's ${workspaceFolder}
 
 
-def load_servers(source: ConfigSource, /, *, lock: LockOption = None, **overrides: Any) -> list[MCPServer]:
+def load_servers(
+    source: ConfigSource, /, *, lock: LockOption = None, names: Collection[str] = (), **overrides: Any
+) -> list[MCPServer]:
     """The server configs in a config file (a path) or in its parsed JSON (a dict).
+
+    ``names``: only these entries (default: every one), in the file's
+    order. The others are not read past their keys, so an environment
+    variable that only they use need not be set.
 
     ``overrides`` set an option on every server and win over the file
     (``load_servers("mcp.json", timeout=30, isolation="none")``); they are
@@ -131,8 +137,15 @@ def load_servers(source: ConfigSource, /, *, lock: LockOption = None, **override
             f"load_servers() got unknown option(s): {', '.join(unknown)}",
             hint=f"Options are the server configs' fields: {', '.join(sorted(known))}.",
         )
+    if isinstance(names, str):
+        raise UserError(
+            f"load_servers() takes names= as a list of entry names, got the string {names!r}",
+            hint=f"load_servers(path, names=[{names!r}])",
+        )
     data, ctx = _read(source)
     entries = _entries(data, ctx)
+    if names:
+        entries = _chosen(entries, names, ctx)
     servers = []
     for name, entry in entries.items():
         server = _server(name, entry, ctx, overrides)
@@ -279,6 +292,24 @@ def _entries(data: Any, ctx: _Context) -> dict[str, Any]:
     return dict(entries)
 
 
+def _chosen(entries: dict[str, Any], names: Collection[str], ctx: _Context) -> dict[str, Any]:
+    """The entries ``names`` asks for; a name the file lacks, or whose entry is disabled, is an error."""
+    missing = [n for n in names if n not in entries]
+    if missing:
+        raise UserError(
+            f"{ctx.label} has no server {', '.join(map(repr, missing))}",
+            hint=f"Its servers: {', '.join(map(repr, entries))}.",
+        )
+    for name in names:
+        entry = entries[name]
+        if isinstance(entry, Mapping) and entry.get("disabled") is True:
+            raise UserError(
+                f"{ctx.label}: server {name!r} is disabled in the file",
+                hint='Set "disabled": false (or drop the key) to use it.',
+            )
+    return {name: entry for name, entry in entries.items() if name in names}
+
+
 # --------------------------------------------------------------------------- #
 # One entry
 # --------------------------------------------------------------------------- #
@@ -317,7 +348,7 @@ def _server(name: str, entry: Any, ctx: _Context, overrides: Mapping[str, Any]) 
             logger.info("%s: ignoring %r (%s)", where, key, _IGNORED[key])
         elif key in fields:
             if key in _EXPANDED:
-                value = _expand(value, f"{where}: {key}", ctx)
+                value = expand(value, f"{where}: {key}", ctx.workspace)
             kwargs[key] = convert(value, hints(cls).get(key, Any), f"{where}: {key}")
         elif key in {f.name for f in dataclasses.fields(other)}:
             kind = "a command (stdio)" if cls is MCPServerStdio else "a URL (HTTP)"
@@ -389,7 +420,7 @@ def _stdio_paths(kwargs: dict[str, Any], entry: Mapping[str, Any], where: str, c
             path = str(ctx.base / path)
         kwargs[key] = path
     if "envFile" in entry:
-        path = _expand(entry["envFile"], f"{where}: envFile", ctx)
+        path = expand(entry["envFile"], f"{where}: envFile", ctx.workspace)
         if not isinstance(path, str) or not path:
             raise UserError(f"{where}: envFile must be a path, got {path!r}", hint='"envFile": ".env"')
         full = Path(path).expanduser()
@@ -427,7 +458,7 @@ def read_env_file(path: Path, where: str = "envFile") -> dict[str, str]:
             line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or not _NAME.fullmatch(key):
+        if not sep or not NAME.fullmatch(key):
             raise UserError(
                 f"{where}: {path}:{number} is not a NAME=value line: {line[:60]!r}",
                 hint="Write one NAME=value per line; '#' starts a comment.",
@@ -441,52 +472,6 @@ def read_env_file(path: Path, where: str = "envFile") -> dict[str, str]:
             value = value.split(" #", 1)[0].rstrip()
         env[key] = value
     return env
-
-
-# --------------------------------------------------------------------------- #
-# ${VAR} expansion
-# --------------------------------------------------------------------------- #
-def _expand(value: Any, where: str, ctx: _Context) -> Any:
-    if isinstance(value, str):
-        return _VARIABLE.sub(lambda m: _variable(m.group(1), where, ctx), value)
-    if isinstance(value, list):
-        return [_expand(v, where, ctx) for v in value]
-    if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}", ctx) for k, v in value.items()}
-    return value
-
-
-def _variable(body: str, where: str, ctx: _Context) -> str:
-    if body == "workspaceFolder":
-        if ctx.workspace is None:
-            raise UserError(
-                f"{where}: ${{workspaceFolder}} needs a config file to be relative to",
-                hint="Load the servers from the file, or write the folder out.",
-            )
-        return str(ctx.workspace)
-    if body.startswith("input:"):
-        raise UserError(
-            f"{where}: ${{{body}}} is a VS Code prompt, which lovia-mcp cannot show",
-            hint=f"Put the value in an environment variable and write ${{{body[6:].upper()}}}.",
-        )
-    if body.startswith("env:"):
-        body = body[4:]
-    name, sep, default = body.partition(":-")
-    if not _NAME.fullmatch(name):
-        raise UserError(
-            f"{where}: ${{{body}}} is not a variable reference",
-            hint="Write ${NAME} or ${NAME:-default} (NAME: letters, digits, '_').",
-        )
-    value = os.environ.get(name)
-    if sep:
-        # As in the shell: the default also stands in for an empty value.
-        return value if value else default
-    if value is None:
-        raise UserError(
-            f"{where}: the environment variable {name} is not set",
-            hint=f"Set {name}, or give a default in the file: ${{{name}:-value}}.",
-        )
-    return value
 
 
 __all__ = ["GATEWAY_KEYS", "GATEWAY_SECTION", "ConfigSource", "load_servers", "read_env_file", "strip_jsonc"]

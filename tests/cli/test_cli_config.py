@@ -8,11 +8,12 @@ pytest-timeout, and ``no_leaks`` checks nothing is left behind.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PY, RAW_SERVER, error_of, lovia_mcp, lovia_mcp_all
+from helpers import ESCAPE_SERVER, PY, RAW_SERVER, error_of, lovia_mcp, lovia_mcp_all
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -100,6 +101,60 @@ def test_config_mistakes_exit_two_with_a_message_naming_the_flag_or_the_entry(tm
     for (expected, args), r in zip(cases.items(), results):
         assert (r.returncode, r.stdout) == (2, ""), (args, r.stdout, r.stderr)
         assert expected in error_of(r) and "hint:" in r.stderr, (args, r.stderr)
+
+
+def test_check_server_opens_its_entry_while_another_uses_an_unset_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/config-files.md's example, "time" being the raw server: "api" needs API_TOKEN.
+    monkeypatch.delenv("API_TOKEN", raising=False)
+    api = {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${API_TOKEN}"}}
+    path = config(tmp_path, {"time": RAW, "api": api})
+    time, every, named = lovia_mcp_all(
+        ["check", "--json", "--config", path, "--server", "time"],
+        ["check", "--config", path],
+        ["check", "--config", path, "--server", "api"],
+    )
+    assert time.returncode == 0, time.stderr
+    assert [(row["name"], row["status"]) for row in json.loads(time.stdout)] == [("time", "ok")]
+    for r in (every, named):
+        assert (r.returncode, r.stdout) == (2, ""), r.stderr
+        assert "server 'api': headers.Authorization: the environment variable API_TOKEN is not set" in error_of(r)
+        assert "hint: Set API_TOKEN" in r.stderr
+
+
+def _sandbox_backend_here() -> bool:
+    from lovia_mcp_worker.sandbox import bwrap, landlock
+
+    from lovia_mcp import Sandbox
+
+    namespaces = bwrap.BWRAP is not None and bwrap.userns_refused() is None
+    return namespaces or not landlock.unavailable(Sandbox(backend="landlock"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+def test_a_vscode_sandbox_path_under_workspace_folder_is_the_projects_folder(tmp_path: Path) -> None:
+    if not _sandbox_backend_here():
+        pytest.skip("no sandbox backend can run here")
+    project = tmp_path / "proj"
+    for folder in ("srv", "out", "other", ".vscode"):
+        (project / folder).mkdir(parents=True)
+    entry = {
+        "command": PY,
+        "args": [ESCAPE_SERVER],
+        "cwd": "${workspaceFolder}/srv",
+        "sandbox": {"filesystem": {"allowWrite": ["${workspaceFolder}/out"]}},
+    }
+    path = config(project / ".vscode", {"fs": entry}, key="servers")
+    into_out, into_other = lovia_mcp_all(
+        ["call", "write", json.dumps({"path": str(project / "out" / "made")}), "--config", path],
+        ["call", "write", json.dumps({"path": str(project / "other" / "made")}), "--config", path],
+    )
+    print(into_out.stdout, into_out.stderr, into_other.stdout, into_other.stderr)
+    assert (into_out.returncode, into_out.stdout.split()[0]) == (0, "ok"), into_out.stderr
+    assert (project / "out" / "made").exists()
+    # The box is real: the folder beside it stays read-only.
+    assert into_other.stdout.startswith("denied") and not (project / "other" / "made").exists()
 
 
 def test_keys_of_other_clients_are_noted_on_stderr_and_the_server_still_runs(tmp_path: Path) -> None:

@@ -126,6 +126,51 @@ def test_an_undefined_variable_without_a_default_is_an_error_naming_it_never_an_
     assert "not a variable reference" in str(error({"mcpServers": {"a": {"command": "x", "args": ["${1BAD}"]}}}))
 
 
+def _docs_example(tmp_path: Path) -> Path:
+    """docs/config-files.md's example: "api" needs API_TOKEN, the others need nothing."""
+    return write(
+        tmp_path / ".mcp.json",
+        {
+            "mcpServers": {
+                "time": {"command": "uvx", "args": ["mcp-server-time"], "timeout": 30},
+                "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."]},
+                "api": {
+                    "type": "http",
+                    "url": "https://example.com/mcp",
+                    "headers": {"Authorization": "Bearer ${API_TOKEN}"},
+                },
+            }
+        },
+    )
+
+
+@pytest.mark.unit
+def test_an_unset_variable_fails_only_the_entry_that_uses_it_when_others_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("API_TOKEN", raising=False)
+    path = _docs_example(tmp_path)
+    (time,) = load_servers(path, names=["time"])
+    assert isinstance(time, MCPServerStdio) and (time.name, time.args) == ("time", ["mcp-server-time"])
+    for names in ([], ["api"], ["time", "api"]):
+        e = error(path, names=names)
+        assert "server 'api': headers.Authorization: the environment variable API_TOKEN is not set" in str(e)
+    # In the file's order, whatever the order asked; the plugin takes names= too.
+    assert [s.name for s in load_servers(path, names=["fs", "time"])] == ["time", "fs"]
+    assert [s.name for s in MCP.from_config(path, names=["fs"]).servers] == ["fs"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.unit
+def test_naming_an_entry_the_file_lacks_or_has_disabled_is_an_error_with_a_hint(tmp_path: Path) -> None:
+    path = _docs_example(tmp_path)
+    e = error(path, names=["time", "clock"])
+    assert "has no server 'clock'" in str(e) and e.hint == "Its servers: 'time', 'fs', 'api'."
+    e = error(path, names="time")
+    assert "names= as a list" in str(e) and e.hint == "load_servers(path, names=['time'])"
+    e = error({"mcpServers": {"a": {"command": "x"}, "b": {"command": "y", "disabled": True}}}, names=["b"])
+    assert "server 'b' is disabled in the file" in str(e) and e.hint and '"disabled": false' in e.hint
+
+
 # --------------------------------------------------------------------------- #
 # keys
 # --------------------------------------------------------------------------- #
@@ -303,6 +348,83 @@ def test_workspace_folder_is_the_folder_above_dot_vscode(tmp_path: Path) -> None
     )
     (server,) = load_servers(path)
     assert isinstance(server, MCPServerStdio) and server.args == [f"{tmp_path.resolve()}/data"]
+
+
+@pytest.mark.unit
+def test_vscode_variables_are_filled_in_in_every_expanded_field_the_sandbox_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, home = tmp_path / "proj", tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CF_LEVEL", "debug")
+    path = write(
+        project / ".vscode" / "mcp.json",
+        {
+            "servers": {
+                "fs": {
+                    "command": "${workspaceFolder}/bin/server",
+                    "args": ["--name=${workspaceFolderBasename}", "${userHome}/data", "a${/}b${pathSeparator}c"],
+                    "cwd": "${workspaceFolder}/srv",
+                    "env": {"LEVEL": "${env:CF_LEVEL}", "ROOT": "${workspaceFolder}"},
+                    "sandbox": {
+                        "filesystem": {"allowWrite": ["${workspaceFolder}/out"], "denyRead": ["${userHome}/.keys"]},
+                        "network": {"allowedDomains": []},
+                    },
+                },
+                "own": {
+                    "command": "x",
+                    "sandbox": {"writable": ["${workspaceFolder}/out"], "readable": ["${userHome}"]},
+                },
+            }
+        },
+    )
+    fs, own = load_servers(path)
+    root = project.resolve()
+    assert isinstance(fs, MCPServerStdio) and isinstance(own, MCPServerStdio)
+    assert fs.command == f"{root}/bin/server" and fs.cwd == f"{root}/srv"
+    assert fs.args == ["--name=proj", f"{home}/data", "a/b/c"]
+    assert fs.env == {"LEVEL": "debug", "ROOT": str(root)}
+    assert isinstance(fs.sandbox, Sandbox) and fs.sandbox.writable == [f"{root}/out"]
+    assert fs.sandbox.hidden is not None and f"{home}/.keys" in fs.sandbox.hidden
+    assert isinstance(own.sandbox, Sandbox)
+    assert (own.sandbox.writable, own.sandbox.readable) == ([f"{root}/out"], [str(home)])
+
+
+@pytest.mark.unit
+def test_outside_dot_vscode_the_workspace_folder_is_the_files_own_folder(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "repo" / ".mcp.json", {"mcpServers": {"a": {"command": "x", "args": ["${workspaceFolder}"]}}}
+    )
+    assert load_servers(path)[0].args == [str((tmp_path / "repo").resolve())]
+    e = error({"servers": {"a": {"command": "x", "args": ["${workspaceFolderBasename}"]}}})
+    assert "needs a config file to be relative to" in str(e) and e.hint
+
+
+@pytest.mark.parametrize(
+    "variable, said, hinted",
+    [
+        ("${input:api-token}", "is a VS Code prompt", "${API_TOKEN}"),
+        ("${config:python.defaultInterpreterPath}", "is a VS Code setting", "environment variable"),
+        ("${command:pickFolder}", "the result of a VS Code command", "environment variable"),
+        ("${workspaceFolder:web}", "a folder of a VS Code multi-root workspace", "${workspaceFolder}"),
+        ("${file}", "VS Code's variable for the editor's own state", "${userHome}"),
+        ("${selectedText}", "VS Code's variable for the editor's own state", "${env:NAME}"),
+        ("${workspacefolder}", "the environment variable workspacefolder is not set", "${workspaceFolder}?"),
+        ("${work space}", "is not a variable reference", "${workspaceFolder}"),
+    ],
+)
+@pytest.mark.unit
+def test_a_vscode_variable_lovia_mcp_cannot_fill_in_is_an_error_with_a_hint_not_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, said: str, hinted: str
+) -> None:
+    monkeypatch.delenv("workspacefolder", raising=False)
+    path = write(
+        tmp_path / ".vscode" / "mcp.json",
+        {"servers": {"fs": {"command": "x", "sandbox": {"filesystem": {"allowWrite": [f"{variable}/out"]}}}}},
+    )
+    e = error(path)
+    assert said in str(e) and "server 'fs': sandbox.filesystem.allowWrite" in str(e)
+    assert e.hint and hinted in e.hint
 
 
 @pytest.mark.unit
