@@ -99,6 +99,7 @@ PROBES: list[Probe] = [
     Probe("list/new_userns", "create a user namespace, in the allowlist's box", shape="list"),
     Probe("ptrace", "ptrace a process (its own child)"),
     Probe("process_vm_readv", "read another process's memory with process_vm_readv"),
+    Probe("process_vm_writev", "write another process's memory with process_vm_writev"),
     Probe("io_uring", "io_uring_setup"),
     Probe("bpf", "create a BPF map"),
     Probe("perf_event_open", "open a perf counter"),

@@ -9,6 +9,7 @@ filter, not the machine, is what refuses them.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
@@ -19,11 +20,15 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lovia_mcp_worker.sandbox import seccomp
+from helpers import ESCAPE_SERVER, EscapePlace, as_nobody, run
+from lovia_mcp_worker.sandbox import bwrap, landlock, seccomp
+
+from lovia_mcp import Sandbox
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
@@ -104,6 +109,9 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     "move_mount": ("move_mount", [-1, 0, -1, 0, 0], errno.EPERM),
     "fsopen": ("fsopen", [0, 0], errno.EPERM),
     "fsmount": ("fsmount", [-1, 0, 0], errno.EPERM),
+    "fsconfig": ("fsconfig", [-1, 0xFF, 0, 0, 0], errno.EPERM),  # an unknown command
+    "fspick": ("fspick", [-1, ONE, 0xFFFF], errno.EPERM),
+    "mount_setattr": ("mount_setattr", [-1, 0, 1, 0, 0], errno.EPERM),  # an unknown flag
     "clone_newuser": ("clone", [seccomp.CLONE_NEWUSER | CLONE_FS, 0, 0, 0, 0], errno.EPERM),
     "clone_newns": ("clone", [0x00020000 | CLONE_FS, 0, 0, 0, 0], errno.EPERM),
     "clone3": ("clone3", [0, 0], errno.ENOSYS),
@@ -112,9 +120,14 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     "request_key": ("request_key", [0, 0, 0, 0], errno.EPERM),
     "ptrace": ("ptrace", [0x4206, 0, 0, 0], errno.EPERM),  # PTRACE_SEIZE of pid 0
     "process_vm_readv": ("process_vm_readv", [0, 0, 0, 0, 0, 0], errno.EPERM),
+    "process_vm_writev": ("process_vm_writev", [0, 0, 0, 0, 0, 1], errno.EPERM),  # flags must be 0
     "kcmp": ("kcmp", [0, 0, 0, 0, 0], errno.EPERM),
     "pidfd_getfd": ("pidfd_getfd", [-1, 0, 0], errno.EPERM),
     "io_uring_setup": ("io_uring_setup", [1, 0], errno.EPERM),
+    "io_uring_enter": ("io_uring_enter", [-1, 0, 0, 0, 0, 0], errno.EPERM),
+    "io_uring_register": ("io_uring_register", [-1, 0, 0, 0], errno.EPERM),
+    # FAN_REPORT_FID, which an ordinary user may ask for, with event flags the kernel rejects.
+    "fanotify_init": ("fanotify_init", [0x200, 0xFFFFFFFF], errno.EPERM),
     "bpf": ("bpf", [0xFFFF, 0, 0], errno.EPERM),
     "perf_event_open": ("perf_event_open", [0, 0, -1, -1, 0], errno.EPERM),
     "userfaultfd": ("userfaultfd", [0xFFFF], errno.EPERM),
@@ -124,10 +137,19 @@ CALLS: dict[str, tuple[str, list[int], int]] = {
     "kexec_load": ("kexec_load", [0, 0, 0, 0xFFFF0000], errno.EPERM),
     "kexec_file_load": ("kexec_file_load", [-1, -1, 0, 0, 0xFFFF0000], errno.EPERM),
     "open_by_handle_at": ("open_by_handle_at", [-1, 0, 0], errno.EPERM),
+    "lookup_dcookie": ("lookup_dcookie", [0, 0, 0], errno.EPERM),
+    "quotactl": ("quotactl", [0xFF, 0, 0, 0], errno.EPERM),  # quota type 255: there are 3
+    "quotactl_fd": ("quotactl_fd", [-1, 0xFF, 0, 0], errno.EPERM),
     "reboot": ("reboot", [0, 0, 0, 0], errno.EPERM),
-    "swapon": ("swapon", [0, 0], errno.EPERM),
+    # Invalid flags: refused before the capability check, so not EPERM unfiltered even without one.
+    "swapon": ("swapon", [0, 0x100000], errno.EPERM),
+    "swapoff": ("swapoff", [0], errno.EPERM),
     "acct": ("acct", [ONE], errno.EPERM),
     "clock_settime": ("clock_settime", [0, 0], errno.EPERM),
+    "clock_adjtime": ("clock_adjtime", [0, ONE], errno.EPERM),
+    "adjtimex": ("adjtimex", [ONE], errno.EPERM),
+    "settimeofday": ("settimeofday", [ONE, 0], errno.EPERM),
+    "syslog": ("syslog", [10, 0, 0], errno.EPERM),  # SYSLOG_ACTION_SIZE_BUFFER: reads a number
     "ioctl_tiocsti": ("ioctl", [-1, seccomp.TIOCSTI, 0], errno.EPERM),
     "ioctl_tiocsti_high_bits": ("ioctl", [-1, seccomp.TIOCSTI | HIGH, 0], errno.EPERM),
     "ioctl_tioclinux": ("ioctl", [-1, seccomp.TIOCLINUX, 0], errno.EPERM),
@@ -161,8 +183,73 @@ if MACHINE == "x86_64":  # aarch64 has only the *at calls
             "mkdir_setuid": ("mkdir", [ONE, 0o4777], errno.EPERM),
             "mknod_fifo": ("mknod", [ONE, S_IFIFO | 0o644, 0], errno.EPERM),
             "mknod_setgid_regular": ("mknod", [ONE, 0o2755, 0], errno.EPERM),
+            "uselib": ("uselib", [ONE], errno.EPERM),
+            "iopl": ("iopl", [4], errno.EPERM),  # levels are 0 to 3
+            "ioperm": ("ioperm", [0, 0, 1], errno.EPERM),  # an empty range
         }
     )
+# Every call the filter refuses whatever its arguments: this test's own list, not the code's
+# (seccomp.DENIED), so that a name dropped there fails here. Each has a probe in CALLS, run
+# with the filter alone above and inside each backend's box below.
+DENY_LIST: tuple[str, ...] = (
+    # namespaces and mounts
+    "mount",
+    "umount2",
+    "pivot_root",
+    "setns",
+    "unshare",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    # the keyring
+    "keyctl",
+    "add_key",
+    "request_key",
+    # other processes
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "pidfd_getfd",
+    # the kernel's attack surface
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "fanotify_init",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "open_by_handle_at",
+    "lookup_dcookie",
+    "uselib",
+    "quotactl",
+    "quotactl_fd",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "syslog",
+    # the clock, and I/O ports (x86_64 only)
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "iopl",
+    "ioperm",
+)
+# The probe of each listed call that this machine has (aarch64 has no uselib, iopl, ioperm).
+# Reversed: the first probe of a call is the one kept.
+PROBE_OF: dict[str, str] = {sc: label for label, (sc, _, _) in reversed(CALLS.items()) if sc in DENY_LIST}
 # Refused only with the network off.
 OFFLINE_CALLS: dict[str, tuple[str, list[int], int]] = {
     "socket_udp": ("socket", [socket.AF_INET, socket.SOCK_DGRAM, 0], errno.EPERM),
@@ -231,6 +318,20 @@ def _run(mode: str, calls: dict[str, tuple[str, list[int]]]) -> dict[str, int]:
 def _denied_calls(network: bool) -> dict[str, tuple[str, list[int]]]:
     table = dict(CALLS) if network else {**CALLS, **OFFLINE_CALLS}
     return {name: (sc, args) for name, (sc, args, _) in table.items()}
+
+
+@pytest.mark.unit
+def test_the_code_denies_every_call_this_test_lists() -> None:
+    dropped = sorted(set(DENY_LIST) - set(seccomp.DENIED))
+    assert not dropped, f"on this test's deny list but no longer in seccomp.DENIED: {dropped}"
+
+
+@pytest.mark.unit
+def test_every_call_the_code_denies_is_listed_and_probed_here() -> None:
+    unlisted = sorted(set(seccomp.DENIED) - set(DENY_LIST))
+    assert not unlisted, f"denied by seccomp.DENIED but not on DENY_LIST (add it, and a probe to CALLS): {unlisted}"
+    unprobed = sorted(name for name in DENY_LIST if name in NR and name not in PROBE_OF)
+    assert not unprobed, f"no probe in CALLS for {unprobed}"
 
 
 MODES = ("none", "network", "offline", "offline_unix", "offline_nolisten")
@@ -548,3 +649,139 @@ def test_the_network_bridge_refuses_to_run_the_server_without_its_filter() -> No
     print(proc.stderr)
     assert proc.returncode == 127 and "the server ran" not in proc.stdout
     assert "seccomp" in proc.stderr
+
+
+# --- inside the box -----------------------------------------------------------
+#
+# The same probes, one per call on DENY_LIST, run by a server in each
+# backend's box (the escape server's "syscalls" probe: each call in a forked
+# child), as root and as an ordinary user, and by the same server unboxed.
+# What the box answers is the filter's EPERM; what the unboxed server answers
+# shows the machine itself would say otherwise.
+
+# The calls the kernel refuses with EPERM to a process without the capability
+# before it looks at any argument (may_mount(), CAP_SYS_BOOT, CAP_SYS_PACCT,
+# CAP_SYS_MODULE, CAP_SYS_ADMIN, and syslog under kernel.dmesg_restrict=1).
+# In a box nothing holds a capability, so their EPERM there would come
+# without the filter too: the filter alone is held to them above, as root.
+CAPABILITY_FIRST: frozenset[str] = frozenset(
+    {
+        "pivot_root",
+        "move_mount",
+        "fsopen",
+        "fsmount",
+        "fspick",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "kexec_load",
+        "kexec_file_load",
+        "swapoff",
+        "reboot",
+        "acct",
+        "syslog",
+    }
+)
+BOX_BACKENDS: dict[str, str | None] = {
+    "bwrap": None if bwrap.BWRAP is not None else "bubblewrap is not available",
+    "landlock": None
+    if landlock.ABI >= landlock.NETWORK_ABI
+    else "needs Landlock ABI 4 (Linux 6.7+) to close the network",
+}
+# Bound on one probe call: about fifty forks; the rest is margin for a loaded 2-core machine.
+PROBE_WAIT = 30.0
+
+
+def _box_calls() -> list[list[Any]]:
+    """[name, number, arguments] of each listed call's probe, for the escape server's "syscalls" probe."""
+    return [[name, _nr(name), CALLS[label][1]] for name, label in sorted(PROBE_OF.items())]
+
+
+def _sides() -> list[str]:
+    return ["bare"] + [b for b, why in BOX_BACKENDS.items() if why is None]
+
+
+async def _probe_sides(place: EscapePlace, sides: list[str]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    args = {"name": "syscalls", "args": {"calls": _box_calls()}}
+    for side in sides:
+        box = None if side == "bare" else Sandbox(backend=side)  # type: ignore[arg-type]
+        async with place.server(box).session() as conn:
+            text = str(await asyncio.wait_for(conn.call_tool("probe", args), PROBE_WAIT))
+        assert text.startswith("ok "), (side, text)
+        out[side] = json.loads(text[3:])
+    return out
+
+
+# As an ordinary user: the escape server unboxed, then in each box; its answers as JSON.
+NOBODY_SYSCALLS = r"""
+import asyncio, json, sys
+from lovia_mcp import MCPServerStdio, Sandbox
+cwd, escape, calls, sides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4:]
+async def main():
+    out = {}
+    for side in sides:
+        box = None if side == "bare" else Sandbox(backend=side)
+        async with MCPServerStdio(command=sys.executable, args=[escape], cwd=cwd, sandbox=box).session() as c:
+            out[side] = str(await c.call_tool("probe", {"name": "syscalls", "args": {"calls": calls}}))
+    print(json.dumps(out))
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, dict[str, int]]]:
+    """``answers(user)``: each side's errno for each listed call ("bare" and each backend available)."""
+    seen: dict[str, dict[str, dict[str, int]]] = {}
+
+    def get(user: str) -> dict[str, dict[str, int]]:
+        if user not in seen:
+            if user == "root":
+                if os.geteuid() != 0:
+                    pytest.skip("runs as root")
+                place = EscapePlace(tmp_path_factory.mktemp("denylist"), f"denylist-{os.getpid()}")
+                try:
+                    seen[user] = run(_probe_sides(place, _sides()))
+                finally:
+                    place.close()
+            else:
+                proc = as_nobody(NOBODY_SYSCALLS, ESCAPE_SERVER, json.dumps(_box_calls()), *_sides())
+                texts: dict[str, str] = json.loads(proc.stdout)
+                for side, text in texts.items():
+                    assert text.startswith("ok "), (side, text)
+                seen[user] = {side: json.loads(text[3:]) for side, text in texts.items()}
+        return seen[user]
+
+    return get
+
+
+def _named(result: dict[str, int]) -> dict[str, str]:
+    return {name: errno.errorcode.get(err, str(err)) for name, err in sorted(result.items())}
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+@pytest.mark.parametrize("backend", sorted(BOX_BACKENDS))
+def test_every_call_on_the_deny_list_is_refused_inside_the_box(
+    answers: Callable[[str], dict[str, dict[str, int]]], backend: str, user: str
+) -> None:
+    why = BOX_BACKENDS[backend]
+    if why is not None:
+        pytest.skip(why)
+    boxed = answers(user)[backend]
+    print(user, backend, _named(boxed))
+    assert sorted(boxed) == sorted(PROBE_OF)
+    let_through = {name: err for name, err in _named(boxed).items() if err != "EPERM"}
+    assert not let_through, f"{user} in the {backend} box: not refused by the filter: {let_through}"
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_without_the_box_the_machine_answers_those_calls_otherwise(
+    answers: Callable[[str], dict[str, dict[str, int]]], user: str
+) -> None:
+    """What makes the test above mean something: unboxed, the kernel does not say EPERM (as root,
+    to none of them; as an ordinary user, to none but those it checks a capability for first)."""
+    bare = answers(user)["bare"]
+    print(user, "bare", _named(bare))
+    excused = CAPABILITY_FIRST if user == "nobody" else frozenset()
+    eperm = sorted(name for name, err in bare.items() if err == errno.EPERM and name not in excused)
+    assert not eperm, f"{user}, unboxed: the kernel already refuses {eperm} with EPERM; choose other arguments"

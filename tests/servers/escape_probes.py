@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import json
 import os
 import shutil
 import socket
@@ -26,6 +27,7 @@ NR = {
         "ptrace": 101,
         "setns": 308,
         "process_vm_readv": 310,
+        "process_vm_writev": 311,
         "bpf": 321,
         "perf_event_open": 298,
         "keyctl": 250,
@@ -38,6 +40,7 @@ NR = {
         "ptrace": 117,
         "setns": 268,
         "process_vm_readv": 270,
+        "process_vm_writev": 271,
         "bpf": 280,
         "perf_event_open": 241,
         "keyctl": 219,
@@ -366,6 +369,38 @@ def p_process_vm_readv(a: dict) -> str:
         return out.value.decode()
 
     return with_sleeping_child(read_child)
+
+
+def p_process_vm_writev(a: dict) -> str:
+    """Write into another process's memory (its own child here: same user, no ptrace needed)."""
+    marker = ctypes.create_string_buffer(b"in the child's memory")
+    planted = ctypes.create_string_buffer(b"written by the server")
+
+    class Iovec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    def write_child(pid: int) -> str:
+        local = Iovec(ctypes.addressof(planted), len(marker))
+        remote = Iovec(ctypes.addressof(marker), len(marker))
+        n = sys_call("process_vm_writev", pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        return f"wrote {n} bytes into process {pid}"
+
+    return with_sleeping_child(write_child)
+
+
+def p_syscalls(a: dict) -> str:
+    """Each system call of ``a["calls"]`` ([label, number, [integer arguments]]) in a forked child of
+    its own (a call that succeeds changes nothing for the next): a JSON object of label to errno, 0
+    where the call succeeded."""
+    out = {}
+    for label, nr, args in a["calls"]:
+        pid = os.fork()
+        if pid == 0:
+            ret = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in args])
+            os._exit(ctypes.get_errno() if ret == -1 else 0)
+        _, status = os.waitpid(pid, 0)
+        out[label] = os.waitstatus_to_exitcode(status)
+    return json.dumps(out)
 
 
 def p_io_uring(a: dict) -> str:
