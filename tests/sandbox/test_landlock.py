@@ -167,6 +167,43 @@ def test_a_hidden_path_inside_cwd_is_carved_out_and_its_siblings_stay_usable(pla
     assert secret.startswith("denied") and data == "ok DATA\n" and write.startswith("ok")
 
 
+@pytest.mark.parametrize("carved_for", ["a protected entry", "a hidden path"])
+def test_a_symlink_in_a_carved_folder_grants_nothing_where_it_points(place: EscapePlace, carved_for: str) -> None:
+    """Landlock grants a carved folder's entries one by one; an entry that is a symlink is skipped.
+
+    The links are what a server of an earlier generation could plant in its
+    writable cwd: followed while carving, they would carry cwd's write grant
+    to a file and a folder anywhere on disk, outside every allowed path.
+    """
+    if carved_for == "a protected entry":
+        (place.work / ".bashrc").write_text("# rc\n")
+        box = LL
+    else:
+        (place.work / "keys").mkdir()
+        box = Sandbox(backend="landlock", hidden=[str(place.work / "keys")])
+    target = place.outside / "target.txt"
+    target.write_text("UNTOUCHED\n")
+    folder = place.outside / "folder"
+    folder.mkdir()
+    (place.work / "to-file").symlink_to(target)
+    (place.work / "to-folder").symlink_to(folder)
+    (place.work / "plain.txt").write_text("")
+    paths = [target, place.work / "to-file", folder / "planted", place.work / "to-folder" / "planted"]
+
+    async def main() -> list[str]:
+        async with place.server(box).session() as conn:
+            return [
+                str(await asyncio.wait_for(conn.call_tool("write", {"path": str(p)}), CALL_WAIT))
+                for p in [*paths, place.work / "plain.txt"]
+            ]
+
+    *escapes, plain = run(main())
+    print(carved_for, escapes, plain)
+    assert all(a.startswith("denied") for a in escapes), escapes
+    assert target.read_text() == "UNTOUCHED\n" and not any(folder.iterdir())
+    assert plain.startswith("ok"), "the carved folder's other entries stay writable"
+
+
 def _git_checkout(work: Path) -> list[Path]:
     (work / ".git" / "hooks").mkdir(parents=True)
     (work / ".git" / "config").write_text("[core]\n")
