@@ -437,6 +437,37 @@ MUTANTS: Final = [
         tests=("tests/plugin/test_lock_forged.py",),
         why="a lock may launch a function the verified package does not declare",
     ),
+    Mutant(
+        name="seccomp-vm-writev-allowed",
+        path="worker/lovia_mcp_worker/sandbox/seccomp.py",
+        old='    "process_vm_readv",\n    "process_vm_writev",\n',
+        new='    "process_vm_readv",\n',
+        tests=(
+            "tests/sandbox/test_seccomp.py::test_every_call_on_the_deny_list_is_refused_inside_the_box",
+            "tests/sandbox/test_escapes.py::test_each_escape_fails_in_the_sandbox[process_vm_writev-bwrap]",
+            "tests/sandbox/test_escapes.py::test_each_escape_fails_in_the_sandbox[process_vm_writev-landlock]",
+        ),
+        why="a sandboxed server writes the memory of another process of its user (process_vm_writev)",
+        needs="a sandbox backend",
+    ),
+    Mutant(
+        name="seccomp-fanotify-allowed",
+        path="worker/lovia_mcp_worker/sandbox/seccomp.py",
+        old='    "fanotify_init",\n',
+        new="",
+        tests=("tests/sandbox/test_seccomp.py::test_every_call_on_the_deny_list_is_refused_inside_the_box",),
+        why="a sandboxed server may make a fanotify group (unprivileged ones watch files by handle)",
+        needs="a sandbox backend",
+    ),
+    Mutant(
+        name="landlock-carve-follows-links",
+        path="worker/lovia_mcp_worker/sandbox/landlock.py",
+        old="os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd",
+        new="os.O_PATH | os.O_CLOEXEC, dir_fd=fd",
+        tests=("tests/sandbox/test_landlock.py::test_a_symlink_in_a_carved_folder_grants_nothing_where_it_points",),
+        why="a symlink in a carved writable folder carries the write grant to its target anywhere on disk",
+        needs="Landlock ABI 4",
+    ),
 ]
 
 
