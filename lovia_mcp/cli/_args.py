@@ -48,6 +48,19 @@ exit status:
   141  stdout was closed by its reader (e.g. piped into head)
 """
 
+# lock's own: it calls no tool, and a server that fails leaves the others locked.
+LOCK_EXIT_STATUS_HELP: Final = """\
+exit status:
+  0    every server asked for was locked, or kept as the lock had it
+  2    usage error: bad options, a config or lock file that cannot be read
+       or has a mistake (an unknown key, an unset variable), no such --server
+  3    a server could not be installed, started or pinned: the lock is
+       written with the others, and each failure is on stderr; or the lock
+       file could not be written
+  130  interrupted
+  141  stdout was closed by its reader (e.g. piped into head)
+"""
+
 EXAMPLES: Final = f"""\
 examples:
   {PROG} tools -- npx -y @modelcontextprotocol/server-everything
@@ -393,7 +406,7 @@ def _lock_parser(sub: Any) -> None:
         ),
         epilog=f"examples:\n  {PROG} lock --config .mcp.json\n"
         f"  {PROG} check --config .mcp.json        # shows what changed since the lock\n"
-        f"  {PROG} lock --config .mcp.json --server time --update\n\n" + EXIT_STATUS_HELP,
+        f"  {PROG} lock --config .mcp.json --server time --update\n\n" + LOCK_EXIT_STATUS_HELP,
     )
     lock.add_argument("--config", metavar="FILE", required=True, help="the config file whose servers to lock")
     lock.add_argument("--lock", metavar="FILE", help="the lock file to write (default: beside the config)")

@@ -409,6 +409,17 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
+def _unexpected(exc: Exception, verbosity: int) -> int:
+    """An error no part of lovia-mcp said it would raise: a message (the traceback with -vv), exit 3."""
+    if verbosity > 1:
+        traceback.print_exc()
+    return _fail(
+        f"unexpected {type(exc).__name__}: {exc}\n  hint: run with -vv for the traceback "
+        "and report it (it is a bug in lovia-mcp or its dependencies)",
+        EXIT_FAILED,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``lovia-mcp`` entry point; returns the exit status (see ``--help``)."""
     options, command = split_command(sys.argv[1:] if argv is None else argv)
@@ -452,6 +463,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print(f"{PROG}: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            return _stdout_closed()
+        except OSError as exc:  # the file system refused the lock file or the cache
+            return _fail(
+                f"{exc}\n  hint: Check that the folder exists and can be written (--lock FILE writes another).",
+                EXIT_FAILED,
+            )
+        except Exception as exc:  # noqa: BLE001 - the command's promise: a message, never a traceback
+            return _unexpected(exc, verbosity)
         finally:
             lock_progress.clear()
 
@@ -503,13 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_closed()
     except Exception as exc:  # noqa: BLE001 - the command's promise: a message, never a traceback
-        if verbosity > 1:
-            traceback.print_exc()
-        return _fail(
-            f"unexpected {type(exc).__name__}: {exc}\n  hint: run with -vv for the traceback "
-            "and report it (it is a bug in lovia-mcp or its dependencies)",
-            EXIT_FAILED,
-        )
+        return _unexpected(exc, verbosity)
     finally:
         progress.clear()
 

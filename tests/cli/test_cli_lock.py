@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PY, SERVERS, error_of, lovia_mcp
+from helpers import PY, SERVERS, error_of, lovia_mcp, lovia_mcp_all
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -105,3 +105,28 @@ def test_a_config_entry_cannot_set_its_own_lock_and_a_broken_lock_is_a_clear_err
     assert refused.returncode == 2 and "set from the lock file" in error_of(refused)
     assert broken.returncode == 2 and "not a lovia-mcp lock file" in error_of(broken)
     assert "lock" in broken.stderr and "--update" in broken.stderr
+
+
+def test_lock_help_lists_its_own_exit_statuses_and_the_command_returns_them(tmp_path: Path) -> None:
+    path = write_config(tmp_path)
+    config = json.loads(Path(path).read_text())
+    config["mcpServers"]["gone"] = {"command": "no-such-mcp-server-command"}
+    Path(path).write_text(json.dumps(config), encoding="utf-8")
+    helped, partly, unknown, unwritable = lovia_mcp_all(
+        ["lock", "--help"],
+        ["lock", "--config", path],
+        ["lock", "--config", path, "--server", "nope"],
+        ["lock", "--config", path, "--server", "drift", "--lock", str(tmp_path / "no-such-folder" / "x.lock.json")],
+    )
+    assert helped.returncode == 0
+    listed = helped.stdout.split("exit status:")[1]
+    assert "the tool answered" not in listed and "call:" not in listed
+    statuses = {int(line.split()[0]) for line in listed.splitlines() if line[:5].strip().isdigit()}
+    assert statuses == {0, 2, 3, 130, 141}
+    # One server failed: the lock is written with the other, exit 3.
+    assert partly.returncode == 3 and "server 'gone'" in error_of(partly)
+    assert sorted(json.loads((tmp_path / ".mcp.lock.json").read_text())["servers"]) == ["drift"]
+    assert unknown.returncode == 2 and "has no server 'nope'" in error_of(unknown)
+    # A lock file that cannot be written: a message with a hint, not a traceback.
+    assert unwritable.returncode == 3 and "No such file or directory" in error_of(unwritable)
+    assert "hint: Check that the folder exists" in unwritable.stderr
