@@ -32,6 +32,14 @@ it (:mod:`.lock.pins`) before the tools are built: under ``pin="quarantine"``
 a tool that differs from its pin, or that the lock does not know, is left
 out of the tools and refused by name; the open warns once of every such
 tool, a later listing of each new one.
+
+What may be called: the tools are built from the listing, the config's
+``include_tools`` / ``exclude_tools`` and the lock's quarantine in one pass
+(:func:`._tools.build_tools`), and their raw names are
+:attr:`MCPConnection.callable_names`. A call by name (:meth:`MCPConnection.call_tool`,
+the gateway's included) outside that set is refused here, never sent: a
+filtered tool, one the server does not list and a nonexistent one get the
+same unknown-tool error (a quarantined one says it is quarantined).
 """
 
 from __future__ import annotations
@@ -80,6 +88,8 @@ logger = logging.getLogger("lovia_mcp")
 # The largest tool-call arguments sent (JSON bytes): a worker takes frames up
 # to MAX_REQUEST_BYTES, and the rest of the CallTool message needs room.
 ARGUMENTS_CAP: Final = MAX_REQUEST_BYTES - 64 * 1024
+# The kind of the error a call of a name outside the callable set gets.
+UNKNOWN_TOOL_KIND: Final = "unknown_tool"
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.decode
@@ -120,6 +130,8 @@ class MCPConnection(LoviaFields):
         # them withheld from the model (pin="quarantine"), by raw name.
         self.drift: dict[str, pins.Drift] = {}
         self._withheld: frozenset[str] = frozenset()
+        # The raw names a call may name: those the tools were built for.
+        self._callable: frozenset[str] = frozenset()
         self._renderer = _renderer(server)
         # Called, on the event loop and synchronously, once the tools have
         # changed while open (a list_changed, a restarted server or a replaced
@@ -246,6 +258,12 @@ class MCPConnection(LoviaFields):
         return list(self._specs)
 
     @property
+    def callable_names(self) -> frozenset[str]:
+        """The server's raw names this connection calls: those of :meth:`tools` (listed, let through by the
+        filters and the lock); any other name is refused as an unknown tool."""
+        return self._callable
+
+    @property
     def quarantined(self) -> list[str]:
         """The server's raw names of the tools withheld because they differ from the lock."""
         return sorted(self._withheld)
@@ -295,6 +313,7 @@ class MCPConnection(LoviaFields):
             server_name=self.name,
             withheld=self._withheld,
         )
+        self._callable = frozenset(self.raw_names.values())
         return tools
 
     def _make_invoke(self, tool_name: str) -> Any:
@@ -328,15 +347,10 @@ class MCPConnection(LoviaFields):
         self, name: str, arguments: dict[str, Any] | None, timeout: float | None, cap: int | None
     ) -> Awaitable[MCPToolResult]:
         """The call's coroutine (awaited by the caller: no frame of its own on the call's path)."""
-        if self._withheld and name in self._withheld:
+        if name not in self._callable:
             # A run that began before the tool changed still holds the old
-            # Tool; by name, too, a quarantined tool is not called.
-            raise MCPError(
-                f"MCP tool {name!r} is quarantined: {self.drift[name].reason()}",
-                hint=f"Review it with '{self._lock_command('check')}', then accept it with "
-                f"'{self._lock_command('lock --update')}'.",
-                tool_name=name,
-            )
+            # Tool; by name, too, only a tool the listing offers is called.
+            raise self._not_callable(name)
         body = _encode_arguments(name, arguments or {})
         if len(body) > ARGUMENTS_CAP:
             # Never sent: the worker takes no frame over MAX_REQUEST_BYTES, and
@@ -424,6 +438,25 @@ class MCPConnection(LoviaFields):
             raise self._error(reply, None)
         return reply
 
+    def _not_callable(self, name: str) -> MCPError:
+        """The refusal of a call of ``name``, outside :attr:`callable_names`."""
+        if name in self._withheld:
+            return MCPError(
+                f"MCP tool {name!r} is quarantined: {self.drift[name].reason()}",
+                hint=f"Review it with '{self._lock_command('check')}', then accept it with "
+                f"'{self._lock_command('lock --update')}'.",
+                tool_name=name,
+            )
+        # One answer whether the server lists the name or not: the filters
+        # are the config's, and what they hide is not called.
+        return MCPError(
+            f"MCP tool {name!r} is not a tool of server {self.name!r}",
+            hint="Call a tool by the raw name tools() gives it (MCPTool.raw_name); include_tools and "
+            "exclude_tools decide which of the server's tools those are.",
+            tool_name=name,
+            kind=UNKNOWN_TOOL_KIND,
+        )
+
     def _check_open(self, tool_name: str | None) -> None:
         if self.core.closed:
             raise MCPError(
@@ -441,12 +474,14 @@ class MCPConnection(LoviaFields):
 
         A locked package server's cache entry is checked against its lock
         first: every open that starts one from the cache checks it (a warm
-        spare's too, in the background; taking a spare starts nothing).
+        spare's too, in the background; taking a spare starts nothing), and
+        the worker then checks the tree's stamp before every start.
         """
         locked = self.server.locked
         try:
             if locked is not None and locked.entry is not None and locked.entry.package is not None:
-                await asyncio.to_thread(packages.verify, locked.entry.package, self.server.name, locked)
+                sealed = await asyncio.to_thread(packages.verify, locked.entry.package, self.server.name, locked)
+                self.core.spec = msgspec.structs.replace(self.core.spec, sealed=sealed)
             failed = await self.core.connect()
         except BaseException:
             await self.close()
@@ -584,4 +619,4 @@ def _renderer(server: ServerConfig) -> Any:
     return with_sdk_models(server.result_renderer) if server.result_renderer else default_renderer
 
 
-__all__ = ["ARGUMENTS_CAP", "MCPConnection"]
+__all__ = ["ARGUMENTS_CAP", "UNKNOWN_TOOL_KIND", "MCPConnection"]

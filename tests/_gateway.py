@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Final, Iterator
 
+import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +32,12 @@ STOP_WAIT: Final = 30.0
 # A tool-list change travels server -> worker -> gateway -> client's stream:
 # milliseconds unloaded. Generous for a loaded machine.
 NOTIFY_WAIT: Final = 30.0
+
+
+MODERN_META: Final = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
 
 
 def raw(*flags: str, **options: Any) -> dict[str, Any]:
@@ -162,6 +169,32 @@ class Serve:
         self._stderr.close()
 
 
+def modern_call(
+    g: Serve, name: str, arguments: dict[str, Any], authorization: str, *, path: str = "/mcp", **headers: str
+) -> httpx.Response:
+    """A 2026-07-28 tools/call on ``path``, self-contained (no session, id 11), with any extra headers."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 11,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": MODERN_META},
+    }
+    return httpx.post(
+        g.base + path,
+        content=json.dumps(body).encode(),
+        headers={
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "authorization": authorization,
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": name,
+            **headers,
+        },
+        timeout=30,
+    )
+
+
 @contextmanager
 def shared_by_module(g: Serve) -> Iterator[Serve]:
     """``g`` shared by a module's tests: exempt from the leak check while it runs, then stopped, cleanly.
@@ -253,6 +286,7 @@ class Heard:
 
 
 __all__ = [
+    "MODERN_META",
     "NOTIFY_WAIT",
     "OTHER_TOKEN",
     "Heard",
@@ -263,6 +297,7 @@ __all__ = [
     "TOKEN",
     "Serve",
     "gated",
+    "modern_call",
     "raw",
     "samples",
     "sdk_client",

@@ -43,13 +43,16 @@ loopback, the SDK's DNS rebinding protection checks ``Host`` and
 (connections, request heads) is bounded by :mod:`.connections`.
 
 Principals: ``_authorized`` leaves the principal of the matching token in
-the request's scope (``default`` without tokens). With an access section
-(:mod:`.access`) a principal lists only the tools it may call, can call
-only those, and reaches only the endpoints of servers it may use; a tool
-or endpoint it may not use is answered exactly as one that does not exist
-(:meth:`Gateway._unknown`, the same 404), and the input schema the SDK
-checks ``Mcp-Param-*`` headers against is given only for tools it may call.
-Every call (refused ones too) is one line of the audit log (:mod:`.audit`).
+the request's scope (``default`` without tokens). What a principal may
+call on a server is one set, :meth:`Gateway.callable_tools`: the tools the
+server's connection offers (its ``include_tools`` / ``exclude_tools`` and
+the lock's quarantine applied) that the access section (:mod:`.access`)
+allows. A principal lists only that set, can call only it, and gets the
+input schema the SDK checks ``Mcp-Param-*`` headers against only for it;
+it reaches only the endpoints of servers it may use. A tool or endpoint
+outside them is answered exactly as one that does not exist
+(:meth:`Gateway._unknown`, the same 404). Every call (refused ones too) is
+one line of the audit log (:mod:`.audit`).
 
 Before ready: a request for an MCP endpoint waits until the servers that
 endpoint serves to its principal are open (:func:`.backends.wait_open`),
@@ -91,7 +94,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from starlette.types import Receive, Scope, Send
 
 from .._names import PREFIX_SEP
-from ..annotations import as_json
+from ..annotations import MCPTool, as_json
 from ..render import DENIED_META, MCPToolResult, denial_lines
 from .access import Access
 from .audit import AuditLog, Caller, trace_id
@@ -321,10 +324,8 @@ class Gateway:
                 backend, raw = self._resolve(only, name, principal)
             except (MCPError, KeyError):
                 return None
-            if not self.access.allows(principal, backend.name, raw):
-                return None
-            tools = backend.tools(backend.holder(None, principal))
-            return next((t.parameters for t in tools if t.raw_name == raw), None)
+            tool = self.callable_tools(backend, backend.holder(None, principal), principal).get(raw)
+            return None if tool is None else tool.parameters
 
         from .. import __version__
 
@@ -342,16 +343,29 @@ class Gateway:
         server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
         return server
 
+    def callable_tools(self, backend: Backend, holder: str | None, principal: str) -> dict[str, MCPTool]:
+        """What ``principal`` may call on ``backend``'s server for ``holder``, by raw name: the one set that
+        listing, calling and the SDK's schema lookup read, on every endpoint.
+
+        The server's tools as its connection builds them (listed, let through
+        by ``include_tools`` / ``exclude_tools`` and the lock's quarantine:
+        :attr:`MCPConnection.callable_names`), less those the access rules
+        do not allow the principal. A name outside it is an unknown tool.
+        """
+        if not self.access.sees(principal, backend.name):
+            return {}
+        try:
+            tools = backend.tools(holder)
+        except (Refused, LoviaMCPError):  # not open (any more): nothing to call
+            return {}
+        return {t.raw_name: t for t in tools if self.access.allows(principal, backend.name, t.raw_name)}
+
     def _listing(self, only: str | None, session: str | None = None, principal: str = "") -> list[types.Tool]:
         tools: list[types.Tool] = []
         for name, backend in self.backends.items():
             if only is not None and name != only:
                 continue
-            if not self.access.sees(principal, name):
-                continue
-            for tool in backend.tools(backend.holder(session, principal)):
-                if not self.access.allows(principal, name, tool.raw_name):
-                    continue
+            for tool in self.callable_tools(backend, backend.holder(session, principal), principal).values():
                 body: dict[str, Any] = {
                     "name": tool.raw_name if only else f"{name}{PREFIX_SEP}{tool.raw_name}",
                     "description": tool.description,
@@ -386,9 +400,11 @@ class Gateway:
     def _permitted(self, only: str | None, name: str, session: str | None, caller: Caller) -> tuple[Backend, str]:
         """The server and tool ``caller`` calls; the unknown-tool error (audited) if it may not.
 
-        With an access section only a tool the principal is listed can be
-        called: one it may not call is answered exactly as one that does not
-        exist, and only the audit log and the metrics tell the two apart.
+        Only a tool of the principal's callable set (:meth:`callable_tools`)
+        is called: any other name (a tool the filters or the lock hide, one
+        the access rules do not allow, one that does not exist) is answered
+        exactly as one that does not exist, and only the audit log and the
+        metrics tell a denied tool (the access rules') from the rest.
         """
         principal = caller.principal
         try:
@@ -396,11 +412,11 @@ class Gateway:
         except MCPError:
             self._audited(caller, None, name, "unknown", 0.0)
             raise
-        if not self.access.restricted:
+        holder = backend.holder(session, principal)
+        if raw in self.callable_tools(backend, holder, principal):
             return backend, raw
-        exists = backend.knows(raw, backend.holder(session, principal))
-        if exists and self.access.allows(principal, backend.name, raw):
-            return backend, raw
+        # Offered by its connection, so left out by the access rules alone.
+        exists = backend.knows(raw, holder)
         if exists:
             self.metrics.denied(backend.name, raw, self._labelled(principal))
         self._audited(caller, backend.name, raw, "denied" if exists else "unknown", 0.0)

@@ -1,19 +1,24 @@
 """A tool's canonical definition, its hash, and what changed between two of them.
 
-The definition is what a model reads and what decides how a call is
-handled: the name, title, description, input and output schema, and the
-annotations (the server's behaviour hints). ``_meta`` is left out: it is
-not shown to the model and servers put changing values in it.
+The definition is what a model reads, what decides how a call is
+handled, and what the gateway hands its clients: the name, title,
+description, input and output schema, the annotations (the server's
+behaviour hints) and ``_meta`` (a client may act on it: an MCP App's UI
+resource, say). ``_meta`` is in the definition only when the tool has one
+(an empty object counts as none): a tool without it keeps the hash that
+locks written before ``_meta`` was pinned hold for it.
 
 Canonical JSON: object keys sorted, no insignificant whitespace, UTF-8
 (not ``\\u`` escapes), fields that are absent left out (never ``null``).
 Two listings of the same definition hash alike whatever order or spacing
 the server wrote them in.
 
-Caveat: the annotations are the hints lovia-mcp reads (``title``,
+Caveats: the annotations are the hints lovia-mcp reads (``title``,
 ``readOnlyHint``, ``destructiveHint``, ``idempotentHint``,
 ``openWorldHint``); other keys in a server's annotations object are not
-read, so not pinned.
+read, so not pinned. A server that puts changing values in ``_meta`` (a
+timestamp, a counter) has that tool quarantined at each change: lock it
+with ``pin="warn"`` or ``"off"``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import msgspec
 from lovia_mcp_worker.wire.mcpjson import ToolSpec
 
 # The definition's fields, in the order a difference is shown.
-FIELDS: Final = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+FIELDS: Final = ("name", "title", "description", "inputSchema", "outputSchema", "annotations", "_meta")
 HASH_PREFIX: Final = "sha256:"
 
 _to_builtins = msgspec.to_builtins
@@ -52,6 +57,8 @@ def definition(spec: ToolSpec) -> dict[str, Any]:
         "inputSchema": _schema(spec.input_schema),
         "outputSchema": _schema(spec.output_schema),
         "annotations": None if spec.annotations is None else _to_builtins(spec.annotations) or None,
+        # Pinned as the server wrote it (the gateway forwards an object only).
+        "_meta": _schema(spec.meta) or None,
     }
     return {k: v for k, v in values.items() if v is not None}
 

@@ -205,6 +205,42 @@ def test_a_forbidden_call_is_answered_byte_for_byte_as_an_unknown_tool_and_audit
     assert SECRET not in (Path(gateway.stderr_path).parent / "audit.log").read_text()
 
 
+def test_an_unknown_tools_error_names_only_the_servers_the_principal_may_see(gateway: Serve) -> None:
+    def servers(token: str) -> list[str]:
+        answer = _modern(gateway, token, "nope__echo")
+        return list(answer.json()["error"]["data"]["servers"])
+
+    assert servers(BOB) == servers(CAROL) == ["mine"]
+    assert servers(BARE) == []
+    assert {"mine", "other", "hdr"} <= set(servers(ALICE))
+
+
+# A tool name as long as a client cares to send (within the body cap).
+HUGE_NAME_CHARS = 1_000_000
+
+
+def test_a_megabyte_tool_name_is_cut_in_its_audit_line(gateway: Serve) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    from lovia_mcp.gateway.audit import MAX_NAME_CHARS
+
+    log = Path(gateway.stderr_path).parent / "audit.log"
+    name = "mine__" + "x" * HUGE_NAME_CHARS
+
+    async def main() -> None:
+        async with sdk_client(gateway.url, _auth(BOB), mode="legacy") as client:
+            with pytest.raises(MCPError):
+                await client.call_tool(name, {})
+
+    before = log.stat().st_size
+    run(main())
+    grown = log.stat().st_size - before
+    line = next(line for line in reversed(_audit(gateway)) if line["principal"] == "bob")
+    print(f"the audit log grew by {grown} bytes for a {len(name):,}-character tool name")
+    assert line["outcome"] == "unknown" and line["tool"] == name.removeprefix("mine__")[:MAX_NAME_CHARS]
+    assert grown < 2 * MAX_NAME_CHARS + 1_000
+
+
 # --------------------------------------------------------------------------- #
 # Per-principal servers
 # --------------------------------------------------------------------------- #
@@ -342,6 +378,14 @@ def test_access_rules_allow_whole_servers_tool_globs_everything_and_nothing_else
     assert not access.allows("nobody", "s1", "x") and not access.sees("nobody", "s1")
     everyone = Access(None)
     assert everyone.allows("nobody", "s1", "x") and everyone.sees("x", "s") and everyone.metrics("x")
+
+
+@pytest.mark.unit
+def test_a_tool_glob_matches_the_whole_tool_name_not_a_part_of_it() -> None:
+    access = Access({"ci": ["shell/read_*", "shell/ls?"]})
+    assert access.allows("ci", "shell", "read_all") and access.allows("ci", "shell", "lsx")
+    assert not access.allows("ci", "shell", "unread_all")
+    assert not access.allows("ci", "shell", "xlsx") and not access.allows("ci", "shell", "lsxx")
 
 
 @pytest.mark.unit

@@ -8,7 +8,8 @@ the token file each may hold at most the cap split evenly among them
 tries to take the whole cap, then bob must still get his share. Without the
 shares alice takes it all and bob is refused.
 
-One gateway serves the module: two principals, ``--max-http-sessions 4``
+One gateway serves the module: two principals, alice with two tokens (a
+share is a principal's, whichever of its tokens it uses), ``--max-http-sessions 4``
 (a share of 2 each) and a per-session server with ``max_sessions`` 2 (1 each).
 """
 
@@ -30,6 +31,8 @@ pytestmark = pytest.mark.timeout(120)
 
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef00"
+# alice's second token (rotation: the old and the new side by side).
+ALICE_NEW = "alice-new-token-0123456789ab"
 CAP = 4  # --max-http-sessions: a share of 2 for each of the two principals
 SLOTS = 2  # the per-session server's max_sessions: a share of 1
 HANDSHAKE = "2025-11-25"
@@ -44,7 +47,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
         {"raw": raw(), "ps": raw(session="per-session", max_sessions=SLOTS)},
         "--max-http-sessions",
         str(CAP),
-        token_lines=f"alice {ALICE}\nbob {BOB}\n",
+        token_lines=f"alice {ALICE}\nbob {BOB}\nalice {ALICE_NEW}\n",
     )
     with shared_by_module(g):
         yield g
@@ -106,6 +109,36 @@ def test_no_principal_can_hold_more_than_its_share_of_an_endpoints_sessions(gate
         assert "hint" in body
     assert all(status == 200 and sid is not None for status, sid, _ in bob), bob
     assert _refusals(gateway, "sessions") - counted == 2  # the operator sees each refusal
+
+
+def test_a_principal_with_two_tokens_holds_one_principals_share_of_sessions_across_them(gateway: Serve) -> None:
+    counted = _refusals(gateway, "sessions")
+
+    async def main() -> tuple[list[tuple[int, str | None, str]], list[tuple[int, str | None, str]]]:
+        opened: list[tuple[str, str]] = []
+        async with httpx.AsyncClient(base_url=gateway.base, timeout=30.0) as http:
+            try:
+                # A share's worth with each token, all at once.
+                tokens = [ALICE] * share(CAP, 2) + [ALICE_NEW] * share(CAP, 2)
+                alice = list(await asyncio.gather(*(_initialize(http, token) for token in tokens)))
+                opened += [(token, sid) for token, (_, sid, _) in zip(tokens, alice) if sid is not None]
+                bob = []
+                for _ in range(share(CAP, 2)):
+                    bob.append(answer := await _initialize(http, BOB))
+                    if answer[1] is not None:
+                        opened.append((BOB, answer[1]))
+                return alice, bob
+            finally:
+                for token, sid in opened:
+                    await http.delete("/mcp", headers={**_auth(token), "mcp-session-id": sid})
+
+    alice, bob = run(main())
+    print("alice:", [(s, sid is not None) for s, sid, _ in alice], "bob:", [(s, sid is not None) for s, sid, _ in bob])
+    assert sum(sid is not None for _, sid, _ in alice) == share(CAP, 2), alice
+    for status, _, body in (a for a in alice if a[1] is None):
+        assert status == 503 and "principal 'alice' already holds 2 sessions on /mcp" in body, body
+    assert all(status == 200 and sid is not None for status, sid, _ in bob), bob
+    assert _refusals(gateway, "sessions") - counted == 2
 
 
 def _listen(token: str) -> dict[str, Any]:

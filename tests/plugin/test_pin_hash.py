@@ -26,10 +26,10 @@ def hash_of(entry: dict[str, object], raw: str | None = None) -> str:
     return definition_hash(definition(spec))
 
 
-def test_the_hash_ignores_key_order_spacing_escapes_and_meta() -> None:
+def test_the_hash_ignores_key_order_spacing_and_escapes() -> None:
     reordered = (
         '{"tools": [{"annotations": {"title": "Search it", "readOnlyHint": true},'
-        '  "outputSchema": {"type":"object"}, "_meta": {"changes": "every time"},'
+        '  "outputSchema": {"type":"object"},'
         '  "inputSchema": {"properties": {"n": {"type": "integer"}, "q": {"type": "string"}}, "type": "object"},'
         '  "description": "Searches the ind\\u0065x.", "title": "Search", "name": "search"}]}'
     )
@@ -44,6 +44,7 @@ def test_the_hash_ignores_key_order_spacing_escapes_and_meta() -> None:
         ("inputSchema", {"type": "object", "properties": {"q": {"type": "string"}}}),
         ("outputSchema", {"type": "object", "properties": {"hits": {"type": "array"}}}),
         ("annotations", {"readOnlyHint": False, "title": "Search it"}),
+        ("_meta", {"ui": {"resourceUri": "ui://search/other.html"}}),
     ],
 )
 def test_each_pinned_field_changes_the_hash_and_is_named_as_changed(field: str, value: object) -> None:
@@ -52,6 +53,20 @@ def test_each_pinned_field_changes_the_hash_and_is_named_as_changed(field: str, 
 
     assert hash_of(changed) != hash_of(BASE)
     assert changed_fields(old, new) == [field]
+
+
+# BASE's hash as every lock has pinned it: a tool without _meta must keep it.
+BASE_HASH = "sha256:1d333c2f5a33ff8b93042565afd5dea994c85d9cc1bf7b9dbf07dff9f716771a"
+
+
+def test_a_tool_without_meta_or_with_an_empty_one_keeps_the_hash_locks_pinned() -> None:
+    assert hash_of(BASE) == hash_of({**BASE, "_meta": {}}) == BASE_HASH
+
+
+def test_meta_is_pinned_when_present_whatever_its_key_order() -> None:
+    first = {**BASE, "_meta": {"ui": {"resourceUri": "ui://search/view.html", "csp": "none"}}}
+    again = {**BASE, "_meta": {"ui": {"csp": "none", "resourceUri": "ui://search/view.html"}}}
+    assert hash_of(first) == hash_of(again) != BASE_HASH
 
 
 def test_a_field_dropped_is_a_change_too() -> None:

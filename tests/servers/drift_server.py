@@ -5,8 +5,8 @@ Standard library only. Tools:
 
 - ``steady``: always the same definition; answers ``steady: <text>``;
 - ``shifty``: its description is ``$DRIFT_DESCRIPTION`` (default "Shifts
-  nothing."), its annotations ``$DRIFT_ANNOTATIONS`` (JSON, default none);
-  answers ``shifty: <text>``;
+  nothing."), its annotations ``$DRIFT_ANNOTATIONS`` and its ``_meta``
+  ``$DRIFT_META`` (JSON, default none); answers ``shifty: <text>``;
 - ``extra``: listed only when ``$DRIFT_EXTRA`` is set (a tool the lock
   never saw);
 - ``add_tool {text}``: adds a tool named ``text`` (which echoes its
@@ -30,6 +30,8 @@ def tools() -> list:
     shifty = tool("shifty", os.environ.get("DRIFT_DESCRIPTION", "Shifts nothing."), PROPS)
     if os.environ.get("DRIFT_ANNOTATIONS"):
         shifty["annotations"] = json.loads(os.environ["DRIFT_ANNOTATIONS"])
+    if os.environ.get("DRIFT_META"):
+        shifty["_meta"] = json.loads(os.environ["DRIFT_META"])
     listed = [
         tool("steady", "Says what it is told.", PROPS, title="Steady", outputSchema={"type": "object"}),
         shifty,
