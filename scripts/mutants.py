@@ -130,8 +130,8 @@ MUTANTS: Final = [
     Mutant(
         name="gateway-access-call",
         path="lovia_mcp/gateway/app.py",
-        old="exists and self.access.allows(principal, backend.name, raw)",
-        new="exists",
+        old="if raw in self.callable_tools(backend, holder, principal):",
+        new="if backend.knows(raw, holder):",
         tests=(
             "tests/gateway/test_gateway_principals.py::test_a_forbidden_call_is_answered_byte_for_byte_as_an_unknown_tool_and_audited_as_denied",
         ),
@@ -140,10 +140,8 @@ MUTANTS: Final = [
     Mutant(
         name="gateway-access-schema",
         path="lovia_mcp/gateway/app.py",
-        old="""            if not self.access.allows(principal, backend.name, raw):
-                return None
-""",
-        new="",
+        old="tool = self.callable_tools(backend, backend.holder(None, principal), principal).get(raw)",
+        new="tool = {t.raw_name: t for t in backend.tools(backend.holder(None, principal))}.get(raw)",
         tests=(
             "tests/gateway/test_gateway_principals.py::test_a_forbidden_call_is_answered_byte_for_byte_as_an_unknown_tool_and_audited_as_denied",
         ),
@@ -152,10 +150,8 @@ MUTANTS: Final = [
     Mutant(
         name="gateway-access-listing",
         path="lovia_mcp/gateway/app.py",
-        old="""                if not self.access.allows(principal, name, tool.raw_name):
-                    continue
-""",
-        new="",
+        old="for tool in self.callable_tools(backend, backend.holder(session, principal), principal).values():",
+        new="for tool in backend.tools(backend.holder(session, principal)):",
         tests=(
             "tests/gateway/test_gateway_principals.py::test_each_principal_lists_only_the_tools_its_access_rules_allow",
         ),
@@ -467,6 +463,83 @@ MUTANTS: Final = [
         tests=("tests/sandbox/test_landlock.py::test_a_symlink_in_a_carved_folder_grants_nothing_where_it_points",),
         why="a symlink in a carved writable folder carries the write grant to its target anywhere on disk",
         needs="Landlock ABI 4",
+    ),
+    Mutant(
+        name="gateway-callable-bypassed",
+        path="lovia_mcp/gateway/app.py",
+        old="if raw in self.callable_tools(backend, holder, principal):",
+        new="if not self.access.restricted or raw in self.callable_tools(backend, holder, principal):",
+        tests=("tests/gateway/test_gateway_callable.py",),
+        why="without an access section a client calls by name a tool include_tools/exclude_tools or the lock hide",
+    ),
+    Mutant(
+        name="connection-callable-bypassed",
+        path="lovia_mcp/connection.py",
+        old="        if name not in self._callable:\n",
+        new="        if name in self._withheld:\n",
+        tests=(
+            "tests/plugin/test_callable.py::test_a_tool_the_filters_hide_is_refused_by_name_exactly_as_a_tool_the_"
+            "server_does_not_have",
+        ),
+        why="MCPConnection.call_tool runs a tool include_tools/exclude_tools hide, or one the server does not list",
+    ),
+    Mutant(
+        name="pin-meta-ignored",
+        path="lovia_mcp/lock/definition.py",
+        old='"_meta": _schema(spec.meta) or None,',
+        new='"_meta": None,',
+        tests=("tests/plugin/test_callable.py", "tests/plugin/test_pin_hash.py"),
+        why="a tool's _meta (which the gateway forwards to its clients) changes after the lock with no quarantine",
+    ),
+    Mutant(
+        name="gateway-bearer-scheme",
+        path="lovia_mcp/gateway/app.py",
+        old='if match < 0 or scheme.lower() != b"bearer":',
+        new="if match < 0:",
+        tests=(
+            "tests/gateway/test_gateway.py::test_a_request_without_the_right_bearer_token_gets_401_on_every_protected_route",
+        ),
+        why="a valid token under another scheme (Basic) lets the request in",
+    ),
+    Mutant(
+        name="gateway-unknown-names-servers",
+        path="lovia_mcp/gateway/app.py",
+        old='data={"servers": [s for s in sorted(self.backends) if self.access.sees(principal, s)]},',
+        new='data={"servers": sorted(self.backends)},',
+        tests=(
+            "tests/gateway/test_gateway_principals.py::test_an_unknown_tools_error_names_only_the_servers_the_"
+            "principal_may_see",
+        ),
+        why="an unknown tool's error tells a principal the names of servers it may not see",
+    ),
+    Mutant(
+        name="access-glob-search",
+        path="lovia_mcp/gateway/access.py",
+        old="any(g.match(tool) for g in globs)",
+        new="any(g.search(tool) for g in globs)",
+        tests=(
+            "tests/gateway/test_gateway_principals.py::test_a_tool_glob_matches_the_whole_tool_name_not_a_part_of_it",
+        ),
+        why="a rule shell/read_* allows shell/unread_all (the glob matched anywhere in the name)",
+    ),
+    Mutant(
+        name="audit-name-uncut",
+        path="lovia_mcp/gateway/audit.py",
+        old='"tool": tool[:MAX_NAME_CHARS],',
+        new='"tool": tool,',
+        tests=("tests/gateway/test_gateway_principals.py::test_a_megabyte_tool_name_is_cut_in_its_audit_line",),
+        why="a client writes a megabyte into the audit log per call, with a tool name of its choosing",
+    ),
+    Mutant(
+        name="gateway-share-by-tokens",
+        path="lovia_mcp/gateway/app.py",
+        old="named = len(set(self._principals))",
+        new="named = len(self._principals)",
+        tests=(
+            "tests/gateway/test_gateway_shares.py::test_a_principal_with_two_tokens_holds_one_principals_share_of_"
+            "sessions_across_them",
+        ),
+        why="the caps are split by tokens, not principals: a principal's share depends on how many tokens it has",
     ),
 ]
 
