@@ -11,6 +11,7 @@ it. The address check itself is tested in ``test_egress.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -21,7 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import PY, LocalHTTP, LocalUpstream, bounded, exchange, pid_alive
+from helpers import PY, LocalHTTP, LocalUpstream, LoopbackServer, bounded, exchange, pid_alive
 from lovia_mcp_worker.sandbox import netbridge, netproxy
 from lovia_mcp_worker.sandbox.netproxy import host_allowed
 from lovia_mcp_worker.sandbox.netrequest import BadUpstream, Upstream, parse_upstream
@@ -537,6 +538,208 @@ def test_a_request_head_over_the_bound_gets_a_431(sock_path: str, headers: bytes
             assert response.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
             assert f"larger than {netproxy.MAX_HEAD} bytes" in status_and_body(response)[1]
             assert upstream.requests == []
+
+    bounded(main())
+
+
+# --- one request per plain-HTTP connection --------------------------------
+
+
+class KeptAlive(LoopbackServer):
+    """An upstream that keeps each connection open and answers every request on it, whatever its
+    ``Connection`` header says: a front shared by many names (virtual hosts on one address), as one
+    that ignored the proxy's ``close`` would be. ``requests`` holds what reached it: each request
+    line, ``Host`` and body (read by ``Content-Length`` or chunked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[tuple[str, str, bytes]] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ValueError):  # a malformed chunk (tests send some): the connection ends
+            await self._serve(reader, writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")[:-2]
+            fields = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in head[1:])}
+            body = b""
+            if "content-length" in fields:
+                body = await reader.readexactly(int(fields["content-length"]))
+            elif fields.get("transfer-encoding") == "chunked":
+                while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                    body += (await reader.readexactly(size + 2))[:-2]
+                while await reader.readuntil(b"\r\n") != b"\r\n":
+                    pass
+            self.requests.append((head[0], fields.get("host", ""), body))
+            answer = f"{head[0]} for {fields.get('host')}: {body.decode()}".encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer))
+            await writer.drain()
+
+
+@asynccontextmanager
+async def kept_alive(sock_path: str) -> AsyncIterator[tuple[KeptAlive, list[Decision]]]:
+    decisions: list[Decision] = []
+    async with KeptAlive() as upstream:
+        proxy = await netproxy.start(
+            LOCAL, sock_path, on_decision=lambda d: decisions.append((d.host, d.port, d.allowed))
+        )
+        try:
+            yield upstream, decisions
+        finally:
+            await proxy.aclose()
+
+
+# A second request on the same connection, for a name outside the allowlist, in both forms a client
+# might write it: origin form with its own Host, and absolute form.
+FRONTED = (
+    b"GET /second HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+    b"GET http://evil.example/third HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+)
+
+
+@pytest.mark.unit
+def test_a_second_request_on_a_kept_alive_connection_never_reaches_the_first_ones_address(sock_path: str) -> None:
+    """Virtual-host fronting: the second request names a host the allowlist refuses, on the connection
+    the proxy opened to an allowed one. Without one request per connection, the shared front answers it."""
+
+    async def main() -> None:
+        async with kept_alive(sock_path) as (upstream, decisions):
+            first = f"GET http://localhost:{upstream.port}/first HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+            response = await exchange(sock_path, first + FRONTED)
+
+            print(response, upstream.requests)
+            assert status_and_body(response) == (200, f"GET /first HTTP/1.1 for localhost:{upstream.port}: ")
+            assert upstream.requests == [("GET /first HTTP/1.1", f"localhost:{upstream.port}", b"")]
+            assert decisions == [("localhost", upstream.port, True)]
+
+    bounded(main())
+
+
+@pytest.mark.unit
+def test_a_client_reusing_the_connection_sees_it_end_and_its_next_request_is_served_on_a_new_one(
+    sock_path: str,
+) -> None:
+    """A keep-alive client that reads its answer and sends the next request on the same connection
+    (allowed, this time) gets the connection ended, not a hang, and is served on a new connection."""
+
+    async def main() -> None:
+        async with kept_alive(sock_path) as (upstream, decisions):
+            reader, writer = await asyncio.open_unix_connection(sock_path)
+            try:
+                writer.write(f"GET http://localhost:{upstream.port}/one HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                first = await reader.readexactly(length)
+                writer.write(f"GET http://localhost:{upstream.port}/two HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                rest = await reader.read()  # the end of the connection, with nothing before it
+            finally:
+                writer.close()
+                await writer.wait_closed()
+            again = await exchange(
+                sock_path, f"GET http://localhost:{upstream.port}/two HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            )
+
+            assert first == f"GET /one HTTP/1.1 for localhost:{upstream.port}: ".encode() and rest == b""
+            assert status_and_body(again) == (200, f"GET /two HTTP/1.1 for localhost:{upstream.port}: ")
+            assert [r[0] for r in upstream.requests] == ["GET /one HTTP/1.1", "GET /two HTTP/1.1"]
+            assert decisions == [("localhost", upstream.port, True)] * 2
+
+    bounded(main())
+
+
+@pytest.mark.parametrize(
+    ("framing", "body"),
+    [
+        ("Content-Length: 11", b"hello world"),
+        ("Transfer-Encoding: chunked", b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"),
+    ],
+    ids=["content-length", "chunked"],
+)
+@pytest.mark.unit
+def test_a_request_body_goes_through_whole_and_a_request_after_it_does_not(
+    sock_path: str, framing: str, body: bytes
+) -> None:
+    async def main() -> None:
+        async with kept_alive(sock_path) as (upstream, _):
+            head = f"POST http://localhost:{upstream.port}/up HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n".encode()
+            response = await exchange(sock_path, head + body + FRONTED)
+
+            assert status_and_body(response) == (200, f"POST /up HTTP/1.1 for localhost:{upstream.port}: hello world")
+            assert upstream.requests == [("POST /up HTTP/1.1", f"localhost:{upstream.port}", b"hello world")]
+
+    bounded(main())
+
+
+@pytest.mark.unit
+def test_a_content_length_the_connection_header_names_is_not_forwarded_and_neither_is_its_body(
+    sock_path: str,
+) -> None:
+    """``Connection: Content-Length`` drops the header from what is forwarded: the body it announced
+    (here a request for another host) must go with it, or the upstream reads it as a request."""
+
+    async def main() -> None:
+        async with kept_alive(sock_path) as (upstream, _):
+            smuggled = b"GET /smuggled HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+            head = (
+                f"POST http://localhost:{upstream.port}/up HTTP/1.1\r\n"
+                f"Content-Length: {len(smuggled)}\r\nConnection: Content-Length\r\n\r\n"
+            ).encode()
+            response = await exchange(sock_path, head + smuggled)
+
+            print(response, upstream.requests)
+            assert upstream.requests == [("POST /up HTTP/1.1", f"localhost:{upstream.port}", b"")]
+            assert status_and_body(response)[0] == 200
+
+    bounded(main())
+
+
+@pytest.mark.parametrize(
+    ("framing", "reason"),
+    [
+        ("Content-Length: 5\r\nTransfer-Encoding: chunked", "both Transfer-Encoding and Content-Length"),
+        ("Transfer-Encoding: gzip", "must end in one 'chunked'"),
+        ("Transfer-Encoding: chunked, gzip", "must end in one 'chunked'"),
+        ("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked", "must end in one 'chunked'"),
+        ("Content-Length: 5\r\nContent-Length: 6", "invalid Content-Length"),
+        ("Content-Length: -1", "invalid Content-Length"),
+        ("Content-Length: 0x10", "invalid Content-Length"),
+    ],
+)
+@pytest.mark.unit
+def test_a_body_whose_end_is_ambiguous_gets_a_400_before_anything_is_contacted(
+    sock_path: str, framing: str, reason: str
+) -> None:
+    async def main() -> None:
+        async with kept_alive(sock_path) as (upstream, decisions):
+            request = f"POST http://localhost:{upstream.port}/ HTTP/1.1\r\n{framing}\r\n\r\nhello".encode()
+            status, body = status_and_body(await exchange(sock_path, request))
+
+            assert status == 400 and reason in body, body
+            assert (upstream.requests, decisions) == ([], [])
+
+    bounded(main())
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"zz\r\nhello\r\n0\r\n\r\n", b"5\r\nhelloXX0\r\n\r\n", b"5\nhello\r\n0\r\n\r\n"],
+    ids=["size-not-hex", "no-crlf-after-data", "bare-lf"],
+)
+@pytest.mark.unit
+def test_a_malformed_chunked_body_aborts_the_connection_and_nothing_after_it_goes_upstream(
+    sock_path: str, body: bytes
+) -> None:
+    async def main() -> None:
+        async with kept_alive(sock_path) as (upstream, _):
+            head = f"POST http://localhost:{upstream.port}/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            try:
+                response = await exchange(sock_path, head + body + FRONTED)
+            except ConnectionResetError:
+                response = b""
+
+            assert response == b""
+            assert [r[1] for r in upstream.requests if "evil" in r[1]] == []
 
     bounded(main())
 

@@ -10,9 +10,13 @@ worker outside the sandbox, answers:
 - ``CONNECT host:port``: ``200 Connection established``, then a byte tunnel,
   when ``host`` is allowed;
 - an absolute-form request (``GET http://host/path``): forwarded in origin
-  form with ``Connection: close``, then bytes piped both ways;
+  form with ``Connection: close``, then its body (``Content-Length`` or
+  chunked) and nothing more; the answer is relayed until the upstream
+  closes, and the connection ends with it;
 - anything else: ``403`` for a destination that is not allowed (the status
-  line and the body say why), ``400`` for a malformed request,
+  line and the body say why), ``400`` for a malformed request (one whose
+  body's end is ambiguous included: ``Content-Length`` beside
+  ``Transfer-Encoding``, a coding that does not end in ``chunked``),
   ``431``/``408`` for an oversized or unfinished request head, ``502``/``504``
   when the upstream cannot be resolved or reached.
 
@@ -60,9 +64,11 @@ Caveats:
   too).
 - A tunnel is opaque: TLS is not inspected, so the SNI or ``Host`` inside it
   is not checked against the name of the ``CONNECT``.
-- Only the first request of a plain-HTTP connection is read; the proxy sends
-  it with ``Connection: close`` and pipes the rest, so a further request on
-  the same connection can only reach the same upstream.
+- One request per plain-HTTP connection: a further request on it (keep-alive,
+  pipelining) would name a host of its own and reach the first one's
+  address unchecked, so its bytes are dropped and the connection ends with
+  the first answer (:func:`_one_body`); the client sends it again on a new
+  connection, checked afresh.
 
 Non-goals: caching, authentication, HTTP/2 towards the proxy, ``Upgrade``
 over plain HTTP (WebSocket clients use ``CONNECT`` through a proxy).
@@ -81,6 +87,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from .netrequest import (
+    CHUNKED,
     MAX_HEAD,
     Address,
     Allowlist,
@@ -89,6 +96,7 @@ from .netrequest import (
     Request,
     Upstream,
     as_address,
+    chunk_size,
     destination,
     host_allowed,
     hostport,
@@ -279,11 +287,12 @@ class Proxy:
             traffic.connections += 1
             if request.method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await _relay(reader, writer, up_reader, upstream, traffic)
             else:
                 head = request.forward_head()
                 traffic.bytes += len(head)
                 upstream.write(head)
-            await _relay(reader, writer, up_reader, upstream, traffic)
+                await _relay(reader, writer, up_reader, upstream, traffic, body=request.body)
         except Refusal as refusal:
             await _refuse(reader, writer, refusal.status, refusal.text, refusal.reason)
         except asyncio.CancelledError:
@@ -409,23 +418,103 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, traf
         writer.write_eof()
 
 
+def _bad_body(what: str) -> ConnectionAbortedError:
+    # Part of the request has gone upstream: no answer can follow, the connection is aborted.
+    return ConnectionAbortedError(f"lovia-mcp sandbox proxy: {what} in a request body")
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int, traffic: Traffic) -> None:
+    while size > 0:
+        data = await reader.read(min(size, _CHUNK))
+        if not data:
+            raise _bad_body("the connection ended")
+        size -= len(data)
+        traffic.bytes += len(data)
+        writer.write(data)
+        await writer.drain()
+
+
+async def _line(reader: asyncio.StreamReader) -> bytes:
+    """One line of a chunked body (bounded by the reader's limit, MAX_HEAD)."""
+    try:
+        return await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError:
+        raise _bad_body("the connection ended") from None
+    except asyncio.LimitOverrunError:
+        raise _bad_body(f"a line over {MAX_HEAD} bytes") from None
+
+
+def _send(writer: asyncio.StreamWriter, data: bytes, traffic: Traffic) -> None:
+    traffic.bytes += len(data)
+    writer.write(data)
+
+
+async def _one_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: int, traffic: Traffic) -> None:
+    """Pass on exactly one request's body (``body`` bytes, or CHUNKED up to its last chunk and
+    trailers), then nothing more: what the client sends after it is read and dropped.
+
+    A further request on the connection (keep-alive) would name a host of
+    its own and go unchecked to this one's address. Once the client sends
+    one, or ends its side, the upstream's side is ended too, so that it
+    closes after its answer; the client, seeing the connection end, sends
+    the request again on a connection of its own, which is checked afresh.
+    """
+    if body == CHUNKED:
+        # Each line is checked before it is passed on: the upstream never reads one the proxy did not.
+        while True:
+            line = await _line(reader)
+            size = chunk_size(line)
+            if size is None:
+                raise _bad_body("a malformed chunk size")
+            _send(writer, line, traffic)
+            if size == 0:
+                break
+            await _copy(reader, writer, size, traffic)
+            if await _line(reader) != b"\r\n":
+                raise _bad_body("a chunk without its CRLF")
+            _send(writer, b"\r\n", traffic)
+        trailers = 0
+        while (line := await _line(reader)) != b"\r\n":
+            trailers += len(line)
+            if trailers > MAX_HEAD or not line.endswith(b"\r\n"):
+                raise _bad_body("malformed trailers")
+            _send(writer, line, traffic)
+        _send(writer, line, traffic)
+    else:
+        await _copy(reader, writer, body, traffic)
+    await writer.drain()
+    data = await reader.read(_CHUNK)
+    if writer.can_write_eof():
+        writer.write_eof()
+    while data:
+        data = await reader.read(_CHUNK)
+
+
 async def _relay(
     a_reader: asyncio.StreamReader,
     a_writer: asyncio.StreamWriter,
     b_reader: asyncio.StreamReader,
     b_writer: asyncio.StreamWriter,
     traffic: Traffic,
+    body: int | None = None,
 ) -> None:
-    """Pipe both ways, passing each end-of-stream on, until both ends are done or one fails; count the bytes."""
-    pumps = [
-        asyncio.create_task(_pump(a_reader, b_writer, traffic)),
-        asyncio.create_task(_pump(b_reader, a_writer, traffic)),
-    ]
+    """Pipe both ways, passing each end-of-stream on, until both ends are done or one fails; count the bytes.
+
+    ``body``: a plain request's (its length, or CHUNKED), already sent with
+    its head: only that body goes from a to b (:func:`_one_body`), and the
+    relay ends with b's answer.
+    """
+    outbound = _pump(a_reader, b_writer, traffic) if body is None else _one_body(a_reader, b_writer, body, traffic)
+    pumps = [asyncio.create_task(outbound), asyncio.create_task(_pump(b_reader, a_writer, traffic))]
     try:
-        done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            if (error := task.exception()) is not None:
-                raise error
+        pending = set(pumps)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if (error := task.exception()) is not None:
+                    raise error
+            if body is not None and pumps[1].done():
+                break  # the answer has ended, and the connection with it
     finally:
         for task in pumps:
             task.cancel()

@@ -13,7 +13,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, TypeAlias
 from urllib.parse import unquote, urlsplit
 
@@ -30,6 +30,9 @@ _LABEL: Final = re.compile(r"[a-z0-9_-]{1,63}")
 _NUMERIC_LABEL: Final = re.compile(r"[0-9]+|0x[0-9a-f]*")
 _PORT: Final = re.compile(r"[0-9]{1,5}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_LENGTH: Final = re.compile(r"[0-9]{1,18}")
+# A chunk's size line (RFC 9112, 7.1), extensions allowed; a bare LF is not.
+_CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,15})(?:[ \t]*;[^\r\n]*)?\r\n")
 _VERSION: Final = re.compile(r"HTTP/1\.[0-9]")
 
 Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -455,6 +458,10 @@ class Refusal(Exception):
         self.reason = reason
 
 
+# Request.body for a chunked body: its end is its last, empty chunk.
+CHUNKED: Final = -1
+
+
 @dataclass(frozen=True)
 class Request:
     method: str
@@ -464,17 +471,50 @@ class Request:
     target: str  # origin form; "" for CONNECT
     version: str
     headers: list[tuple[str, str]]
+    # A plain request's body as the upstream will read it: its length in bytes, or CHUNKED.
+    body: int = 0
 
-    def forward_head(self) -> bytes:
-        # Hop-by-hop: the fixed set, and whatever the client's Connection headers name.
+    def forwarded_headers(self) -> list[tuple[str, str]]:
+        """The headers the upstream gets: without the hop-by-hop ones, the fixed set and whatever
+        the client's Connection headers name."""
         drop = set(_HOP_BY_HOP)
         for name, value in self.headers:
             if name.lower() in ("connection", "proxy-connection"):
                 drop.update(token.strip().lower() for token in value.split(","))
+        return [(name, value) for name, value in self.headers if name.lower() not in drop]
+
+    def forward_head(self) -> bytes:
         lines = [f"{self.method} {self.target} {self.version}", f"Host: {self.authority}"]
-        lines += [f"{name}: {value}" for name, value in self.headers if name.lower() not in drop]
+        lines += [f"{name}: {value}" for name, value in self.forwarded_headers()]
         lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def body_framing(version: str, headers: list[tuple[str, str]]) -> int:
+    """Where the body after a request head with ``headers`` ends (RFC 9112, 6.3): its length, or
+    CHUNKED. A :class:`Refusal` (400) where the end is ambiguous, since the proxy and the upstream
+    could then disagree on where the next request starts."""
+    codings = [t.strip().lower() for n, v in headers if n.lower() == "transfer-encoding" for t in v.split(",")]
+    lengths = [t.strip() for n, v in headers if n.lower() == "content-length" for t in v.split(",")]
+    if codings:
+        if lengths:
+            raise _bad("both Transfer-Encoding and Content-Length: where the body ends is ambiguous")
+        if version == "HTTP/1.0":
+            raise _bad("Transfer-Encoding in an HTTP/1.0 request")
+        if codings[-1] != "chunked" or "chunked" in codings[:-1]:
+            raise _bad(f"a body's Transfer-Encoding must end in one 'chunked', not {', '.join(codings)[:100]!r}")
+        return CHUNKED
+    if not lengths:
+        return 0
+    if len(set(lengths)) != 1 or not _LENGTH.fullmatch(lengths[0]):
+        raise _bad(f"invalid Content-Length {', '.join(lengths)[:100]!r}")
+    return int(lengths[0])
+
+
+def chunk_size(line: bytes) -> int | None:
+    """The size a chunked body's size line (CRLF included) gives, or None if it is malformed."""
+    match = _CHUNK_SIZE.fullmatch(line)
+    return None if match is None else int(match.group(1), 16)
 
 
 # --- the upstream proxy ----------------------------------------------------
@@ -640,10 +680,14 @@ def parse_head(lines: list[bytes]) -> Request:
     if not path.startswith("/"):
         path = "/" + path
     host, port = _split_authority(authority, 80)
-    return Request(method, host, port, authority, path, version, headers)
+    request = Request(method, host, port, authority, path, version, headers)
+    # Framed by the headers as forwarded: a Content-Length the Connection header names is not
+    # sent, so its bytes would reach the upstream as a request of their own.
+    return replace(request, body=body_framing(version, request.forwarded_headers()))
 
 
 __all__ = [
+    "CHUNKED",
     "MAX_HEAD",
     "Address",
     "Allowlist",
@@ -656,6 +700,8 @@ __all__ = [
     "Rule",
     "Upstream",
     "as_address",
+    "body_framing",
+    "chunk_size",
     "destination",
     "hostport",
     "host_allowed",
