@@ -541,6 +541,29 @@ MUTANTS: Final = [
         ),
         why="the caps are split by tokens, not principals: a principal's share depends on how many tokens it has",
     ),
+    Mutant(
+        name="netproxy-keepalive-piped",
+        path="worker/lovia_mcp_worker/sandbox/netproxy.py",
+        old="if body is None else _one_body(a_reader, b_writer, body, traffic)",
+        new="",
+        tests=(
+            "tests/sandbox/test_netproxy.py::test_a_second_request_on_a_kept_alive_connection_never_reaches_the_"
+            "first_ones_address",
+            "tests/sandbox/test_netproxy.py::test_a_request_body_goes_through_whole_and_a_request_after_it_does_not",
+        ),
+        why="a second request on a kept-alive plain-HTTP connection reaches the first one's address unchecked",
+    ),
+    Mutant(
+        name="netproxy-framing-as-sent",
+        path="worker/lovia_mcp_worker/sandbox/netrequest.py",
+        old="body=body_framing(version, request.forwarded_headers())",
+        new="body=body_framing(version, headers)",
+        tests=(
+            "tests/sandbox/test_netproxy.py::test_a_content_length_the_connection_header_names_is_not_forwarded_"
+            "and_neither_is_its_body",
+        ),
+        why="a body announced by a header the Connection header drops reaches the upstream as a request of its own",
+    ),
 ]
 
 
