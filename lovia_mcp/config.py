@@ -37,6 +37,7 @@ from lovia_mcp_worker.wire.messages import (
 from . import _sandbox_config
 from ._isolation import ISOLATIONS, Isolation
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
+from .lock import packages
 from .lock.lockfile import Locked
 from .lock.pins import PIN_POLICIES, PinPolicy
 
@@ -277,11 +278,24 @@ class StdioConfig(ServerConfig):
         return os.path.basename(self.command)
 
     def _guarded(self) -> Sandbox:
-        """The sandbox, with this server's config file and lock added to ``read_only``."""
+        """The sandbox, with this server's config file and lock added to ``read_only``.
+
+        A locked package server also gets the tree it runs from added to
+        ``readable``: its launch names no file of it as a script (Python
+        runs ``-c``), so a backend that grants only what the command needs
+        (Landlock) would not know it.
+        """
         box = self.sandbox
         assert isinstance(box, Sandbox)
         added = [p for p in self.config_files if p not in box.read_only]
-        return msgspec.structs.replace(box, read_only=[*box.read_only, *added]) if added else box
+        if added:
+            box = msgspec.structs.replace(box, read_only=[*box.read_only, *added])
+        package = None if self.locked is None or self.locked.entry is None else self.locked.entry.package
+        if package is not None:
+            tree = str(packages.covered(packages.entry_dir(package), package.ecosystem))
+            if tree not in box.readable:
+                box = msgspec.structs.replace(box, readable=[*box.readable, tree])
+        return box
 
     def _spec(self) -> ServerSpec:
         # Absolute and fixed here, at open time: the worker's own cwd is the

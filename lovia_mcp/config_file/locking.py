@@ -32,6 +32,7 @@ from ..lock.definition import definition, definition_hash
 from ..lock.lockfile import Locked, LockFile, ServerLock, ToolPin, default_lock_path, read_lock, write_lock
 from ..servers import MCPServer, MCPServerStdio
 from .loader import load_servers
+from .locks import launch_from_cache
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ async def _lock_one(server: MCPServer, config: Path, lock: Path, say: Callable[[
             entry = ServerLock(source=[server.command, *(server.args or [])], package=package)
             locked = Locked(entry=entry, lock_path=os.fspath(lock), config_path=os.fspath(config))
             # The lock's own launch is what is pinned: the server an agent will run.
-            opened = packages.launch_from_cache(server, package, locked)
+            opened = launch_from_cache(server, package, locked)
             return msgspec.structs.replace(entry, tools=await _pin(opened))
     return ServerLock(tools=await _pin(server))
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from lovia.exceptions import UserError
 
-from ..lock.lockfile import Locked, default_lock_path, read_lock
-from ..lock.packages import launch_from_cache
+from ..lock.lockfile import Locked, PackageLock, default_lock_path, read_lock
+from ..lock.packages import entry_dir, launch, refused
 from ..servers import MCPServer, MCPServerStdio
 
 LockOption = str | os.PathLike[str] | bool | None
@@ -53,6 +53,15 @@ def with_lock(servers: list[MCPServer], path: Path, config: str | os.PathLike[st
     return out
 
 
+def launch_from_cache(server: MCPServerStdio, package: PackageLock, locked: Locked) -> MCPServerStdio:
+    """``server`` launched from the cache entry the lock names (its form checked now, its files when it is opened)."""
+    refused(package, locked.entry.source if locked.entry is not None else None, server.name, locked)
+    command, args, env = launch(package, entry_dir(package))
+    return dataclasses.replace(
+        server, command=command, args=args, env={**(server.env or {}), **env} if env else server.env
+    )
+
+
 def _same_source(server: MCPServerStdio, source: list[str] | None, locked: Locked) -> None:
     """A package server's config must still say what was locked: its launch is replaced by the lock's."""
     now = [server.command, *(server.args or [])]
@@ -64,4 +73,4 @@ def _same_source(server: MCPServerStdio, source: list[str] | None, locked: Locke
         )
 
 
-__all__ = ["LockOption", "lock_path", "with_lock"]
+__all__ = ["LockOption", "launch_from_cache", "lock_path", "with_lock"]

@@ -74,6 +74,9 @@ class PackageLock(msgspec.Struct, frozen=True, omit_defaults=True):
     args: list[str] = []
     # Python: the interpreter the wheels were chosen for (packages.python_tag()).
     python: str | None = None
+    # How the entry was installed, digested and is launched (packages.LAYOUT);
+    # locks written before the field had layout 1, which is not started.
+    layout: int = 1
 
 
 class ServerLock(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -27,23 +27,40 @@ Lifecycle:
   digest recorded in the lock.
 - **open** (:func:`verify`): the entry must exist and its tree must
   still have the locked digest; otherwise a clear error names the server
-  and says to run ``lovia-mcp lock`` again. Never a download.
-- **launch** (:func:`launch_from_cache`): Python runs the entry point the
-  package declares with the venv's interpreter; Node runs the package's
-  ``bin`` script with ``node``. No package manager is in the tree.
+  and says to run ``lovia-mcp lock`` again. Never a download. The check
+  hands the worker a :class:`~lovia_mcp_worker.wire.sealed.Sealed` stamp,
+  and the worker stamps the tree again before every start, restarts
+  included.
+- **launch** (:func:`launch`): derived from the verified entry alone, so
+  that what runs is what the digest covers. Python: lovia-mcp's own
+  interpreter (the lock's Python version, checked) in isolated mode
+  (``-I``: no current folder or script folder on the import path, no
+  ``PYTHON*`` variables, no user site), without the interpreter's own
+  site-packages (``-S``) and writing no bytecode (``-B``), with the
+  entry's site-packages added: the entry's venv interpreter, its
+  ``pyvenv.cfg`` and its scripts are never used. Node: ``node`` with
+  :data:`NODE_CONFINE` preloaded, which refuses any module that resolves
+  outside the entry (parent ``node_modules`` folders, ``NODE_PATH``, the
+  global folders). No package manager is in the tree.
+
+What the digest covers: Python, every file under the venv's ``lib``
+(bytecode included: it is compiled at lock time with paths relative to
+site-packages and a fixed hash seed, so it is the same on every install);
+Node, every file of the entry. The interpreter itself (lovia-mcp's, or
+``node`` on ``PATH``) is the machine's, trusted as lovia-mcp itself is.
 
 The cache is ``$LOVIA_MCP_CACHE_DIR`` or ``$XDG_CACHE_HOME/lovia-mcp``
 (``~/.cache/lovia-mcp``), under ``packages/``.
 
-Caveats: a Python lock holds for the interpreter it was made with
-(wheels are built per Python version and platform), so the cache key names
-it and another interpreter must lock again. The digest covers what the
-packages installed, not the interpreter (``node``, the base Python) nor
-compiled ``__pycache__`` files, which are written with ``checked-hash``
-invalidation so a changed source is never shadowed by a stale one.
-Verifying the whole tree costs a read of every file; a stamp of every
-file's size, inode and change time (which a user cannot set back) beside
-the entry lets later opens check only the metadata.
+Caveats: a Python lock holds for the interpreter version it was made
+with (wheels are built per Python version and platform), so the cache
+key names it and another interpreter must lock again. Verifying the
+whole tree costs a read of every file; a stamp of every file's identity
+(path, mode, inode, size, change time, which a user cannot set back)
+beside the entry lets later opens check only the metadata. That stamp,
+like the cache, is as safe as the folder it sits in: a server that runs
+unboxed as the same user can rewrite both (and the user's shell profile);
+:class:`~lovia_mcp.Sandbox` keeps the cache read-only.
 """
 
 from __future__ import annotations
@@ -61,18 +78,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final
 
 from lovia.exceptions import UserError
+from lovia_mcp_worker.wire.sealed import Sealed, stamp
 
 from .definition import canonical
 from .lockfile import Artifact, Locked, PackageLock
-
-if TYPE_CHECKING:
-    from ..config import StdioConfig
-
-# A stdio config of any class (the description, or the one that opens).
-_Stdio = TypeVar("_Stdio", bound="StdioConfig")
 
 CACHE_ENV: Final = "LOVIA_MCP_CACHE_DIR"
 # A package manager resolving and downloading a server and its dependencies:
@@ -89,6 +101,11 @@ _PYTHON_RUNNERS: Final = {"uvx": "uvx", "uv tool run": "uv tool run", "pipx run"
 _ECOSYSTEMS: Final = ("pypi", "npm")
 # A lock's cache and tree digests, as this module writes them.
 _DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
+# How this module installs, digests and launches an entry (PackageLock.layout).
+# 2: bytecode in the digest, the launch derived from the entry alone. An
+# entry of another layout was checked by rules that no longer hold, and is
+# refused until it is locked again.
+LAYOUT: Final = 2
 # A console script's entry point (``module:attr``), as packaging tools write them.
 _PY_ENTRY: Final = re.compile(r"[A-Za-z_][\w.]*\s*:\s*[A-Za-z_][\w.]*")
 
@@ -226,6 +243,8 @@ def malformed(package: PackageLock, source: list[str] | None) -> str | None:
     """
     if package.ecosystem not in _ECOSYSTEMS:
         return f"ecosystem {package.ecosystem!r} is neither 'pypi' nor 'npm'"
+    if package.layout != LAYOUT:
+        return f"it was written by an older lovia-mcp lock (layout {package.layout}, this one starts layout {LAYOUT})"
     for field, value in (("cache", package.cache), ("tree", package.tree)):
         if not _DIGEST.fullmatch(value):
             return f"its {field} {value[:80]!r} is not a sha256 digest"
@@ -279,14 +298,20 @@ def content_address(ecosystem: str, artifacts: list[Artifact], python: str | Non
     return "sha256:" + hashlib.sha256(canonical(body)).hexdigest()
 
 
+def covered(top: Path, ecosystem: str) -> Path:
+    """The folder of an entry that its digest covers and its launch reads: Python's ``env/lib``, Node's whole entry."""
+    return top if ecosystem == "npm" else top / "env" / "lib"
+
+
 def _walk(top: Path, ecosystem: str) -> list[tuple[str, os.DirEntry[str]]]:
     """The entries a tree's digest covers (files and links), by path relative to the entry, sorted.
 
-    ``os.scandir`` with string paths: the open-time check walks thousands of
-    entries, and its cost is the walk.
+    Bytecode is covered like any file: Python runs it instead of the
+    source it was compiled from, and trusts the validation mode each
+    ``.pyc`` names in its own header. ``os.scandir`` with string paths: the
+    open-time check walks thousands of entries, and its cost is the walk.
     """
     out: list[tuple[str, os.DirEntry[str]]] = []
-    root = str(top) if ecosystem == "npm" else os.path.join(top, "env", "lib")
     cut = len(str(top)) + 1
 
     def visit(folder: str, dist_info: bool) -> None:
@@ -294,14 +319,13 @@ def _walk(top: Path, ecosystem: str) -> list[tuple[str, os.DirEntry[str]]]:
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                if entry.name != "__pycache__":
-                    visit(entry.path, entry.name.endswith(".dist-info"))
+                visit(entry.path, entry.name.endswith(".dist-info"))
                 continue
             if dist_info and ecosystem == "pypi" and entry.name in _PY_LOCAL_FILES:
                 continue
             out.append((entry.path[cut:], entry))
 
-    visit(root, False)
+    visit(str(covered(top, ecosystem)), False)
     return out
 
 
@@ -320,63 +344,62 @@ def tree_digest(top: Path, ecosystem: str) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _signature(top: Path, ecosystem: str) -> str:
-    """Every covered file's metadata: changes when any file's content, mode or identity does."""
-    digest = hashlib.sha256()
-    for rel, entry in _walk(top, ecosystem):
-        st = entry.stat(follow_symlinks=False)
-        digest.update(f"{rel} {st.st_mode} {st.st_ino} {st.st_size} {st.st_ctime_ns} {st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
 def _stamp_path(top: Path) -> Path:
     return top.with_name(top.name + ".verified")
 
 
-def _stamp(top: Path, ecosystem: str, tree: str) -> None:
-    body = json.dumps({"tree": tree, "signature": _signature(top, ecosystem)})
+def _write_stamp(top: Path, tree: str, seal: str) -> None:
+    body = json.dumps({"tree": tree, "signature": seal})
     temporary = _stamp_path(top).with_name(f".{top.name}.{os.getpid()}.tmp")
     temporary.write_text(body)
     os.replace(temporary, _stamp_path(top))
 
 
-def _stamped(top: Path, ecosystem: str, tree: str) -> bool:
+def _stamped(top: Path, tree: str, seal: str) -> bool:
     try:
-        stamp = json.loads(_stamp_path(top).read_text())
+        written = json.loads(_stamp_path(top).read_text())
     except (OSError, ValueError):
         return False
-    return (
-        isinstance(stamp, dict) and stamp.get("tree") == tree and stamp.get("signature") == _signature(top, ecosystem)
-    )
+    return isinstance(written, dict) and written.get("tree") == tree and written.get("signature") == seal
+
+
+def _check(package: PackageLock) -> tuple[str | None, str]:
+    """What is wrong with the entry (see :func:`problem`), and the stamp its tree had before it was read."""
+    top = entry_dir(package)
+    if package.ecosystem == "pypi" and package.python and package.python != python_tag():
+        return "python", ""
+    if not top.is_dir():
+        return "missing", ""
+    # Stamped before the digest reads the files: a change made while they
+    # are read changes the stamp every start then compares.
+    seal = stamp(str(covered(top, package.ecosystem)))
+    if _stamped(top, package.tree, seal):
+        return None, seal
+    if tree_digest(top, package.ecosystem) != package.tree:
+        return "changed", seal
+    try:
+        _write_stamp(top, package.tree, seal)
+    except OSError:
+        pass  # a read-only cache: every open checks the whole tree
+    return None, seal
 
 
 def problem(package: PackageLock) -> str | None:
     """What is wrong with a locked package's cache entry: ``"python"``, ``"missing"``, ``"changed"``, or None."""
-    top = entry_dir(package)
-    if package.ecosystem == "pypi" and package.python and package.python != python_tag():
-        return "python"
-    if not top.is_dir():
-        return "missing"
-    if _stamped(top, package.ecosystem, package.tree):
-        return None
-    if tree_digest(top, package.ecosystem) != package.tree:
-        return "changed"
-    try:
-        _stamp(top, package.ecosystem, package.tree)
-    except OSError:
-        pass  # a read-only cache: every open checks the whole tree
-    return None
+    return _check(package)[0]
 
 
-def verify(package: PackageLock, server: str | None, locked: Locked) -> Path:
+def verify(package: PackageLock, server: str | None, locked: Locked) -> Sealed:
     """The package's cache entry, checked against the lock; a ``UserError`` naming the server if missing or changed.
 
     Then the entry the lock launches must be the one the verified tree
-    declares for the command line the lock was made for.
+    declares for the command line the lock was made for. Returned: the
+    tree the server runs from and its stamp, which the worker compares
+    before every start.
     """
     source = locked.entry.source if locked.entry is not None else None
     refused(package, source, server, locked)
-    found = problem(package)
+    found, seal = _check(package)
     top = entry_dir(package)
     what = f"{package.name} {package.version}"
     again = locked.command("lock", server)
@@ -387,7 +410,7 @@ def verify(package: PackageLock, server: str | None, locked: Locked) -> Path:
                 "declare for the command line it was locked for; it is not started",
                 hint=f"Lock it again: {locked.command('lock --update', server)}.",
             )
-        return top
+        return Sealed(root=str(covered(top, package.ecosystem)), stamp=seal)
     if found == "python":
         raise UserError(
             f"MCP server {server!r}: its lock installs {what} for {package.python}, and this is {python_tag()}",
@@ -485,7 +508,7 @@ def install(runner: Runner, environ: dict[str, str], expect: PackageLock | None 
         made = (_install_pypi if runner.ecosystem == "pypi" else _install_npm)(runner, environ, staging)
     finally:
         _remove(staging)
-    if expect is not None and (made.cache != expect.cache or made.tree != expect.tree):
+    if expect is not None and (made.cache != expect.cache or (expect.layout == LAYOUT and made.tree != expect.tree)):
         raise UserError(
             f"{runner.describe()}: the registry now serves other files for this version than the lock records "
             f"(content address {made.cache}, locked {expect.cache})",
@@ -504,7 +527,7 @@ def _place(staging_entry: Path, package: PackageLock) -> None:
         _remove(top)  # changed since: replaced by what was just checked
     _seal(staging_entry)
     os.rename(staging_entry, top)
-    _stamp(top, package.ecosystem, package.tree)
+    _write_stamp(top, package.tree, stamp(str(covered(top, package.ecosystem))))
 
 
 def _install_pypi(runner: Runner, environ: dict[str, str], staging: Path) -> PackageLock:
@@ -526,8 +549,7 @@ def _install_pypi(runner: Runner, environ: dict[str, str], staging: Path) -> Pac
         what,
     )
     lib = next((env / "lib").glob("python*/site-packages"))
-    # Hash-checked bytecode: a changed source is never shadowed by its old .pyc.
-    _run([str(python), "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", str(lib)], environ, what)
+    compile_bytecode(lib, environ, what)
     entry = _console_script(lib, runner, what)
     tree = tree_digest(top, "pypi")
     package = PackageLock(
@@ -541,9 +563,24 @@ def _install_pypi(runner: Runner, environ: dict[str, str], staging: Path) -> Pac
         artifacts=artifacts,
         args=list(runner.args),
         python=python_tag(),
+        layout=LAYOUT,
     )
     _place(top, package)
     return package
+
+
+def compile_bytecode(lib: Path, environ: dict[str, str], what: str) -> None:
+    """Compile every module under ``lib``: the bytecode the launch reads, in the digest.
+
+    The same on every install (paths relative to site-packages, a fixed hash
+    seed for the order of set constants), and hash-checked, so a changed
+    source is never shadowed by its old bytecode.
+    """
+    _run(
+        [interpreter(), "-m", "compileall", "-q", "-s", str(lib), "--invalidation-mode", "checked-hash", str(lib)],
+        {**environ, "PYTHONHASHSEED": "0"},
+        what,
+    )
 
 
 def _pypi_version(name: str, files: list[Path], what: str) -> str:
@@ -624,6 +661,7 @@ def _install_npm(runner: Runner, environ: dict[str, str], staging: Path) -> Pack
         tree=tree_digest(top, "npm"),
         artifacts=artifacts,
         args=list(runner.args),
+        layout=LAYOUT,
     )
     _place(top, package)
     return package
@@ -654,45 +692,67 @@ def _npm_bin(top: Path, runner: Runner, what: str) -> str:
 # Launching
 # --------------------------------------------------------------------------- #
 # Runs a console script's entry point as pip's generated script would, named
-# for the command (argv[0]) it stands for.
+# for the command (argv[0]) it stands for, with the entry's site-packages as
+# the only one on the import path (the interpreter starts with -I -S).
 _PY_LAUNCH: Final = (
-    "import importlib, sys; sys.argv[0] = {name!r}; obj = importlib.import_module({module!r})\n"
+    "import site, sys; site.addsitedir({lib!r}); import importlib; sys.argv[0] = {name!r}\n"
+    "obj = importlib.import_module({module!r})\n"
     "for part in {attrs!r}: obj = getattr(obj, part)\n"
     "sys.exit(obj())"
 )
+# Isolated mode (no current or script folder on the path, no PYTHON*
+# variables, no user site), no site-packages of the interpreter's own, and
+# no bytecode written into the (sealed) tree.
+_PY_FLAGS: Final = ("-I", "-S", "-B")
+# A Node preload that refuses any module resolved outside the folder this
+# variable names (the entry): parent node_modules folders, NODE_PATH and
+# the global folders are never reached.
+NODE_ROOT_ENV: Final = "LOVIA_MCP_NODE_ROOT"
+NODE_CONFINE: Final = Path(__file__).with_name("node_confine.cjs")
 
 
-def launch(package: PackageLock, top: Path) -> tuple[str, list[str]]:
-    """The command and arguments that start the cached server (no package manager)."""
+def interpreter() -> str:
+    """The Python a locked server runs on: this process's own, by its real path (never the entry's venv)."""
+    return os.path.realpath(sys.executable)
+
+
+def site_packages(top: Path) -> Path:
+    """The entry's site-packages, named for this interpreter's version (a lock for another is refused first)."""
+    return top / "env" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def launch(package: PackageLock, top: Path) -> tuple[str, list[str], dict[str, str]]:
+    """The command, arguments and environment that start the cached server (nothing outside the digest)."""
     if package.ecosystem == "pypi":
         module, _, attr = package.entry.partition(":")
-        code = _PY_LAUNCH.format(name=package.name, module=module.strip(), attrs=attr.strip().split("."))
-        return str(top / "env" / "bin" / "python"), ["-c", code, *package.args]
-    return "node", [str(top / package.entry), *package.args]
-
-
-def launch_from_cache(server: _Stdio, package: PackageLock, locked: Locked) -> _Stdio:
-    """``server`` launched from the cache entry the lock names (its form checked now, its files when it is opened)."""
-    refused(package, locked.entry.source if locked.entry is not None else None, server.name, locked)
-    command, args = launch(package, entry_dir(package))
-    return dataclasses.replace(server, command=command, args=args)
+        code = _PY_LAUNCH.format(
+            lib=str(site_packages(top)), name=package.name, module=module.strip(), attrs=attr.strip().split(".")
+        )
+        return interpreter(), [*_PY_FLAGS, "-c", code, *package.args], {}
+    return "node", ["--require", str(NODE_CONFINE), str(top / package.entry), *package.args], {NODE_ROOT_ENV: str(top)}
 
 
 __all__ = [
     "CACHE_ENV",
+    "LAYOUT",
+    "NODE_CONFINE",
+    "NODE_ROOT_ENV",
     "Runner",
     "cache_root",
+    "compile_bytecode",
     "content_address",
+    "covered",
     "entry_dir",
     "install",
+    "interpreter",
     "launch",
     "declared_entry",
-    "launch_from_cache",
     "malformed",
     "parse_runner",
     "problem",
     "python_tag",
     "refused",
+    "site_packages",
     "tree_digest",
     "verify",
 ]

@@ -23,6 +23,8 @@ AGENT_SURFACE = frozenset(
         "lovia_mcp_worker.wire.mcpjson",
         "lovia_mcp_worker.wire.confinement",
         "lovia_mcp_worker.wire.framing",
+        # The lock: the stamp of a locked server's tree, taken by the agent, compared by the worker.
+        "lovia_mcp_worker.wire.sealed",
         "lovia_mcp_worker.session.host",
         "lovia_mcp_worker.sandbox.netrequest",
         "lovia_mcp_worker.sandbox.registry",

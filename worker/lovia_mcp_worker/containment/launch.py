@@ -10,6 +10,9 @@ The worker is the launch wrapper. The server gets:
   ``spec.env``; a sandbox backend then sets its own proxy variables over
   both;
 - ``spec.cwd`` as its working directory;
+- with ``spec.sealed`` (a locked server), a start only while the tree it
+  runs from has the stamp the agent checked (a restart included: the
+  worker starts it with no agent in between);
 - its own session and process group, so the tree can be signalled as a whole;
 - a parent-death signal (SIGKILL when the worker dies, Linux);
 - rlimits from ``spec.limits`` applied between fork and exec, before any of
@@ -39,6 +42,7 @@ from ..sandbox.base import LaunchPlan, SandboxError
 from ..wire import environment
 from ..wire.confinement import Limits, Sandbox
 from ..wire.messages import ServerSpec
+from ..wire.sealed import stamp
 from .guard import die_with_parent
 
 # Every name a server may get without asking (the proxy variables only without credentials).
@@ -166,6 +170,12 @@ async def spawn(
 
     Also returned: the name of the sandbox backend it runs in (None: no sandbox).
     """
+    if spec.sealed is not None and stamp(spec.sealed.root) != spec.sealed.stamp:
+        raise LaunchError(
+            f"the locked files of {spec.name!r} under {spec.sealed.root} changed since they were checked "
+            "against the lock; the server is not started",
+            hint="Reinstall it from the lock with `lovia-mcp lock` (it checks the hashes), then open it again.",
+        )
     env = server_environment(spec.env)
     if spec.cwd is not None and not os.path.isdir(spec.cwd):
         raise LaunchError(f"cwd is not a directory: {spec.cwd!r}", hint="Pass an existing directory as cwd=.")

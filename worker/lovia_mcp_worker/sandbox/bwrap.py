@@ -369,9 +369,10 @@ def command(
     configured = ([cwd] if cwd else []) + list(sandbox.writable)
     # (configured, resolved, descriptor or -1)
     writable = [(p, *held[p]) if held is not None else (p, os.path.realpath(p), -1) for p in configured]
-    for top in tmp_roots([*argv, *(real for _, real, _ in writable)]):
+    for top in tmp_roots([*argv, *sandbox.readable, *(real for _, real, _ in writable)]):
         # The private /tmp would hide a server installed under /tmp (a
-        # checkout, a virtual environment): its top folder stays, read-only.
+        # checkout, a virtual environment, a lock's cache) or a readable
+        # path there: its top folder stays, read-only.
         args += ["--ro-bind", top, top]
     for path, real, fd in writable:
         if real == "/":

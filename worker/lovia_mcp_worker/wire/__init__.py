@@ -8,7 +8,9 @@
 - ``framing``: the length-framed socket, read the same way on both sides;
 - ``failures``: every way a server can fail, as the caller is told it;
 - ``environment``: the variables a server gets by default (trust paths and
-  proxies without credentials included), and the hint its stderr calls for.
+  proxies without credentials included), and the hint its stderr calls for;
+- ``sealed``: the tree a locked server runs from and its stamp, taken by
+  the agent when it checks the tree, compared by the worker at every start.
 
 Standard library and msgspec only: the agent process imports this package
 and must never load ``mcp``.

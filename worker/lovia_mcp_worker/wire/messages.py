@@ -29,6 +29,7 @@ import msgspec
 
 from .confinement import Limits, Sandbox
 from .mcpjson import ContentBlock, ToolSpec
+from .sealed import Sealed
 
 # The wire protocol's version: the agent sends it with Open and a worker that
 # speaks another refuses the connection (an agent and a forkserver from two
@@ -57,7 +58,9 @@ from .mcpjson import ContentBlock, ToolSpec
 # 13: Sandbox.upstream_proxy.
 # 14: Sandbox.no_proxy: the allowed names reached directly, not through the
 # upstream proxy.
-PROTOCOL_VERSION: Final = 14
+# 15: ServerSpec.sealed: the tree a locked server starts from and its stamp,
+# checked before every start.
+PROTOCOL_VERSION: Final = 15
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -125,6 +128,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     # The MCP protocol negotiation: "auto" (probe server/discover, fall back
     # to initialize), "legacy" (initialize only), or a version to pin.
     protocol: str = "auto"
+    # A locked server: the tree it runs from, as the agent checked it; every
+    # start (restarts included) is refused once the tree's stamp differs.
+    sealed: Sealed | None = None
 
 
 class HostEgress(msgspec.Struct, frozen=True, array_like=True):
