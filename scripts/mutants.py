@@ -564,6 +564,68 @@ MUTANTS: Final = [
         ),
         why="a body announced by a header the Connection header drops reaches the upstream as a request of its own",
     ),
+    Mutant(
+        name="lock-launch-not-isolated",
+        path="lovia_mcp/lock/packages.py",
+        old='_PY_FLAGS: Final = ("-I", "-S", "-B")',
+        new='_PY_FLAGS: Final = ("-S", "-B")',
+        tests=("tests/plugin/test_lock_hermetic.py::test_a_module_in_the_cwd_never_shadows_the_locked_code",),
+        why="a locked Python server imports a module planted in its cwd ahead of the standard library",
+    ),
+    Mutant(
+        name="lock-launch-venv-interpreter",
+        path="lovia_mcp/lock/packages.py",
+        old="return interpreter(), [*_PY_FLAGS,",
+        new='return str(top / "env" / "bin" / "python"), [*_PY_FLAGS,',
+        tests=("tests/plugin/test_lock_hermetic.py::test_a_replaced_venv_interpreter_and_its_config_are_never_used",),
+        why="a locked Python server runs the entry's venv interpreter, which the digest does not cover",
+    ),
+    Mutant(
+        name="lock-bytecode-unchecked",
+        path="lovia_mcp/lock/packages.py",
+        old="""                visit(entry.path, entry.name.endswith(".dist-info"))
+                continue""",
+        new="""                if entry.name != "__pycache__":
+                    visit(entry.path, entry.name.endswith(".dist-info"))
+                continue""",
+        tests=("tests/plugin/test_lock_hermetic.py::test_planted_bytecode_is_refused_before_the_server_starts",),
+        why="bytecode planted in a locked package's __pycache__ runs instead of the verified source",
+    ),
+    Mutant(
+        name="lock-stamp-no-ctime",
+        path="worker/lovia_mcp_worker/wire/sealed.py",
+        old="\\0{st.st_ctime_ns}",
+        new="",
+        tests=("tests/plugin/test_lock_hermetic.py::test_a_same_size_edit_with_its_times_set_back_is_caught",),
+        why="a cache file edited in place with its modification time set back runs",
+    ),
+    Mutant(
+        name="lock-restart-unchecked",
+        path="worker/lovia_mcp_worker/containment/launch.py",
+        old="if spec.sealed is not None and stamp(spec.sealed.root) != spec.sealed.stamp:",
+        new="if False:",
+        tests=("tests/plugin/test_lock_hermetic.py::test_a_restart_after_a_crash_is_refused_once_the_tree_changed",),
+        why="a restart after a crash runs a locked tree changed since the open checked it",
+    ),
+    Mutant(
+        name="lock-seal-not-sent",
+        path="lovia_mcp/connection.py",
+        old="self.core.spec = msgspec.structs.replace(self.core.spec, sealed=sealed)",
+        new="pass",
+        tests=("tests/plugin/test_lock_hermetic.py::test_a_restart_after_a_crash_is_refused_once_the_tree_changed",),
+        why="the worker is never told which tree a locked server runs from, so it checks no restart",
+    ),
+    Mutant(
+        name="lock-node-unconfined",
+        path="lovia_mcp/lock/packages.py",
+        old='return "node", ["--require", str(NODE_CONFINE), str(top / package.entry)',
+        new='return "node", [str(top / package.entry)',
+        tests=(
+            "tests/plugin/test_lock_hermetic.py::test_a_locked_npm_server_never_loads_a_module_from_outside_its_entry",
+        ),
+        why="a locked npm server loads a module planted in a parent node_modules or NODE_PATH",
+        needs="node",
+    ),
 ]
 
 
