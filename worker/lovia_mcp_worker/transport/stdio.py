@@ -295,7 +295,8 @@ class StdioSession:
         if exec_error is not None:
             self.end(failures.exec_failed(self.spec.command, exec_error, rc))
         elif not self.initialized:
-            self.end(failures.exited_before_handshake(rc, bytes(self._head), tail, self.spec.limits))
+            boxed = self.spec.command if self.spec.sandbox is not None else None
+            self.end(failures.exited_before_handshake(rc, bytes(self._head), tail, self.spec.limits, boxed))
         else:
             self.end(failures.exited(rc, tail, self.spec.limits))
 

@@ -107,7 +107,7 @@ _CERT_ERRORS: Final = (
     ),
 )
 # What a failed connection through (or for want of) a proxy looks like on stderr.
-_NETWORK_ERRORS: Final = re.compile(
+NETWORK_ERRORS: Final = re.compile(
     r"\b407\b|Proxy Authentication Required|ECONNREFUSED|ENOTFOUND|ETIMEDOUT|EAI_AGAIN|getaddrinfo|"
     r"Connection refused|Network is unreachable|Name or service not known|Temporary failure in name resolution|"
     r"error sending request|Failed to fetch|Could not connect|dns error",
@@ -137,7 +137,7 @@ def hint(stderr_tail: Sequence[str], environ: Mapping[str, str]) -> str | None:
                 f"(the trust variables: {', '.join(TRUST)})."
             )
     withheld = withheld_proxies(environ)
-    if withheld and _NETWORK_ERRORS.search(text):
+    if withheld and NETWORK_ERRORS.search(text):
         names = ", ".join(withheld)
         return (
             f"{names} in the agent's environment carr{'ies' if len(withheld) == 1 else 'y'} credentials, so servers "
@@ -149,6 +149,7 @@ def hint(stderr_tail: Sequence[str], environ: Mapping[str, str]) -> str | None:
 
 __all__ = [
     "BASE",
+    "NETWORK_ERRORS",
     "PROXY",
     "TRUST",
     "TRUST_FILES",

@@ -19,6 +19,7 @@ command line ``--memory-mb`` and ``--memory-mb 100``, each from its own table.
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Sequence
 from typing import Final, Literal, NamedTuple
@@ -47,6 +48,15 @@ LIMIT_HINTS: Final[dict[LimitOption, str]] = {
     "max_processes": HINT_PROCESSES,
     "cpu_seconds": HINT_CPU,
 }
+# Package runners: each resolves and installs the server it names at every start.
+PACKAGE_RUNNERS: Final = frozenset({"uvx", "uv", "pipx", "npx", "pnpm", "bunx", "yarn"})
+# What a write the box refused looks like on stderr (bwrap: a read-only root; Landlock: no write right).
+_REFUSED_WRITE: Final = re.compile(r"Read-only file system|os error 30|EROFS|Permission denied|os error 13|EACCES")
+HINT_RUNNER_IN_BOX: Final = (
+    "{runner} resolves and installs the server at every start: it must write its cache and reach the package "
+    "registry, and the sandbox allows neither. Lock the server once with `lovia-mcp lock --config FILE`: a "
+    "locked server starts from a verified cache with no package manager and no network (docs/lock.md)."
+)
 # Bytes of a server's stdout quoted when it wrote something other than JSON-RPC.
 STDOUT_QUOTE_BYTES = 120
 
@@ -182,13 +192,31 @@ def exited(returncode: int, stderr_tail: Sequence[str], limits: Limits) -> HostE
     )
 
 
-def exited_before_handshake(returncode: int, head: bytes, stderr_tail: Sequence[str], limits: Limits) -> HostError:
+def runner_in_box(boxed_command: str | None, stderr_tail: Sequence[str]) -> str | None:
+    """The hint for a package runner that a sandbox stopped (its cache unwritable, no registry); None if not that.
+
+    ``boxed_command``: the server's command when it runs in a sandbox.
+    """
+    runner = os.path.basename(boxed_command or "")
+    if runner not in PACKAGE_RUNNERS:
+        return None
+    text = "\n".join(stderr_tail)
+    if _REFUSED_WRITE.search(text) or environment.NETWORK_ERRORS.search(text):
+        return HINT_RUNNER_IN_BOX.format(runner=runner)
+    return None
+
+
+def exited_before_handshake(
+    returncode: int, head: bytes, stderr_tail: Sequence[str], limits: Limits, boxed_command: str | None = None
+) -> HostError:
     """The server ended before answering ``initialize``: say what it wrote instead.
 
     A command that wrote something other than JSON-RPC on stdout, or exited
     cleanly having written nothing at all, is not an MCP stdio server; that
     is an ``open`` failure (a fresh start would do the same). A crash with
-    nothing on stdout stays a crash, its stderr tail explaining it.
+    nothing on stdout stays a crash, its stderr tail explaining it, unless
+    it is a package runner the sandbox stopped (``boxed_command``: the
+    command, when the server runs in a sandbox): then the hint says to lock.
     """
     base = exited(returncode, stderr_tail, limits)
     if base.kind == "limit":
@@ -205,7 +233,7 @@ def exited_before_handshake(returncode: int, head: bytes, stderr_tail: Sequence[
         return HostError(
             base.kind,
             message,
-            hint=base.hint,
+            hint=runner_in_box(boxed_command, stderr_tail) or base.hint,
             exit_code=base.exit_code,
             signal_name=base.signal_name,
             stderr_tail=stderr_tail,
@@ -434,6 +462,7 @@ __all__ = [
     "wire_mismatch",
     "too_large",
     "unattributable",
+    "runner_in_box",
     "with_environment_hint",
     "with_tail",
 ]
