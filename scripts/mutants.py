@@ -626,6 +626,14 @@ MUTANTS: Final = [
         why="a locked npm server loads a module planted in a parent node_modules or NODE_PATH",
         needs="node",
     ),
+    Mutant(
+        name="runner-in-box-unexplained",
+        path="worker/lovia_mcp_worker/wire/failures.py",
+        old="hint=runner_in_box(boxed_command, stderr_tail) or base.hint,",
+        new="hint=base.hint,",
+        tests=("tests/sandbox/test_runner_in_box.py",),
+        why="uvx or npx stopped by the box says only 'check the server's log', not to lock the server",
+    ),
 ]
 
 
