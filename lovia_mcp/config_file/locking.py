@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from lovia.exceptions import UserError
 
 from ..lock import packages
 from ..lock.definition import definition, definition_hash
@@ -106,18 +105,12 @@ async def lock_config(
     """
     config = Path(config).expanduser()
     path = Path(lock).expanduser() if lock is not None else default_lock_path(config)
-    servers = load_servers(config, lock=False, auto_reconnect=False, spares=0, pin="off", **overrides)
-    known = [s.name or "" for s in servers]
-    missing = [n for n in names if n not in known]
-    if missing:
-        raise UserError(
-            f"{config} has no server {', '.join(map(repr, missing))}",
-            hint=f"Its servers: {', '.join(map(repr, known)) or 'none enabled'}.",
-        )
+    # With names, only those entries are read (another entry's unset variable is no error)
+    # and the lock's other entries are left as they are.
+    servers = load_servers(config, lock=False, names=names, auto_reconnect=False, spares=0, pin="off", **overrides)
     old = read_lock(path) if path.exists() else LockFile()
-    chosen = [s for s in servers if not names or (s.name or "") in names]
-    todo = [s for s in chosen if update or (s.name or "") not in old.servers]
-    kept = [s for s in chosen if s not in todo]
+    todo = [s for s in servers if update or (s.name or "") not in old.servers]
+    kept = [s for s in servers if s not in todo]
     results = await asyncio.gather(
         *(_lock_one(s, config, path, say) for s in todo),
         *(_reinstall(s, old.servers[s.name or ""], say) for s in kept),
@@ -126,7 +119,7 @@ async def lock_config(
     reinstalled = dict(zip((s.name or "" for s in kept), results[len(todo) :]))
     results = results[: len(todo)]
     done = {s.name or "": r for s, r in zip(todo, results)}
-    entries: dict[str, ServerLock] = {}
+    entries: dict[str, ServerLock] = {n: e for n, e in old.servers.items() if names and n not in names}
     outcomes: list[Outcome] = []
     for server in servers:
         name = server.name or ""

@@ -130,3 +130,22 @@ def test_lock_help_lists_its_own_exit_statuses_and_the_command_returns_them(tmp_
     # A lock file that cannot be written: a message with a hint, not a traceback.
     assert unwritable.returncode == 3 and "No such file or directory" in error_of(unwritable)
     assert "hint: Check that the folder exists" in unwritable.stderr
+
+
+def test_lock_server_reads_only_that_entry_and_keeps_the_others_as_they_are(tmp_path: Path) -> None:
+    # Another entry needs a variable this shell does not set (docs/config-files.md's own case).
+    path = write_config(tmp_path)
+    config = json.loads(Path(path).read_text())
+    config["mcpServers"]["api"] = {"command": PY, "args": [DRIFT], "env": {"DRIFT_DESCRIPTION": "${LOVIA_TEST_UNSET}"}}
+    Path(path).write_text(json.dumps(config), encoding="utf-8")
+    both = lovia_mcp("lock", "--config", path, env={"LOVIA_TEST_UNSET": "set once"})
+    assert both.returncode == 0, both.stderr
+    pinned = json.loads((tmp_path / ".mcp.lock.json").read_text())["servers"]["api"]
+
+    everything = lovia_mcp("lock", "--config", path, "--update")
+    one = lovia_mcp("lock", "--config", path, "--server", "drift", "--update")
+
+    assert everything.returncode == 2 and "LOVIA_TEST_UNSET" in error_of(everything)
+    assert one.returncode == 0, one.stderr
+    assert "drift  locked" in one.stdout and "api" not in one.stdout
+    assert json.loads((tmp_path / ".mcp.lock.json").read_text())["servers"]["api"] == pinned
