@@ -5,8 +5,9 @@ histogram and a few gauges read at scrape time do not justify a dependency.
 Every name starts ``lovia_mcp_``:
 
 - ``lovia_mcp_calls_total{server,tool,outcome}``: ``tool`` is a tool the
-  server lists, or :data:`UNKNOWN_TOOL` for any other name a client sent
-  (so the series are bounded by the servers' listings, never by clients);
+  server lists (a name outside it is refused before the call; should one
+  reach a call, it is :data:`UNKNOWN_TOOL`), so the series are bounded by
+  the servers' listings, never by clients;
   outcome ``ok``,
   ``tool_error`` (the server's ``isError``), ``error`` (the call failed:
   crash, limit, circuit...), ``timeout``, ``refused`` (no session slot, or
