@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -122,6 +123,18 @@ def test_every_block_of_the_page_is_runnable_or_says_why_not(page: Path) -> None
             assert before and before[0].not_run is None, (
                 f"{block.where}: an output block follows a Python block that runs"
             )
+
+
+@pytest.mark.unit
+def test_no_page_counts_the_suites_tests() -> None:
+    # A count of tests is stale at the next test and no script writes it; `pytest --collect-only -q` counts.
+    counted = [
+        f"{page.name}:{n}: {line.strip()}"
+        for page in [README, *PAGES]
+        for n, line in enumerate(page.read_text(encoding="utf-8").split("\n"), 1)
+        if re.search(r"\b\d[\d,]* (?:[a-z-]+ )?tests\b", line)
+    ]
+    assert counted == []
 
 
 @pytest.mark.unit
