@@ -16,6 +16,9 @@ tests/project/test_readme.py's.
   Package servers are locked offline, as in
   tests/project/test_lock_thirdparty.py: pip and npm read
   ``.cache/thirdparty`` (a session that needs what is absent skips).
+- **Synopses.** A block giving a subcommand's synopsis (``lovia-mcp serve
+  --config FILE [--lock FILE] ...``) names every option its ``--help``
+  lists (``-h`` and ``-v`` aside) and no other.
 - **Marks.** A ``<!-- not run: reason -->`` block still has to parse (a
   fragment may use ``await``: it stands inside an async function).
 
@@ -229,3 +232,30 @@ def test_the_console_session_prints_what_it_shows(session: Block, tmp_path: Path
         assert matches(step.shown, ran.stdout.rstrip("\n").split("\n")), (
             f"{session.page.name}:{step.line}: $ {step.command}\nprinted:\n{ran.stdout}"
         )
+
+
+SYNOPSIS = re.compile(r"^(?:\$ )?lovia-mcp (?P<command>[a-z]+) (?=.*\[)", re.MULTILINE)
+FLAG = re.compile(r"(?<![\w-])--?[a-z][a-z-]*")
+
+
+def synopses() -> list[tuple[Block, str]]:
+    """The blocks that give a subcommand's synopsis (``lovia-mcp serve --config FILE [--lock FILE] ...``)."""
+    return [(b, m["command"]) for p in PAGES for b in blocks(p) if (m := SYNOPSIS.match(b.text))]
+
+
+@pytest.mark.parametrize(("block", "command"), synopses(), ids=lambda x: x.where if isinstance(x, Block) else x)
+def test_a_synopsis_names_every_option_the_commands_help_lists_and_no_other(block: Block, command: str) -> None:
+    helped = subprocess.run(
+        ["lovia-mcp", command, "--help"],
+        env=offline_env(Path(".")),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+    )
+    assert helped.returncode == 0, helped.stderr
+    listed = set(FLAG.findall("\n".join(re.findall(r"^  (-.*?)(?:  |$)", helped.stdout, re.MULTILINE))))
+
+    shown = set(FLAG.findall(block.text))
+
+    assert shown <= listed, f"{block.where}: options that `{command} --help` does not list"
+    assert listed - {"-h", "--help", "-v", "--verbose"} <= shown, f"{block.where}: options missing"
