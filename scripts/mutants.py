@@ -634,6 +634,15 @@ MUTANTS: Final = [
         tests=("tests/sandbox/test_runner_in_box.py",),
         why="uvx or npx stopped by the box says only 'check the server's log', not to lock the server",
     ),
+    Mutant(
+        name="readme-unboxed",
+        path="README.md",
+        old=', "sandbox": {"network": false}}',
+        new="}",
+        tests=("tests/project/test_readme.py",),
+        why="the README's headline example runs its server with no sandbox and its test still passes",
+        needs=".cache/thirdparty/wheels",
+    ),
 ]
 
 
