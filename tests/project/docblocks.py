@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -38,6 +41,9 @@ THIRDPARTY = ROOT / ".cache" / "thirdparty"
 WHEELS = THIRDPARTY / "wheels"
 NPM_CACHE = THIRDPARTY / "npm-cache"
 VENV_BIN = Path(sys.executable).parent
+# Bound on the README's lock: it installs mcp-server-time's ~30 wheels into a
+# venv and compiles them (about ten seconds; several times that on a loaded machine).
+LOCK_TIMEOUT = 240.0
 
 FENCE_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)[ \t]*(?P<info>[^\n`]*)$")
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(?P<reason>\S.*?)\s*-->$")
@@ -171,10 +177,52 @@ def offline_env(folder: Path) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class ReadmeLocked:
+    """The README's ``mcp.json`` in ``folder``, locked by the README's own command, which printed ``printed``."""
+
+    folder: Path
+    config: str
+    env: dict[str, str]
+    step: Step
+    printed: subprocess.CompletedProcess[str]
+
+
+_readme_locked: list[ReadmeLocked] = []
+
+
+def readme_locked(tmp_path_factory: pytest.TempPathFactory) -> ReadmeLocked:
+    """The README's config locked offline by its own command, once for the session:
+    tests/project/test_readme.py checks the lock, docs/without-a-model.md's examples use it."""
+    if not WHEELS.is_dir():
+        pytest.skip(".cache/thirdparty has no wheels: run `bash scripts/thirdparty.sh`")
+    if not _readme_locked:
+        use_it = section(README, "Use it")
+        [config] = [b for b in use_it if b.lang == "json"]
+        [lock] = steps(next(b for b in use_it if b.lang == "console"))
+        name = re.search(r"--config (\S+)", lock.command)
+        assert lock.command.startswith("lovia-mcp lock ") and name is not None, lock.command
+        folder = tmp_path_factory.mktemp("readme")
+        (folder / name[1]).write_text(config.text)
+        env = offline_env(folder)
+        printed = subprocess.run(
+            ["bash", "-c", lock.command],
+            cwd=folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=LOCK_TIMEOUT,
+        )
+        _readme_locked.append(ReadmeLocked(folder, name[1], env, lock, printed))
+    return _readme_locked[0]
+
+
 __all__ = [
     "NPM_CACHE",
     "README",
     "ROOT",
+    "ReadmeLocked",
     "VENV_BIN",
     "WHEELS",
     "Block",
@@ -183,6 +231,7 @@ __all__ = [
     "matches",
     "offline_env",
     "padded",
+    "readme_locked",
     "section",
     "steps",
 ]

@@ -41,8 +41,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ReadmeLocked
-from docblocks import NPM_CACHE, README, ROOT, WHEELS, Block, Step, blocks, matches, offline_env, padded, steps
+from docblocks import (
+    NPM_CACHE,
+    README,
+    ROOT,
+    WHEELS,
+    Block,
+    ReadmeLocked,
+    Step,
+    blocks,
+    matches,
+    offline_env,
+    padded,
+    readme_locked,
+    steps,
+)
 
 # A page's blocks run in one process: a few servers' starts, a crash and a
 # restart, and for the lock examples pip's install of mcp-server-time's
@@ -171,12 +184,12 @@ def test_the_block_reader_sees_marks_outputs_sessions_and_wildcards(tmp_path: Pa
 @pytest.mark.timeout(TIMEOUT)
 @pytest.mark.parametrize("page", [p for p in PAGES if runnable(p)], ids=lambda p: p.name)
 def test_the_python_blocks_of_the_page_run_and_print_what_it_shows(
-    page: Path, tmp_path: Path, request: pytest.FixtureRequest
+    page: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     code = runnable(page)
     env = offline_env(tmp_path)
     if page.name in FIXTURES:
-        FIXTURES[page.name](tmp_path, env, lambda: request.getfixturevalue("readme_locked"))
+        FIXTURES[page.name](tmp_path, env, lambda: readme_locked(tmp_path_factory))
     spec, report = tmp_path / "spec.json", tmp_path / "report.json"
     spec.write_text(
         json.dumps(

@@ -15,7 +15,7 @@ No network: as in tests/project/test_lock_thirdparty.py, pip finds
 mcp-server-time's wheels in ``.cache/thirdparty/wheels`` (``bash
 scripts/thirdparty.sh`` puts them there; the test skips without them) and
 the cache is a folder of the test's own (``LOVIA_MCP_CACHE_DIR``). The lock
-runs once for the session (``readme_locked`` in tests/project/conftest.py:
+runs once for the session (``readme_locked`` in tests/project/docblocks.py:
 docs/without-a-model.md's examples use the same locked file).
 """
 
@@ -30,10 +30,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ReadmeLocked
-from docblocks import README, matches, padded, section
+from docblocks import README, matches, padded, readme_locked, section
 
-# The lock (the session's readme_locked fixture) takes about ten seconds,
+# The lock (readme_locked, once for the session) takes about ten seconds,
 # several times that on a loaded machine; then the script starts a worker and the server.
 pytestmark = pytest.mark.timeout(300)
 # Bound on the script: a hang fails the test instead of the session.
@@ -45,18 +44,19 @@ TURNS = [["call", "time__get_current_time", {"timezone": "Asia/Tokyo"}], ["text"
 
 
 def test_the_readme_config_lock_and_script_work_verbatim_through_the_locked_sandboxed_server(
-    readme_locked: ReadmeLocked, tmp_path: Path
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
+    locked = readme_locked(tmp_path_factory)
     [script] = [b for b in section(README, "Use it") if b.lang == "python"]
-    assert f'"{readme_locked.config}"' in script.text, "the script loads the file the lock command locked"
-    lock = readme_locked.printed
+    assert f'"{locked.config}"' in script.text, "the script loads the file the lock command locked"
+    lock = locked.printed
     assert lock.returncode == 0, lock.stdout
-    assert matches(readme_locked.step.shown, lock.stdout.rstrip("\n").split("\n")), (
-        readme_locked.step.shown,
+    assert matches(locked.step.shown, lock.stdout.rstrip("\n").split("\n")), (
+        locked.step.shown,
         lock.stdout,
     )
 
-    env = readme_locked.env
+    env = locked.env
     no_uvx = os.pathsep.join(d for d in env["PATH"].split(os.pathsep) if not (Path(d) / "uvx").exists())
     assert shutil.which("uvx", path=no_uvx) is None
     spec, report = tmp_path / "spec.json", tmp_path / "report.json"
@@ -72,7 +72,7 @@ def test_the_readme_config_lock_and_script_work_verbatim_through_the_locked_sand
     )
     ran = subprocess.run(
         [sys.executable, str(RUNNER), str(spec)],
-        cwd=readme_locked.folder,
+        cwd=locked.folder,
         env={**env, "PATH": no_uvx},
         capture_output=True,
         text=True,
