@@ -930,7 +930,7 @@ async def _measure_runs(client: str, script: str, reps: int, add: Any, p: Params
         from lovia_mcp import close_spares, warm_spares
 
         if p.refills_in_run:
-            from lovia_mcp import spares
+            from lovia_mcp.opening import spares
 
             spares.run_began = lambda: None  # the pool never learns of a run in progress
 
@@ -1050,7 +1050,8 @@ async def _crash_retry(*, standby: bool) -> float:
 async def _measure_waiting_spare(script: str, add: Any, p: Params) -> None:
     import psutil
 
-    from lovia_mcp import close_spares, spares, warm_spares
+    from lovia_mcp import close_spares, warm_spares
+    from lovia_mcp.opening import spares
 
     config = _make_server("process", script, spares=1)
     await warm_spares(config)

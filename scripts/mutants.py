@@ -234,7 +234,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="arguments-surrogates",
-        path="lovia_mcp/connection.py",
+        path="lovia_mcp/connection/live.py",
         old="return _json_encode(_surrogates_replaced(arguments))",
         new="return _json_encode(arguments)",
         tests=(
@@ -327,7 +327,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="accounting-egress-bytes",
-        path="worker/lovia_mcp_worker/sandbox/netproxy.py",
+        path="worker/lovia_mcp_worker/sandbox/egress/netproxy.py",
         old="traffic.bytes += len(data)",
         new="pass",
         tests=("tests/sandbox/test_egress_accounting.py",),
@@ -366,7 +366,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="config-file-unguarded",
-        path="lovia_mcp/config_file/loader.py",
+        path="lovia_mcp/opening/config_file/loader.py",
         old="return [dataclasses.replace(s, config_files=paths) if isinstance(s, MCPServerStdio) else s for s in servers]",
         new="return servers",
         tests=("tests/sandbox/test_config_guard.py",),
@@ -376,9 +376,9 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="config-files-not-in-box",
-        path="lovia_mcp/config.py",
-        old="_sandbox_config.resolved(self._guarded(), cwd)",
-        new="_sandbox_config.resolved(self.sandbox, cwd)",
+        path="lovia_mcp/config/server.py",
+        old="_sandbox.resolved(self._guarded(), cwd)",
+        new="_sandbox.resolved(self.sandbox, cwd)",
         tests=("tests/sandbox/test_config_guard.py",),
         why="the recorded config file and lock never reach the box: the server rewrites them",
         needs="a sandbox backend",
@@ -397,7 +397,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="no-proxy-ignored",
-        path="worker/lovia_mcp_worker/sandbox/netproxy.py",
+        path="worker/lovia_mcp_worker/sandbox/egress/netproxy.py",
         old="and not self.upstream.direct(request.host, request.port)",
         new="and True",
         tests=(
@@ -474,7 +474,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="connection-callable-bypassed",
-        path="lovia_mcp/connection.py",
+        path="lovia_mcp/connection/live.py",
         old="        if name not in self._callable:\n",
         new="        if name in self._withheld:\n",
         tests=(
@@ -543,7 +543,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="netproxy-keepalive-piped",
-        path="worker/lovia_mcp_worker/sandbox/netproxy.py",
+        path="worker/lovia_mcp_worker/sandbox/egress/netproxy.py",
         old="if body is None else _one_body(a_reader, b_writer, body, traffic)",
         new="",
         tests=(
@@ -555,7 +555,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="netproxy-framing-as-sent",
-        path="worker/lovia_mcp_worker/sandbox/netrequest.py",
+        path="worker/lovia_mcp_worker/sandbox/egress/netrequest.py",
         old="body=body_framing(version, request.forwarded_headers())",
         new="body=body_framing(version, headers)",
         tests=(
@@ -609,7 +609,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="lock-seal-not-sent",
-        path="lovia_mcp/connection.py",
+        path="lovia_mcp/connection/live.py",
         old="self.core.spec = msgspec.structs.replace(self.core.spec, sealed=sealed)",
         new="pass",
         tests=("tests/plugin/test_lock_hermetic.py::test_a_restart_after_a_crash_is_refused_once_the_tree_changed",),

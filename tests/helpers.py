@@ -48,7 +48,7 @@ from lovia_mcp_worker.containment import cgroup_layout
 from lovia_mcp_worker.wire.messages import HEADER, encoder
 
 from lovia_mcp import MCP, MCPError, MCPServer, MCPServerStdio, Sandbox
-from lovia_mcp._isolation import ISOLATIONS as ISOLATION_MODES
+from lovia_mcp.config._isolation import ISOLATIONS as ISOLATION_MODES
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"

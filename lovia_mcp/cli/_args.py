@@ -11,7 +11,7 @@ from typing import Any, Final
 from lovia_mcp_worker.wire.confinement import Limits
 from lovia_mcp_worker.wire.messages import DEFAULT_KILL_GRACE, Option
 
-from .._isolation import ISOLATIONS
+from ..config._isolation import ISOLATIONS
 
 # The flag that sets each option a failure can name as the one to change:
 # errors say these where the library says its option names.

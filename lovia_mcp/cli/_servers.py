@@ -10,9 +10,9 @@ from typing import Any, Final
 
 import msgspec
 
-from ..config import Limits, Sandbox
-from ..config_file.loader import load_servers
-from ..servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
+from ..config.server import Limits, Sandbox
+from ..opening.config_file.loader import load_servers
+from ..opening.servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from ._args import PROG, UsageError
 
 # Longest server label (a command line) on the status line and in tables.

@@ -17,10 +17,10 @@ from typing import Final
 
 from lovia.exceptions import UserError
 
-from ..config_file.loader import load_servers
 from ..doctor.report import Report, diagnose
 from ..doctor.suite import DESCRIPTIONS
-from ..servers import MCPServer
+from ..opening.config_file.loader import load_servers
+from ..opening.servers import MCPServer
 from ._args import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, PROG
 from ._terminal import terminal_block, terminal_json
 

@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING, Any
 from lovia.exceptions import LoviaError, MCPError, UserError
 from lovia_mcp_worker.wire.messages import Option
 
-from .._errors import reworded
 from .._names import prefix_head
-from ..annotations import as_json
+from ..config.annotations import as_json
+from ..connection._errors import reworded
 from ..lock.pins import summary
+from ..opening.servers import MCPServer
 from ..render import render_mcp_content
-from ..servers import MCPServer
 from ._args import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
@@ -70,7 +70,7 @@ from ._table import CheckRow, check_table, drift_lines, parameter_lines, tools_t
 from ._terminal import TerminalFormatter, terminal_block, terminal_json, terminal_line
 
 if TYPE_CHECKING:
-    from ..connection import MCPConnection
+    from ..connection.live import MCPConnection
 
 
 # --------------------------------------------------------------------------- #
@@ -317,7 +317,7 @@ async def _check(ns: argparse.Namespace, servers: list[MCPServer], progress: Pro
 # lock
 # --------------------------------------------------------------------------- #
 def _lock(ns: argparse.Namespace, progress: Progress) -> int:
-    from ..config_file.locking import lock_config
+    from ..opening.config_file.locking import lock_config
 
     overrides: dict[str, Any] = {}
     if ns.open_timeout is not None:
@@ -443,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "demo":
         if command is not None:
             parser.error("demo takes no server command")
-        from ..demo import main as demo_main
+        from ..demo.run import main as demo_main
 
         try:
             return demo_main()

@@ -16,8 +16,8 @@ from typing import Final
 from lovia_mcp_worker.wire.mcpjson import ToolAnnotations
 from lovia_mcp_worker.wire.messages import Failure
 
-from .. import annotations as hints
-from ..annotations import AutoReconnect
+from ..config import annotations as hints
+from ..config.annotations import AutoReconnect
 
 logger = logging.getLogger("lovia_mcp")
 

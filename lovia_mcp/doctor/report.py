@@ -21,8 +21,8 @@ import lovia_mcp_worker.sandbox.registry as registry
 from lovia_mcp_worker.sandbox.base import SandboxError
 from lovia_mcp_worker.wire.confinement import Limits, Sandbox
 
-from .._isolation import Isolation
-from ..servers import MCPServer, MCPServerStdio
+from ..config._isolation import Isolation
+from ..opening.servers import MCPServer, MCPServerStdio
 from .suite import BackendReport, Targets, backend_names, run_backend
 
 JSON = dict[str, object]

@@ -41,8 +41,8 @@ import lovia_mcp_worker.sandbox.registry as registry
 from lovia.exceptions import LoviaError
 from lovia_mcp_worker.wire.confinement import Sandbox
 
-from .._isolation import Isolation
-from ..servers import MCPServerStdio
+from ..config._isolation import Isolation
+from ..opening.servers import MCPServerStdio
 from . import probes
 
 Outcome = Literal["held", "escaped", "skipped"]

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from lovia.exceptions import UserError
 
-from ..config_file.loader import GATEWAY_SECTION
+from ..opening.config_file.loader import GATEWAY_SECTION
 from .options import read_config
 from .principals import PRINCIPAL_NAME
 

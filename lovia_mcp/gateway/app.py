@@ -94,7 +94,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from starlette.types import Receive, Scope, Send
 
 from .._names import PREFIX_SEP
-from ..annotations import MCPTool, as_json
+from ..config.annotations import MCPTool, as_json
 from ..render import DENIED_META, MCPToolResult, denial_lines
 from .access import Access
 from .audit import AuditLog, Caller, trace_id

@@ -43,11 +43,11 @@ from typing import Any, ClassVar, Final
 from lovia.exceptions import LoviaError, MCPError
 from lovia_mcp_worker.wire.messages import Stats
 
-from ..annotations import MCPTool
-from ..connection import MCPConnection
+from ..config.annotations import MCPTool
+from ..connection.live import MCPConnection
+from ..opening.servers import MCPServer
+from ..opening.spares import close_spares, warm_spares
 from ..render import MCPToolResult
-from ..servers import MCPServer
-from ..spares import close_spares, warm_spares
 from .options import Served
 from .principals import DEFAULT_PRINCIPAL, share
 

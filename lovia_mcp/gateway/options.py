@@ -32,7 +32,7 @@ from typing import Any, Final, Literal
 
 from lovia.exceptions import UserError
 
-from ..config_file.loader import strip_jsonc
+from ..opening.config_file.loader import strip_jsonc
 
 SessionMode = Literal["shared", "per-session", "per-principal"]
 SESSION_MODES: Final = ("shared", "per-session", "per-principal")

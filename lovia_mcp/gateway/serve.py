@@ -43,8 +43,8 @@ from typing import Any, Final
 import uvicorn
 from lovia.exceptions import LoviaError, UserError
 
-from ..config_file.loader import load_servers
-from ..servers import MCPServer, MCPServerStdio
+from ..opening.config_file.loader import load_servers
+from ..opening.servers import MCPServer, MCPServerStdio
 from .access import access_options
 from .app import Gateway
 from .audit import AuditLog

@@ -18,10 +18,10 @@ from helpers import CLI_TIMEOUT, PY, RAW_SERVER, ROOT, error_of, lovia_mcp, lovi
 from lovia_mcp_worker.wire import failures
 from lovia_mcp_worker.wire.messages import OPTIONS
 
-from lovia_mcp._errors import reworded, to_error
 from lovia_mcp.cli._args import OPTION_FLAGS, build_parser
 from lovia_mcp.cli._servers import servers_from
 from lovia_mcp.cli.main import cli_words, parameter_lines, tools_table
+from lovia_mcp.connection._errors import reworded, to_error
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -39,8 +39,9 @@ from helpers import (
 from lovia import Agent, Runner
 from lovia.testing import call, text
 
-from lovia_mcp import MCP, MCPConnection, MCPError, MCPServerStdio, UserError, close_spares, spares, warm_spares
-from lovia_mcp.config import MAX_SPARES
+from lovia_mcp import MCP, MCPConnection, MCPError, MCPServerStdio, UserError, close_spares, warm_spares
+from lovia_mcp.config.server import MAX_SPARES
+from lovia_mcp.opening import spares
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process isolation is tested on Linux")
 

@@ -21,7 +21,7 @@ import pytest
 from _gateway import PY, SERVERS, Serve, modern_call, raw, sdk_client, shared_by_module
 from conftest import run
 
-from lovia_mcp.config_file.locking import lock_config
+from lovia_mcp.opening.config_file.locking import lock_config
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -410,7 +410,7 @@ def test_a_bad_access_section_is_a_clear_error_with_a_hint(section: dict[str, An
 
 @pytest.mark.unit
 def test_the_config_loader_lets_the_gateway_section_through_for_check_and_the_plugin() -> None:
-    from lovia_mcp.config_file.loader import load_servers
+    from lovia_mcp.opening.config_file.loader import load_servers
 
     config = {"mcpServers": {"s1": raw()}, "gateway": {"access": {"a": ["s1"]}}}
     assert [s.name for s in load_servers(config)] == ["s1"]

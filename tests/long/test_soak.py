@@ -65,7 +65,7 @@ MAX_BYTES_PER_CYCLE: Final = 2048
 # After the close, the processes of the soak are gone within this.
 GONE_WITHIN: Final = 10.0
 
-# The proxy's socket folders (worker/lovia_mcp_worker/sandbox/netroute.py).
+# The proxy's socket folders (worker/lovia_mcp_worker/sandbox/egress/netroute.py).
 PROXY_FOLDERS: Final = "/tmp/lovia-mcp-net-*"
 
 

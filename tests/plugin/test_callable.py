@@ -20,8 +20,8 @@ import pytest
 from helpers import ISOLATIONS, PY, SERVERS, raw, run
 
 from lovia_mcp import MCPConnection, MCPError, load_servers
-from lovia_mcp.config_file.locking import lock_config
-from lovia_mcp.connection import UNKNOWN_TOOL_KIND
+from lovia_mcp.connection.live import UNKNOWN_TOOL_KIND
+from lovia_mcp.opening.config_file.locking import lock_config
 
 
 async def _refused(conn: MCPConnection, name: str) -> MCPError:

@@ -17,9 +17,9 @@ import pytest
 from helpers import PY, RAW_SERVER, copy_raw_server, drive, outputs, run
 from lovia.testing import call
 
-import lovia_mcp.config_file.loader as config_file
+import lovia_mcp.opening.config_file.loader as config_file
 from lovia_mcp import MCP, Limits, MCPServerStdio, MCPServerStreamableHTTP, Sandbox, UserError, load_servers
-from lovia_mcp.config_file.loader import strip_jsonc
+from lovia_mcp.opening.config_file.loader import strip_jsonc
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -26,7 +26,7 @@ from lovia.tools import Tool, tool
 from lovia.tools.base import run_tool, truncate_tool_output
 
 from lovia_mcp import MCP, MCPServerStdio, MCPToolResult, UserError
-from lovia_mcp._deferred import deferred_instructions, make_call_tool, make_search_tool
+from lovia_mcp.opening._deferred import deferred_instructions, make_call_tool, make_search_tool
 
 
 def deferred(isolation: str, name: str | None = "d", *, defer: bool = True, **options: Any) -> MCPServerStdio:

@@ -40,7 +40,7 @@ PROMISED = {
 
 # Agent-side modules whose public classes belong at the top level (config's
 # descriptions are the layer under the servers module's public classes).
-AGENT_SIDE = ("annotations", "servers", "connection", "plugin", "render")
+AGENT_SIDE = ("config.annotations", "opening.servers", "connection.live", "opening.plugin", "render")
 
 
 def _public_modules(package: ModuleType) -> list[str]:

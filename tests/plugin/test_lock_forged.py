@@ -26,7 +26,7 @@ from helpers import run
 from lovia_mcp import close_spares, load_servers, warm_spares
 from lovia_mcp.lock.lockfile import Artifact, PackageLock
 from lovia_mcp.lock.packages import LAYOUT, content_address, entry_dir, malformed, tree_digest
-from lovia_mcp.servers import open_server
+from lovia_mcp.opening.servers import open_server
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,7 +22,7 @@ from lovia import Agent, Runner
 from lovia.testing import call, text
 
 from lovia_mcp import MCP, MCPError, load_servers
-from lovia_mcp.config_file.locking import lock_config
+from lovia_mcp.opening.config_file.locking import lock_config
 
 DRIFT = str(SERVERS / "drift_server.py")
 PIN_WARNING = "differ from the lock"

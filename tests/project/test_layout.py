@@ -26,7 +26,7 @@ AGENT_SURFACE = frozenset(
         # The lock: the stamp of a locked server's tree, taken by the agent, compared by the worker.
         "lovia_mcp_worker.wire.sealed",
         "lovia_mcp_worker.session.host",
-        "lovia_mcp_worker.sandbox.netrequest",
+        "lovia_mcp_worker.sandbox.egress.netrequest",
         "lovia_mcp_worker.sandbox.registry",
         # lovia-mcp doctor: the kernel's facts, and the error a backend's availability check raises.
         "lovia_mcp_worker.containment.machine",
@@ -145,17 +145,18 @@ def test_the_agent_imports_from_the_worker_package_only_its_named_public_surface
 # The worker's subpackages, top to bottom: each imports only those below it.
 WORKER_LAYERS = [("forkserver",), ("session",), ("transport",), ("containment",), ("sandbox",), ("wire",)]
 
-# The agent side's modules and subpackages, top to bottom: each imports only
-# from its own layer or those below it. The config describes and never opens
-# (``servers`` adds opening on top of it), so the connection and the client
-# core under it can be written against the config.
+# The agent side's folders, top to bottom: each imports only from its own
+# layer or those below it. The config describes and never opens (``opening/``
+# adds opening on top of it), so the connection and the client core under it
+# can be written against the config. The leaves are the only modules beside
+# the package's face.
 AGENT_LAYERS = [
-    ("__main__", "cli", "gateway", "doctor", "demo", "_demo_sandbox", "examples"),  # the front ends
-    ("plugin", "ahead", "spares", "servers", "config_file", "_deferred"),  # what opens configs, per run or ahead
-    ("connection", "_tools", "_parity", "_errors"),  # the live connection, as lovia sees it
+    ("__main__", "cli", "gateway", "doctor", "demo", "examples"),  # the front ends
+    ("opening",),  # what opens configs, per run or ahead, and config files
+    ("connection",),  # the live connection, as lovia sees it
     ("client",),  # the client core: requests, channels, the circuit, the forkserver handle
-    ("config", "_sandbox_config", "annotations", "lock"),  # the configs, as descriptions, and their lock
-    ("_isolation", "_names", "render", "tracing"),  # leaves: they import nothing of the package
+    ("config", "lock"),  # the configs, as descriptions, and their lock
+    ("_names", "render", "tracing"),  # leaves: they import nothing of the package
 ]
 
 LAYERS = {"lovia_mcp": AGENT_LAYERS, "lovia_mcp_worker": WORKER_LAYERS}

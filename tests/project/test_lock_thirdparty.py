@@ -26,9 +26,9 @@ from helpers import ROOT, run
 from lovia_mcp_worker.sandbox import landlock
 
 from lovia_mcp import MCPServer, Sandbox, load_servers
-from lovia_mcp.config_file.locking import lock_config
 from lovia_mcp.lock.definition import definition_hash
 from lovia_mcp.lock.packages import CACHE_ENV, entry_dir
+from lovia_mcp.opening.config_file.locking import lock_config
 
 # The lock installs mcp-server-time's ~30 wheels into a venv and compiles
 # them, and server-everything's ~110 npm packages: half a minute on a loaded

@@ -37,7 +37,7 @@ AGENT = r"""
 import asyncio, dataclasses, json, os, sys
 from pathlib import Path
 from lovia_mcp import Sandbox
-from lovia_mcp.config_file.loader import load_servers
+from lovia_mcp.opening.config_file.loader import load_servers
 from lovia_mcp_worker.sandbox import bwrap, landlock
 
 work, script, backend = Path(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -32,7 +32,8 @@ from typing import Any
 
 import pytest
 from helpers import ESCAPE_SERVER, PY, SERVERS, as_nobody, run
-from lovia_mcp_worker.sandbox import bwrap, denials, landlock, netbridge
+from lovia_mcp_worker.sandbox import bwrap, landlock
+from lovia_mcp_worker.sandbox.egress import denials, netbridge
 from lovia_mcp_worker.session import denials as session_denials
 from lovia_mcp_worker.session.denials import MAX_DISTINCT, Attribution
 

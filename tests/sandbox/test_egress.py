@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from helpers import LocalHTTP, bounded, exchange
-from lovia_mcp_worker.sandbox import netproxy, netroute
-from lovia_mcp_worker.sandbox.netrequest import (
+from lovia_mcp_worker.sandbox.egress import netproxy, netroute
+from lovia_mcp_worker.sandbox.egress.netrequest import (
     Allowlist,
     BadEntry,
     as_address,

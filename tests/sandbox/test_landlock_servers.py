@@ -234,7 +234,7 @@ def test_a_warm_spare_runs_in_the_landlock_sandbox_too() -> None:
 
 
 def test_a_config_file_sandbox_block_chooses_the_backend(tmp_path: Path) -> None:
-    from lovia_mcp.config_file.loader import load_servers
+    from lovia_mcp.opening.config_file.loader import load_servers
 
     config = tmp_path / "mcp.json"
     config.write_text(

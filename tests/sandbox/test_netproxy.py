@@ -23,9 +23,9 @@ from typing import Any
 import psutil
 import pytest
 from helpers import PY, LocalHTTP, LocalUpstream, LoopbackServer, bounded, exchange, pid_alive
-from lovia_mcp_worker.sandbox import netbridge, netproxy
-from lovia_mcp_worker.sandbox.netproxy import host_allowed
-from lovia_mcp_worker.sandbox.netrequest import BadUpstream, Upstream, parse_upstream
+from lovia_mcp_worker.sandbox.egress import netbridge, netproxy
+from lovia_mcp_worker.sandbox.egress.netproxy import host_allowed
+from lovia_mcp_worker.sandbox.egress.netrequest import BadUpstream, Upstream, parse_upstream
 
 Decision = tuple[str, int, bool]
 

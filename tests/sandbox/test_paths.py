@@ -335,11 +335,11 @@ def test_a_path_is_opened_without_following_any_symlink_in_it(
 
 @pytest.mark.unit
 def test_the_agent_pins_cwd_writable_and_readable_once_and_keeps_the_first_resolution(tmp_path: Path) -> None:
-    from lovia_mcp import _sandbox_config
+    from lovia_mcp.config import _sandbox
 
     (tmp_path / "real").mkdir()
     (tmp_path / "via").symlink_to(tmp_path / "real")
-    box = _sandbox_config.resolved(Sandbox(writable=["via"], readable=["gone"]), str(tmp_path))
+    box = _sandbox.resolved(Sandbox(writable=["via"], readable=["gone"]), str(tmp_path))
     st = os.stat(tmp_path / "real")
     # A symlink in the configured path itself is resolved once, here: fine.
     assert box.pins[str(tmp_path / "via")] == PathPin(str(tmp_path / "real"), st.st_dev, st.st_ino)
@@ -348,9 +348,9 @@ def test_the_agent_pins_cwd_writable_and_readable_once_and_keeps_the_first_resol
     (tmp_path / "via").unlink()
     (tmp_path / "other").mkdir()
     (tmp_path / "via").symlink_to(tmp_path / "other")  # re-pointed later: the first resolution stands
-    again = _sandbox_config.resolved(Sandbox(writable=["via"]), str(tmp_path))
+    again = _sandbox.resolved(Sandbox(writable=["via"]), str(tmp_path))
     assert again.pins[str(tmp_path / "via")].real == str(tmp_path / "real")
-    given = _sandbox_config.coerce(Sandbox(pins={str(tmp_path / "via"): PathPin("/")}))
+    given = _sandbox.coerce(Sandbox(pins={str(tmp_path / "via"): PathPin("/")}))
     assert given is not None and given.pins == {}  # pins are the agent's to make, never the user's
 
 
@@ -358,12 +358,12 @@ def test_the_agent_pins_cwd_writable_and_readable_once_and_keeps_the_first_resol
 def test_the_worker_refuses_a_changed_or_missing_path_with_a_hint_and_leaves_out_a_missing_readable(
     tmp_path: Path,
 ) -> None:
-    from lovia_mcp import _sandbox_config
+    from lovia_mcp.config import _sandbox
 
     for name in ("cwd", "w", "r"):
         (tmp_path / name).mkdir()
     cwd = str(tmp_path / "cwd")
-    box = _sandbox_config.resolved(Sandbox(writable=[str(tmp_path / "w")], readable=["../r", "../nothing"]), cwd)
+    box = _sandbox.resolved(Sandbox(writable=[str(tmp_path / "w")], readable=["../r", "../nothing"]), cwd)
     held = pins.hold(box, cwd)
     try:
         assert set(held.paths) == {cwd, str(tmp_path / "w"), str(tmp_path / "r")}
@@ -376,7 +376,7 @@ def test_the_worker_refuses_a_changed_or_missing_path_with_a_hint_and_leaves_out
         pins.hold(box, cwd)
     assert str(info.value) == f"{pins.PATH_CHANGED}: {tmp_path / 'r'} (another file is there now)"
     assert info.value.hint
-    missing = _sandbox_config.resolved(Sandbox(writable=["nope"]), cwd)
+    missing = _sandbox.resolved(Sandbox(writable=["nope"]), cwd)
     with pytest.raises(SandboxError) as info:
         pins.hold(missing, cwd)
     assert "does not exist" in str(info.value) and "nope" in str(info.value)

@@ -603,7 +603,7 @@ def test_system_call_numbers_match_the_kernel_headers(arch: str) -> None:
 
 
 def _bridge(seccomp_fd: int | None, command: list[str]) -> subprocess.CompletedProcess[str]:
-    from lovia_mcp_worker.sandbox import netbridge
+    from lovia_mcp_worker.sandbox.egress import netbridge
 
     # The bridge's port is on the host's loopback here: a free one, taken from the kernel.
     with socket.socket() as probe:

@@ -152,11 +152,11 @@ async def _serve(channel: Channel, closed_by_agent: asyncio.Event) -> None:
     stop.cancel()
     with contextlib.suppress(asyncio.TimeoutError, Exception):
         await asyncio.wait_for(channel.host.aclose(), EXIT_WAIT)
-    route = sys.modules.get("lovia_mcp_worker.sandbox.netroute")
+    route = sys.modules.get("lovia_mcp_worker.sandbox.egress.netroute")
     if route is not None:  # a sandbox with a network allowlist ran: stop its proxy
         with contextlib.suppress(asyncio.TimeoutError, Exception):
             await asyncio.wait_for(route.aclose_all(), EXIT_WAIT)
-    bridge = sys.modules.get("lovia_mcp_worker.sandbox.netbridge")
+    bridge = sys.modules.get("lovia_mcp_worker.sandbox.egress.netbridge")
     if (
         bridge is not None
     ):  # boxes with the network off: their deny-all listeners (bwrap's end and the host's close did most)

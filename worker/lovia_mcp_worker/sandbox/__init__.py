@@ -12,14 +12,9 @@
 - ``seccomp``: the system-call filter every backend puts on the server;
   ``privileges``: the capabilities a Landlock-boxed server gives up before
   its exec; ``_runtime``: what a boxed command must read to run at all;
-- ``netroute``, ``netproxy``, ``netrequest``: the worker's allowlist proxy, a
-  sandboxed server's only way to the network; ``_netbridge``: its forwarder
-  inside the box, and ``netbridge`` its command lines, the proxy variables
-  and the deny-all route of a box with the network off (a listener the
-  worker makes inside that box, which refuses everything and says what was
-  asked);
-- ``denials``: who hears of what the sandbox refuses (the session host,
-  which attributes it to the calls in flight).
+- ``egress/``: the worker's allowlist proxy, a sandboxed server's only way
+  to the network, its forwarder inside the box, and who hears of what the
+  sandbox refuses.
 """
 
 __all__: list[str] = []

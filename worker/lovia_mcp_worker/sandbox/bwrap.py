@@ -21,9 +21,9 @@
   and ``/proc/keys``, ``/proc/key-users``, ``/proc/timer_list`` are masked;
 - a new network namespace (only its own loopback) unless ``network=True``;
   with ``network=False``, a deny-all listener the worker makes inside it
-  (:func:`~lovia_mcp_worker.sandbox.netbridge.route_closed`, told the box's
+  (:func:`~lovia_mcp_worker.sandbox.egress.netbridge.route_closed`, told the box's
   pid through ``--json-status-fd``) that refuses every request and reports it; with a list of host names, a proxy run by the worker
-  (:mod:`~lovia_mcp_worker.sandbox.netproxy`) is the only way out, reached through
+  (:mod:`~lovia_mcp_worker.sandbox.egress.netproxy`) is the only way out, reached through
   a unix socket whose folder is bound read-only into the sandbox and a small
   bridge inside it;
 - the seccomp filter of :mod:`~lovia_mcp_worker.sandbox.seccomp` (no
@@ -69,8 +69,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..wire.confinement import DEFAULT_HIDDEN, Sandbox
-from . import _namespaces, netbridge, pins, seccomp
+from . import _namespaces, pins, seccomp
 from .base import LaunchPlan, SandboxError
+from .egress import netbridge
 from .writedeny import protected_entries
 
 if TYPE_CHECKING:
@@ -311,7 +312,7 @@ def command(
     on the server (from a descriptor of its own); ``seccomp_fd`` is then the
     program with ``allow_unix``. ``status_fd``: where bwrap writes its
     child's pid (``--json-status-fd``) for the deny-all listener
-    (:func:`~lovia_mcp_worker.sandbox.netbridge.route_closed`); bwrap's
+    (:func:`~lovia_mcp_worker.sandbox.egress.netbridge.route_closed`); bwrap's
     child closes it before the server runs, and bwrap holds it until it
     ends.
 
@@ -471,7 +472,7 @@ class BwrapBackend:
             proxy_socket: str | None = None
             status_fd: int | None = None
             if isinstance(box.network, list):
-                from . import netroute  # the proxy's modules load only where a server needs one
+                from .egress import netroute  # the proxy's modules load only where a server needs one
 
                 fds.append(filter_fd(box))
                 proxy_socket, argv = await netroute.route(

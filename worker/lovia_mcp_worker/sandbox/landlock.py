@@ -538,7 +538,7 @@ class LandlockBackend:
         try:
             port: int | None = None
             if isinstance(box.network, list):
-                from . import netroute  # the proxy's modules load only where a server needs one
+                from .egress import netroute  # the proxy's modules load only where a server needs one
 
                 port = await netroute.route_tcp(box.network, env, upstream=box.upstream_proxy, no_proxy=box.no_proxy)
             ruleset = prepare(box, argv, cwd=spec.cwd, env=env, proxy_port=port, held=held.paths)

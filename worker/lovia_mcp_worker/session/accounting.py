@@ -49,7 +49,7 @@ from ..wire.messages import CallUsage, HostEgress, ServerSpec
 from .generation import Generation
 
 if TYPE_CHECKING:
-    from ..sandbox.netproxy import Proxy  # loaded only where a server has a proxy
+    from ..sandbox.egress.netproxy import Proxy  # loaded only where a server has a proxy
 
 # A window this short reads no kernel peak where that costs more than a
 # cgroup file (the watch's /proc/PID/status): its peak is the more of the
@@ -209,7 +209,7 @@ class Accounting:
         proxies: list[Proxy] = []
         box = spec.sandbox if spec is not None else None
         if box is not None and isinstance(box.network, list):
-            from ..sandbox import netroute  # loaded only where a server has a proxy
+            from ..sandbox.egress import netroute  # loaded only where a server has a proxy
 
             proxies = netroute.proxies(box.network)
         meter = self._meters[gen] = Meter(gauge, proxies)

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Final
 
-from ..sandbox import denials
+from ..sandbox.egress import denials
 from ..wire.messages import Denied
 
 # Bound on a call's wait for a helper the sandbox set up beside the server
@@ -122,10 +122,10 @@ class Attribution:
     async def aclose(self) -> None:
         """Stop the proxies and deny-all listeners set up for this host (its connection closed); bounded."""
         # Only where one was ever set up: the proxy's modules stay unloaded otherwise.
-        bridge = sys.modules.get("lovia_mcp_worker.sandbox.netbridge")
+        bridge = sys.modules.get("lovia_mcp_worker.sandbox.egress.netbridge")
         if bridge is not None:
             bridge.release(self)
-        route = sys.modules.get("lovia_mcp_worker.sandbox.netroute")
+        route = sys.modules.get("lovia_mcp_worker.sandbox.egress.netroute")
         if route is not None:
             await route.release(self)
 

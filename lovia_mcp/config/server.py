@@ -3,7 +3,7 @@
 A config says what to run and how (its fields), and what its worker is
 told (:meth:`ServerConfig._spec`); it holds no state, so one config serves
 concurrent runs. Opening is the layer above: the public classes
-(:mod:`lovia_mcp.servers`: ``MCPServerStdio``...) are these descriptions
+(:mod:`lovia_mcp.opening.servers`: ``MCPServerStdio``...) are these descriptions
 with ``open()`` and ``session()``, and the connection and the spares are
 written against the descriptions, so nothing here imports them.
 Keyword-only on purpose: ``MCPServerStdio("npx")`` would otherwise silently
@@ -34,12 +34,12 @@ from lovia_mcp_worker.wire.messages import (
     MCP_PROTOCOL_MODES as PROTOCOL_MODES,
 )
 
-from . import _sandbox_config
+from ..lock import packages
+from ..lock.lockfile import Locked
+from ..lock.pins import PIN_POLICIES, PinPolicy
+from . import _sandbox
 from ._isolation import ISOLATIONS, Isolation
 from .annotations import AUTO_RECONNECTS, Approval, AutoReconnect
-from .lock import packages
-from .lock.lockfile import Locked
-from .lock.pins import PIN_POLICIES, PinPolicy
 
 # Crash-loop circuit: this many restarts within the window open it.
 DEFAULT_RESTART_LIMIT: Final = 5
@@ -251,7 +251,7 @@ class StdioConfig(ServerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         # Normalised once: a dict (VS Code's "sandbox" block) or True becomes a Sandbox.
-        object.__setattr__(self, "sandbox", _sandbox_config.coerce(self.sandbox))
+        object.__setattr__(self, "sandbox", _sandbox.coerce(self.sandbox))
         if not isinstance(self.command, str) or not self.command.strip():
             raise UserError(
                 f"command must be a non-empty string, got {self.command!r}",
@@ -314,7 +314,7 @@ class StdioConfig(ServerConfig):
             args=list(self.args or []),
             env=self._env(self.env),
             cwd=cwd,
-            sandbox=None if not isinstance(self.sandbox, Sandbox) else _sandbox_config.resolved(self._guarded(), cwd),
+            sandbox=None if not isinstance(self.sandbox, Sandbox) else _sandbox.resolved(self._guarded(), cwd),
             **self._common(),
         )
 

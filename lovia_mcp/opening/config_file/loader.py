@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from lovia.exceptions import UserError
 
-from ..lock.lockfile import default_lock_path
+from ...lock.lockfile import default_lock_path
 from ..servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP
 from ._values import convert, hints
 from ._variables import NAME, expand

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .annotations import AutoReconnect
-    from .config import ServerConfig
+    from ..config.annotations import AutoReconnect
+    from ..config.server import ServerConfig
 
 
 class LoviaFields:

@@ -3,7 +3,7 @@
 Three things are kept ready so that a run does not wait for them:
 
 - **idle workers**: the forkserver forks workers ahead of the next opens
-  (:mod:`.client.forkserver`); every connection's worker is taken from them;
+  (:mod:`..client.forkserver`); every connection's worker is taken from them;
 - **spares**: whole connections, opened ahead for the next per-run open of a
   server with ``spares=N`` (:mod:`.spares`);
 - **standby**: one more server kept ready inside a persistent connection's
@@ -18,8 +18,8 @@ beside its own connection's calls.
 
 from __future__ import annotations
 
+from ..client import forkserver
 from . import spares
-from .client import forkserver
 
 
 def run_began() -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from lovia.exceptions import UserError
 
-from ..lock.lockfile import Locked, PackageLock, default_lock_path, read_lock
-from ..lock.packages import entry_dir, launch, refused
+from ...lock.lockfile import Locked, PackageLock, default_lock_path, read_lock
+from ...lock.packages import entry_dir, launch, refused
 from ..servers import MCPServer, MCPServerStdio
 
 LockOption = str | os.PathLike[str] | bool | None

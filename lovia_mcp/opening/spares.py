@@ -50,10 +50,10 @@ from typing import Final
 import msgspec
 from lovia.exceptions import UserError
 
-from .client import closing
-from .client.channel import IN_BACKGROUND
-from .config import MAX_SPARES, ServerConfig
-from .connection import MCPConnection
+from ..client import closing
+from ..client.channel import IN_BACKGROUND
+from ..config.server import MAX_SPARES, ServerConfig
+from ..connection.live import MCPConnection
 
 logger = logging.getLogger("lovia_mcp")
 

@@ -68,20 +68,20 @@ from lovia_mcp_worker.wire.messages import (
     WorkerMessage,
 )
 
-from . import tracing
+from .. import tracing
+from ..client import core as client_core
+from ..client.circuit import RestartCircuit
+from ..client.core import ClientCore
+from ..client.retry import retry
+from ..lock import packages, pins
+from ..render import DENIED_META, MCPToolResult, default_renderer, output_cap, with_sdk_models
 from ._errors import to_error
 from ._parity import LoviaFields
 from ._tools import build_tools
-from .client import core as client_core
-from .client.circuit import RestartCircuit
-from .client.core import ClientCore
-from .client.retry import retry
-from .lock import packages, pins
-from .render import DENIED_META, MCPToolResult, default_renderer, output_cap, with_sdk_models
 
 if TYPE_CHECKING:
-    from ._isolation import Isolation
-    from .config import ServerConfig
+    from ..config._isolation import Isolation
+    from ..config.server import ServerConfig
 
 logger = logging.getLogger("lovia_mcp")
 

@@ -6,7 +6,7 @@ SDK's ``MCPServer`` over stdio) through ``MCP(..., isolation="process")``.
 The script makes normal calls, gets an ``isError`` result, crashes the server
 mid-call and carries on against a fresh one; then the demo checks that the
 agent process never imported ``mcp`` and that no worker or server process is
-left. A second chapter (:mod:`._demo_sandbox`) runs the same server bare and
+left. A second chapter (:mod:`._sandbox`) runs the same server bare and
 in ``Sandbox()``, where it tries to read a secret file and to open a
 connection: the box stops both. Every expectation is checked, not just shown: the exit code is 0 only
 when all of them hold.
@@ -34,8 +34,8 @@ from lovia.events import RunCompleted, RunFailed, ToolCallCompleted, ToolCallFai
 from lovia.exceptions import LoviaError, MCPError
 from lovia.testing import ScriptedProvider, call, text
 
-from .plugin import MCP
-from .servers import MCPServerStdio
+from ..opening.plugin import MCP
+from ..opening.servers import MCPServerStdio
 
 DEMO_SERVER: Final = Path(__file__).resolve().parent / "examples" / "demo_server.py"
 SERVER_NAME: Final = "demo"
@@ -208,7 +208,7 @@ def _check_step(check: _Checks, seen: _Seen, call_id: str, step: Step) -> None:
 
 def _shared_helpers() -> dict[int, str]:
     """The forkserver and its idle workers: one forkserver per agent process, by design."""
-    from .client.forkserver import forkserver_pid, helper_pids
+    from ..client.forkserver import forkserver_pid, helper_pids
 
     server = forkserver_pid()
     return {pid: "forkserver" if pid == server else "idle worker" for pid in helper_pids()}
@@ -267,7 +267,7 @@ async def _demo(check: _Checks) -> None:
     check(not left, "no worker or server process is left behind", ", ".join(left) if left else shared)
     print()
     print("Chapter 2: the same server turns hostile; one copy runs bare, one in Sandbox()")
-    from ._demo_sandbox import chapter
+    from ._sandbox import chapter
 
     workers = await asyncio.wait_for(chapter(DEMO_SERVER, check), RUN_TIMEOUT)
     left = _leftovers(_Seen(worker_pids=set(workers)))

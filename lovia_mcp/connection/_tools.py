@@ -1,10 +1,10 @@
 """A server's listing as lovia tools, under one config's options.
 
 Pure but for the log: names are made unique and prefixed over the whole
-listing (:mod:`._names`), then filtered, so a tool's visible name never
+listing (:mod:`.._names`), then filtered, so a tool's visible name never
 depends on which other tools a filter keeps; each tool takes the config's
 approval, retries, timeout, output cap and renderer, and its hints decide
-approval and parallelism (:mod:`.annotations`).
+approval and parallelism (:mod:`..config.annotations`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import msgspec
 from lovia.tools import Tool
 from lovia_mcp_worker.wire.mcpjson import ToolSpec
 
-from . import annotations as policy
-from ._names import tool_names
-from .render import normalize_schema
+from .._names import tool_names
+from ..config import annotations as policy
+from ..render import normalize_schema
 
 if TYPE_CHECKING:
-    from .config import ServerConfig
+    from ..config.server import ServerConfig
 
 logger = logging.getLogger("lovia_mcp")
 

@@ -27,9 +27,9 @@ from lovia.events import RunFailed, ToolCallCompleted
 from lovia.exceptions import MCPError
 from lovia.testing import ScriptedProvider, call, text
 
-from .config import Sandbox
-from .plugin import MCP
-from .servers import MCPServerStdio
+from ..config.server import Sandbox
+from ..opening.plugin import MCP
+from ..opening.servers import MCPServerStdio
 
 SECRET: Final = "demo-secret-token-1234"
 GREETING: Final = b"hello from a service on the host\n"

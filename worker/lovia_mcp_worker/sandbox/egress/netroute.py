@@ -29,8 +29,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Final
 
+from ..base import SandboxError
 from . import denials, netbridge, netproxy, netrequest
-from .base import SandboxError
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 

@@ -1,7 +1,7 @@
-"""The server configs a caller builds: a config (:mod:`.config`) that opens.
+"""The server configs a caller builds: a config (:mod:`..config`) that opens.
 
 ``MCPServerStdio`` and ``MCPServerStreamableHTTP`` are the frozen
-descriptions of :mod:`.config` with lovia's two ways to open one:
+descriptions of :mod:`..config` with lovia's two ways to open one:
 ``open()`` (a per-run connection, owned by the caller) and ``session()``
 (a persistent one, closed when the block ends). Both go through
 :func:`open_server`, which is also what the plugin calls: it takes a warm
@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from ..config._isolation import Isolation
+from ..config.server import ServerConfig, StdioConfig, StreamableHTTPConfig
+from ..connection.live import MCPConnection
 from . import spares
-from ._isolation import Isolation
-from .config import ServerConfig, StdioConfig, StreamableHTTPConfig
-from .connection import MCPConnection
 
 
 async def open_server(server: ServerConfig, *, isolation: Isolation | None, close_after_run: bool) -> MCPConnection:

@@ -2,7 +2,7 @@
 
 Per run, ``setup`` opens every server config (closing them at run end) and
 uses every live connection as is (never closing it). The run's end only
-starts those closes (:mod:`.client.closing`): ``MCP.aclose()``,
+starts those closes (:mod:`..client.closing`): ``MCP.aclose()``,
 ``close_spares()`` and the loop's end wait for them. Servers with
 ``defer=True`` are reached through one shared ``search_mcp_tools`` /
 ``call_mcp_tool`` pair, built by a copy of lovia's own code (``_deferred``)
@@ -25,14 +25,15 @@ from lovia.run_context import RunContext
 from lovia.tools import Tool
 from lovia_mcp_worker.wire.confinement import Sandbox
 
-from . import _sandbox_config, ahead, spares
+from ..client import closing
+from ..client.forkserver import warm_up_soon
+from ..config import _sandbox
+from ..config._isolation import ISOLATIONS, Isolation
+from ..connection.live import MCPConnection
+from . import ahead, spares
 from ._deferred import deferred_instructions, make_call_tool, make_search_tool
-from ._isolation import ISOLATIONS, Isolation
-from .client import closing
-from .client.forkserver import warm_up_soon
 from .config_file.loader import ConfigSource, load_servers
 from .config_file.locks import LockOption
-from .connection import MCPConnection
 from .servers import MCPServer, MCPServerStdio, MCPServerStreamableHTTP, open_server
 
 logger = logging.getLogger("lovia_mcp")
@@ -79,7 +80,7 @@ class MCP:
         self.name = name
         self.isolation: Isolation = isolation
         # The default for stdio configs that set no sandbox of their own.
-        self.sandbox = _sandbox_config.coerce(sandbox)
+        self.sandbox = _sandbox.coerce(sandbox)
         if self.sandbox is not None:
             servers = tuple(
                 dataclasses.replace(s, sandbox=self.sandbox)
@@ -108,7 +109,7 @@ class MCP:
         lock: LockOption = None,
         **overrides: Any,
     ) -> MCP:
-        """The plugin for every server of an ``mcp.json`` (see :func:`~lovia_mcp.config_file.loader.load_servers`).
+        """The plugin for every server of an ``mcp.json`` (see :func:`~lovia_mcp.opening.config_file.loader.load_servers`).
 
         The lock beside the file is used when there is one; ``lock=`` names another, ``lock=False`` none.
         """
@@ -124,7 +125,7 @@ class MCP:
         and wait for every close a run's end started on this loop (every worker joined).
 
         Runs never close spares (keeping them between runs is their point);
-        this, :func:`~lovia_mcp.spares.close_spares`, idle expiry or the
+        this, :func:`~lovia_mcp.opening.spares.close_spares`, idle expiry or the
         loop's end do.
         """
         spared = [s for s in self.servers if isinstance(s, MCPServer) and s.spares]

@@ -46,7 +46,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from . import _namespaces, denials
+from .. import _namespaces
+from . import denials
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 

@@ -8,7 +8,7 @@ A standalone script (standard library only, no package imports): it runs
 inside the sandbox, whose network namespace has only its own loopback. It
 binds ``127.0.0.1:PORT`` there and forks. The child is the bridge: for each
 TCP connection it connects to the unix socket ``SOCKET`` (the worker's
-:mod:`~lovia_mcp_worker.sandbox.netproxy`, bound into the sandbox) and pipes bytes
+:mod:`~lovia_mcp_worker.sandbox.egress.netproxy`, bound into the sandbox) and pipes bytes
 both ways. The parent closes the listening socket and executes ``ARGV`` in
 its own place, so the server keeps the pid, stdio and environment it was
 given, and the bridge is the server's child.

@@ -26,9 +26,9 @@ from typing import Any
 
 import msgspec
 
-from ..lock import packages
-from ..lock.definition import definition, definition_hash
-from ..lock.lockfile import Locked, LockFile, ServerLock, ToolPin, default_lock_path, read_lock, write_lock
+from ...lock import packages
+from ...lock.definition import definition, definition_hash
+from ...lock.lockfile import Locked, LockFile, ServerLock, ToolPin, default_lock_path, read_lock, write_lock
 from ..servers import MCPServer, MCPServerStdio
 from .loader import load_servers
 from .locks import launch_from_cache

@@ -102,7 +102,7 @@ def _from_vscode(block: Mapping[str, Any]) -> Sandbox:
 
 
 def _allowed_minus_denied(allowed: list[str], denied: list[str]) -> list[str]:
-    from lovia_mcp_worker.sandbox.netrequest import host_allowed, normalize_pattern
+    from lovia_mcp_worker.sandbox.egress.netrequest import host_allowed, normalize_pattern
 
     gone = {d.lower().rstrip(".") for d in denied}
     kept = [a for a in allowed if a.lower().rstrip(".") not in gone]
@@ -124,7 +124,7 @@ def _allowed_minus_denied(allowed: list[str], denied: list[str]) -> list[str]:
 
 def _network(entries: list[str], field: str = "network") -> list[str]:
     """``entries`` if each is a valid allowlist entry: a bad one fails here, not at the server's open."""
-    from lovia_mcp_worker.sandbox.netrequest import BadEntry, parse_rule
+    from lovia_mcp_worker.sandbox.egress.netrequest import BadEntry, parse_rule
 
     for entry in entries:
         try:
@@ -149,7 +149,7 @@ def _no_proxy(value: object, upstream: object) -> list[str]:
 
 def _upstream(url: object, network: bool | list[str]) -> None:
     """A bad ``upstream_proxy``, or one without a network allowlist, fails here, not at the server's open."""
-    from lovia_mcp_worker.sandbox.netrequest import BadUpstream, parse_upstream
+    from lovia_mcp_worker.sandbox.egress.netrequest import BadUpstream, parse_upstream
 
     if not isinstance(network, list) or not network:
         raise UserError(
