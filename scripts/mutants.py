@@ -566,27 +566,27 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="lock-launch-not-isolated",
-        path="lovia_mcp/lock/packages.py",
-        old='_PY_FLAGS: Final = ("-I", "-S", "-B")',
-        new='_PY_FLAGS: Final = ("-S", "-B")',
+        path="lovia_mcp/lock/ecosystems/pypi.py",
+        old='_FLAGS: Final = ("-I", "-S", "-B")',
+        new='_FLAGS: Final = ("-S", "-B")',
         tests=("tests/plugin/test_lock_hermetic.py::test_a_module_in_the_cwd_never_shadows_the_locked_code",),
         why="a locked Python server imports a module planted in its cwd ahead of the standard library",
     ),
     Mutant(
         name="lock-launch-venv-interpreter",
-        path="lovia_mcp/lock/packages.py",
-        old="return interpreter(), [*_PY_FLAGS,",
-        new='return str(top / "env" / "bin" / "python"), [*_PY_FLAGS,',
+        path="lovia_mcp/lock/ecosystems/pypi.py",
+        old="return interpreter(), [*_FLAGS,",
+        new='return str(top / "env" / "bin" / "python"), [*_FLAGS,',
         tests=("tests/plugin/test_lock_hermetic.py::test_a_replaced_venv_interpreter_and_its_config_are_never_used",),
         why="a locked Python server runs the entry's venv interpreter, which the digest does not cover",
     ),
     Mutant(
         name="lock-bytecode-unchecked",
         path="lovia_mcp/lock/packages.py",
-        old="""                visit(entry.path, entry.name.endswith(".dist-info"))
+        old="""                visit(entry.path)
                 continue""",
         new="""                if entry.name != "__pycache__":
-                    visit(entry.path, entry.name.endswith(".dist-info"))
+                    visit(entry.path)
                 continue""",
         tests=("tests/plugin/test_lock_hermetic.py::test_planted_bytecode_is_refused_before_the_server_starts",),
         why="bytecode planted in a locked package's __pycache__ runs instead of the verified source",
@@ -617,7 +617,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="lock-node-unconfined",
-        path="lovia_mcp/lock/packages.py",
+        path="lovia_mcp/lock/ecosystems/npm.py",
         old='return "node", ["--require", str(NODE_CONFINE), str(top / package.entry)',
         new='return "node", [str(top / package.entry)',
         tests=(

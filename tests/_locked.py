@@ -31,15 +31,13 @@ import msgspec
 from helpers import PY, RAW_SERVER, SERVERS, run
 
 from lovia_mcp import load_servers
+from lovia_mcp.lock.ecosystems.pypi import compile_bytecode, python_tag, site_packages
 from lovia_mcp.lock.lockfile import Artifact, LockFile, PackageLock, ServerLock, write_lock
 from lovia_mcp.lock.packages import (
     CACHE_ENV,
     LAYOUT,
-    compile_bytecode,
     content_address,
     entry_dir,
-    python_tag,
-    site_packages,
     tree_digest,
 )
 

@@ -72,7 +72,7 @@ class PackageLock(msgspec.Struct, frozen=True, omit_defaults=True):
     artifacts: list[Artifact] = []
     # Arguments the config gave after the package (kept as the config's own).
     args: list[str] = []
-    # Python: the interpreter the wheels were chosen for (packages.python_tag()).
+    # Python: the interpreter the wheels were chosen for (ecosystems.pypi.python_tag()).
     python: str | None = None
     # How the entry was installed, digested and is launched (packages.LAYOUT);
     # locks written before the field had layout 1, which is not started.

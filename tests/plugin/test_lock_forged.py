@@ -78,7 +78,7 @@ def test_a_cache_entry_outside_the_cache_is_refused_when_the_config_is_loaded(en
         ("runner", "pipx run", "the command line runs uvx fake-server==1.0"),
         ("args", ["--evil"], "arguments are not the command line's"),
         ("entry", "fake_server:evil; import os", "not module:attribute"),
-        ("ecosystem", "cargo", "neither 'pypi' nor 'npm'"),
+        ("ecosystem", "cargo", "is none of 'pypi', 'npm'"),
     ],
 )
 def test_each_field_a_lock_binds_refuses_an_edit(entry: Entry, field: str, value: object, reason: str) -> None:

@@ -191,7 +191,7 @@ def test_the_node_preload_refuses_what_resolves_outside_whatever_the_import_styl
     # The words a server's log shows: the module is not found, and why.
     if NODE is None:
         pytest.skip("node is not installed")
-    from lovia_mcp.lock.packages import NODE_CONFINE, NODE_ROOT_ENV
+    from lovia_mcp.lock.ecosystems.npm import NODE_CONFINE, NODE_ROOT_ENV
 
     root = tmp_path / "entry"
     root.mkdir()

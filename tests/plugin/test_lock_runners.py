@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lovia_mcp.lock.packages import Runner, parse_runner
+from lovia_mcp.lock.ecosystems.base import Runner
+from lovia_mcp.lock.ecosystems.registry import parse_runner
 
 
 @pytest.mark.parametrize(

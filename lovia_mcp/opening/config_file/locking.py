@@ -28,6 +28,7 @@ import msgspec
 
 from ...lock import packages
 from ...lock.definition import definition, definition_hash
+from ...lock.ecosystems.registry import parse_runner
 from ...lock.lockfile import Locked, LockFile, ServerLock, ToolPin, default_lock_path, read_lock, write_lock
 from ..servers import MCPServer, MCPServerStdio
 from .loader import load_servers
@@ -60,9 +61,9 @@ async def _pin(server: MCPServer) -> dict[str, ToolPin]:
 async def _lock_one(server: MCPServer, config: Path, lock: Path, say: Callable[[str], None]) -> ServerLock:
     name = server.name or ""
     if isinstance(server, MCPServerStdio):
-        runner = packages.parse_runner(server.command, server.args or [])
+        runner = parse_runner(server.command, server.args or [])
         if runner is not None:
-            say(f"{name}: resolving and installing {runner.describe()}")
+            say(f"{name}: resolving and installing {packages.spelled(runner)}")
             # The user's own environment: their proxy, trust and registry settings.
             package = await asyncio.to_thread(packages.install, runner, dict(os.environ))
             entry = ServerLock(source=[server.command, *(server.args or [])], package=package)
@@ -81,7 +82,7 @@ async def _reinstall(server: MCPServer, entry: ServerLock, say: Callable[[str], 
     if await asyncio.to_thread(packages.problem, package) is None:
         return False
     source = entry.source or [server.command, *(server.args or [])]
-    runner = packages.parse_runner(source[0], source[1:])
+    runner = parse_runner(source[0], source[1:])
     if runner is None:
         return False
     say(f"{server.name}: installing {package.name} {package.version} from the lock")
