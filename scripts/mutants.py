@@ -643,6 +643,14 @@ MUTANTS: Final = [
         why="the README's headline example runs its server with no sandbox and its test still passes",
         needs=".cache/thirdparty/wheels",
     ),
+    Mutant(
+        name="failures-not-kept",
+        path="tests/conftest.py",
+        old="    if report.failed:\n",
+        new="    if False:\n",
+        tests=("tests/project/test_failures_kept.py",),
+        why="a test run stopped half-way loses the report of what had failed",
+    ),
 ]
 
 

@@ -71,9 +71,31 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         _unit_starts.append(event)
 
 
+# Each failure is written here the moment it is reported, so a run that is
+# stopped half-way (CI's time limit, ^C, a hung test killed) keeps its
+# failures; the summary at the end names the file.
+FAILURES_ENV = "LOVIA_MCP_TEST_FAILURES"
+FAILURES_FILE = Path(os.environ.get(FAILURES_ENV) or ROOT / ".cache" / "test-failures.txt")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     become_subreaper()
     sys.addaudithook(_audit)  # never removed; a no-op unless a unit test runs
+    FAILURES_FILE.parent.mkdir(parents=True, exist_ok=True)
+    FAILURES_FILE.write_text("")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        with open(FAILURES_FILE, "a", encoding="utf-8") as f:
+            f.write(f"FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if FAILURES_FILE.exists() and FAILURES_FILE.stat().st_size:
+        terminalreporter.write_line(f"each failure's report, written as the run went: {FAILURES_FILE}")
 
 
 @pytest.fixture(autouse=True)
