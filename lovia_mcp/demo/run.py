@@ -37,7 +37,7 @@ from lovia.testing import ScriptedProvider, call, text
 from ..opening.plugin import MCP
 from ..opening.servers import MCPServerStdio
 
-DEMO_SERVER: Final = Path(__file__).resolve().parent / "examples" / "demo_server.py"
+DEMO_SERVER: Final = Path(__file__).resolve().parent.parent / "examples" / "demo_server.py"
 SERVER_NAME: Final = "demo"
 FINAL_ANSWER: Final = "Lisbon is sunny at 24 °C and Oslo is overcast at 9 °C; the server crash cost one call."
 # Bound on the whole agent run. The demo takes a few seconds (two server

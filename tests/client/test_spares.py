@@ -436,7 +436,7 @@ def test_a_spare_ready_on_another_running_loop_is_not_handed_to_this_one() -> No
 AGENT_CODE = """
 import asyncio, json, sys
 from lovia_mcp import MCPServerStdio, warm_spares
-from lovia_mcp import spares
+from lovia_mcp.opening import spares
 
 async def main():
     server = MCPServerStdio(command=sys.executable, args=[sys.argv[1]], spares=2)
