@@ -15,7 +15,7 @@ given, and the bridge is the server's child.
 
 With ``--seccomp-fd FD``, the parent reads a seccomp program from FD and
 installs it (:func:`~lovia_mcp_worker.sandbox.seccomp.install`, loaded from
-this script's folder) just before the exec: the server is filtered (no
+the sandbox folder above this one) just before the exec: the server is filtered (no
 AF_UNIX sockets), the bridge, forked earlier, is not, so it can reach the
 proxy's socket. The bridge is made non-dumpable before the fork (the
 server's exec makes the server dumpable again), so the server cannot open
@@ -257,16 +257,16 @@ def _read_program(fd: int) -> bytes:
 
 
 def _seccomp_module() -> Any:
-    """The package's seccomp module, imported from this script's folder (-I -S: outside the package).
+    """The package's seccomp module, imported from the sandbox folder above this script's (-I -S: outside the package).
 
     A plain import, not importlib.util (which costs its own start-up): the
     folder goes first on sys.path for that one import, and the compiled
     file the package import left in __pycache__ serves it.
     """
-    folder = os.path.dirname(os.path.abspath(__file__))
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, folder)
     try:
-        import seccomp  # type: ignore[import-not-found]  # the sibling module, by its file name
+        import seccomp  # type: ignore[import-not-found]  # sandbox/seccomp.py, by its file name
     finally:
         sys.path.remove(folder)
     if os.path.dirname(os.path.abspath(seccomp.__file__)) != folder:
