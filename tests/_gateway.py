@@ -11,7 +11,7 @@ import sys
 import time
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Final, Iterator
+from typing import Any, AsyncIterator, Final, Iterator, TypeVar
 
 import httpx
 import psutil
@@ -264,6 +264,23 @@ async def sdk_client(
             yield client
 
 
+E = TypeVar("E", bound=BaseException)
+
+
+def raised_within(exc: BaseException, kind: type[E]) -> E:
+    """The exception of ``kind`` in ``exc``: itself, or inside it (the SDK's task groups wrap what a client
+    raises in exception groups)."""
+    if isinstance(exc, kind):
+        return exc
+    for inner in [*getattr(exc, "exceptions", ()), exc.__cause__, exc.__context__]:
+        if isinstance(inner, BaseException):
+            try:
+                return raised_within(inner, kind)
+            except LookupError:
+                pass
+    raise LookupError(f"no {kind.__name__} in {exc!r}")
+
+
 class Heard:
     """A 2025 session's ears: its GET stream open, and the tools/list_changed notifications it got."""
 
@@ -298,6 +315,7 @@ __all__ = [
     "Serve",
     "gated",
     "modern_call",
+    "raised_within",
     "raw",
     "samples",
     "sdk_client",

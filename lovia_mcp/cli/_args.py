@@ -463,13 +463,49 @@ def _serve_parser(sub: Any) -> None:
         metavar="HOST:PORT",
         default=DEFAULT_LISTEN,
         help=f"address to serve on (default {DEFAULT_LISTEN}; port 0 picks a free one); "
-        "a non-loopback address needs --token-file",
+        "a non-loopback address needs --token-file or --oauth-issuer",
     )
     serve.add_argument(
         "--token-file",
         metavar="FILE",
         help="bearer tokens, one a line as 'PRINCIPAL TOKEN' (a bare TOKEN is principal 'default'); "
         "every request but /healthz and /readyz must carry one",
+    )
+    oauth = serve.add_argument_group(
+        "OAuth 2.1 resource server (instead of --token-file; see docs/gateway.md)",
+        "Requests carry an authorization server's JWT access tokens, checked against its keys.",
+    )
+    oauth.add_argument(
+        "--oauth-issuer",
+        metavar="URL",
+        help="the authorization server whose access tokens the gateway accepts (their iss claim, exactly)",
+    )
+    oauth.add_argument(
+        "--oauth-resource",
+        metavar="URL",
+        help="the gateway's public URL as clients reach it (https://mcp.example.com): RFC 9728's resource, "
+        "served at /.well-known/oauth-protected-resource; needed with --oauth-issuer",
+    )
+    oauth.add_argument(
+        "--oauth-audience",
+        metavar="AUD",
+        help="the aud a token must carry (default: the --oauth-resource URL)",
+    )
+    oauth.add_argument(
+        "--oauth-jwks",
+        metavar="FILE_OR_URL",
+        help="the issuer's JWK Set, a file or an https:// URL (default: the jwks_uri of the issuer's metadata)",
+    )
+    oauth.add_argument(
+        "--oauth-principal-claim",
+        metavar="CLAIM",
+        help="the claim that names the principal (default sub)",
+    )
+    oauth.add_argument(
+        "--oauth-scope",
+        metavar="SCOPE",
+        action="append",
+        help="a scope every token must carry (repeat for several); a token without it gets HTTP 403",
     )
     serve.add_argument(
         "--max-body-bytes",

@@ -24,10 +24,15 @@ gateway's listing (the SDK would otherwise run ``tools/list`` per call to
 check ``Mcp-Param-*`` headers) and the result goes to the SDK as its MCP
 JSON (validated once, by the SDK, on the way out).
 
-Security: every route but ``/healthz`` and ``/readyz`` needs ``Authorization:
-Bearer <token>`` when tokens are configured (compared in constant time,
-anything else a 401); a session answers only to the token that opened it,
-in every era: a 2025 request for another token's session gets the 404 of
+Security: every route but ``/healthz``, ``/readyz`` and the authentication
+scheme's public documents (OAuth: ``/.well-known/oauth-protected-resource``)
+passes the scheme :mod:`.auth` picked (a token file's bearer tokens, an
+OAuth issuer's access tokens, or none on loopback); a refusal is a 401, 403
+or 503 with the scheme's ``WWW-Authenticate`` challenge. Every refusal the
+gateway makes itself is a JSON-RPC error (``id`` null, a hint in ``data``),
+which the MCP SDK's client raises with its message and data. A session
+answers only to the credential that opened it (a token file's line, an
+OAuth token's client and subject), in every era: a 2025 request for another token's session gets the 404 of
 an unknown session (the SDK's own binding), a 2026-07-28 request carrying
 ``Mcp-Session-Id`` is refused (400: that era has no sessions, and the SDK
 would serve it without looking at the id), and a handler acts only on
@@ -42,8 +47,8 @@ loopback, the SDK's DNS rebinding protection checks ``Host`` and
 ``Origin``. What a client can hold before any of this is checked
 (connections, request heads) is bounded by :mod:`.connections`.
 
-Principals: ``_authorized`` leaves the principal of the matching token in
-the request's scope (``default`` without tokens). What a principal may
+Principals: ``_authenticate`` leaves the principal the scheme named in
+the request's scope (``default`` without credentials). What a principal may
 call on a server is one set, :meth:`Gateway.callable_tools`: the tools the
 server's connection offers (its ``include_tools`` / ``exclude_tools`` and
 the lock's quarantine applied) that the access section (:mod:`.access`)
@@ -71,7 +76,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hmac
 import json
 import logging
 import time
@@ -83,7 +87,6 @@ import mcp_types as types
 from lovia.exceptions import MCPError as LoviaMCPError
 from lovia_mcp_worker.wire.mcpjson import block_json
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -98,6 +101,8 @@ from ..config.annotations import MCPTool, as_json
 from ..render import DENIED_META, MCPToolResult, denial_lines
 from .access import Access
 from .audit import AuditLog, Caller, trace_id
+from .auth.anonymous import Anonymous
+from .auth.base import AUTH_REFUSED, Authenticator, Refusal
 from .backends import Backend, Refused, wait_open
 from .connections import CLOSE_REASONS, Limits
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
@@ -128,7 +133,7 @@ _PRINCIPAL: ContextVar[str | None] = ContextVar("lovia_mcp_gateway_principal", d
 
 
 def _owner(scope: Scope) -> str | None:
-    """Which token let the request in (its line in the token file), ``None`` without tokens."""
+    """Which credential let the request in (:attr:`.auth.base.Identity.owner`), ``None`` without credentials."""
     user = scope.get("user")
     return user.username if isinstance(user, AuthenticatedUser) else None
 
@@ -177,30 +182,25 @@ class Gateway:
         self,
         backends: list[Backend],
         *,
-        tokens: list[str],
         loopback: bool,
         max_body_bytes: int,
         max_sessions: int,
         session_idle: float,
         limits: Limits | None = None,
-        principals: list[str] | None = None,
+        auth: Authenticator | None = None,
         access: Access | None = None,
         audit: AuditLog | None = None,
         metrics_principal: bool = False,
     ) -> None:
-        """``principals``: each token's principal (default: ``default`` for all); ``access``: who may use what
-        (default: everyone everything); ``audit``: the open audit log; ``metrics_principal``: label calls by principal."""
+        """``auth``: who a request is (default: no credentials, everyone ``default``); ``access``: who may use
+        what (default: everyone everything); ``audit``: the open audit log; ``metrics_principal``: label calls by
+        principal."""
         self.backends = {b.name: b for b in backends}
-        self._tokens = [t.encode() for t in tokens]
-        self._principals = principals if principals is not None else [DEFAULT_PRINCIPAL] * len(tokens)
+        self.auth: Authenticator = auth if auth is not None else Anonymous()
         self.access = access if access is not None else Access(None)
         self.audit = audit
         self.metrics_principal = metrics_principal
-        # Who each token is to the SDK: its line in the token file, never the token.
-        self._users = [
-            AuthenticatedUser(AccessToken(token=f"token-{i + 1}", client_id=f"token-{i + 1}", scopes=[]))
-            for i in range(len(tokens))
-        ]
+        self.max_body_bytes = max_body_bytes
         self.metrics = Metrics()
         # The HTTP connections' bounds (serve's), for the metrics.
         self.limits = limits
@@ -238,8 +238,11 @@ class Gateway:
         # Listen streams are long-lived HTTP responses: as many per endpoint
         # as sessions.
         self.paths = paths
-        # Each principal's share of those caps (the whole cap with one principal).
-        named = len(set(self._principals))
+        # Each principal's share of those caps (the whole cap with one
+        # principal). A scheme that cannot list its principals (OAuth
+        # subjects) splits them among those the access section names.
+        known = self.auth.principals
+        named = len(known) if known is not None else len(self.access.principals())
         self.max_sessions = max_sessions
         self.session_share = share(max_sessions, named)
         self.notifier = Notifier(
@@ -500,32 +503,21 @@ class Gateway:
                 self._idle_now.set()
 
     # -- HTTP ----------------------------------------------------------------- #
-    def _authorized(self, scope: Scope) -> bool:
-        """True if the request may pass; with tokens, ``scope["user"]`` then names the token that let it in.
+    async def _authenticate(self, scope: Scope) -> Refusal | None:
+        """Why the request may not pass, or ``None``: its principal and its user (what its sessions are bound
+        to) are then in ``scope``.
 
         The SDK's session manager binds a session to the user that opened it
         and answers any other as if the session did not exist: one client
-        cannot use (or end) a session another token opened.
+        cannot use (or end) a session another credential opened.
         """
-        if not self._tokens:
-            scope[SCOPE_KEY] = DEFAULT_PRINCIPAL
-            return True
-        given = b""
-        for key, value in scope.get("headers", ()):
-            if key == b"authorization":
-                given = value
-        scheme, _, token = given.partition(b" ")
-        match = -1
-        # Every token compared, each in constant time: neither the match nor
-        # its position shows in the timing.
-        for i, known in enumerate(self._tokens):
-            if hmac.compare_digest(token.strip(), known):
-                match = i
-        if match < 0 or scheme.lower() != b"bearer":
-            return False
-        scope["user"] = self._users[match]
-        scope[SCOPE_KEY] = self._principals[match]
-        return True
+        identity = await self.auth.authenticate(scope.get("headers", ()))
+        if isinstance(identity, Refusal):
+            return identity
+        if identity.user is not None:
+            scope["user"] = identity.user
+        scope[SCOPE_KEY] = identity.principal
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -540,16 +532,16 @@ class Gateway:
             else:
                 await _plain(send, 503, "draining\n" if self.draining else "opening servers\n")
             return
-        if not self._authorized(scope):
-            await _json(
-                send,
-                401,
-                {
-                    "error": "unauthorized",
-                    "hint": "Send 'Authorization: Bearer <token>' with a token from the gateway's --token-file.",
-                },
-                headers=[(b"www-authenticate", b'Bearer realm="lovia-mcp"')],
-            )
+        document = self.auth.document(path)
+        if document is not None:
+            await _json(send, 200, document)
+            return
+        denied = await self._authenticate(scope)
+        if denied is not None:
+            # Every refusal is a JSON-RPC error a client raises with its hint;
+            # 401 and 403 carry the scheme's challenge (RFC 6750, MCP authorization).
+            challenge = [(b"www-authenticate", self.auth.challenge(denied).encode())] if denied.status < 500 else []
+            await _rpc_error(send, denied.status, AUTH_REFUSED, denied.message, denied.hint, challenge)
             return
         principal = principal_of(scope)
         _PRINCIPAL.set(principal)
@@ -561,14 +553,13 @@ class Gateway:
         only = self.paths.get(path)
         if manager is None or (only is not None and not self.access.sees(principal, only)):
             # A server the principal may not see has no endpoint for it.
-            await _json(
+            await _rpc_error(
                 send,
                 404,
-                {
-                    "error": f"no endpoint {path}",
-                    "hint": "Use /mcp (every server) or /servers/<name>/mcp; servers: "
-                    + ", ".join(s for s in sorted(self.backends) if self.access.sees(principal, s)),
-                },
+                INVALID_REQUEST,
+                f"no endpoint {path}",
+                "Use /mcp (every server) or /servers/<name>/mcp; servers: "
+                + ", ".join(s for s in sorted(self.backends) if self.access.sees(principal, s)),
             )
             return
         headers: dict[bytes, bytes] = {}
@@ -583,6 +574,19 @@ class Gateway:
                 )
                 return
             headers.setdefault(key, value)  # the first of each, as the SDK reads them
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            # The SDK would answer the same status in plain text; its cap still
+            # stops a chunked body that grows past it.
+            await _rpc_error(
+                send,
+                413,
+                INVALID_REQUEST,
+                f"the request body is {int(declared)} bytes, over this gateway's cap of {self.max_body_bytes}",
+                "Send smaller arguments (a file's path or URL, not its content); the operator sets the cap "
+                "with --max-body-bytes.",
+            )
+            return
         session = headers[SESSION_HEADER].decode("latin-1") if SESSION_HEADER in headers else None
         version = headers[VERSION_HEADER].decode("latin-1") if VERSION_HEADER in headers else None
         if session is not None and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
@@ -611,15 +615,13 @@ class Gateway:
         # A listen stream opened now would be cut with this replica: refused
         # while draining like a new session.
         if session is None and self.draining and (not stateless or headers.get(METHOD_HEADER) == LISTEN):
-            await _json(
+            await _rpc_error(
                 send,
                 503,
-                {
-                    "jsonrpc": "2.0",
-                    "id": None,
-                    "error": {"code": UNAVAILABLE, "message": "the gateway is shutting down; retry shortly"},
-                },
-                headers=[(b"retry-after", b"1")],
+                UNAVAILABLE,
+                "the gateway is shutting down; retry shortly",
+                "Retry: a load balancer sends the new session to another replica.",
+                [(b"retry-after", b"1")],
             )
             return
         if stateless and headers.get(METHOD_HEADER) in FAST_METHODS and accepts_both(headers.get(b"accept", b"")):
@@ -841,12 +843,16 @@ async def _plain(send: Send, status: int, text: str, content_type: str = "text/p
     await send({"type": "http.response.body", "body": body})
 
 
-async def _rpc_error(send: Send, status: int, code: int, message: str, hint: str) -> None:
-    """A JSON-RPC error (no request id) with an HTTP status, its hint in ``data``."""
+async def _rpc_error(
+    send: Send, status: int, code: int, message: str, hint: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """A JSON-RPC error (no request id) with an HTTP status, its hint in ``data``: every refusal the gateway
+    makes itself. The MCP SDK's client reads such a body at any status and raises it (message and data)."""
     await _json(
         send,
         status,
         {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message, "data": {"hint": hint}}},
+        headers,
     )
 
 

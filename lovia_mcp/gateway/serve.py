@@ -3,8 +3,9 @@
 Lifecycle:
 
 1. The config file is read (the same files as ``check``, with its access
-   section), tokens and their principals loaded, the audit log opened, the
-   address checked (a non-loopback one needs tokens) and bound; the URL is
+   section), the authentication scheme set up (:mod:`.auth.registry`: the
+   token file read, or the OAuth issuer's key file), the audit log opened,
+   the address checked (a non-loopback one needs credentials) and bound; the URL is
    the first line of stdout (``--listen 127.0.0.1:0`` picks a free port).
 2. HTTP is served at once (``/healthz`` answers, ``/readyz`` says 503) while
    every server opens in parallel; a request that comes meanwhile waits for
@@ -48,10 +49,10 @@ from ..opening.servers import MCPServer, MCPServerStdio
 from .access import access_options
 from .app import Gateway
 from .audit import AuditLog
+from .auth.registry import authenticator_for
 from .backends import Backend, backend_for
 from .connections import KEEP_ALIVE_IDLE, Limits, bounded, connection_cap
 from .options import Served, served_options
-from .principals import DEFAULT_PRINCIPAL, read_token_file
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -157,11 +158,13 @@ def _url(sock: socket.socket) -> str:
 
 
 def _guarding(servers: list[MCPServer], *files: str | None) -> list[MCPServer]:
-    """``servers``, the gateway's own ``files`` (its token file, its audit log) kept read-only in their boxes too.
+    """``servers``, the gateway's own ``files`` (its token file or the OAuth issuer's key file, its audit log) kept
+    read-only in their boxes too.
 
     Like their config file and its lock (``load_servers``): a sandboxed
-    server that rewrote the token file would let itself, or anyone, in at
-    the next start, and one that rewrote the audit log would hide its calls.
+    server that rewrote the token file (or put a key of its own in the key
+    file) would let itself, or anyone, in, and one that rewrote the audit
+    log would hide its calls.
     """
     own = tuple(os.path.abspath(f) for f in files if f)
     return [
@@ -172,18 +175,19 @@ def _guarding(servers: list[MCPServer], *files: str | None) -> list[MCPServer]:
 
 async def run(ns: argparse.Namespace) -> int:
     """Serve until SIGTERM; the exit status."""
-    servers = _guarding(load_servers(ns.config, lock=ns.lock), ns.token_file, getattr(ns, "audit_log", None))
+    jwks = getattr(ns, "oauth_jwks", None)
+    key_file = jwks if jwks and not jwks.startswith(("http://", "https://")) else None
+    servers = _guarding(load_servers(ns.config, lock=ns.lock), ns.token_file, key_file, getattr(ns, "audit_log", None))
     served = served_options(ns.config)
-    credentials = read_token_file(ns.token_file) if ns.token_file else []
-    tokens = [c.token for c in credentials]
-    principals = sorted({c.principal for c in credentials} or {DEFAULT_PRINCIPAL})
+    auth = authenticator_for(ns)
     access = access_options(ns.config, [s.name or "" for s in servers])
-    strangers = [p for p in access.principals() if p not in principals]
+    known = auth.principals
+    strangers = [] if known is None else [p for p in access.principals() if p not in known]
     if strangers:
         raise UserError(
             f"the access section names {', '.join(map(repr, strangers))}, but no token is that principal's",
-            hint=f"Name the token file's principals ({', '.join(principals)}), or add a `PRINCIPAL TOKEN` line "
-            "for each."
+            hint=f"Name the token file's principals ({', '.join(sorted(known or ()))}), or add a "
+            "`PRINCIPAL TOKEN` line for each."
             if ns.token_file
             else "Without --token-file every client is principal 'default': name only it, or pass a "
             "--token-file of `PRINCIPAL TOKEN` lines.",
@@ -191,18 +195,18 @@ async def run(ns: argparse.Namespace) -> int:
     host, port = parse_listen(ns.listen)
     limits = Limits(max_connections=connection_cap(ns.max_connections), head_timeout=ns.head_timeout)
     loopback = is_loopback(host)
-    if not loopback and not tokens:
+    if not loopback and not auth.required:
         raise UserError(
-            f"refusing to listen on {host} (not loopback) without tokens",
-            hint="Pass --token-file FILE (one bearer token a line), or listen on 127.0.0.1.",
+            f"refusing to listen on {host} (not loopback) without credentials",
+            hint="Pass --token-file FILE (one bearer token a line) or --oauth-issuer URL (an authorization "
+            "server's access tokens), or listen on 127.0.0.1.",
         )
     backends: list[Backend] = [backend_for(s, served.get(s.name or "", Served())) for s in servers]
     idle = max([b.served.idle for b in backends if b.served.session == "per-session"] + [HTTP_SESSION_IDLE])
     audit = AuditLog(ns.audit_log) if getattr(ns, "audit_log", None) else None
     gateway = Gateway(
         backends,
-        tokens=tokens,
-        principals=[c.principal for c in credentials],
+        auth=auth,
         access=access,
         audit=audit,
         metrics_principal=bool(getattr(ns, "metrics_principal", False)),

@@ -31,6 +31,7 @@ from _gateway import (
     Heard,
     Serve,
     modern_call,
+    raised_within,
     raw,
     samples,
     sdk_client,
@@ -47,6 +48,7 @@ from lovia.testing import ScriptedProvider, call, text
 from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 from lovia_mcp import MCPServerStreamableHTTP
+from lovia_mcp.gateway.auth.base import AUTH_REFUSED
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -213,7 +215,8 @@ def test_a_request_without_the_right_bearer_token_gets_401_on_every_protected_ro
         )
         assert response.status_code == 401, path
         assert response.headers["www-authenticate"].startswith("Bearer")
-        assert "--token-file" in response.json()["hint"]
+        error = response.json()["error"]
+        assert error["code"] == AUTH_REFUSED and "--token-file" in error["data"]["hint"], error
     # Probes carry no token (Kubernetes' httpGet cannot read a Secret).
     assert httpx.get(gateway.base + "/healthz").status_code == 200
     assert httpx.get(gateway.base + "/readyz").text == "ready\n"
@@ -327,16 +330,20 @@ def test_a_2026_request_carrying_another_tokens_session_id_neither_reads_nor_wri
         a.close()
 
 
-def test_the_sdk_client_with_a_wrong_token_fails_to_connect(gateway: Serve) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_the_sdk_client_with_a_wrong_token_raises_the_gateways_message_and_hint(gateway: Serve, mode: str) -> None:
+    from mcp.shared.exceptions import MCPError
+
     async def main() -> None:
-        async with sdk_client(gateway.url, {"Authorization": "Bearer nope"}, mode="legacy"):
+        async with sdk_client(gateway.url, {"Authorization": "Bearer wrong-token-0123456789abcdef"}, mode=mode):
             pass
 
-    # The SDK reports the 401 as an error response (its exception groups
-    # hide the status); the raw 401 is checked above.
     with pytest.raises(BaseException) as caught:
         run(main())
-    assert "error response" in repr(caught.value), repr(caught.value)
+    error = raised_within(caught.value, MCPError)
+    assert error.error.code == AUTH_REFUSED, error
+    assert error.error.message == "the bearer token is not one of this gateway's", error
+    assert isinstance(error.error.data, dict) and "--token-file" in error.error.data["hint"], error.error
 
 
 def test_a_request_body_over_the_cap_gets_413_before_any_session(gateway: Serve) -> None:
@@ -429,7 +436,7 @@ def test_a_2026_call_whose_client_goes_away_is_cancelled_and_counted_so(gateway:
 
 def test_an_unknown_endpoint_and_an_unknown_tool_get_errors_naming_what_exists(gateway: Serve) -> None:
     response = httpx.post(gateway.base + "/servers/nope/mcp", json=INITIALIZE, headers=gateway.headers)
-    assert response.status_code == 404 and "ps" in response.json()["hint"]
+    assert response.status_code == 404 and "ps" in response.json()["error"]["data"]["hint"]
 
     async def main() -> None:
         async with sdk_client(gateway.url, gateway.headers, mode="legacy") as client:
@@ -766,7 +773,7 @@ def test_a_call_that_fails_in_a_way_nobody_foresaw_is_counted_as_an_error_not_ok
             raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
 
     broken = Broken(MCPServerStdio(name="b", command=sys.executable, args=["-c", ""]), options.Served())
-    gateway = app.Gateway([broken], tokens=[], loopback=True, max_body_bytes=1024, max_sessions=1, session_idle=60.0)
+    gateway = app.Gateway([broken], loopback=True, max_body_bytes=1024, max_sessions=1, session_idle=60.0)
     with pytest.raises(UnicodeEncodeError):
         run(gateway._call(broken, "t", {}, None))  # noqa: SLF001 - the counting itself is the point
     assert dict(gateway.metrics.calls) == {(("server", "b"), ("tool", "<unknown>"), ("outcome", "error")): 1}
@@ -781,12 +788,13 @@ def test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equalit
     import inspect
     import textwrap
 
-    from lovia_mcp.gateway import app
+    from lovia_mcp.gateway.auth import tokens as scheme
+    from lovia_mcp.gateway.auth.base import Identity
 
     # Behaviour: every known token goes through hmac.compare_digest, whether
     # the given one matches the first, the last or none (no early exit).
     tokens = ["first-token-0123456789", "second-token-0123456789", "third-token-0123456789"]
-    gateway = app.Gateway([], tokens=tokens, loopback=True, max_body_bytes=1024, max_sessions=1, session_idle=60.0)
+    auth = scheme.TokenFile([scheme.Credential("default", t) for t in tokens])
     compared: list[bytes] = []
     real = hmac.compare_digest
 
@@ -794,15 +802,15 @@ def test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equalit
         compared.append(b)
         return real(a, b)
 
-    monkeypatch.setattr(app.hmac, "compare_digest", spy)
+    monkeypatch.setattr(scheme.hmac, "compare_digest", spy)
     for given, allowed in ((tokens[0], True), (tokens[2], True), ("wrong-token-0123456789", False)):
         compared.clear()
-        scope = {"type": "http", "headers": [(b"authorization", f"Bearer {given}".encode())]}
-        assert gateway._authorized(scope) is allowed  # noqa: SLF001 - the comparison itself is the point
+        headers = [(b"authorization", f"Bearer {given}".encode())]
+        assert isinstance(auth.check(headers), Identity) is allowed
         assert compared == [t.encode() for t in tokens]
     # Source: no == / != / in anywhere in the check (a weakening the
     # behaviour above would also catch, kept as the issue asks).
-    tree = ast.parse(textwrap.dedent(inspect.getsource(app.Gateway._authorized)))  # noqa: SLF001
+    tree = ast.parse(textwrap.dedent(inspect.getsource(scheme.TokenFile.check)))
     weak = [
         ast.unparse(node)
         for node in ast.walk(tree)

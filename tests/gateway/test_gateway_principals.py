@@ -29,7 +29,7 @@ from conftest import ROOT, run
 
 from lovia_mcp.gateway.access import Access, access_options
 from lovia_mcp.gateway.audit import AuditLog, Caller, trace_id
-from lovia_mcp.gateway.principals import Credential, read_token_file
+from lovia_mcp.gateway.auth.tokens import Credential, read_token_file
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -446,9 +446,7 @@ def test_a_failed_audit_write_is_logged_once_a_minute_and_the_call_is_still_serv
 
     backend = Answering(MCPServerStdio(name="b", command=sys.executable, args=["-c", ""]), options.Served())
     audit = AuditLog("/dev/full")  # every write fails: ENOSPC
-    gateway = app.Gateway(
-        [backend], tokens=[], loopback=True, max_body_bytes=1024, max_sessions=1, session_idle=60.0, audit=audit
-    )
+    gateway = app.Gateway([backend], loopback=True, max_body_bytes=1024, max_sessions=1, session_idle=60.0, audit=audit)
     caller = Caller("alice", "/mcp")
     with caplog.at_level(logging.WARNING, logger="lovia_mcp.gateway"):
         for _ in range(3):
@@ -466,13 +464,13 @@ def test_each_token_is_compared_in_constant_time_and_the_matching_ones_principal
     import hmac
 
     from lovia_mcp.gateway import app
+    from lovia_mcp.gateway.auth import tokens as scheme
     from lovia_mcp.gateway.principals import SCOPE_KEY
 
     tokens, principals = [ALICE, BOB, CAROL], ["alice", "bob", "alice"]
     gateway = app.Gateway(
         [],
-        tokens=tokens,
-        principals=principals,
+        auth=scheme.TokenFile([scheme.Credential(p, t) for p, t in zip(principals, tokens)]),
         loopback=True,
         max_body_bytes=1024,
         max_sessions=1,
@@ -485,11 +483,12 @@ def test_each_token_is_compared_in_constant_time_and_the_matching_ones_principal
         compared.append(b)
         return real(a, b)
 
-    monkeypatch.setattr(app.hmac, "compare_digest", spy)
+    monkeypatch.setattr(scheme.hmac, "compare_digest", spy)
     for given, principal in ((ALICE, "alice"), (BOB, "bob"), (CAROL, "alice"), (BARE, None)):
         compared.clear()
         scope: dict[str, Any] = {"type": "http", "headers": [(b"authorization", f"Bearer {given}".encode())]}
-        assert gateway._authorized(scope) is (principal is not None)  # noqa: SLF001 - the check itself is the point
+        refused = run(gateway._authenticate(scope))  # noqa: SLF001 - the check itself is the point
+        assert (refused is None) is (principal is not None)
         assert scope.get(SCOPE_KEY) == principal
         assert compared == [t.encode() for t in tokens]
 
