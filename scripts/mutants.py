@@ -71,6 +71,7 @@ class Mutant:
 
 
 # Tests that guard more than one weakening, named once.
+OAUTH_TESTS: Final = "tests/gateway/test_gateway_oauth.py::"
 FRAME_CAP_TEST: Final = (
     "tests/protocol/test_framing.py::test_the_agent_drops_a_worker_that_sends_a_frame_over_the_cap_its_"
     "connection_configured",
@@ -119,9 +120,9 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="gateway-token-compare",
-        path="lovia_mcp/gateway/app.py",
-        old="hmac.compare_digest(token.strip(), known)",
-        new="token.strip() == known",
+        path="lovia_mcp/gateway/auth/tokens.py",
+        old="hmac.compare_digest(given, known)",
+        new="given == known",
         tests=(
             "tests/gateway/test_gateway.py::test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality",
         ),
@@ -493,9 +494,9 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="gateway-bearer-scheme",
-        path="lovia_mcp/gateway/app.py",
-        old='if match < 0 or scheme.lower() != b"bearer":',
-        new="if match < 0:",
+        path="lovia_mcp/gateway/auth/base.py",
+        old='if scheme.lower() != b"bearer" or not token:',
+        new="if not token:",
         tests=(
             "tests/gateway/test_gateway.py::test_a_request_without_the_right_bearer_token_gets_401_on_every_protected_route",
         ),
@@ -532,9 +533,9 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="gateway-share-by-tokens",
-        path="lovia_mcp/gateway/app.py",
-        old="named = len(set(self._principals))",
-        new="named = len(self._principals)",
+        path="lovia_mcp/gateway/auth/tokens.py",
+        old="self.principals: frozenset[str] | None = frozenset(c.principal for c in credentials)",
+        new="self.principals: frozenset[str] | None = frozenset(c.token for c in credentials)",
         tests=(
             "tests/gateway/test_gateway_shares.py::test_a_principal_with_two_tokens_holds_one_principals_share_of_"
             "sessions_across_them",
@@ -650,6 +651,111 @@ MUTANTS: Final = [
         new="    if False:\n",
         tests=("tests/project/test_failures_kept.py",),
         why="a test run stopped half-way loses the report of what had failed",
+    ),
+    Mutant(
+        name="oauth-audience-unchecked",
+        path="lovia_mcp/gateway/auth/oauth.py",
+        old='"verify_aud": True,',
+        new='"verify_aud": False,',
+        tests=(f"{OAUTH_TESTS}test_a_token_outside_its_times_or_for_another_audience_or_issuer_is_refused",),
+        why="a token issued for another resource (another gateway, another API of the same issuer) is accepted",
+    ),
+    Mutant(
+        name="oauth-issuer-unchecked",
+        path="lovia_mcp/gateway/auth/oauth.py",
+        old='"verify_iss": True,',
+        new='"verify_iss": False,',
+        tests=(f"{OAUTH_TESTS}test_a_token_outside_its_times_or_for_another_audience_or_issuer_is_refused",),
+        why="a token naming another issuer is accepted when a key of the configured set verifies it",
+    ),
+    Mutant(
+        name="oauth-expiry-unchecked",
+        path="lovia_mcp/gateway/auth/oauth.py",
+        old='"verify_exp": True,',
+        new='"verify_exp": False,',
+        tests=(f"{OAUTH_TESTS}test_a_token_outside_its_times_or_for_another_audience_or_issuer_is_refused",),
+        why="an expired access token (a leaked one, long revoked by expiry) is accepted",
+    ),
+    Mutant(
+        name="oauth-not-before-unchecked",
+        path="lovia_mcp/gateway/auth/oauth.py",
+        old='"verify_nbf": True,',
+        new='"verify_nbf": False,',
+        tests=(f"{OAUTH_TESTS}test_a_token_outside_its_times_or_for_another_audience_or_issuer_is_refused",),
+        why="a token is accepted before its nbf",
+    ),
+    Mutant(
+        name="oauth-any-algorithm",
+        path="lovia_mcp/gateway/auth/oauth.py",
+        old="if algorithm not in ALGORITHMS:",
+        new="if not algorithm:",
+        tests=(f"{OAUTH_TESTS}test_an_hmac_token_signed_with_a_secret_the_key_set_publishes_is_refused",),
+        why="the token's header picks the algorithm: an HMAC key in the public key set signs any token",
+    ),
+    Mutant(
+        name="oauth-refresh-unbounded",
+        path="lovia_mcp/gateway/auth/jwks.py",
+        old="return self._read_at is None or now - self._read_at >= MIN_REFRESH",
+        new="return True",
+        tests=(
+            f"{OAUTH_TESTS}test_a_new_key_in_the_fetched_set_is_picked_up_on_its_first_token_and_made_up_ids_fetch_"
+            "at_most_once_a_period",
+        ),
+        why="every token with a made-up key id makes the gateway fetch the issuer's keys (the issuer flooded)",
+    ),
+    Mutant(
+        name="oauth-no-refresh-for-new-key",
+        path="lovia_mcp/gateway/auth/jwks.py",
+        old="if not stale and self._lookup(kid) is not None:",
+        new="if not stale:",
+        tests=(
+            f"{OAUTH_TESTS}test_a_new_key_in_the_fetched_set_is_picked_up_on_its_first_token_and_made_up_ids_fetch_"
+            "at_most_once_a_period",
+        ),
+        why="a key the issuer rotated in is not taken until the set's maximum age: its tokens are refused for an hour",
+    ),
+    Mutant(
+        name="oauth-jwks-plain-http",
+        path="lovia_mcp/gateway/auth/jwks.py",
+        old='if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):',
+        new='if parts.scheme == "http" and parts.hostname:',
+        tests=(f"{OAUTH_TESTS}test_oauth_options_that_do_not_fit_stop_serve_with_a_hint",),
+        why="the issuer's keys are fetched in the clear: whoever is on the path swaps in a key and signs any token",
+    ),
+    Mutant(
+        name="oauth-principal-unchecked",
+        path="lovia_mcp/gateway/auth/oauth.py",
+        old="if not isinstance(principal, str) or not PRINCIPAL_NAME.fullmatch(principal):",
+        new="if not isinstance(principal, str):",
+        tests=(f"{OAUTH_TESTS}test_a_principal_claim_that_is_not_a_plain_principal_name_is_refused",),
+        why="a token's claim becomes a principal with newlines or shell characters (log lines, metrics labels)",
+    ),
+    Mutant(
+        name="oauth-scope-unchecked",
+        path="lovia_mcp/gateway/auth/oauth.py",
+        old="missing = [s for s in self.scopes if s not in access.scopes]",
+        new="missing: list[str] = []",
+        tests=(
+            f"{OAUTH_TESTS}test_a_token_without_a_required_scope_gets_403_insufficient_scope",
+            f"{OAUTH_TESTS}test_a_token_without_the_required_scope_gets_403_with_the_scope_in_its_challenge",
+        ),
+        why="a token without the scope --oauth-scope requires is let in",
+    ),
+    Mutant(
+        name="oauth-session-owner",
+        path="lovia_mcp/gateway/auth/oauth.py",
+        old="owner = json.dumps([access.client_id, access.subject or principal])",
+        new="owner = json.dumps([access.client_id, principal])",
+        tests=(f"{OAUTH_TESTS}test_a_session_answers_only_to_its_subject_and_survives_a_refreshed_token",),
+        why="a session answers to any subject whose token maps to the same principal name",
+    ),
+    Mutant(
+        name="oauth-discovery-issuer-unchecked",
+        path="lovia_mcp/gateway/auth/jwks.py",
+        old='if not isinstance(meta, dict) or meta.get("issuer") != self.issuer:',
+        new="if not isinstance(meta, dict):",
+        tests=(f"{OAUTH_TESTS}test_metadata_naming_another_issuer_is_refused_and_its_keys_never_fetched",),
+        why="keys are taken from metadata that names another issuer (RFC 8414 3.3: a mix-up)",
     ),
 ]
 

@@ -350,6 +350,8 @@ def test_a_request_body_over_the_cap_gets_413_before_any_session(gateway: Serve)
     big = {**INITIALIZE, "params": {**INITIALIZE["params"], "pad": "x" * 70_000}}
     response = _mcp_post(gateway, big, authorization=gateway.headers["Authorization"])
     assert response.status_code == 413
+    error = response.json()["error"]
+    assert "over this gateway's cap of 65536" in error["message"] and "--max-body-bytes" in error["data"]["hint"]
 
 
 def test_a_2026_call_whose_mcp_param_header_disagrees_with_its_arguments_is_rejected(gateway: Serve) -> None:

@@ -269,9 +269,11 @@ def test_a_token_without_a_required_scope_gets_403_insufficient_scope(tmp_path: 
 class IssuerHTTP(LocalHTTP):
     """The issuer on loopback: its RFC 8414 metadata and its JWK Set at /jwks (any other path)."""
 
-    def __init__(self, issuer: Issuer) -> None:
+    def __init__(self, issuer: Issuer, claimed: str | None = None) -> None:
+        """``claimed``: the issuer the metadata names (default: this server's own URL)."""
         super().__init__(answer=self._answer)
         self.issuer = issuer
+        self.claimed = claimed
 
     @property
     def url(self) -> str:
@@ -279,7 +281,7 @@ class IssuerHTTP(LocalHTTP):
 
     def _answer(self, lines: list[str]) -> str:
         if lines[0].split(" ")[1] == "/.well-known/oauth-authorization-server":
-            return json.dumps({"issuer": self.url, "jwks_uri": f"{self.url}/jwks"})
+            return json.dumps({"issuer": self.claimed or self.url, "jwks_uri": f"{self.url}/jwks"})
         return json.dumps(self.issuer.jwks())
 
 
@@ -332,6 +334,23 @@ def test_the_key_set_is_found_through_the_issuers_metadata_when_no_location_is_g
             verifier = JWTVerifier(issuer=web.url, audience=RESOURCE, keys=keys)
             assert (await verifier.verify(issuer.token(iss=web.url))).subject == "u-1001"
             assert web.paths == ["/.well-known/oauth-authorization-server", "/jwks"]
+
+    bounded(main())
+
+
+@pytest.mark.unit
+def test_metadata_naming_another_issuer_is_refused_and_its_keys_never_fetched() -> None:
+    issuer = Issuer()
+
+    async def main() -> None:
+        async with IssuerHTTP(issuer, claimed="https://someone-else.example") as web:
+            auth = OAuth(
+                JWTVerifier(issuer=web.url, audience=RESOURCE, keys=JWKS(None, issuer=web.url)), resource=RESOURCE
+            )
+            got = await auth.authenticate(_bearer(issuer.token(iss=web.url)))
+            assert isinstance(got, Refusal) and got.status == 503, got
+            assert "is for the issuer 'https://someone-else.example'" in got.message, got
+            assert web.paths == ["/.well-known/oauth-authorization-server"]
 
     bounded(main())
 

@@ -127,7 +127,15 @@ class JWTVerifier:
                 audience=self.audience,
                 issuer=self.issuer,
                 leeway=CLOCK_LEEWAY,
-                options={"require": ["exp", "iss", "aud", self.principal_claim]},
+                options={
+                    "require": ["exp", "iss", "aud", self.principal_claim],
+                    # PyJWT's defaults, written out: each is a rule kept here.
+                    "verify_signature": True,
+                    "verify_aud": True,
+                    "verify_iss": True,
+                    "verify_exp": True,
+                    "verify_nbf": True,
+                },
             )
         except jwt.PyJWTError as exc:
             raise self._refused(exc) from None
