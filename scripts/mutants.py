@@ -757,6 +757,15 @@ MUTANTS: Final = [
         tests=(f"{OAUTH_TESTS}test_metadata_naming_another_issuer_is_refused_and_its_keys_never_fetched",),
         why="keys are taken from metadata that names another issuer (RFC 8414 3.3: a mix-up)",
     ),
+    Mutant(
+        name="oauth-key-file-unguarded",
+        path="lovia_mcp/gateway/serve.py",
+        old='ns.token_file, key_file, getattr(ns, "audit_log", None))',
+        new='ns.token_file, getattr(ns, "audit_log", None))',
+        tests=(f"{OAUTH_TESTS}test_a_sandboxed_server_cannot_put_a_key_of_its_own_into_the_issuers_key_file",),
+        why="a sandboxed server adds its own key to the issuer's key file and signs any principal's token",
+        needs="a sandbox backend",
+    ),
 ]
 
 

@@ -11,12 +11,15 @@ without loading the SDK):
   :class:`~lovia_mcp.MCPConnection` (shared, or one per client session or
   per principal from warm spares), so every containment guarantee holds per server;
 - ``app``: the ASGI app: the SDK's low-level ``Server`` and streamable HTTP
-  session manager per endpoint, bearer tokens, health, readiness, metrics;
+  session manager per endpoint, authentication, health, readiness, metrics;
+- ``auth/``: who a request is, one scheme per module behind one
+  ``Authenticator`` (none, the token file, an OAuth 2.1 resource server),
+  picked from the command's options by ``auth.registry``;
 - ``fastpath``: a 2026-07-28 ``tools/call`` or ``tools/list`` answered in
   the SDK's JSON mode, turned into an event stream only when it is slow;
-- ``principals``: who a token says a client is (the token file's
-  ``PRINCIPAL TOKEN`` lines); ``access``: what each principal may list and
-  call (the config's ``"gateway": {"access": ...}``); ``audit``: the
+- ``principals``: the principal a request carries, whichever scheme named
+  it, and each principal's share of a cap; ``access``: what each principal
+  may list and call (the config's ``"gateway": {"access": ...}``); ``audit``: the
   ``--audit-log`` line per call;
 - ``sessions``: the 2025 sessions the SDK opened and the token each belongs
   to, the only session ids the gateway acts on;

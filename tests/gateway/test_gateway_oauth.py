@@ -601,3 +601,79 @@ def test_a_key_the_issuer_adds_to_its_key_file_is_taken_on_its_first_token(gatew
     # The file was read at start; a token naming a key id it did not hold reads it again.
     answer = _post(gateway, token)
     assert answer.status_code == 200, answer.text
+
+
+def test_a_client_session_as_the_manual_writes_it_lists_with_a_token_and_raises_the_hint_without_one(
+    gateway: Serve, issuer: Issuer
+) -> None:
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    async def session(token: str) -> list[str]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30.0) as http:
+            async with streamable_http_client(gateway.url, http_client=http) as (read, write):
+                async with ClientSession(read, write) as client:
+                    await client.initialize()
+                    return [t.name for t in (await client.list_tools()).tools]
+
+    assert "raw__echo" in run(session(issuer.token()))
+    with pytest.raises(BaseException) as caught:
+        run(session(issuer.token(iss="https://impostor.example")))
+    error = raised_within(caught.value, MCPError)
+    assert error.error.message == f"the token was not issued by {ISSUER}", error
+    assert isinstance(error.error.data, dict) and ISSUER in error.error.data["hint"], error.error
+
+
+def test_a_sandboxed_server_cannot_put_a_key_of_its_own_into_the_issuers_key_file(
+    tmp_path: Path, issuer: Issuer
+) -> None:
+    # A server that could write the key file would add its own key and sign
+    # any principal's token at the next read (an unknown key id triggers one).
+    from helpers import ESCAPE_SERVER, PY
+    from lovia_mcp_worker.sandbox import registry
+    from lovia_mcp_worker.sandbox.base import SandboxError
+
+    from lovia_mcp import Sandbox
+
+    try:
+        registry.pick(Sandbox())
+    except SandboxError as exc:
+        pytest.skip(f"no sandbox backend can run here: {exc}")
+    folder = tmp_path / "g"
+    folder.mkdir()
+    (folder / "jwks.json").write_text(json.dumps(issuer.jwks()))
+    (folder / "notes.txt").write_text("notes\n")
+    entry = {
+        "command": PY,
+        "args": [ESCAPE_SERVER],
+        "cwd": str(folder),
+        "env": {"HOME": str(folder)},
+        "sandbox": {"backend": "auto"},
+        "pin": "off",
+    }
+    g = Serve(
+        folder,
+        {"escape": entry},
+        *("--oauth-issuer", ISSUER, "--oauth-resource", RESOURCE, "--oauth-jwks", str(folder / "jwks.json")),
+        token=False,
+    )
+    said = {}
+    try:
+
+        async def write(name: str) -> str:
+            headers = {"Authorization": f"Bearer {issuer.token(kid='rsa-1')}"}
+            async with sdk_client(g.url, headers) as client:
+                result = await client.call_tool("escape__write", {"path": str(folder / name)})
+                return str(result.content[0].text)  # type: ignore[union-attr]
+
+        for name in ("jwks.json", "notes.txt"):
+            said[name] = run(write(name))
+    finally:
+        code, alive = g.stop()
+    assert code == 0 and alive == [], g.stderr()[-3000:]
+    assert said["jwks.json"].startswith("denied"), said
+    # The same box writes beside it: the key file alone is kept.
+    assert said["notes.txt"].startswith("ok"), said
