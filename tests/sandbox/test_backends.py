@@ -245,6 +245,9 @@ class FakeBackend:
         env["FAKE_BOX"] = "1"  # what a backend may do to the server's environment (its proxy variables)
         return LaunchPlan(self.name, argv)
 
+    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
+        return None  # no wrapper: the server is exec'd as given
+
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:

@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from ..sandbox import bwrap, registry
+from ..sandbox import registry
 from ..sandbox.base import LaunchPlan, SandboxError
 from ..wire import environment
 from ..wire.confinement import Limits, Sandbox
@@ -106,16 +106,15 @@ def _launch_plan(
     return argv, _preexec(limits)
 
 
-def wrapper_exec_error(returncode: int, stderr_tail: list[str]) -> str | None:
-    """The exec error setpriv or bwrap reported for the server, if that is why it exited.
+def wrapper_exec_error(returncode: int, stderr_tail: list[str], backend: str | None = None) -> str | None:
+    """The exec error setpriv or the sandbox ``backend`` the launch used reported, if that is why the server exited.
 
     Without a wrapper, a failed exec (a missing interpreter on the ``#!``
     line, say) raises in the worker; with one, the wrapper exits and says
     why on stderr. This reads that back so the error is the same.
     """
-    sandboxed = bwrap.setup_error(returncode, stderr_tail)
-    if sandboxed is not None:
-        return sandboxed
+    if backend is not None:
+        return registry.get(backend).setup_error(returncode, stderr_tail)
     if _SETPRIV is None or returncode not in (126, 127) or not stderr_tail:
         return None
     last = stderr_tail[-1]

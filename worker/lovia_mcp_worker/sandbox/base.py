@@ -11,8 +11,12 @@ A backend is an object with (:class:`Backend`):
 - ``plan(spec, box, argv, env)``: the :class:`LaunchPlan` that runs ``argv``
   inside the box: the argv to execute, the descriptors to pass to the spawn
   and those to keep open through it, a pre-exec step, and the network route
-  set up through :mod:`.netroute` (it sets the proxy variables in ``env``).
-  It raises :class:`SandboxError`, having closed what it opened.
+  set up through :mod:`.egress.netroute` (it sets the proxy variables in
+  ``env``). It raises :class:`SandboxError`, having closed what it opened;
+- ``setup_error(returncode, stderr_tail)``: the reason, when a server it
+  launched exited because the box itself could not be built or could not
+  execute the command (a wrapper such as bwrap says so on stderr), so the
+  error is the one an unboxed exec failure gives; None otherwise.
 
 The registry (:mod:`.registry`) names them; ``auto`` delegates to the first
 available one.
@@ -97,6 +101,8 @@ class Backend(Protocol):
     def hint(self) -> str: ...
 
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan: ...
+
+    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None: ...
 
 
 __all__ = ["Backend", "LaunchPlan", "SandboxError"]

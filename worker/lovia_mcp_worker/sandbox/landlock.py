@@ -533,6 +533,9 @@ class LandlockBackend:
         """What to do where :meth:`unavailable` says no."""
         return "Use Sandbox(backend='bwrap') where user namespaces are allowed, or run the agent on Linux 6.7 or later."
 
+    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
+        return None  # no wrapper: the ruleset is applied in the pre-exec, whose failure the spawn raises
+
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         held = pins.hold(box, spec.cwd)
         try:

@@ -128,5 +128,8 @@ class AutoBackend:
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         return await self.choose(box).plan(spec, box, argv, env)
 
+    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
+        return None  # a plan names the backend it chose, whose own reading applies
+
 
 __all__ = ["AUTO", "BUILTIN", "AutoBackend", "get", "load", "names", "pick", "register", "unregister"]

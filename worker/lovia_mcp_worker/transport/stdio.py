@@ -291,7 +291,7 @@ class StdioSession:
         if not self.exited.done():
             self.exited.set_result(rc)
         tail = list(self.stderr.tail)
-        exec_error = wrapper_exec_error(rc, tail) if not self.initialized else None
+        exec_error = wrapper_exec_error(rc, tail, self.sandbox) if not self.initialized else None
         if exec_error is not None:
             self.end(failures.exec_failed(self.spec.command, exec_error, rc))
         elif not self.initialized:
