@@ -766,6 +766,19 @@ MUTANTS: Final = [
         why="a sandboxed server adds its own key to the issuer's key file and signs any principal's token",
         needs="a sandbox backend",
     ),
+    Mutant(
+        name="bwrap-exec-error-unread",
+        path="worker/lovia_mcp_worker/sandbox/bwrap.py",
+        old="""    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
+        return setup_error(returncode, stderr_tail)""",
+        new="""    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
+        return None""",
+        tests=(
+            "tests/sandbox/test_backends.py::test_a_command_the_box_cannot_execute_fails_with_the_same_exec_error_as_unboxed",
+        ),
+        why="a command bwrap cannot execute fails as a crash before the handshake, not with its exec error",
+        needs="user namespaces",
+    ),
 ]
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, ROOT, SERVERS, raw_args, run
 from helpers import as_nobody
-from lovia.exceptions import UserError
+from lovia.exceptions import MCPError, UserError
 from lovia_mcp_worker.sandbox import bwrap, landlock, registry
 from lovia_mcp_worker.sandbox.base import LaunchPlan, SandboxError
 from lovia_mcp_worker.wire.messages import ServerSpec
@@ -318,3 +318,29 @@ def test_every_list_of_backend_names_agrees_with_the_registry() -> None:
         text = path.read_text()
         listed = bool(BACKEND_LIST.search(text)) or bool(BACKEND_TABLE.search(text))
         assert listed == (path.name == "confinement.py"), path
+
+
+@pytest.mark.parametrize("backend", [None, "bwrap", "landlock"])
+def test_a_command_the_box_cannot_execute_fails_with_the_same_exec_error_as_unboxed(
+    backend: str | None, tmp_path: Path
+) -> None:
+    # bwrap executes the command itself and says why it could not on stderr; the backend reads
+    # that back (Backend.setup_error), so the caller's error is the unboxed one.
+    if backend == "bwrap" and bwrap.userns_refused() is not None:
+        pytest.skip("user namespaces are refused here")
+    if backend == "landlock" and landlock.unavailable(Sandbox(backend="landlock")):
+        pytest.skip("Landlock is not available here")
+    script = tmp_path / "server"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    box = None if backend is None else Sandbox(backend=backend)
+    server = MCPServerStdio(command=str(script), name="x", cwd=tmp_path, sandbox=box)
+
+    async def main() -> None:
+        async with server.session():
+            pass
+
+    with pytest.raises(MCPError) as failed:
+        run(main())
+    print(failed.value)
+    assert f"could not start '{script}': No such file or directory" in str(failed.value)
