@@ -61,6 +61,7 @@ from ..config._isolation import Isolation
 from . import closing
 from .channel import LocalChannel, ProcessChannel
 from .circuit import RestartCircuit
+from .relay import Listener
 from .retry import ENDED
 
 logger = logging.getLogger("lovia_mcp")
@@ -114,6 +115,8 @@ class ClientCore:
         self._ids = itertools.count(1)
         # Request id of each tools/call in flight -> its raw tool name (progress).
         self._calls: dict[int, str] = {}
+        # Request id -> the caller's ears (:mod:`.relay`), for requests given one.
+        self._listeners: dict[int, Listener] = {}
         self.closed = False
         # As the worker last reported them (the worker owns both).
         self.server_pid: int | None = None
@@ -199,10 +202,13 @@ class ClientCore:
         tool: str | None = None,
         backstop: float | None = None,
         op: tracing.Operation | None = None,
+        listener: Listener | None = None,
     ) -> WorkerMessage:
         """Send ``make(id)`` and return the answer or a failure; cancelling sends ``Cancel``.
 
-        ``tool``: a tools/call's raw name (for progress records). ``backstop``:
+        ``tool``: a tools/call's raw name (for progress records). ``listener``:
+        hears what the worker tells of the request while it runs (its
+        progress: :mod:`.relay`). ``backstop``:
         seconds after which a worker that has not answered is given up
         (:func:`backstop`). ``op``: the operation's span, which gets the
         request id and the failure; a traced request that is cancelled
@@ -232,6 +238,8 @@ class ClientCore:
         self._pending[rid] = fut
         if tool is not None:
             self._calls[rid] = tool
+        if listener is not None:
+            self._listeners[rid] = listener
         if op is not None:
             op.set("jsonrpc.request.id", rid)
         # Other requests in flight: this one may go in one write with theirs.
@@ -251,6 +259,8 @@ class ClientCore:
         finally:
             self._pending.pop(rid, None)
             self._calls.pop(rid, None)
+            if listener is not None:
+                self._listeners.pop(rid, None)
         if isinstance(reply, Failure):
             if reply.kind in ENDED:
                 self.circuit.ended(reply.text())
@@ -452,6 +462,12 @@ class ClientCore:
             tracing.ended(self.ops, msg)
         elif isinstance(msg, Progress):
             self._log_progress(msg)
+            listener = self._listeners.get(msg.id)
+            if listener is not None:
+                try:
+                    listener.progress(msg.progress, msg.total, msg.message)
+                except Exception:  # noqa: BLE001 - a listener's bug must not break the worker's message loop
+                    logger.exception("%s: a request's listener raised", self.spec.name)
         else:
             if isinstance(msg, Tools):
                 self.listing_ttl, self.listed_at = msg.listing_ttl, time.monotonic()

@@ -72,6 +72,7 @@ from .. import tracing
 from ..client import core as client_core
 from ..client.circuit import RestartCircuit
 from ..client.core import ClientCore
+from ..client.relay import Listener
 from ..client.retry import retry
 from ..lock import packages, pins
 from ..render import DENIED_META, MCPToolResult, default_renderer, output_cap, with_sdk_models
@@ -326,13 +327,18 @@ class MCPConnection(LoviaFields):
                 timeout = getattr(getattr(ctx, "agent", None), "default_tool_timeout", None)
             # Rendered by the default renderer: only what the cap shows need cross.
             cap = None if self.server.result_renderer else output_cap(self.server.max_output_chars, ctx)
-            return self._call_tool(tool_name, args, timeout, cap)
+            return self._call_tool(tool_name, args, timeout, cap, None)
 
         return invoke
 
     # -- calls --------------------------------------------------------------- #
     async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        listener: Listener | None = None,
     ) -> MCPToolResult:
         """Call a tool by its raw name, with ``timeout`` seconds to answer.
 
@@ -340,11 +346,18 @@ class MCPConnection(LoviaFields):
         applies ``on_timeout`` (an ``MCPError`` of kind ``timeout`` when the
         caller did not cancel first; lovia's ``run_tool`` usually does, with
         the same timeout, and reports lovia's own timeout error).
+        ``listener`` hears the call's progress while it runs (the gateway
+        relays it to its client: :mod:`..client.relay`).
         """
-        return await self._call_tool(name, arguments, timeout, None)
+        return await self._call_tool(name, arguments, timeout, None, listener)
 
     def _call_tool(
-        self, name: str, arguments: dict[str, Any] | None, timeout: float | None, cap: int | None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        timeout: float | None,
+        cap: int | None,
+        listener: Listener | None,
     ) -> Awaitable[MCPToolResult]:
         """The call's coroutine (awaited by the caller: no frame of its own on the call's path)."""
         if name not in self._callable:
@@ -363,14 +376,16 @@ class MCPConnection(LoviaFields):
                 kind="too_large",
             )
         if not tracing.enabled():  # the common case, kept free of the span's context managers
-            return self._call(name, body, timeout, None, cap)
-        return self._traced_call(name, body, timeout, cap)
+            return self._call(name, body, timeout, None, cap, listener)
+        return self._traced_call(name, body, timeout, cap, listener)
 
-    async def _traced_call(self, name: str, body: bytes, timeout: float | None, cap: int | None) -> MCPToolResult:
+    async def _traced_call(
+        self, name: str, body: bytes, timeout: float | None, cap: int | None, listener: Listener | None
+    ) -> MCPToolResult:
         with self.core.operation("tools/call", name) as op:
             if op is not None:
                 op.deadline = {"lovia_mcp.timeout_s": timeout, "lovia_mcp.on_timeout": self.server.on_timeout}
-            result = await self._call(name, body, timeout, op, cap)
+            result = await self._call(name, body, timeout, op, cap, listener)
             if op is not None:
                 if result.usage is not None:
                     op.usage(result.usage)
@@ -379,7 +394,13 @@ class MCPConnection(LoviaFields):
             return result
 
     async def _call(
-        self, name: str, body: bytes, timeout: float | None, op: tracing.Operation | None, cap: int | None
+        self,
+        name: str,
+        body: bytes,
+        timeout: float | None,
+        op: tracing.Operation | None,
+        cap: int | None,
+        listener: Listener | None = None,
     ) -> MCPToolResult:
         # The deadline runs from here (lovia's wait_for wraps this call): time
         # spent replacing a worker or on a first attempt counts.
@@ -397,7 +418,7 @@ class MCPConnection(LoviaFields):
                 self._check_open(name)
             # Cancelled (lovia's wait_for at the deadline, say), the request
             # tells the span what the worker made of the cancel.
-            reply = await self.core.request(make, tool=name, backstop=backstop, op=op)
+            reply = await self.core.request(make, tool=name, backstop=backstop, op=op, listener=listener)
             if type(reply) is Result:
                 structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
                 meta = None

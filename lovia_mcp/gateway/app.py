@@ -109,6 +109,7 @@ from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import ListChangedServer, Notifier
 from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of, share
+from .relay import ClientRelay, relayed
 from .sessions import Sessions
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -313,9 +314,11 @@ class Gateway:
             caller = Caller(principal_of(scope), path, trace_id(params.meta, header))
             session = self._session_of(ctx)
             backend, raw = self._permitted(only, params.name, session, caller)
-            return await self._call(
-                backend, raw, params.arguments or {}, backend.holder(session, caller.principal), caller
-            )
+            # The call's progress goes to this client, on this request's stream (.relay).
+            async with relayed(ctx.session, ctx.params) as relay:
+                return await self._call(
+                    backend, raw, params.arguments or {}, backend.holder(session, caller.principal), caller, relay
+                )
 
         def input_schema(name: str) -> dict[str, Any] | None:
             # The SDK checks a 2026-07-28 call's Mcp-Param-* headers against the
@@ -441,9 +444,16 @@ class Gateway:
             )
 
     async def _call(
-        self, backend: Backend, raw: str, arguments: dict[str, Any], session: str | None, caller: Caller | None = None
+        self,
+        backend: Backend,
+        raw: str,
+        arguments: dict[str, Any],
+        session: str | None,
+        caller: Caller | None = None,
+        relay: ClientRelay | None = None,
     ) -> dict[str, Any]:
-        """Call ``raw`` on ``backend`` for ``session`` (the backend's holder); counted, and audited for ``caller``."""
+        """Call ``raw`` on ``backend`` for ``session`` (the backend's holder); counted, and audited for ``caller``;
+        ``relay`` hears its progress."""
         self.in_flight += 1
         self._idle_now.clear()
         started = time.perf_counter()
@@ -462,7 +472,7 @@ class Gateway:
             # No timer here: the call carries its timeout to its worker, which
             # ends it at the deadline and words the answer (a timeout is the
             # MCPError of kind "timeout" below).
-            result = await backend.call(session, raw, arguments, who)
+            result = await backend.call(session, raw, arguments, who, relay)
             outcome = "tool_error" if result.is_error else "ok"
             if result.usage is not None:
                 self.metrics.usage(backend.name, tool, result.usage)
@@ -625,7 +635,15 @@ class Gateway:
             )
             return
         if stateless and headers.get(METHOD_HEADER) in FAST_METHODS and accepts_both(headers.get(b"accept", b"")):
-            await serve_fast(self.fast[path].handle_request, scope, receive, send)
+            fast, streamed = self.fast[path], self.managers[path]
+            await serve_fast(
+                fast.handle_request,
+                scope,
+                receive,
+                send,
+                streamed=streamed.handle_request,
+                cap=fast.max_request_body_size,
+            )
             return
         if session is None:
             if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:

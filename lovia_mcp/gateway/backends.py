@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Final
 from lovia.exceptions import LoviaError, MCPError
 from lovia_mcp_worker.wire.messages import Stats
 
+from ..client.relay import Listener
 from ..config.annotations import MCPTool
 from ..connection.live import MCPConnection
 from ..opening.servers import MCPServer
@@ -143,9 +144,15 @@ class Backend:
             self.on_tools_changed(self, session, principal)
 
     async def call(
-        self, session: str | None, raw_name: str, arguments: dict[str, Any], principal: str = DEFAULT_PRINCIPAL
+        self,
+        session: str | None,
+        raw_name: str,
+        arguments: dict[str, Any],
+        principal: str = DEFAULT_PRINCIPAL,
+        listener: Listener | None = None,
     ) -> MCPToolResult:
-        """Call ``raw_name`` on the server of ``session`` (the holder), for a client of ``principal``."""
+        """Call ``raw_name`` on the server of ``session`` (the holder), for a client of ``principal``;
+        ``listener`` hears the call's progress."""
         raise NotImplementedError
 
     async def end_session(self, session: str) -> None:
@@ -204,9 +211,14 @@ class Shared(Backend):
         return _tools_of(self._live())
 
     async def call(
-        self, session: str | None, raw_name: str, arguments: dict[str, Any], principal: str = DEFAULT_PRINCIPAL
+        self,
+        session: str | None,
+        raw_name: str,
+        arguments: dict[str, Any],
+        principal: str = DEFAULT_PRINCIPAL,
+        listener: Listener | None = None,
     ) -> MCPToolResult:
-        return await self._live().call_tool(raw_name, arguments, timeout=self.server.timeout)
+        return await self._live().call_tool(raw_name, arguments, timeout=self.server.timeout, listener=listener)
 
     def connections(self) -> list[MCPConnection]:
         return [] if self._conn is None else [self._conn]
@@ -323,7 +335,12 @@ class PerSession(Backend):
         return held
 
     async def call(
-        self, session: str | None, raw_name: str, arguments: dict[str, Any], principal: str = DEFAULT_PRINCIPAL
+        self,
+        session: str | None,
+        raw_name: str,
+        arguments: dict[str, Any],
+        principal: str = DEFAULT_PRINCIPAL,
+        listener: Listener | None = None,
     ) -> MCPToolResult:
         if session is None:
             raise Refused(
@@ -335,7 +352,7 @@ class PerSession(Backend):
         held = await self._take(session, principal)
         held.in_flight += 1
         try:
-            return await held.conn.call_tool(raw_name, arguments, timeout=self.server.timeout)
+            return await held.conn.call_tool(raw_name, arguments, timeout=self.server.timeout, listener=listener)
         finally:
             held.in_flight -= 1
             held.used = time.monotonic()

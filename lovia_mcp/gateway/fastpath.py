@@ -18,7 +18,11 @@ two things this module puts back, with plain asyncio:
 
 Only requests that accept both media types take this path (one that accepts
 no SSE is the SDK's to answer, with its 406), and only methods whose answers
-the gateway's own handlers produce.
+the gateway's own handlers produce. A request that asks for what a server
+says while it runs (a ``progressToken`` in its ``_meta``: :mod:`.relay`)
+needs the event stream JSON mode has not: its body is read first (at most
+the body cap), and it goes to the SDK's streaming manager instead, its body
+handed on as it came.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import asyncio
 import contextlib
 from typing import Final
 
+import msgspec
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # As the SDK's own SSE mode: a call that has not answered in this long gets
@@ -44,6 +49,51 @@ PING: Final = b": ping\r\n\r\n"
 FAST_METHODS: Final = frozenset({b"tools/call", b"tools/list"})
 
 
+class _Params(msgspec.Struct):
+    meta: dict[str, msgspec.Raw] | None = msgspec.field(name="_meta", default=None)
+
+
+class _Request(msgspec.Struct):
+    params: _Params | None = None
+
+
+_request = msgspec.json.Decoder(_Request)
+# The _meta keys that ask for messages on the request's own stream.
+STREAMED_META: Final = frozenset({"progressToken"})
+
+
+def streams(body: bytes) -> bool:
+    """Whether a request body asks for messages on its own stream (its ``_meta`` names a :data:`STREAMED_META`
+    key); a body that is not such JSON does not (the SDK answers it)."""
+    try:
+        meta = _request.decode(body).params
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    return meta is not None and meta.meta is not None and not STREAMED_META.isdisjoint(meta.meta)
+
+
+async def _peeked(receive: Receive, cap: int) -> tuple[bytes, bool, Receive]:
+    """Read a request's body (stopping past ``cap`` bytes): the bytes read, whether that was all of it, and a
+    ``receive`` that hands the same messages on, then the rest."""
+    read: list[Message] = []
+    size, whole = 0, False
+    while size <= cap:
+        message = await receive()
+        read.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            whole = True
+            break
+    body = b"".join(m.get("body", b"") for m in read if m["type"] == "http.request")
+
+    async def replay() -> Message:
+        return read.pop(0) if read else await receive()
+
+    return body, whole, replay
+
+
 def accepts_both(accept: bytes) -> bool:
     """The SDK's rule (``check_accept_headers``): JSON and SSE both acceptable, wildcards counted."""
     kinds = {part.split(b";")[0].strip().lower() for part in accept.split(b",")}
@@ -52,8 +102,20 @@ def accepts_both(accept: bytes) -> bool:
     return bool(kinds & {b"application/json", b"application/*"}) and bool(kinds & {b"text/event-stream", b"text/*"})
 
 
-async def serve_fast(handle: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """Serve one stateless request through ``handle`` (a JSON-mode manager's), as SSE mode would answer it."""
+async def serve_fast(
+    handle: ASGIApp, scope: Scope, receive: Receive, send: Send, *, streamed: ASGIApp | None = None, cap: int = 0
+) -> None:
+    """Serve one stateless request through ``handle`` (a JSON-mode manager's), as SSE mode would answer it.
+
+    With ``streamed`` (the SDK-mode manager's handler): a body of at most
+    ``cap`` bytes that asks for messages on its stream (:func:`streams`)
+    goes there instead.
+    """
+    if streamed is not None:
+        body, whole, receive = await _peeked(receive, cap)
+        if whole and streams(body):
+            await streamed(scope, receive, send)
+            return
     loop = asyncio.get_running_loop()
     gone: asyncio.Future[None] = loop.create_future()
     watching: list[asyncio.Task[None]] = []
@@ -114,4 +176,4 @@ async def serve_fast(handle: ASGIApp, scope: Scope, receive: Receive, send: Send
             task.cancel()
 
 
-__all__ = ["FAST_METHODS", "SSE_HEADERS", "SSE_WINDOW", "accepts_both", "serve_fast"]
+__all__ = ["FAST_METHODS", "SSE_HEADERS", "SSE_WINDOW", "STREAMED_META", "accepts_both", "serve_fast", "streams"]

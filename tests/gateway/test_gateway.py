@@ -771,7 +771,14 @@ def test_a_call_that_fails_in_a_way_nobody_foresaw_is_counted_as_an_error_not_ok
         def tools(self, session: str | None = None) -> list[Any]:
             return []
 
-        async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any], principal: str = "") -> Any:
+        async def call(
+            self,
+            session: str | None,
+            raw_name: str,
+            arguments: dict[str, Any],
+            principal: str = "",
+            listener: Any = None,
+        ) -> Any:
             raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
 
     broken = Broken(MCPServerStdio(name="b", command=sys.executable, args=["-c", ""]), options.Served())

@@ -441,7 +441,14 @@ def test_a_failed_audit_write_is_logged_once_a_minute_and_the_call_is_still_serv
         def tools(self, session: str | None = None) -> list[Any]:
             return []
 
-        async def call(self, session: str | None, raw_name: str, arguments: dict[str, Any], principal: str = "") -> Any:
+        async def call(
+            self,
+            session: str | None,
+            raw_name: str,
+            arguments: dict[str, Any],
+            principal: str = "",
+            listener: Any = None,
+        ) -> Any:
             return MCPToolResult(content=[ContentBlock(type="text", text="done")])
 
     backend = Answering(MCPServerStdio(name="b", command=sys.executable, args=["-c", ""]), options.Served())

@@ -8,6 +8,11 @@ Standard library only. Tools:
   ``gate`` (a FIFO path), after the first one it blocks until a line can be
   read from the FIFO, so a test sees progress while the call is running;
   then answers ``done``. Without a token it answers ``no token``.
+- ``paced {steps, gate}``: progress ``i/steps`` (message ``step i``) per
+  step, each sent only once a line can be read from the FIFO ``gate`` after
+  the one before (the first opens it), so every step reaches a client that
+  writes a line per update it gets, whatever the coalescing on the way;
+  then answers ``paced``.
 - ``flood {n}``: ``n`` progress notifications as fast as it can write them,
   then answers ``flooded n``.
 - ``meta``: answers the ``_meta`` its call carried, as JSON.
@@ -27,6 +32,14 @@ TOOLS = [
         "inputSchema": {
             "type": "object",
             "properties": {"steps": {"type": "integer"}, "total": {"type": "number"}, "gate": {"type": "string"}},
+        },
+    },
+    {
+        "name": "paced",
+        "description": "Progress per step, each once the client has the one before.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"steps": {"type": "integer"}, "gate": {"type": "string"}},
         },
     },
     {
@@ -62,6 +75,17 @@ def call(rid: object, name: str, args: dict, meta: dict) -> None:
                 with open(args["gate"]) as gate:
                     gate.readline()
         answer(rid, "done")
+    elif name == "paced":
+        steps = int(args.get("steps", 3))
+        gate = None
+        for i in range(1, steps + 1):
+            progress(token, i, steps, f"step {i}")
+            if gate is None:
+                gate = open(args["gate"])  # a line per step; closed below
+            gate.readline()
+        if gate is not None:
+            gate.close()
+        answer(rid, "paced")
     elif name == "flood":
         n = int(args.get("n", 10000))
         out = sys.stdout

@@ -1,0 +1,25 @@
+"""What a request's caller hears from the server while the request runs: the agent's side of the relay.
+
+The library plugin wants tools only: a call's progress goes to the
+``lovia_mcp.progress`` log and nothing else. A caller that speaks MCP to
+clients of its own (``lovia-mcp serve``) hands a request a
+:class:`Listener`, and the core (:mod:`.core`) gives it what the worker
+tells of that request: its progress, as the worker coalesced it
+(:class:`~lovia_mcp_worker.wire.messages.Progress`).
+
+A listener is called synchronously on the event loop, from the core's
+dispatch of what the worker sends, in the order the worker sent it: it must
+not block (queue the work and send it from a task of its own).
+"""
+
+from __future__ import annotations
+
+
+class Listener:
+    """One request's ears; each method a no-op here, overridden by what a caller wants to hear."""
+
+    def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        """A ``notifications/progress`` of the request, as the server sent it (coalesced by the worker)."""
+
+
+__all__ = ["Listener"]
