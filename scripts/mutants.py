@@ -779,6 +779,26 @@ MUTANTS: Final = [
         why="a command bwrap cannot execute fails as a crash before the handshake, not with its exec error",
         needs="user namespaces",
     ),
+    Mutant(
+        name="gateway-progress-dropped",
+        path="lovia_mcp/client/core.py",
+        old="listener.progress(msg.progress, msg.total, msg.message)",
+        new="pass",
+        tests=(
+            "tests/gateway/test_gateway_relay.py::test_a_calls_progress_reaches_the_client_that_made_it_in_both_eras_on_both_endpoints",
+        ),
+        why="a call's progress stays in the gateway's log and never reaches the client that asked for it",
+    ),
+    Mutant(
+        name="fastpath-progress-unstreamed",
+        path="lovia_mcp/gateway/fastpath.py",
+        old="if whole and streams(body):",
+        new="if False:",
+        tests=(
+            "tests/gateway/test_gateway_relay.py::test_a_2026_call_asking_for_progress_is_answered_as_an_event_stream_carrying_its_own_token",
+        ),
+        why="a 2026-07-28 call asking for progress is answered in JSON mode, which drops every update",
+    ),
 ]
 
 
