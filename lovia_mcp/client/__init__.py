@@ -7,6 +7,8 @@ the lovia-facing surface over it):
   dispatch of worker messages, the clean-up after a lost worker; a request
   ends in the answer or a ``Failure`` value, never an exception;
 - ``retry``: the one retry decision, by the failure's kind;
+- ``relay``: a request's :class:`~.relay.Listener`, what the caller hears
+  of it while it runs (its progress, the server's notifications);
 - ``circuit``: the restart circuit (only the agent sees worker deaths);
 - ``channel``: a worker process reached over a socket pair, or the host in
   the agent's own loop (``isolation="none"``);

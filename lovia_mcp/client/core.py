@@ -49,6 +49,7 @@ from lovia_mcp_worker.wire.messages import (
     Opened,
     Progress,
     Result,
+    ServerNotification,
     ServerSpec,
     Started,
     Tools,
@@ -117,6 +118,10 @@ class ClientCore:
         self._calls: dict[int, str] = {}
         # Request id -> the caller's ears (:mod:`.relay`), for requests given one.
         self._listeners: dict[int, Listener] = {}
+        # Hears the server's notifications attributed to no request (``spec.relay``).
+        self.on_notification: Callable[[str, bytes | None], None] | None = None
+        # The server's capabilities as its open answered them (raw JSON; None: not told).
+        self.capabilities: bytes | None = None
         self.closed = False
         # As the worker last reported them (the worker owns both).
         self.server_pid: int | None = None
@@ -410,6 +415,7 @@ class ClientCore:
         self.server_pid = reply.server_pid
         self._generation = reply.generation
         self.protocol_version = reply.protocol_version
+        self.capabilities = reply.capabilities
         self.listing_ttl, self.listed_at = reply.listing_ttl, time.monotonic()
         if op is not None:
             op.set("mcp.protocol.version", reply.protocol_version)
@@ -468,6 +474,8 @@ class ClientCore:
                     listener.progress(msg.progress, msg.total, msg.message)
                 except Exception:  # noqa: BLE001 - a listener's bug must not break the worker's message loop
                     logger.exception("%s: a request's listener raised", self.spec.name)
+        elif isinstance(msg, ServerNotification):
+            self._notified(msg)
         else:
             if isinstance(msg, Tools):
                 self.listing_ttl, self.listed_at = msg.listing_ttl, time.monotonic()
@@ -475,6 +483,17 @@ class ClientCore:
             fut = self._pending.pop(msg.id, None)
             if fut is not None and not fut.done():
                 fut.set_result(msg)
+
+    def _notified(self, msg: ServerNotification) -> None:
+        """A server notification: to the listener of the request it is attributed to, else the connection's."""
+        listener = None if msg.call is None else self._listeners.get(msg.call)
+        try:
+            if listener is not None:
+                listener.notified(msg.method, msg.params)
+            elif self.on_notification is not None:
+                self.on_notification(msg.method, msg.params)
+        except Exception:  # noqa: BLE001 - a listener's bug must not break the worker's message loop
+            logger.exception("%s: a listener of %s raised", self.spec.name, msg.method)
 
     def _count(self, generation: int) -> None:
         """Count a start of the current worker for the circuit, once however often it is told of.

@@ -2,10 +2,15 @@
 
 The library plugin wants tools only: a call's progress goes to the
 ``lovia_mcp.progress`` log and nothing else. A caller that speaks MCP to
-clients of its own (``lovia-mcp serve``) hands a request a
-:class:`Listener`, and the core (:mod:`.core`) gives it what the worker
-tells of that request: its progress, as the worker coalesced it
-(:class:`~lovia_mcp_worker.wire.messages.Progress`).
+clients of its own (``lovia-mcp serve``, a connection opened with
+``relay=True``) hands a request a :class:`Listener`, and the core
+(:mod:`.core`) gives it what the worker tells of that request: its
+progress, as the worker coalesced it
+(:class:`~lovia_mcp_worker.wire.messages.Progress`), and the server's other
+notifications the worker attributed to it
+(:class:`~lovia_mcp_worker.wire.messages.ServerNotification`, params raw
+JSON). A notification attributed to no request in flight goes to the
+connection's own listener (:attr:`ClientCore.on_notification`).
 
 A listener is called synchronously on the event loop, from the core's
 dispatch of what the worker sends, in the order the worker sent it: it must
@@ -20,6 +25,9 @@ class Listener:
 
     def progress(self, progress: float, total: float | None, message: str | None) -> None:
         """A ``notifications/progress`` of the request, as the server sent it (coalesced by the worker)."""
+
+    def notified(self, method: str, params: bytes | None) -> None:
+        """A notification the server sent while this request was the only one in flight on it (params raw JSON)."""
 
 
 __all__ = ["Listener"]

@@ -104,6 +104,10 @@ class ServerConfig:
     # load_servers() from the lock file, never written in a config file.
     pin: PinPolicy | None = None
     locked: Locked | None = None
+    # Set by `lovia-mcp serve`, never in a config file: the connection relays
+    # what a server says besides tools (MCPConnection.relay, .on_notification)
+    # to the gateway's clients. The library plugin uses tools only.
+    relay: bool = False
 
     def __post_init__(self) -> None:
         if self._transport is None:
@@ -220,6 +224,7 @@ class ServerConfig:
             "kill_grace": float(self.kill_grace),
             "on_timeout": self.on_timeout,
             "protocol": self.protocol,
+            "relay": self.relay,
         }
 
     def _env(self, explicit: dict[str, str] | None) -> dict[str, str]:

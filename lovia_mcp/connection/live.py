@@ -33,6 +33,13 @@ a tool that differs from its pin, or that the lock does not know, is left
 out of the tools and refused by name; the open warns once of every such
 tool, a later listing of each new one.
 
+The relay (``relay=True``: ``lovia-mcp serve``): :meth:`MCPConnection.relay`
+sends any other MCP request as raw JSON and returns the server's raw
+answer; :attr:`MCPConnection.on_notification` hears the server's
+notifications attributed to no request (those attributed to a call go to
+its listener: :mod:`..client.relay`); :attr:`MCPConnection.server_capabilities`
+is what the server declared. The library plugin uses none of it.
+
 What may be called: the tools are built from the listing, the config's
 ``include_tools`` / ``exclude_tools`` and the lock's quarantine in one pass
 (:func:`._tools.build_tools`), and their raw names are
@@ -62,6 +69,8 @@ from lovia_mcp_worker.wire.messages import (
     Failure,
     GetStats,
     ListTools,
+    Relay,
+    Relayed,
     Result,
     Stats,
     StatsReply,
@@ -488,6 +497,58 @@ class MCPConnection(LoviaFields):
 
     def _error(self, failure: Failure, tool_name: str | None) -> Exception:
         return to_error(failure, tool_name, self.name)
+
+    # -- the relay ------------------------------------------------------------ #
+    async def relay(
+        self,
+        method: str,
+        params: bytes | None = None,
+        *,
+        timeout: float | None = None,
+        listener: Listener | None = None,
+    ) -> Relayed:
+        """Send the server request ``method`` with ``params`` (a JSON object's bytes) as they are: its raw answer.
+
+        Not retried (a request of another kind may not be safe to repeat); a
+        server gone, the circuit open or ``timeout`` passed raise the
+        ``MCPError``; the server's own JSON-RPC error is the answer's
+        ``error``. ``listener`` hears the notifications attributed to it.
+        """
+        self._check_open(None)
+        request = self.core.request(lambda i: Relay(id=i, method=method, params=params), listener=listener)
+        try:
+            reply = await (request if timeout is None else asyncio.wait_for(request, timeout))
+        except asyncio.TimeoutError:
+            raise MCPError(
+                f"MCP server {self.name!r} did not answer {method} within {timeout:g} s",
+                hint="Retry, or raise the server's timeout.",
+                kind="timeout",
+            ) from None
+        if isinstance(reply, Failure):
+            raise self._error(reply, None)
+        assert isinstance(reply, Relayed)
+        return reply
+
+    @property
+    def on_notification(self) -> Callable[[str, bytes | None], None] | None:
+        """Hears the server's notifications (method, params as raw JSON) attributed to no request (``relay=True``)."""
+        return self.core.on_notification
+
+    @on_notification.setter
+    def on_notification(self, listener: Callable[[str, bytes | None], None] | None) -> None:
+        self.core.on_notification = listener
+
+    @property
+    def server_capabilities(self) -> dict[str, Any]:
+        """The server's capabilities as it declared them at open (empty when it said none)."""
+        raw = self.core.capabilities
+        if raw is None:
+            return {}
+        try:
+            value = _json_decode(raw)
+        except msgspec.DecodeError:
+            return {}
+        return value if isinstance(value, dict) else {}
 
     # -- open, stats, close -------------------------------------------------- #
     async def connect(self) -> None:

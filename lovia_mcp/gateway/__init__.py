@@ -25,6 +25,9 @@ without loading the SDK):
   to, the only session ids the gateway acts on;
 - ``notify``: tool-list changes told to the clients (a 2025 session's
   notification, a 2026-07-28 client's ``subscriptions/listen`` stream);
+- ``relay``: what a server says besides tools (a call's progress, its log
+  messages, ``logging/setLevel``) relayed to the client it belongs to, and
+  the capabilities advertised for it;
 - ``connections``: uvicorn's HTTP protocol with bounds on what a client
   holds before its request is known (head timeout, connection cap);
 - ``metrics``: the Prometheus text format, every name ``lovia_mcp_...``;

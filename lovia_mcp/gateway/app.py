@@ -107,9 +107,9 @@ from .backends import Backend, Refused, wait_open
 from .connections import CLOSE_REASONS, Limits
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
-from .notify import ListChangedServer, Notifier
+from .notify import Notifier
 from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of, share
-from .relay import ClientRelay, relayed
+from .relay import ClientRelay, Proxy, relayed
 from .sessions import Sessions
 
 logger = logging.getLogger("lovia_mcp.gateway")
@@ -257,6 +257,8 @@ class Gateway:
         for backend in backends:
             backend.principals = named
             backend.on_tools_changed = lambda b, session, principal: self.notifier.changed(b.name, session, principal)
+        # What servers say besides tools, relayed to the clients it belongs to (.relay).
+        self.proxy = Proxy(self.backends, access=self.access, sessions=self.sessions, session_of=self._session_of)
         # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
         # sessions and everything else, and one in JSON mode, on the same
         # Server, for the 2026-07-28 calls fastpath serves.
@@ -314,8 +316,8 @@ class Gateway:
             caller = Caller(principal_of(scope), path, trace_id(params.meta, header))
             session = self._session_of(ctx)
             backend, raw = self._permitted(only, params.name, session, caller)
-            # The call's progress goes to this client, on this request's stream (.relay).
-            async with relayed(ctx.session, ctx.params) as relay:
+            # What the server says of the call goes to this client, on this request's stream (.relay).
+            async with relayed(self.proxy, ctx, backend, caller.principal) as relay:
                 return await self._call(
                     backend, raw, params.arguments or {}, backend.holder(session, caller.principal), caller, relay
                 )
@@ -335,8 +337,9 @@ class Gateway:
 
         from .. import __version__
 
-        server: Server[Any] = ListChangedServer(
-            f"lovia-mcp:{only}" if only else "lovia-mcp",
+        server: Server[Any] = self.proxy.server(
+            only,
+            name=f"lovia-mcp:{only}" if only else "lovia-mcp",
             version=__version__,
             on_list_tools=list_tools,
             get_tool_input_schema=input_schema,

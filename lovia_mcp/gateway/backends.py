@@ -28,6 +28,12 @@ Tool-list changes: a backend tells :attr:`Backend.on_tools_changed` when a
 connection's tools change (:attr:`MCPConnection.on_tools_changed`), with the
 session or the principal whose server it is (neither for a shared server,
 whose change is told to every principal that may see it).
+
+The relay: every connection is opened with ``relay=True``; a server's
+notification attributed to no request goes to :attr:`Backend.on_notification`
+with the session or principal whose server it is, as a tool-list change
+does. :meth:`Backend.alone` says whether a principal is the only one whose
+requests a server has had (always, for a server of its own).
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ class Backend:
 
     def __init__(self, server: MCPServer, served: Served) -> None:
         self.name = server.name or "server"
+        # Every connection relays what its server says besides tools (.relay).
+        server = dataclasses.replace(server, relay=True)
         self.server = server
         self.served = served
         # Restarts of connections already closed: the counter never goes back.
@@ -92,6 +100,10 @@ class Backend:
         # tools changed, the principal whose server's did; None and None for
         # a shared server). Called on the event loop.
         self.on_tools_changed: Callable[[Backend, str | None, str | None], None] | None = None
+        # The gateway's listener for notifications attributed to no request:
+        # (this backend, the session, the principal whose server said it (None and
+        # None: a shared one), the method, its params raw). Called on the event loop.
+        self.on_notification: Callable[[Backend, str | None, str | None, str, bytes | None], None] | None = None
         # Set once the backend can serve a call, or failed to open; the
         # failure's message for a request that waited for it.
         self.settled = asyncio.Event()
@@ -142,6 +154,24 @@ class Backend:
     def _changed(self, session: str | None, principal: str | None = None) -> None:
         if self.on_tools_changed is not None:
             self.on_tools_changed(self, session, principal)
+
+    def _heard(self, holder: str | None, method: str, params: bytes | None) -> None:
+        """A notification of ``holder``'s server attributed to no request."""
+        if self.on_notification is not None:
+            self.on_notification(self, holder, None, method, params)
+
+    def connection(self, holder: str | None) -> MCPConnection | None:
+        """The live connection serving ``holder``, if one does now."""
+        raise NotImplementedError
+
+    def capabilities(self) -> dict[str, Any]:
+        """The server's capabilities as it declared them (the first open's, for a server per holder)."""
+        raise NotImplementedError
+
+    def alone(self, principal: str) -> bool:
+        """Whether ``principal`` is the only principal whose requests this server has had: a server per session
+        or per principal is one principal's."""
+        return True
 
     async def call(
         self,
@@ -195,12 +225,15 @@ class Shared(Backend):
     def __init__(self, server: MCPServer, served: Served) -> None:
         super().__init__(server, served)
         self._conn: MCPConnection | None = None
+        # The principals whose requests the server has had (.alone).
+        self._callers: set[str] = set()
 
     async def _start(self) -> None:
         # Persistent: the connection's own restarts replace a crashed server
         # (and keep a standby one if the config asks for spares).
         self._conn = await dataclasses.replace(self.server, close_after_run=False).open()
         self._conn.on_tools_changed = lambda _conn: self._changed(None)
+        self._conn.on_notification = lambda method, params: self._heard(None, method, params)
 
     def _live(self) -> MCPConnection:
         if self._conn is None:
@@ -218,10 +251,27 @@ class Shared(Backend):
         principal: str = DEFAULT_PRINCIPAL,
         listener: Listener | None = None,
     ) -> MCPToolResult:
-        return await self._live().call_tool(raw_name, arguments, timeout=self.server.timeout, listener=listener)
+        conn = self._live()
+        self._callers.add(principal)
+        return await conn.call_tool(raw_name, arguments, timeout=self.server.timeout, listener=listener)
 
     def connections(self) -> list[MCPConnection]:
         return [] if self._conn is None else [self._conn]
+
+    def connection(self, holder: str | None) -> MCPConnection | None:
+        return self._conn
+
+    def capabilities(self) -> dict[str, Any]:
+        return {} if self._conn is None else self._conn.server_capabilities
+
+    def alone(self, principal: str) -> bool:
+        # Whatever a shared server says outside a request may come of any
+        # principal's earlier one: only one principal's requests make it theirs.
+        return self._callers <= {principal}
+
+    def used_by(self, principal: str) -> None:
+        """A request of ``principal`` reaches the server (:meth:`alone`)."""
+        self._callers.add(principal)
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
@@ -247,13 +297,14 @@ class PerSession(Backend):
     def __init__(self, server: MCPServer, served: Served) -> None:
         super().__init__(server, served)
         # Per-run opens of this config take the library's warm spares.
-        self.config = dataclasses.replace(server, spares=max(1, server.spares), close_after_run=True)
+        self.config = dataclasses.replace(self.server, spares=max(1, server.spares), close_after_run=True)
         self._held: dict[str, _Held] = {}
         self._opening: dict[str, asyncio.Task[_Held]] = {}
         # Whose client each holder (held or opening) is.
         self._principal_of: dict[str, str] = {}
         self._spare: MCPConnection | None = None
         self._listing: list[MCPTool] = []
+        self._capabilities: dict[str, Any] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -261,6 +312,7 @@ class PerSession(Backend):
         # One open learns the tool list; its server is kept as the first spare.
         first = await self.config.open()
         self._listing = _tools_of(first)
+        self._capabilities = first.server_capabilities
         self._spare = first
         # A session's first call can take that server now; the spares warm meanwhile.
         self._servable()
@@ -282,6 +334,13 @@ class PerSession(Backend):
 
     def connections(self) -> list[MCPConnection]:
         return [h.conn for h in self._held.values()]
+
+    def connection(self, holder: str | None) -> MCPConnection | None:
+        held = None if holder is None else self._held.get(holder)
+        return None if held is None else held.conn
+
+    def capabilities(self) -> dict[str, Any]:
+        return dict(self._capabilities)
 
     async def _take(self, session: str, principal: str) -> _Held:
         held = self._held.get(session)
@@ -329,6 +388,7 @@ class PerSession(Backend):
         held = self._held[session] = _Held(conn)
         # Only this session lists this server: only it hears of its changes.
         conn.on_tools_changed = lambda _conn: self._changed(session)
+        conn.on_notification = lambda method, params: self._heard(session, method, params)
         if _shape(_tools_of(conn)) != _shape(self._listing):
             self._changed(session)  # the session listed the first open's tools until now
         logger.info("session opened", extra={"server": self.name, **self._who(session)})
@@ -458,6 +518,10 @@ class PerPrincipal(PerSession):
 
     def _who(self, holder: str) -> dict[str, str]:
         return {"principal": holder.removeprefix(PRINCIPAL_HOLDER)}
+
+    def _heard(self, holder: str | None, method: str, params: bytes | None) -> None:
+        if self.on_notification is not None and holder is not None:
+            self.on_notification(self, None, holder.removeprefix(PRINCIPAL_HOLDER), method, params)
 
     async def end_session(self, session: str) -> None:
         """A session ended: the principal's server stays for its other sessions (``idle`` closes it)."""

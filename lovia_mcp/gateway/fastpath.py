@@ -19,7 +19,7 @@ two things this module puts back, with plain asyncio:
 Only requests that accept both media types take this path (one that accepts
 no SSE is the SDK's to answer, with its 406), and only methods whose answers
 the gateway's own handlers produce. A request that asks for what a server
-says while it runs (a ``progressToken`` in its ``_meta``: :mod:`.relay`)
+says while it runs (a ``progressToken`` or a log level in its ``_meta``: :mod:`.relay`)
 needs the event stream JSON mode has not: its body is read first (at most
 the body cap), and it goes to the SDK's streaming manager instead, its body
 handed on as it came.
@@ -59,7 +59,7 @@ class _Request(msgspec.Struct):
 
 _request = msgspec.json.Decoder(_Request)
 # The _meta keys that ask for messages on the request's own stream.
-STREAMED_META: Final = frozenset({"progressToken"})
+STREAMED_META: Final = frozenset({"progressToken", "io.modelcontextprotocol/logLevel"})
 
 
 def streams(body: bytes) -> bool:

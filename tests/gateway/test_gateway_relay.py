@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,34 @@ RELAY_WAIT = 30.0
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     g = Serve(
         tmp_path_factory.mktemp("relay"),
-        {"prog": server("progress_server.py")},
+        {
+            "prog": server("progress_server.py"),
+            "log": server("log_server.py"),
+            "logps": server("log_server.py", session="per-session"),
+        },
     )
     with shared_by_module(g):
         yield g
+
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef00"
+
+
+@pytest.fixture(scope="module")
+def principals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    """Two principals, alice and bob, both allowed every server; shared servers only."""
+    g = Serve(
+        tmp_path_factory.mktemp("relay-principals"),
+        {"shlog": server("log_server.py")},
+        token_lines=f"alice {ALICE}\nbob {BOB}\n",
+    )
+    with shared_by_module(g):
+        yield g
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture
@@ -174,3 +200,167 @@ def test_a_2026_call_asking_for_no_progress_is_still_answered_as_plain_json(gate
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/json")
     assert response.json()["id"] == 6
+
+
+# --------------------------------------------------------------------------- #
+# Logging
+# --------------------------------------------------------------------------- #
+class Logs:
+    """A logging callback: the (level, data) of each message the client got."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, Any]] = []
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, params: Any) -> None:
+        self.got.append((params.level, params.data))
+        self.arrived.set()
+
+
+@asynccontextmanager
+async def logging_client(
+    url: str,
+    headers: dict[str, str],
+    logs: Logs,
+    mode: str = "legacy",
+    stream_open: asyncio.Event | None = None,
+    **options: Any,
+) -> AsyncIterator[Any]:
+    """The SDK's client with a logging callback (``options``: the Client's, log_level for 2026-07-28);
+    ``stream_open`` is set once a 2025 session's standalone stream is open."""
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def seen(response: Any) -> None:
+        if stream_open is not None and response.request.method == "GET" and response.status_code == 200:
+            stream_open.set()
+
+    async with httpx2.AsyncClient(headers=headers, timeout=RELAY_WAIT, event_hooks={"response": [seen]}) as http:
+        async with Client(
+            streamable_http_client(url, http_client=http), mode=mode, logging_callback=logs, **options
+        ) as client:
+            yield client
+
+
+def test_logging_is_advertised_where_a_server_has_it_and_only_there(gateway: Serve) -> None:
+    async def main() -> dict[str, Any]:
+        found = {}
+        for path in ["/mcp", "/servers/log/mcp", "/servers/prog/mcp"]:
+            for mode in ["legacy", "auto"]:
+                async with sdk_client(gateway.base + path, gateway.headers, mode=mode) as client:
+                    found[path, mode] = client.server_capabilities.logging
+        return found
+
+    found = run(main())
+    for mode in ["legacy", "auto"]:
+        assert found["/mcp", mode] is not None and found["/servers/log/mcp", mode] is not None
+        assert found["/servers/prog/mcp", mode] is None
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/servers/log/mcp"])
+def test_a_2025_sessions_call_gets_the_servers_log_messages_on_its_own_stream(gateway: Serve, path: str) -> None:
+    tool = "log__log" if path == "/mcp" else "log"
+
+    async def main() -> tuple[list[tuple[str, Any]], Any]:
+        logs = Logs()
+        async with logging_client(gateway.base + path, gateway.headers, logs) as client:
+            result = await client.call_tool(tool, {"text": "hello from the server", "level": "warning"})
+        return logs.got, result
+
+    got, result = run(main())
+    assert result.content[0].text == "logged"
+    # Sent before the answer, on the call's own stream: already here when the call returns.
+    assert got == [("warning", "hello from the server")]
+
+
+def test_a_2026_request_hears_log_messages_only_at_or_above_its_own_opt_in(gateway: Serve) -> None:
+    async def main() -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+        heard, deaf = Logs(), Logs()
+        async with logging_client(gateway.url, gateway.headers, heard, mode="auto", log_level="warning") as client:
+            assert client.protocol_version == "2026-07-28"
+            await client.call_tool("log__log", {"text": "too low", "level": "info"})
+            await client.call_tool("log__log", {"text": "loud enough", "level": "error"})
+        async with logging_client(gateway.url, gateway.headers, deaf, mode="auto") as client:
+            await client.call_tool("log__log", {"text": "nobody asked", "level": "error"})
+        return heard.got, deaf.got
+
+    heard, deaf = run(main())
+    assert heard == [("error", "loud enough")]
+    assert deaf == []
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")  # the SDK's, for 2026-07-28
+def test_logging_set_level_is_answered_forwarded_to_the_sessions_own_server_and_applied(gateway: Serve) -> None:
+    async def main() -> tuple[str, str, list[tuple[str, Any]]]:
+        logs = Logs()
+        async with logging_client(f"{gateway.base}/servers/logps/mcp", gateway.headers, logs) as client:
+            before = (await client.call_tool("level", {})).content[0].text  # the session's server, taken
+            await client.set_logging_level("error")
+            after = (await client.call_tool("level", {})).content[0].text
+            await client.call_tool("log", {"text": "below the level", "level": "warning"})
+            await client.call_tool("log", {"text": "at the level", "level": "error"})
+        return before, after, logs.got
+
+    before, after, got = run(main())
+    assert (before, after) == ("none", "error")
+    assert got == [("error", "at the level")]
+
+
+def test_a_per_session_servers_message_outside_any_request_reaches_its_session_on_the_standalone_stream(
+    gateway: Serve, gate: Path
+) -> None:
+    async def main() -> list[tuple[str, Any]]:
+        logs = Logs()
+        opened = asyncio.Event()
+        async with logging_client(
+            f"{gateway.base}/servers/logps/mcp", gateway.headers, logs, stream_open=opened
+        ) as client:
+            await asyncio.wait_for(opened.wait(), RELAY_WAIT)
+            assert (await client.call_tool("after", {"text": "later on", "gate": str(gate)})).content[0].text == "later"
+            fd = await asyncio.to_thread(os.open, gate, os.O_WRONLY)
+            os.write(fd, b"\n")
+            os.close(fd)
+            await asyncio.wait_for(logs.arrived.wait(), RELAY_WAIT)
+        return logs.got
+
+    assert run(main()) == [("info", "later on")]
+
+
+def test_a_shared_servers_words_reach_only_a_principal_that_alone_used_it_never_another(
+    principals: Serve, tmp_path: Path
+) -> None:
+    """The attack: alice's request leaves work that speaks later, while bob's call is the one in flight."""
+    speak, answer = tmp_path / "speak", tmp_path / "answer"
+    os.mkfifo(speak)
+    os.mkfifo(answer)
+    url = f"{principals.base}/servers/shlog/mcp"
+
+    async def main() -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+        alice_logs, bob_logs = Logs(), Logs()
+        async with logging_client(url, _auth(ALICE), alice_logs) as alice:
+            # Only alice has used the server: what it says during her call is hers.
+            await alice.call_tool("log", {"text": "alice alone", "level": "warning"})
+            await alice.call_tool("after", {"text": "alice's secret", "gate": str(speak), "level": "warning"})
+            async with logging_client(url, _auth(BOB), bob_logs) as bob:
+                waiting = asyncio.ensure_future(bob.call_tool("wait", {"gate": str(answer)}))
+                # Bob's call is at the server (it opened the FIFO's read end).
+                held = await asyncio.wait_for(asyncio.to_thread(os.open, answer, os.O_WRONLY), RELAY_WAIT)
+                fd = await asyncio.wait_for(asyncio.to_thread(os.open, speak, os.O_WRONLY), RELAY_WAIT)
+                os.write(fd, b"\n")
+                os.close(fd)
+                # Only the gateway's log can tell the words arrived (while bob's call still runs).
+                deadline = time.monotonic() + RELAY_WAIT
+                while "alice's secret" not in principals.stderr():
+                    assert time.monotonic() < deadline, principals.stderr()
+                    await asyncio.sleep(0.05)
+                os.write(held, b"\n")
+                os.close(held)
+                assert (await asyncio.wait_for(waiting, RELAY_WAIT)).content[0].text == "waited"
+                # Both have used it now: nobody hears it, bob's own words included.
+                await bob.call_tool("log", {"text": "bob now", "level": "warning"})
+        return alice_logs.got, bob_logs.got
+
+    alice, bob = run(main())
+    assert alice == [("warning", "alice alone")]
+    assert bob == []

@@ -89,6 +89,7 @@ _LOADER_ONLY: Final = {
         "is set by the loader (this file and its lock, kept read-only in the server's sandbox)",
         "Drop it; to keep other paths read-only, use the sandbox's read_only.",
     ),
+    "relay": ("is set by lovia-mcp serve for the servers it serves", "Drop it."),
 }
 _STDIO_TYPES: Final = frozenset({"stdio"})
 _HTTP_TYPES: Final = frozenset({"http", "streamable-http", "streamable_http", "streamableHttp"})

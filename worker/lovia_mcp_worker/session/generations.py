@@ -36,6 +36,8 @@ import os
 from collections.abc import Callable
 from typing import Final
 
+import msgspec
+
 from ..containment import proctree
 from ..containment.launch import LaunchError
 from ..wire import failures
@@ -94,6 +96,8 @@ class Generations:
         self.accounting = Accounting()
         # What the sandbox refused, attributed to the host's calls in flight then.
         self.denials = Attribution(self.log)
+        # With spec.relay: the host hears each generation's other notifications (method, raw params).
+        self.on_notification: Callable[[Generation, str, bytes | None], None] | None = None
 
     # -- serving ------------------------------------------------------------- #
     async def opened(self, msg: Open) -> Opened:
@@ -109,6 +113,7 @@ class Generations:
             generation=gen.number,
             protocol_version=gen.protocol_version,
             listing_ttl=gen.listing_ttl,
+            capabilities=_json(gen.session.capabilities) if gen.session is not None else None,
         )
 
     async def listed(self, msg: ListTools) -> Tools:
@@ -294,6 +299,7 @@ class Generations:
             await asyncio.wait_for(gen.down.wait(), SHUTDOWN_WAIT)
 
     def _session(self, gen: Generation, spec: ServerSpec) -> Session:
+        notified = self.on_notification
         return transport(spec).make(
             spec,
             Hooks(
@@ -302,6 +308,9 @@ class Generations:
                 on_garbage=self._garbage,
                 explain=lambda reason: self.containment.kernel_reason(gen, spec, reason),
                 on_tools_changed=lambda: self.listing.changed(gen),
+                on_notification=None
+                if notified is None or not spec.relay
+                else lambda method, params: notified(gen, method, params),
                 trace=self.open_trace,
             ),
         )
@@ -435,6 +444,10 @@ class Generations:
         self.accounting.close()
         await self.containment.sweep()
         await self.denials.aclose()
+
+
+def _json(value: object) -> bytes | None:
+    return None if value is None else msgspec.json.encode(value)
 
 
 __all__ = ["PROBE_FLOOR", "Generations"]

@@ -11,6 +11,14 @@ serve, retire, the standby's promotion, the cancel grace),
 :class:`.deadline.Deadlines` (each call's deadline and what passing it
 does), :class:`.calls.Calls` (the requests in flight), :mod:`.listing`,
 :mod:`.progress`, :mod:`.cut`.
+
+The relay (``ServerSpec.relay``, a gateway's connection): a ``Relay`` is
+served like a call without its policing (no deadline of its own, no
+accounting): its raw params to the serving generation's server, the raw
+answer back. A notification the server sends besides progress and
+tool-list changes goes to the agent as a ``ServerNotification``,
+attributed to the request in flight on that generation when it came, if
+there was exactly one (the only tie stdio and HTTP give between the two).
 """
 
 from __future__ import annotations
@@ -33,7 +41,10 @@ from ..wire.messages import (
     GetStats,
     ListTools,
     Open,
+    Relay,
+    Relayed,
     Result,
+    ServerNotification,
     Stats,
     StatsReply,
     WorkerMessage,
@@ -41,6 +52,7 @@ from ..wire.messages import (
 from . import cut
 from .calls import Calls
 from .deadline import Deadlines
+from .generation import Generation
 from .generations import Generations
 from .progress import ProgressForwarder
 
@@ -51,6 +63,7 @@ class Host:
     def __init__(self, emit: Callable[[WorkerMessage], None], *, subreaper: bool) -> None:
         self._emit = emit
         self.generations = Generations(emit, subreaper=subreaper)
+        self.generations.on_notification = self._notified
         # Set once the open's server is launched, or the open is over: the
         # worker makes its agent's transport then (main.serve).
         self.launched = self.generations.launched
@@ -105,6 +118,8 @@ class Host:
                 self._emit(opened)
             elif isinstance(msg, ListTools):
                 self._emit(await self.generations.listed(msg))
+            elif isinstance(msg, Relay):
+                self._emit(await self._relay(msg))
             elif isinstance(msg, Close):
                 await self.aclose()
                 self._emit(Closed(id=msg.id))
@@ -164,6 +179,22 @@ class Host:
         finally:
             self._calls.tasks.pop(msg.id, None)
             self._deadlines.forget(msg.id)
+
+    async def _relay(self, msg: Relay) -> Relayed:
+        """A relayed request on the serving generation: the server's raw answer."""
+        gen = await self.generations.live()
+        assert gen.session is not None
+        self._calls.on[msg.id] = gen
+        try:
+            result, error = await gen.session.relay(msg.method, msg.params)
+        finally:
+            self._calls.on.pop(msg.id, None)
+        return Relayed(id=msg.id, result=result, error=error)
+
+    def _notified(self, gen: Generation, method: str, params: bytes | None) -> None:
+        """A notification of ``gen``'s server, attributed to the one request in flight on it (if only one is)."""
+        on = [rid for rid, where in self._calls.on.items() if where is gen]
+        self._emit(ServerNotification(method=method, params=params, call=on[0] if len(on) == 1 else None))
 
     def _failed(self, msg: AgentMessage, exc: BaseException) -> None:
         """Answer ``msg``, whose serving raised ``exc`` (re-raised when the caller is not to be told)."""

@@ -28,6 +28,8 @@ class Hooks:
     on_garbage: Callable[[bytes], None]
     explain: Callable[[HostError], HostError]
     on_tools_changed: Callable[[], None]
+    # The server's other notifications (method, raw params), with ServerSpec.relay.
+    on_notification: Callable[[str, bytes | None], None] | None = None
     # The agent's W3C trace context of the open (Open.trace): an HTTP session
     # negotiates in it as it enters; stdio's start() is handed it instead.
     trace: dict[str, str] | None = None
@@ -57,6 +59,7 @@ def _stdio(spec: ServerSpec, hooks: Hooks) -> Session:
         on_garbage=hooks.on_garbage,
         explain=hooks.explain,
         on_tools_changed=hooks.on_tools_changed,
+        on_notification=hooks.on_notification,
     )
 
 
@@ -74,6 +77,7 @@ def _http(spec: ServerSpec, hooks: Hooks) -> Session:
         on_end=hooks.on_end,
         warn=lambda text: hooks.log(logging.WARNING, text, False),
         on_tools_changed=hooks.on_tools_changed,
+        on_notification=hooks.on_notification,
         trace=hooks.trace,
     )
 

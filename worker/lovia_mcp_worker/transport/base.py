@@ -54,6 +54,11 @@ class Session(Protocol):
         """When the last listing was asked for (``time.monotonic()``)."""
         ...
 
+    @property
+    def capabilities(self) -> object:
+        """The server's capabilities object as it declared them (None until known)."""
+        ...
+
     def running(self) -> AbstractAsyncContextManager[None]: ...
 
     # ``trace``: the agent's W3C trace context for the request's ``_meta``.
@@ -72,6 +77,10 @@ class Session(Protocol):
         on_progress: OnProgress | None = None,
         trace: dict[str, str] | None = None,
     ) -> tuple[list[ContentBlock], bool, bytes | None]: ...
+
+    async def relay(self, method: str, params: bytes | None) -> tuple[bytes | None, bytes | None]:
+        """Send request ``method`` as it came (raw JSON params): the server's raw result, or its raw error object."""
+        ...
 
     def end(self, reason: HostError) -> None: ...
 

@@ -14,6 +14,12 @@ The SDK's validated results are dumped as MCP JSON objects and read by the
 protocol's MCP-JSON codec, as the stdio client's are (the same structs, the
 same pagination loop and page cap).
 
+The relay (:meth:`HttpSession.relay`, the server's other notifications) goes
+through the same public API: a relayed request is validated into the SDK's
+``ClientRequest`` union and sent with ``send_request``, its result taken as a
+plain dict; a notification comes through ``message_handler`` as the SDK's
+model and is dumped back to JSON (HTTP has no raw path in the SDK's API).
+
 Caveats: results are validated by the SDK against the protocol models, as in
 lovia's in-process plugin, so a server whose tool listing breaks the schema
 fails here where the stdio client (which validates nothing it does not use)
@@ -27,7 +33,7 @@ import contextlib
 import contextvars
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, get_args
 
 from ..wire import failures
 from ..wire.failures import HostError
@@ -100,12 +106,14 @@ class HttpSession:
         on_end: Callable[[HostError], None],
         warn: Callable[[str], None],
         on_tools_changed: Callable[[], None] | None = None,
+        on_notification: Callable[[str, bytes | None], None] | None = None,
         trace: dict[str, str] | None = None,
     ) -> None:
         self.spec = spec
         self._on_end = on_end
         self._warn = warn
         self._on_tools_changed = on_tools_changed
+        self._on_notification = on_notification
         # The agent's trace context for the negotiation (the open's).
         self._trace = trace
         self._session: Any = None
@@ -182,10 +190,19 @@ class HttpSession:
 
     async def _message(self, message: object) -> None:
         """The SDK's ``message_handler``: server notifications (and transport errors, which the calls see too)."""
-        from mcp.types import ToolListChangedNotification
+        from mcp.types import ProgressNotification, ServerNotification, ToolListChangedNotification
 
-        if isinstance(message, ToolListChangedNotification) and self._on_tools_changed is not None:
-            self._on_tools_changed()
+        if isinstance(message, ToolListChangedNotification):
+            if self._on_tools_changed is not None:
+                self._on_tools_changed()
+        elif self._on_notification is not None and isinstance(message, get_args(ServerNotification)):
+            if isinstance(message, ProgressNotification):
+                return  # a call's own, through its progress callback
+            import msgspec
+
+            dumped = message.model_dump(by_alias=True, mode="json", exclude_none=True)
+            params = dumped.get("params")
+            self._on_notification(dumped["method"], None if params is None else msgspec.json.encode(params))
 
     @property
     def sandbox(self) -> str | None:
@@ -195,6 +212,35 @@ class HttpSession:
     def protocol_version(self) -> str | None:
         session = self._session
         return None if session is None else session.protocol_version
+
+    @property
+    def capabilities(self) -> object:
+        session = self._session
+        caps = None if session is None else session.server_capabilities
+        return None if caps is None else caps.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def relay(self, method: str, params: bytes | None) -> tuple[bytes | None, bytes | None]:
+        import msgspec
+        from mcp.shared.exceptions import MCPError as SdkError
+        from mcp_types import client_request_adapter
+        from pydantic import TypeAdapter, ValidationError
+
+        decoded = msgspec.json.decode(params) if params else None
+        try:
+            request = client_request_adapter.validate_python(
+                {"method": method, **({} if decoded is None else {"params": decoded})}
+            )
+        except ValidationError as exc:
+            return None, msgspec.json.encode({"code": -32602, "message": f"{method}: {exc.errors()[:1]}"})
+        try:
+            result = await self._race(self._live().send_request(request, TypeAdapter(dict[str, Any])), method)
+        except HostError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, SdkError) and cause.error.code != -32000:
+                error = cause.error.model_dump(by_alias=True, mode="json", exclude_none=True)
+                return None, msgspec.json.encode(error)
+            raise
+        return msgspec.json.encode(result), None
 
     async def start(self, trace: dict[str, str] | None = None) -> list[ToolSpec]:
         self._live()  # negotiated when running() was entered

@@ -18,7 +18,11 @@ a tool server and nothing more:
   ``on_tools_changed`` (the host re-lists);
 - the server's own requests: ``ping`` is answered, everything else
   (sampling, roots, elicitation) gets ``-32601``, so a server waiting on one
-  moves on instead of hanging.
+  moves on instead of hanging;
+- the relay (a gateway's connection, ``on_notification`` given): any other
+  notification is handed on with its params as raw bytes, and
+  :meth:`Client.relay` sends any request the same way, raw JSON in and out
+  (the modern era's envelope merged into its ``_meta``).
 
 Request ids are integers, as the SDK numbers them (some servers accept
 nothing else). Replies are matched by their *top-level* id whatever the key
@@ -27,8 +31,8 @@ order; a line that cannot be decoded still answers its request through
 by the protocol's MCP-JSON codec, leniently: no model validation, so one
 loose schema or an extra field never fails a call.
 
-Non-goals: resources, prompts, sampling, resource subscriptions; batches
-(MCP dropped them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
+Non-goals: a codec of resources, prompts or sampling (the relay carries
+them raw); batches (MCP dropped them). HTTP servers use the SDK instead (:mod:`~lovia_mcp_worker.transport.http`).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from .era import CLIENT_INFO
 # accepted back (the modern era's are negotiated by :mod:`.era`).
 PROTOCOL_VERSIONS: Final = MCP_HANDSHAKE_VERSIONS
 METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
 # Requests only a client sends: a "server" sending one back is echoing
 # our own stdin (``cat``), not speaking MCP.
 CLIENT_METHODS: Final = frozenset({"initialize", "server/discover", "tools/list", "tools/call", "subscriptions/listen"})
@@ -135,7 +140,9 @@ class Client:
     own, echoed back), which is never answered.
 
     ``on_tools_changed`` is called, in line order, for each
-    ``notifications/tools/list_changed``.
+    ``notifications/tools/list_changed``; ``on_notification(method, params)``
+    for every other notification but progress (``notifications/message``
+    goes to ``server_log`` too), its params raw.
     """
 
     def __init__(
@@ -147,10 +154,12 @@ class Client:
         server_log: Callable[[int, str], None],
         on_echo: Callable[[str, bytes], None] | None = None,
         on_tools_changed: Callable[[], None] | None = None,
+        on_notification: Callable[[str, bytes | None], None] | None = None,
     ) -> None:
         self._write = write
         self._on_echo = on_echo
         self._on_tools_changed = on_tools_changed
+        self._on_notification = on_notification
         self._on_garbage = on_garbage
         self._log = log
         self._server_log = server_log
@@ -167,6 +176,8 @@ class Client:
         self.discovered: dict[str, Any] | None = None
         self.listing_ttl: float | None = None
         self.listed_at = 0.0  # when the last listing was asked for (monotonic)
+        # The server's capabilities object, from its handshake or discover answer.
+        self.capabilities: object = None
 
     # -- incoming ------------------------------------------------------------ #
     def feed(self, line: bytes | bytearray | memoryview) -> None:
@@ -251,15 +262,21 @@ class Client:
                 self._on_tools_changed()
             return
         if msg.method == "notifications/message":
-            try:
-                params = _decode(msg.params) if msg.params else {}
-            except _UNDECODABLE:
-                return
-            if isinstance(params, dict):
-                level = _LOG_LEVELS.get(str(params.get("level")), logging.INFO)
-                data = params.get("data")
-                text = data if isinstance(data, str) else _encode(data).decode("utf-8", "replace")
-                self._server_log(level, text[:2000])
+            self._logged(msg.params)
+        if self._on_notification is not None and msg.method is not None:
+            self._on_notification(msg.method, bytes(msg.params) if msg.params else None)
+
+    def _logged(self, raw: msgspec.Raw) -> None:
+        """A ``notifications/message`` into the server's log."""
+        try:
+            params = _decode(raw) if raw else {}
+        except _UNDECODABLE:
+            return
+        if isinstance(params, dict):
+            level = _LOG_LEVELS.get(str(params.get("level")), logging.INFO)
+            data = params.get("data")
+            text = data if isinstance(data, str) else _encode(data).decode("utf-8", "replace")
+            self._server_log(level, text[:2000])
 
     def _server_request(self, msg: _Message) -> None:
         rid = _encode(msg.id)
@@ -391,12 +408,14 @@ class Client:
             )
         self.protocol_version = version
         self._envelope = None
+        self.capabilities = result.get("capabilities")
         self.notify("notifications/initialized")
 
     def adopt_modern(self, version: str, discovered: dict[str, Any] | None) -> None:
         self.protocol_version = version
         self._envelope = era.envelope(version)
         self.discovered = discovered
+        self.capabilities = None if discovered is None else discovered.get("capabilities")
 
     def discover(self, version: str, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
         params = _encode({"_meta": {**era.envelope(version), **(trace or {})}})
@@ -474,6 +493,28 @@ class Client:
             return self._call_result(raw)
         except MCPJSONError as exc:
             raise failures.bad_reply(name, str(exc)) from None
+
+    async def relay(self, method: str, params: bytes | None) -> tuple[bytes | None, bytes | None]:
+        """Send request ``method`` with ``params`` (a JSON object, raw) as they are: the server's raw result, or its
+        raw error object. In the modern era the envelope joins the params' ``_meta`` (the one re-encoding)."""
+        if self._envelope is not None:
+            try:
+                fields = _decode(params) if params else {}
+            except _UNDECODABLE:
+                fields = None
+            if not isinstance(fields, dict):
+                return None, _encode({"code": INVALID_PARAMS, "message": f"{method}: params must be a JSON object"})
+            meta = fields.get("_meta")
+            fields["_meta"] = {**(meta if isinstance(meta, dict) else {}), **self._envelope}
+            params = _encode(fields)
+        try:
+            raw = await self.request(method, params, what=method)
+        except RemoteError as exc:
+            error = {"code": exc.code, "message": exc.message}
+            if exc.data is not None:
+                error["data"] = exc.data
+            return None, _encode(error)
+        return bytes(raw), None
 
     def _call_result(self, raw: msgspec.Raw) -> CallOutcome:
         if not self.modern:

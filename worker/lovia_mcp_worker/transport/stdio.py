@@ -72,7 +72,8 @@ class StdioSession:
     agent's logging; ``on_garbage(line)`` counts lines that are not JSON-RPC;
     ``explain(reason)`` may name a better reason for an ending (the kernel's
     OOM kill behind a SIGKILL) before the calls in flight are failed with it;
-    ``on_tools_changed()`` is told of the server's ``tools/list_changed``.
+    ``on_tools_changed()`` is told of the server's ``tools/list_changed``,
+    ``on_notification(method, params)`` (the relay) of its other notifications.
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class StdioSession:
         on_garbage: Callable[[bytes], None],
         explain: Callable[[HostError], HostError] | None = None,
         on_tools_changed: Callable[[], None] | None = None,
+        on_notification: Callable[[str, bytes | None], None] | None = None,
     ) -> None:
         self.spec = spec
         self._explain = explain
@@ -101,6 +103,7 @@ class StdioSession:
             server_log=lambda level, text: log(level, text, True),
             on_echo=self._echoed,
             on_tools_changed=on_tools_changed,
+            on_notification=on_notification,
         )
         # What the server wrote on stdout before the handshake that was not
         # JSON-RPC (its first STDOUT_HEAD_BYTES).
@@ -147,6 +150,10 @@ class StdioSession:
         return self.client.listing_ttl
 
     @property
+    def capabilities(self) -> object:
+        return self.client.capabilities
+
+    @property
     def listed_at(self) -> float:
         return self.client.listed_at
 
@@ -177,6 +184,9 @@ class StdioSession:
         """Returns once the server answers a ping (an error object is an answer too: it is alive)."""
         with contextlib.suppress(RemoteError):
             await self.client.request("ping", None, what="ping")
+
+    async def relay(self, method: str, params: bytes | None) -> tuple[bytes | None, bytes | None]:
+        return await self.client.relay(method, params)
 
     async def call(
         self, name: str, arguments: bytes, on_progress: OnProgress | None = None, trace: Trace = None

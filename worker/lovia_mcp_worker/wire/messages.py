@@ -60,7 +60,10 @@ from .sealed import Sealed
 # upstream proxy.
 # 15: ServerSpec.sealed: the tree a locked server starts from and its stamp,
 # checked before every start.
-PROTOCOL_VERSION: Final = 15
+# 16: the relay (ServerSpec.relay): Relay / Relayed carry any MCP request as
+# raw JSON, ServerNotification what the server says besides tools, attributed
+# to the request it came during; Opened.capabilities the server's.
+PROTOCOL_VERSION: Final = 16
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -131,6 +134,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     # A locked server: the tree it runs from, as the agent checked it; every
     # start (restarts included) is refused once the tree's stamp differs.
     sealed: Sealed | None = None
+    # The agent relays the rest of the protocol (lovia-mcp serve): the
+    # server's notifications come as ServerNotification, and Relay is served.
+    relay: bool = False
 
 
 class HostEgress(msgspec.Struct, frozen=True, array_like=True):
@@ -276,6 +282,22 @@ class Cancel(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     answer: bool = False
 
 
+class Relay(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Send the server MCP request ``method`` with ``params`` (a JSON object's raw bytes, as the client sent them).
+
+    The relay of whatever is not a tool (resources, prompts, completion,
+    logging): one message for every method, carried as raw JSON and never
+    decoded on the way but for the era's envelope, so a new method needs no
+    new message. Answered by :class:`Relayed` (the server's result or error,
+    raw) or a :class:`Failure` (the server is gone, the connection closing).
+    Cancelled by :class:`Cancel` like a call.
+    """
+
+    id: int
+    method: str
+    params: bytes | None = None
+
+
 class GetStats(msgspec.Struct, frozen=True, tag=True):
     id: int
 
@@ -286,7 +308,7 @@ class Close(msgspec.Struct, frozen=True, tag=True):
     id: int
 
 
-AgentMessage = Union[Open, ListTools, CallTool, Cancel, GetStats, Close]
+AgentMessage = Union[Open, ListTools, CallTool, Relay, Cancel, GetStats, Close]
 
 
 # --------------------------------------------------------------------------- #
@@ -301,6 +323,8 @@ class Opened(msgspec.Struct, frozen=True, tag=True):
     protocol_version: str | None = None
     listing_ttl: float | None = None
     generation: int = 1
+    # The server's capabilities, its handshake's (or discover's) JSON object, raw.
+    capabilities: bytes | None = None
 
 
 class Started(msgspec.Struct, frozen=True, tag=True):
@@ -394,6 +418,28 @@ class Progress(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     progress: float
     total: float | None = None
     message: str | None = None
+
+
+class Relayed(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """The server's answer to a :class:`Relay`: its ``result`` or its JSON-RPC ``error`` object, raw JSON."""
+
+    id: int
+    result: bytes | None = None
+    error: bytes | None = None
+
+
+class ServerNotification(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Unsolicited (with ``ServerSpec.relay``): a notification the server sent, ``params`` raw JSON.
+
+    Everything but progress and tool-list changes, which have messages of
+    their own. ``call``: the agent's request it is attributed to, the only
+    one in flight on the server's generation when it came (``None``: none
+    was, or several were; stdio and HTTP say no more than the timing).
+    """
+
+    method: str
+    params: bytes | None = None
+    call: int | None = None
 
 
 FailureKind = Literal[
@@ -499,7 +545,21 @@ class Log(msgspec.Struct, frozen=True, tag=True):
     stderr: bool = False
 
 
-WorkerMessage = Union[Opened, Started, Ended, Tools, ToolsChanged, Result, Progress, Failure, StatsReply, Closed, Log]
+WorkerMessage = Union[
+    Opened,
+    Started,
+    Ended,
+    Tools,
+    ToolsChanged,
+    Result,
+    Progress,
+    Failure,
+    StatsReply,
+    Closed,
+    Log,
+    Relayed,
+    ServerNotification,
+]
 
 
 def encoder() -> msgspec.msgpack.Encoder:
@@ -553,7 +613,10 @@ __all__ = [
     "Open",
     "Opened",
     "Progress",
+    "Relay",
+    "Relayed",
     "Result",
+    "ServerNotification",
     "ServerSpec",
     "Started",
     "Stats",
