@@ -799,6 +799,26 @@ MUTANTS: Final = [
         ),
         why="a 2026-07-28 call asking for progress is answered in JSON mode, which drops every update",
     ),
+    Mutant(
+        name="relay-shared-any-principal",
+        path="lovia_mcp/gateway/backends.py",
+        old="return self._callers <= {principal}",
+        new="return True",
+        tests=(
+            "tests/gateway/test_gateway_relay.py::test_a_shared_servers_words_reach_only_a_principal_that_alone_used_it_never_another",
+        ),
+        why="a shared server's log message from one principal's leftover work reaches another principal's call",
+    ),
+    Mutant(
+        name="relay-log-level-ignored",
+        path="lovia_mcp/gateway/relay.py",
+        old="return floor is None or (level in LEVELS and LEVELS.index(level) >= LEVELS.index(floor))",
+        new="return True",
+        tests=(
+            "tests/gateway/test_gateway_relay.py::test_logging_set_level_is_answered_forwarded_to_the_sessions_own_server_and_applied",
+        ),
+        why="a 2025 session hears log messages below the level it set",
+    ),
 ]
 
 
