@@ -815,7 +815,8 @@ MUTANTS: Final = [
         old="return floor is None or (level in LEVELS and LEVELS.index(level) >= LEVELS.index(floor))",
         new="return True",
         tests=(
-            "tests/gateway/test_gateway_relay.py::test_logging_set_level_is_answered_forwarded_to_the_sessions_own_server_and_applied",
+            "tests/gateway/test_gateway_relay.py::test_a_shared_server_is_told_the_most_verbose_level_asked_and_each_"
+            "session_hears_only_at_its_own",
         ),
         why="a 2025 session hears log messages below the level it set",
     ),

@@ -36,6 +36,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
             "prog": server("progress_server.py"),
             "log": server("log_server.py"),
             "logps": server("log_server.py", session="per-session"),
+            # Shared, its level set by the one test that sets it.
+            "loglv": server("log_server.py"),
         },
     )
     with shared_by_module(g):
@@ -305,6 +307,29 @@ def test_logging_set_level_is_answered_forwarded_to_the_sessions_own_server_and_
     before, after, got = run(main())
     assert (before, after) == ("none", "error")
     assert got == [("error", "at the level")]
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")  # the SDK's, for 2026-07-28
+def test_a_shared_server_is_told_the_most_verbose_level_asked_and_each_session_hears_only_at_its_own(
+    gateway: Serve,
+) -> None:
+    url = f"{gateway.base}/servers/loglv/mcp"
+
+    async def main() -> tuple[str, list[tuple[str, Any]], list[tuple[str, Any]]]:
+        chatty, terse = Logs(), Logs()
+        async with logging_client(url, gateway.headers, chatty) as a, logging_client(url, gateway.headers, terse) as b:
+            await a.set_logging_level("info")
+            await b.set_logging_level("error")  # less verbose than the server was told: not forwarded
+            told = (await a.call_tool("level", {})).content[0].text
+            await a.call_tool("log", {"text": "for a", "level": "warning"})
+            await b.call_tool("log", {"text": "for b", "level": "warning"})
+        return told, chatty.got, terse.got
+
+    told, chatty, terse = run(main())
+    assert told == "info"
+    assert chatty == [("warning", "for a")]
+    # The server sent it (its level is info); the gateway kept it from b, below b's level.
+    assert terse == []
 
 
 def test_a_per_session_servers_message_outside_any_request_reaches_its_session_on_the_standalone_stream(
