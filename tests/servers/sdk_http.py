@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 
-async def _serve(server: Any) -> None:
+async def _serve(server: Any, options: dict[str, Any]) -> None:
     # Imported here: a server that also speaks stdio starts without uvicorn.
     import uvicorn
 
@@ -29,14 +29,14 @@ async def _serve(server: Any) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    app = server.streamable_http_app(host="127.0.0.1")
+    app = server.streamable_http_app(host="127.0.0.1", **options)
     await Announcing(uvicorn.Config(app, log_level="warning", lifespan="on")).serve(sockets=[sock])
 
 
-def serve_http(server: Any) -> None:
-    """Serve ``server`` (an ``MCPServer``) until terminated."""
+def serve_http(server: Any, **options: Any) -> None:
+    """Serve ``server`` (an ``MCPServer``) until terminated; ``options`` go to its ``streamable_http_app``."""
     try:
-        asyncio.run(_serve(server))
+        asyncio.run(_serve(server, options))
     except KeyboardInterrupt:
         sys.exit(0)
 
