@@ -31,6 +31,20 @@ Three parts, each against real ``lovia-mcp serve`` processes on loopback:
    session-bound clients the sessions broken, what they saw, and whether a
    new session worked (their per-session state, the server's pid, is lost).
 
+4. **peers**: ``lovia-mcp serve`` beside mcp-proxy (PyPI ``mcp-proxy``,
+   pinned and installed by ``scripts/thirdparty.sh`` into a venv of its own
+   under ``.cache/thirdparty/``; the part is skipped when it is not there),
+   both fronting the same stdio server (``echo`` on ``bench_server.py``, one
+   process shared by all sessions) in this one process, alternating, 2025
+   sessions with the same minimal HTTP client: per-call p50 and p99 on one
+   session, calls per second with 16 sessions, each whole process tree's CPU
+   per call, and the RSS (and PSS) of each whole process tree (the proxy
+   and its server; serve, its forkserver, workers and server) after the
+   load. A third column is the gateway's own 2026-07-28 stateless path (its
+   JSON fast path; mcp-proxy's SDK has no such era), in the same rotation.
+   ``--markdown FILE`` writes this part's table into ``FILE`` between its
+   generated markers (docs/performance.md).
+
 The machine is shared and noisy: read ratios and orders of magnitude, not
 absolute times. Usage::
 
@@ -38,6 +52,7 @@ absolute times. Usage::
     .venv/bin/python scripts/bench_gateway.py --quick    # small sizes
     .venv/bin/python scripts/bench_gateway.py --json --only overhead
     .venv/bin/python scripts/bench_gateway.py --only audit --quick   # about 15 s
+    .venv/bin/python scripts/bench_gateway.py --only peers --markdown docs/performance.md
 """
 
 from __future__ import annotations
@@ -732,6 +747,275 @@ async def _load(
 
 
 # --------------------------------------------------------------------------- #
+# 4. peers: mcp-proxy beside lovia-mcp serve
+# --------------------------------------------------------------------------- #
+MCP_PROXY = ROOT / ".cache" / "thirdparty" / "mcp-proxy" / "bin" / "mcp-proxy"
+# The part of docs/performance.md that ``--only peers --markdown`` writes.
+PEERS_BEGIN = "<!-- bench_gateway.py --only peers --markdown: generated table, begin -->"
+PEERS_END = "<!-- bench_gateway.py --only peers --markdown: generated table, end -->"
+PEER_SESSIONS = 16
+
+
+class Peer:
+    """mcp-proxy fronting a stdio server on a free port of 127.0.0.1."""
+
+    def __init__(self, folder: Path, command: list[str]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        self.stderr = open(folder / "stderr", "wb")
+        # WARNING: no line per request (uvicorn's access log), as serve writes none.
+        self.proc = subprocess.Popen(
+            [str(MCP_PROXY), "--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING", "--", *command],
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr,
+            start_new_session=True,
+        )
+        self.base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_WAIT
+        while True:  # it says nothing when ready at WARNING: its port answers (polled, bounded)
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"mcp-proxy did not start; see {folder / 'stderr'}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.stderr.close()
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    top = psutil.Process(pid)
+    return [top, *top.children(recursive=True)]
+
+
+def _tree_memory(pid: int) -> tuple[int, int, int]:
+    """The tree's summed RSS and PSS in bytes, and its process count."""
+    rss = pss = 0
+    procs = _tree(pid)
+    for p in procs:
+        info = p.memory_full_info()
+        rss += info.rss
+        pss += info.pss
+    return rss, pss, len(procs)
+
+
+def _tree_cpu(pid: int) -> float:
+    return sum(sum(p.cpu_times()[:2]) for p in _tree(pid))
+
+
+class Session:
+    """A 2025 streamable HTTP session on one keep-alive connection; ``modern``: 2026-07-28 stateless requests."""
+
+    def __init__(self, base: str, path: str, headers: dict[str, str], modern: bool = False) -> None:
+        self.http = Http(*_split(base))
+        self.path = path
+        self.headers = {**headers, "content-type": "application/json", "accept": ACCEPT}
+        self.modern = modern
+        self.i = 0
+
+    async def open(self) -> None:
+        if self.modern:
+            return
+        init = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+        }
+        status, got, payload = await self.http.exchange("POST", self.path, self.headers, json.dumps(init).encode())
+        assert status == 200, (status, payload)
+        version = json.loads(payload[payload.index(b"{") :].split(b"\n")[0])["result"]["protocolVersion"]
+        self.headers |= {"mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": version}
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await self.http.request("POST", self.path, self.headers, json.dumps(note).encode()))[0] == 202
+
+    async def call(self) -> None:
+        self.i += 1
+        if self.modern:
+            headers, data = _modern_call(self.i, "echo", {"text": "x"})
+        else:
+            body = {"jsonrpc": "2.0", "id": self.i, "method": "tools/call"}
+            body["params"] = {"name": "echo", "arguments": {"text": "x"}}
+            headers, data = self.headers, json.dumps(body).encode()
+        status, payload = await self.http.request("POST", self.path, headers, data)
+        assert status == 200 and b'"isError":false' in payload, payload
+
+    async def resume(self) -> None:
+        """One untimed call, on a new connection if the server closed the idle one (uvicorn's keep-alive: 5 s)."""
+        try:
+            await self.call()
+        except ConnectionError:
+            await self.call()
+
+    async def close(self) -> None:
+        if not self.modern:
+            with contextlib.suppress(ConnectionError):
+                await self.http.request("DELETE", self.path, self.headers)
+        self.http.close()
+
+
+async def peers(calls: int, rounds: int, seconds: float) -> dict[str, Any]:
+    """lovia-mcp serve and mcp-proxy on the same stdio server, alternating: latency, throughput, CPU, memory."""
+    if not MCP_PROXY.exists():
+        raise SystemExit(f"mcp-proxy is not installed at {MCP_PROXY}: run `bash scripts/thirdparty.sh`")
+    load_before = os.getloadavg()[0]
+    command = [PY, BENCH_SERVER]
+    folder = Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    peer: Peer | None = None
+    out: dict[str, Any] = {"calls_per_round": calls, "rounds": rounds, "seconds_per_round": seconds}
+    try:
+        with replicas(1, {"raw": {"command": command[0], "args": command[1:]}}) as (g,):
+            peer = Peer(folder / "mcp-proxy", command)
+            # (base, path, headers, 2026-07-28 stateless, the tree's top pid)
+            targets = {
+                "lovia-mcp": (g.base, "/servers/raw/mcp", HEADERS, False, g.proc.pid),
+                "mcp-proxy": (peer.base, "/mcp", {}, False, peer.proc.pid),
+                # What the gateway's own fast path gives a 2026-07-28 client; mcp-proxy's SDK has no such era.
+                "lovia-mcp-2026": (g.base, "/servers/raw/mcp", HEADERS, True, g.proc.pid),
+            }
+            names = list(targets)
+            latencies: dict[str, list[float]] = {n: [] for n in names}
+            rates: dict[str, list[float]] = {n: [] for n in names}
+            cpu: dict[str, list[float]] = {n: [] for n in names}
+            one = {n: Session(*targets[n][:4]) for n in names}
+            many = {n: [Session(*targets[n][:4]) for _ in range(PEER_SESSIONS)] for n in names}
+            for n in names:
+                await one[n].open()
+                await asyncio.gather(*(s.open() for s in many[n]))
+                for _ in range(100):  # warm-up: first calls, the server started
+                    await one[n].call()
+
+            async def window(n: str) -> None:
+                """``PEER_SESSIONS`` sessions calling for ``seconds``: the rate and the tree's CPU per call."""
+                stop = asyncio.Event()
+                done = [0]
+
+                async def loop(s: Session) -> None:
+                    while not stop.is_set():
+                        await s.call()
+                        done[0] += 1
+
+                await asyncio.gather(*(s.resume() for s in many[n]))
+                pid = targets[n][4]
+                used = _tree_cpu(pid)
+                started = time.perf_counter()
+                tasks = [asyncio.ensure_future(loop(s)) for s in many[n]]
+                await asyncio.sleep(seconds)  # the measuring window
+                stop.set()
+                counted, elapsed = done[0], time.perf_counter() - started
+                spent = _tree_cpu(pid) - used
+                await asyncio.gather(*tasks)
+                rates[n].append(counted / elapsed)
+                cpu[n].append(spent / max(counted, 1))
+
+            for r in range(rounds):
+                # Alternating which goes first: neither always meets the other's leftovers.
+                order = names[r % len(names) :] + names[: r % len(names)]
+                for n in order:
+                    await one[n].resume()
+                    for _ in range(calls):
+                        t = time.perf_counter()
+                        await one[n].call()
+                        latencies[n].append(time.perf_counter() - t)
+                for n in order:
+                    await window(n)
+            for n in names:
+                for s in [one[n], *many[n]]:
+                    await s.close()
+                out[n] = {
+                    "p50_ms": round(pct(latencies[n], 0.5) * 1000, 3),
+                    "p99_ms": round(pct(latencies[n], 0.99) * 1000, 3),
+                    "calls_per_s": round(statistics.median(rates[n]), 1),
+                    "tree_cpu_us_per_call": round(statistics.median(cpu[n]) * 1e6, 1),
+                }
+                if n != "lovia-mcp-2026":  # the same tree as lovia-mcp's
+                    rss, pss, count = _tree_memory(targets[n][4])
+                    out[n] |= {
+                        "tree_rss_mb": round(rss / 2**20, 1),
+                        "tree_pss_mb": round(pss / 2**20, 1),
+                        "tree_processes": count,
+                    }
+    finally:
+        if peer is not None:
+            peer.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    ours, theirs = out["lovia-mcp"], out["mcp-proxy"]
+    out["ratios"] = {
+        "p50": round(ours["p50_ms"] / theirs["p50_ms"], 2),
+        "p99": round(ours["p99_ms"] / theirs["p99_ms"], 2),
+        "calls_per_s": round(ours["calls_per_s"] / theirs["calls_per_s"], 2),
+        "tree_cpu_per_call": round(ours["tree_cpu_us_per_call"] / theirs["tree_cpu_us_per_call"], 2),
+        "tree_rss": round(ours["tree_rss_mb"] / theirs["tree_rss_mb"], 2),
+        "tree_pss": round(ours["tree_pss_mb"] / theirs["tree_pss_mb"], 2),
+    }
+    out["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    return out
+
+
+def _peer_versions() -> str:
+    """mcp-proxy's version and its mcp's, from its own venv."""
+    python = MCP_PROXY.parent / "python"
+    probe = "from importlib.metadata import version as v; print(v('mcp-proxy'), v('mcp'))"
+    proxy, mcp = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    from importlib.metadata import version
+
+    return f"lovia-mcp {version('lovia-mcp')} (mcp {version('mcp')}), mcp-proxy {proxy} (mcp {mcp})"
+
+
+def _peers_markdown(figures: dict[str, Any]) -> str:
+    """The peers part as a markdown table, with the run's conditions above it."""
+    ours, theirs, modern, ratio = (
+        figures["lovia-mcp"],
+        figures["mcp-proxy"],
+        figures["lovia-mcp-2026"],
+        figures["ratios"],
+    )
+    before, after = figures["load_average_1m"]
+    lines = [
+        f"Measured by `.venv/bin/python scripts/bench_gateway.py --only peers --markdown docs/performance.md` on "
+        f"{os.cpu_count()} CPUs; load average {before:.2f} before and {after:.2f} after; {_peer_versions()}; "
+        f"{figures['rounds']} rounds of {figures['calls_per_round']} calls on one session and "
+        f"{figures['seconds_per_round']:g} s with {PEER_SESSIONS} sessions, the three columns' turns rotating; "
+        f"latencies over all calls, rates medians of rounds.",
+        "",
+        "| figure | lovia-mcp serve | mcp-proxy | lovia-mcp / mcp-proxy | target "
+        "| lovia-mcp serve, 2026-07-28 stateless (no peer) |",
+        "|---|---|---|---|---|---|",
+        f"| p50 per call, one session | {ours['p50_ms']:.3f} ms | {theirs['p50_ms']:.3f} ms | {ratio['p50']:.2f} "
+        f"| <= 1 | {modern['p50_ms']:.3f} ms |",
+        f"| p99 per call, one session | {ours['p99_ms']:.3f} ms | {theirs['p99_ms']:.3f} ms | {ratio['p99']:.2f} "
+        f"| | {modern['p99_ms']:.3f} ms |",
+        f"| calls per second, {PEER_SESSIONS} sessions | {ours['calls_per_s']:,.0f} | {theirs['calls_per_s']:,.0f} "
+        f"| {ratio['calls_per_s']:.2f} | >= 1 | {modern['calls_per_s']:,.0f} |",
+        f"| CPU per call, whole tree | {ours['tree_cpu_us_per_call']:.0f} us | {theirs['tree_cpu_us_per_call']:.0f} us "
+        f"| {ratio['tree_cpu_per_call']:.2f} | | {modern['tree_cpu_us_per_call']:.0f} us |",
+        f"| RSS of the whole tree after the load (processes) | {ours['tree_rss_mb']:.1f} MB ({ours['tree_processes']}) "
+        f"| {theirs['tree_rss_mb']:.1f} MB ({theirs['tree_processes']}) | {ratio['tree_rss']:.2f} | <= 1.5 | (the same tree) |",
+        f"| PSS of the whole tree after the load | {ours['tree_pss_mb']:.1f} MB | {theirs['tree_pss_mb']:.1f} MB "
+        f"| {ratio['tree_pss']:.2f} | | (the same tree) |",
+    ]
+    return "\n".join(lines)
+
+
+def _write_between(page: Path, begin: str, end: str, table: str) -> None:
+    text = page.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{page} has no generated-table markers; add the two lines:\n{begin}\n{end}")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    page.write_text(f"{head}{begin}\n{table}\n{end}{tail}")
+
+
+# --------------------------------------------------------------------------- #
 def main(argv: list[str] | None = None) -> int:
     import logging
 
@@ -739,7 +1023,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("mcp").setLevel(logging.ERROR)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (about 30 s in all)")
-    ap.add_argument("--only", action="append", choices=["overhead", "throughput", "audit", "failover"])
+    ap.add_argument("--only", action="append", choices=["overhead", "throughput", "audit", "failover", "peers"])
     ap.add_argument("--calls", type=int, default=None, help="calls per round in the overhead part (default 300)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5)")
     ap.add_argument("--sessions", type=int, default=100, help="concurrent sessions in the throughput part")
@@ -747,11 +1031,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill", choices=["kill", "term"], default="kill", help="how the replica is stopped")
     ap.add_argument("--no-lb", action="store_true", help="skip the failover part (no HAProxy)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--markdown", metavar="FILE", help="with the peers part: write its table into FILE's markers")
     ns = ap.parse_args(argv)
     calls = ns.calls or (100 if ns.quick else 300)
     rounds = ns.rounds or (2 if ns.quick else 5)
     seconds = ns.seconds or (3.0 if ns.quick else 6.0)
     parts = ns.only or ["overhead", "throughput", "audit"] + ([] if ns.no_lb else ["failover"])
+    if not ns.only and MCP_PROXY.exists():
+        parts.append("peers")
+    if ns.markdown and "peers" not in parts:
+        ap.error("--markdown writes the peers part's table: add --only peers")
     report: dict[str, Any] = {}
     if "overhead" in parts:
         report["overhead"] = asyncio.run(overhead(calls, rounds))
@@ -761,6 +1050,11 @@ def main(argv: list[str] | None = None) -> int:
         report["audit"] = asyncio.run(audit(20, 1.0 if ns.quick else 2.0, rounds))
     if "failover" in parts:
         report["failover"] = asyncio.run(failover(max(seconds, 6.0), ns.kill, 20, 10))
+    if "peers" in parts:
+        report["peers"] = asyncio.run(peers(calls, rounds, seconds / 2))
+        if ns.markdown:
+            _write_between(Path(ns.markdown), PEERS_BEGIN, PEERS_END, _peers_markdown(report["peers"]))
+            print(f"wrote the peers table into {ns.markdown}", file=sys.stderr)
     if ns.json:
         print(json.dumps(report, indent=2))
     else:
