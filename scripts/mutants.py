@@ -820,6 +820,17 @@ MUTANTS: Final = [
         ),
         why="a 2025 session hears log messages below the level it set",
     ),
+    Mutant(
+        name="relay-progress-coalesced",
+        path="worker/lovia_mcp_worker/session/host.py",
+        old="interval=0.0 if self.generations.spec.relay else PROGRESS_INTERVAL",
+        new="interval=PROGRESS_INTERVAL",
+        tests=(
+            "tests/gateway/test_conformance.py::test_a_scenario_that_passes_directly_passes_through_the_gateway[tools-call-with-progress]",
+        ),
+        why="the gateway drops a server's progress updates that come closer together than a tenth of a second",
+        needs="node (the conformance suite)",
+    ),
 ]
 
 

@@ -54,7 +54,7 @@ from .calls import Calls
 from .deadline import Deadlines
 from .generation import Generation
 from .generations import Generations
-from .progress import ProgressForwarder
+from .progress import PROGRESS_INTERVAL, ProgressForwarder
 
 
 class Host:
@@ -147,7 +147,11 @@ class Host:
             self._calls.on[msg.id] = gen
             window = self.generations.accounting.begin(gen, self.generations.spec)
             denials.begin(msg.id)
-            progress = ProgressForwarder(self._emit, msg.id)
+            # A relay (lovia-mcp serve) passes every update on, as a proxy must; the
+            # library's connection gets them coalesced.
+            progress = ProgressForwarder(
+                self._emit, msg.id, interval=0.0 if self.generations.spec.relay else PROGRESS_INTERVAL
+            )
             try:
                 content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
                 if self.generations.listing.relisting(gen):

@@ -8,7 +8,9 @@ the last :data:`PROGRESS_INTERVAL`, and otherwise keeps only the latest value
 for the end of that interval. A server flooding progress thus costs the agent
 at most one frame per interval per call, and the value it shows is never
 older than one interval. :meth:`ProgressForwarder.close` sends what is still
-held, so the last progress before the answer is never lost.
+held, so the last progress before the answer is never lost. A relay
+(``lovia-mcp serve``, a proxy whose client asked for each update) uses an
+interval of 0: every update goes on as it came.
 """
 
 from __future__ import annotations
