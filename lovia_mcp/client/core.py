@@ -7,7 +7,7 @@ the worker sends, the clean-up after a lost worker, and the restart circuit
 :class:`~lovia_mcp_worker.wire.messages.Failure` (the worker's, or one the core
 makes: ``worker_died``, ``circuit_open``, ``closed``). Nothing here raises to
 steer control; the caller turns a failure into an error in one place
-(:mod:`lovia_mcp.connection._errors`) and decides a retry in one place (:mod:`.retry`).
+(:mod:`..connection._errors`) and decides a retry in one place (:mod:`.retry`).
 
 What the worker owns, the core is told and applies: a call's deadline and
 what passing it does (the call carries its deadline; the answer's kind says
