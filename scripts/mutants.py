@@ -329,8 +329,8 @@ MUTANTS: Final = [
     Mutant(
         name="accounting-egress-bytes",
         path="worker/lovia_mcp_worker/sandbox/egress/netproxy.py",
-        old="traffic.bytes += len(data)",
-        new="pass",
+        old="    while data := await reader.read(_CHUNK):\n        traffic.bytes += len(data)",
+        new="    while data := await reader.read(_CHUNK):\n        pass",
         tests=("tests/sandbox/test_egress_accounting.py",),
         why="a sandboxed call's egress counts its request head only, not the bytes relayed",
         needs="a sandbox backend",
@@ -619,8 +619,8 @@ MUTANTS: Final = [
     Mutant(
         name="lock-node-unconfined",
         path="lovia_mcp/lock/ecosystems/npm.py",
-        old='return "node", ["--require", str(NODE_CONFINE), str(top / package.entry)',
-        new='return "node", [str(top / package.entry)',
+        old='["--require", str(NODE_CONFINE), str(top / package.entry), *package.args]',
+        new="[str(top / package.entry), *package.args]",
         tests=(
             "tests/plugin/test_lock_hermetic.py::test_a_locked_npm_server_never_loads_a_module_from_outside_its_entry",
         ),
