@@ -823,7 +823,7 @@ MUTANTS: Final = [
     Mutant(
         name="relay-progress-coalesced",
         path="worker/lovia_mcp_worker/session/host.py",
-        old="interval=0.0 if self.generations.spec.relay else PROGRESS_INTERVAL",
+        old="interval=0.0 if spec is not None and spec.relay else PROGRESS_INTERVAL",
         new="interval=PROGRESS_INTERVAL",
         tests=(
             "tests/gateway/test_conformance.py::test_a_scenario_that_passes_directly_passes_through_the_gateway[tools-call-with-progress]",

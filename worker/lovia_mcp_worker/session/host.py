@@ -149,8 +149,9 @@ class Host:
             denials.begin(msg.id)
             # A relay (lovia-mcp serve) passes every update on, as a proxy must; the
             # library's connection gets them coalesced.
+            spec = self.generations.spec
             progress = ProgressForwarder(
-                self._emit, msg.id, interval=0.0 if self.generations.spec.relay else PROGRESS_INTERVAL
+                self._emit, msg.id, interval=0.0 if spec is not None and spec.relay else PROGRESS_INTERVAL
             )
             try:
                 content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
