@@ -43,6 +43,7 @@ from typing import Any, Final
 
 import uvicorn
 from lovia.exceptions import LoviaError, UserError
+from lovia_mcp_worker.wire.hostport import BadHostPort, parse_hostport
 
 from ..opening.config_file.loader import load_servers
 from ..opening.servers import MCPServer, MCPServerStdio
@@ -109,15 +110,20 @@ def configure_logging(fmt: str, verbosity: int) -> None:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise UserError(
-            f"--listen takes HOST:PORT, got {text!r}",
-            hint="--listen 127.0.0.1:8765 (port 0 picks a free one), or --listen 0.0.0.0:8765 with "
-            "--token-file in a container.",
-        )
-    return host, int(port)
+    """``--listen``'s ``HOST:PORT`` by the rules every ``host:port`` follows (port 0: a free one)."""
+    try:
+        host, port = parse_hostport(text, port_zero=True)
+    except BadHostPort as exc:
+        why = exc.why
+    else:
+        if port is not None:
+            return host, port
+        why = "no port"
+    raise UserError(
+        f"--listen takes HOST:PORT, got {text!r}: {why}",
+        hint="--listen 127.0.0.1:8765 (port 0 picks a free one), --listen [::1]:8765, or --listen "
+        "0.0.0.0:8765 with --token-file in a container.",
+    )
 
 
 def is_loopback(host: str) -> bool:

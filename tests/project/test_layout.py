@@ -23,6 +23,7 @@ AGENT_SURFACE = frozenset(
         "lovia_mcp_worker.wire.mcpjson",
         "lovia_mcp_worker.wire.confinement",
         "lovia_mcp_worker.wire.framing",
+        "lovia_mcp_worker.wire.hostport",
         # The lock: the stamp of a locked server's tree, taken by the agent, compared by the worker.
         "lovia_mcp_worker.wire.sealed",
         "lovia_mcp_worker.session.host",

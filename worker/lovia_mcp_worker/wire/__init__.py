@@ -9,6 +9,9 @@
 - ``failures``: every way a server can fail, as the caller is told it;
 - ``environment``: the variables a server gets by default (trust paths and
   proxies without credentials included), and the hint its stderr calls for;
+- ``hostport``: ``host:port``, read and written by one set of rules (an
+  allowlist entry, the proxy's request targets, ``upstream_proxy``, the
+  gateway's ``--listen``);
 - ``sealed``: the tree a locked server runs from and its stamp, taken by
   the agent when it checks the tree, compared by the worker at every start.
 

@@ -26,6 +26,8 @@ import asyncio
 import contextvars
 from collections.abc import Callable
 
+from ...wire.hostport import hostport
+
 
 class Refused:
     """One refusal: ``kind`` (:data:`~..wire.messages.DENIAL_KINDS`), the destination, and why.
@@ -45,7 +47,7 @@ class Refused:
     @property
     def target(self) -> str:
         """``host:port``, an IPv6 address in brackets."""
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return hostport(self.host, self.port)
 
 
 Reporter = Callable[[Refused], None]

@@ -86,6 +86,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from ...wire.hostport import hostport
 from .netrequest import (
     CHUNKED,
     MAX_HEAD,
@@ -99,7 +100,6 @@ from .netrequest import (
     chunk_size,
     destination,
     host_allowed,
-    hostport,
     normalize_pattern,
     parse_head,
     read_head,

@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Final, TypeAlias
 from urllib.parse import unquote, urlsplit
 
+from ...wire.hostport import BadHostPort, hostport, parse_hostport
+
 # Bound on a request head (request line and headers). Real clients send a
 # few hundred bytes to a proxy; 16 KiB leaves room for long URLs and cookies
 # and keeps a misbehaving client from growing the worker's memory.
@@ -28,7 +30,6 @@ _HOP_BY_HOP: Final = frozenset({"connection", "keep-alive", "proxy-connection", 
 _LABEL: Final = re.compile(r"[a-z0-9_-]{1,63}")
 # A last label that resolvers read as a number (inet_aton: 127.1, 0x7f.1, 2130706433).
 _NUMERIC_LABEL: Final = re.compile(r"[0-9]+|0x[0-9a-f]*")
-_PORT: Final = re.compile(r"[0-9]{1,5}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _LENGTH: Final = re.compile(r"[0-9]{1,18}")
 # A chunk's size line (RFC 9112, 7.1), extensions allowed; a bare LF is not.
@@ -37,11 +38,6 @@ _VERSION: Final = re.compile(r"HTTP/1\.[0-9]")
 
 Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def hostport(host: object, port: int) -> str:
-    """``host:port``, an IPv6 host in brackets (as a request target and a proxy's messages spell it)."""
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
 # --- the address check -----------------------------------------------------
@@ -253,25 +249,10 @@ def _bad_entry(pattern: str, why: str) -> BadEntry:
 
 
 def _split_port(pattern: str) -> tuple[str, int | None]:
-    if pattern.startswith("["):
-        end = pattern.find("]")
-        if end < 0:
-            raise _bad_entry(pattern, "unterminated '['")
-        host, rest = pattern[1:end], pattern[end + 1 :]
-        if ":" not in host:
-            raise _bad_entry(pattern, "brackets are for IPv6 addresses ('[::1]:8080')")
-        if rest and not rest.startswith(":"):
-            raise _bad_entry(pattern, "expected ':PORT' after ']'")
-        port_text = rest[1:] if rest else None
-    elif pattern.count(":") == 1:
-        host, port_text = pattern.split(":")
-    else:
-        host, port_text = pattern, None  # a bare IPv6 address or range takes no port
-    if port_text is None:
-        return host, None
-    if not _PORT.fullmatch(port_text) or not 0 < int(port_text) < 65536:
-        raise _bad_entry(pattern, f"invalid port {port_text!r} (1 to 65535)")
-    return host, int(port_text)
+    try:
+        return parse_hostport(pattern)
+    except BadHostPort as exc:
+        raise _bad_entry(pattern, exc.why) from None
 
 
 def parse_rule(pattern: str) -> Rule:
@@ -570,15 +551,20 @@ def parse_upstream(url: str, no_proxy: Sequence[str] = ()) -> Upstream:
     if not isinstance(url, str) or not url:
         raise BadUpstream(f"expected a URL, got {url!r}")
     shown = re.sub(r"//[^/@]*@", "//***@", url)[:200]
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() != "http":
+        raise BadUpstream(f"{shown!r}: only an http:// proxy is supported (TLS to the proxy is not)")
+    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    try:
+        host, port = parse_hostport(netloc.rpartition("@")[2])
+    except BadHostPort as exc:
+        raise BadUpstream(f"{shown!r} is not a URL ({exc.why})") from None
+    if port is None:
+        raise BadUpstream(f"{shown!r} names no host and port")
     try:
         parts = urlsplit(url)
-        port = parts.port
     except ValueError as exc:
         raise BadUpstream(f"{shown!r} is not a URL ({str(exc).replace(url, shown)})") from None
-    if parts.scheme.lower() != "http":
-        raise BadUpstream(f"{shown!r}: only an http:// proxy is supported (TLS to the proxy is not)")
-    if not parts.hostname or port is None:
-        raise BadUpstream(f"{shown!r} names no host and port")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise BadUpstream(f"{shown!r} has a path; a proxy URL is only http://HOST:PORT")
     authorization = None
@@ -586,7 +572,7 @@ def parse_upstream(url: str, no_proxy: Sequence[str] = ()) -> Upstream:
         user, password = unquote(parts.username), unquote(parts.password or "")
         authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
     # A bad no_proxy entry raises the allowlist's ValueError (with its hint).
-    return Upstream(parts.hostname, port, authorization, Allowlist(no_proxy) if no_proxy else None)
+    return Upstream(host.lower(), port, authorization, Allowlist(no_proxy) if no_proxy else None)
 
 
 def _bad(reason: str) -> Refusal:
@@ -621,29 +607,15 @@ async def read_head(reader: asyncio.StreamReader) -> list[bytes] | None:
 def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
     if "@" in authority:
         raise _bad("user information in the request target is not supported")
-    if authority.startswith("["):
-        end = authority.find("]")
-        if end < 0:
-            raise _bad(f"unterminated IPv6 address in {authority!r}")
-        host, rest = authority[: end + 1], authority[end + 1 :]
-        if rest and not rest.startswith(":"):
-            raise _bad(f"invalid authority {authority!r}")
-        port_text = rest[1:] if rest else None
-    elif authority.count(":") == 1:
-        host, port_text = authority.split(":")
-    elif ":" in authority:
-        raise _bad(f"an IPv6 address must be in brackets: {authority!r}")
-    else:
-        host, port_text = authority, None
-    if port_text is None or port_text == "":
+    try:
+        host, port = parse_hostport(authority, bare_ipv6=False)
+    except BadHostPort as exc:
+        raise _bad(f"{exc.why}: {authority!r}") from None
+    if port is None:
         if default_port is None:
             raise _bad(f"CONNECT needs host:port, got {authority!r}")
         port = default_port
-    elif port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536:
-        port = int(port_text)
-    else:
-        raise _bad(f"invalid port in {authority!r}")
-    canonical = _canonical(host)
+    canonical = _canonical(f"[{host}]" if ":" in host else host)
     if canonical is None:
         raise _bad(f"invalid host name {host!r}")
     return canonical, port
@@ -703,7 +675,6 @@ __all__ = [
     "body_framing",
     "chunk_size",
     "destination",
-    "hostport",
     "host_allowed",
     "internal_reason",
     "normalize_pattern",
