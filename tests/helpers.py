@@ -4,7 +4,7 @@
 ``enforcement`` parametrisation); everything a test module imports by name
 lives here:
 
-- paths: ``ROOT``, ``SERVERS``, ``RAW_SERVER``, ``ESCAPE_SERVER``, ``SUP_SERVER``, ``PY``;
+- paths: ``ROOT``, ``SERVERS``, ``RAW_SERVER``, ``ESCAPE_SERVER``, ``DOCTOR_PROBES``, ``SUP_SERVER``, ``PY``;
 - servers: ``raw_args()``, ``raw()`` (the raw JSON-RPC test server as a
   config), ``RAW_TOOLS``, ``copy_raw_server()``; ``sup()`` (the supervision server); ``EscapePlace`` (what the hostile escape server
   aims at, and that server as a config);
@@ -54,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"
 RAW_SERVER = str(SERVERS / "raw_server.py")
 ESCAPE_SERVER = str(SERVERS / "escape_server.py")
+# What escape_server.py's probes load their helpers from (tests/servers/escape_probes.py).
+DOCTOR_PROBES = str(ROOT / "lovia_mcp" / "doctor" / "probes.py")
 SUP_SERVER = str(SERVERS / "sup_server.py")
 PY = sys.executable
 
@@ -613,7 +615,7 @@ class EscapePlace:
     def server(self, box: Sandbox | None, env: dict[str, str] | None = None, **kw: Any) -> MCPServerStdio:
         return MCPServerStdio(
             command=PY,
-            args=[ESCAPE_SERVER],
+            args=[ESCAPE_SERVER, DOCTOR_PROBES],  # the probes load the doctor's: named, so a box lets it be read
             name="escape",
             cwd=str(self.work),
             env={"HOME": str(self.home), **(env or {})},
@@ -653,6 +655,7 @@ def leftover_cgroups() -> list[str]:
 
 __all__ = [
     "CLI_TIMEOUT",
+    "DOCTOR_PROBES",
     "ESCAPE_SERVER",
     "GONE_WAIT",
     "ISOLATIONS",

@@ -17,6 +17,9 @@ doctor's), so a run outside any box never touches the host's mounts.
 
 Standard library only, and one file: inside a Landlock box the server can
 read its own folder and the Python runtime, nothing else of lovia-mcp's.
+The test suite's escape probes (``tests/servers/escape_probes.py``) load
+this file for its system-call table and helpers (``sys_call``, ``twice``,
+``in_child``...) and add probes of their own.
 
 :data:`PROBES` maps each name to its function and a line saying what it tries.
 """
@@ -37,9 +40,34 @@ MNT_DETACH = 2
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 PTRACE_SEIZE = 0x4206
+# The system calls a probe makes by number (the doctor's, and the test suite's escape probes, which import these).
 NR = {
-    "x86_64": {"ptrace": 101, "setns": 308},
-    "aarch64": {"ptrace": 117, "setns": 268},
+    "x86_64": {
+        "ptrace": 101,
+        "setns": 308,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "keyctl": 250,
+        "io_uring_setup": 425,
+        "name_to_handle_at": 303,
+        "open_by_handle_at": 304,
+        "renameat2": 316,
+    },
+    "aarch64": {
+        "ptrace": 117,
+        "setns": 268,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "keyctl": 219,
+        "io_uring_setup": 425,
+        "name_to_handle_at": 264,
+        "open_by_handle_at": 265,
+        "renameat2": 276,
+    },
 }.get(os.uname().machine, {})
 
 # A probe's arguments: JSON from the doctor.
@@ -56,11 +84,13 @@ def check(ret: int, what: str) -> int:
     return ret
 
 
-def sys_call(name: str, *args: int) -> int:
+def sys_call(name: str, *args: object) -> int:
+    """System call ``name`` with ``args`` (integers, or ctypes values such as a pointer); OSError if it fails."""
     if name not in NR:
         raise OSError(38, f"{name}: not known on {os.uname().machine}")
-    # Every argument as a long: a plain int in a variadic call leaves the register's high half undefined.
-    return check(int(libc.syscall(ctypes.c_long(NR[name]), *(ctypes.c_long(a) for a in args))), name)
+    # Every integer as a long: a plain int in a variadic call leaves the register's high half undefined.
+    wide = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    return check(int(libc.syscall(ctypes.c_long(NR[name]), *wide)), name)
 
 
 def own_mount_ns() -> bool:

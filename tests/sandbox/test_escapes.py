@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import msgspec
 import pytest
-from helpers import ESCAPE_SERVER, PY, RAW_SERVER, EscapePlace, as_nobody, register_shared, run
+from helpers import DOCTOR_PROBES, ESCAPE_SERVER, PY, RAW_SERVER, EscapePlace, as_nobody, register_shared, run
 from lovia_mcp_worker.sandbox import bwrap, landlock, seccomp
 
 from lovia_mcp import MCPServerStdio, Sandbox
@@ -241,7 +241,7 @@ class World(EscapePlace):
         }.get(_base(probe), {})
 
     def server(self, box: Sandbox | None, env: dict[str, str] | None = None, **kw: Any) -> MCPServerStdio:
-        return super().server(box, {"ESCAPE_HOST_MNT": os.readlink("/proc/self/ns/mnt"), **(env or {})}, **kw)
+        return super().server(box, {"LOVIA_MCP_HOST_MNT": os.readlink("/proc/self/ns/mnt"), **(env or {})}, **kw)
 
     def close(self) -> None:
         for s in (self.tcp, self.unix, self.abstract, self.dgram):
@@ -437,6 +437,7 @@ def test_a_sandboxed_open_works_for_an_ordinary_user(backend: str) -> None:
 NOBODY_PROBES = r"""
 import asyncio, json, socket, sys
 from lovia_mcp import MCPServerStdio, Sandbox
+from lovia_mcp.doctor import probes as doctor_probes
 cwd, escape, backend, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 def reached(port, marker):
     try:
@@ -447,7 +448,8 @@ def reached(port, marker):
         return str(exc)
 async def probes(box):
     out = {}
-    async with MCPServerStdio(command=sys.executable, args=[escape], cwd=cwd, sandbox=box).session() as c:
+    server = MCPServerStdio(command=sys.executable, args=[escape, doctor_probes.__file__], cwd=cwd, sandbox=box)
+    async with server.session() as c:
         for name, args in (("setuid_file", {}), ("fifo_device", {}), ("sock_diag", {"port": port}),
                            ("listen_no_bind", {"marker": "boxed"})):
             text = str(await c.call_tool("probe", {"name": name, "args": args}))
@@ -508,11 +510,11 @@ def test_a_warm_spare_of_a_sandboxed_server_is_sandboxed_and_filtered(tmp_path: 
     async def main() -> tuple[str, str, str]:
         server = MCPServerStdio(
             command=PY,
-            args=[ESCAPE_SERVER],
+            args=[ESCAPE_SERVER, DOCTOR_PROBES],
             cwd=str(tmp_path),
             sandbox=Sandbox(),
             spares=1,
-            env={"ESCAPE_HOST_MNT": os.readlink("/proc/self/ns/mnt")},
+            env={"LOVIA_MCP_HOST_MNT": os.readlink("/proc/self/ns/mnt")},
         )
         try:
             assert await warm_spares(server) == 1

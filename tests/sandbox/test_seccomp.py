@@ -717,12 +717,14 @@ async def _probe_sides(place: EscapePlace, sides: list[str]) -> dict[str, dict[s
 NOBODY_SYSCALLS = r"""
 import asyncio, json, sys
 from lovia_mcp import MCPServerStdio, Sandbox
+from lovia_mcp.doctor import probes as doctor_probes
 cwd, escape, calls, sides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4:]
 async def main():
     out = {}
     for side in sides:
         box = None if side == "bare" else Sandbox(backend=side)
-        async with MCPServerStdio(command=sys.executable, args=[escape], cwd=cwd, sandbox=box).session() as c:
+        server = MCPServerStdio(command=sys.executable, args=[escape, doctor_probes.__file__], cwd=cwd, sandbox=box)
+        async with server.session() as c:
             out[side] = str(await c.call_tool("probe", {"name": "syscalls", "args": {"calls": calls}}))
     print(json.dumps(out))
 asyncio.run(main())

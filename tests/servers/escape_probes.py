@@ -3,139 +3,53 @@
 Standard library only: each tries an escape with root's means (ctypes
 system calls), the plain way first and, when blocked, lifting the block,
 and returns what it saw or raises OSError. A block is lifted only inside a
-mount namespace of the probe's own (``ESCAPE_HOST_MNT`` names the agent's),
-so an unsandboxed run never touches the host's mounts.
+mount namespace of the probe's own (``LOVIA_MCP_HOST_MNT`` names the
+agent's), so an unsandboxed run never touches the host's mounts.
+
+The system-call table and the helpers (``sys_call``, ``check``, ``lift``,
+``twice``, ``in_child``...) are the doctor's (``lovia_mcp/doctor/probes.py``,
+loaded from its file: a box cannot import the ``lovia_mcp`` package); a
+server that runs these probes names that file in its arguments, so that
+either sandbox lets it read it (:data:`DOCTOR_PROBES`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import importlib.util
 import json
 import os
 import shutil
 import socket
 import stat
 import struct
+import sys
 import threading
+from pathlib import Path
 
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-MACHINE = os.uname().machine
-NR = {
-    "x86_64": {
-        "ptrace": 101,
-        "setns": 308,
-        "process_vm_readv": 310,
-        "process_vm_writev": 311,
-        "bpf": 321,
-        "perf_event_open": 298,
-        "keyctl": 250,
-        "io_uring_setup": 425,
-        "name_to_handle_at": 303,
-        "open_by_handle_at": 304,
-        "renameat2": 316,
-    },
-    "aarch64": {
-        "ptrace": 117,
-        "setns": 268,
-        "process_vm_readv": 270,
-        "process_vm_writev": 271,
-        "bpf": 280,
-        "perf_event_open": 241,
-        "keyctl": 219,
-        "io_uring_setup": 425,
-        "name_to_handle_at": 264,
-        "open_by_handle_at": 265,
-        "renameat2": 276,
-    },
-}[MACHINE]
-MNT_DETACH = 2
-MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+from escape_basics import CONNECT_WAIT, connect, environ, read, write
+
+DOCTOR_PROBES = str(Path(__file__).resolve().parents[2] / "lovia_mcp" / "doctor" / "probes.py")
+
+
+def _doctor():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("lovia_mcp_doctor_probes", DOCTOR_PROBES)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_d = _doctor()
+libc, sys_call, check = _d.libc, _d.sys_call, _d.check
+lift, twice, umount, remount_rw, in_child = _d.lift, _d.twice, _d.umount, _d.remount_rw, _d.in_child
+CLONE_NEWUSER, CLONE_NEWNET = _d.CLONE_NEWUSER, _d.CLONE_NEWNET
 TIOCSTI = 0x5412
-# Bound on a connection to a listener the test opened: it answers at once, when it is reachable.
-CONNECT_WAIT = 5
 # How long a probe's own listener waits for the test to connect: the test connects right after the
 # call returns, or finds it unreachable; the bound only ends the listener's thread when nobody came.
 LISTEN_WAIT = 10
-
-
-def sys_call(name: str, *args: object) -> int:
-    # Every argument as a long: a plain int in a variadic call leaves the register's high half undefined.
-    wide = [ctypes.c_long(x) if isinstance(x, int) else x for x in args]
-    ret = int(libc.syscall(ctypes.c_long(NR[name]), *wide))
-    if ret < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{name}: {os.strerror(err)}")
-    return ret
-
-
-def check(ret: int, what: str) -> int:
-    if ret < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return ret
-
-
-def read(path: str) -> str:
-    with open(path) as f:
-        return f.read()[:200]
-
-
-def write(path: str) -> str:
-    with open(path, "w") as f:
-        f.write("escaped\n")
-    return path
-
-
-def connect(host: str, port: int) -> str:
-    with socket.create_connection((host, port), timeout=CONNECT_WAIT) as s:
-        return s.recv(100).decode()
-
-
-def procs() -> int:
-    return sum(1 for name in os.listdir("/proc") if name.isdigit())
-
-
-def environ(pid: int) -> str:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        return str(len(f.read()))
-
-
-def own_mount_ns() -> bool:
-    return os.readlink("/proc/self/ns/mnt") != os.environ.get("ESCAPE_HOST_MNT", os.readlink("/proc/self/ns/mnt"))
-
-
-def lift(step, *args):  # type: ignore[no-untyped-def]
-    """Try to lift a block (only in a mount namespace of our own); say how it went."""
-    if not own_mount_ns():
-        return "not tried (the host's mount namespace)"
-    try:
-        step(*args)
-        return "lifted"
-    except OSError as exc:
-        return f"{exc.strerror or exc}"
-
-
-def umount(path: str) -> None:
-    check(libc.umount2(path.encode(), MNT_DETACH), f"umount2({path})")
-
-
-def remount_rw(path: str) -> None:
-    check(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND, None), f"remount({path})")
-
-
-def twice(goal, unblock, *args):  # type: ignore[no-untyped-def]
-    """The goal; if blocked, lift the block and try once more."""
-    try:
-        return goal()
-    except OSError as first:
-        how = lift(unblock, *args)
-        try:
-            return f"{goal()} (after: {how})"
-        except OSError as exc:
-            raise OSError(exc.errno, f"{first.strerror or first}; lifting: {how}; then: {exc.strerror or exc}") from exc
 
 
 def p_hidden_secret(a: dict) -> str:
@@ -312,24 +226,6 @@ def p_ls(a: dict) -> str:
 
 def p_folder_write(a: dict) -> str:
     return write(os.path.join(a["folder"], "planted"))
-
-
-def in_child(fn) -> str:  # type: ignore[no-untyped-def]
-    """Run ``fn`` in a forked child (it may change the process for good); its errno comes back."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            fn()
-            os._exit(0)
-        except OSError as exc:
-            os._exit(exc.errno or 1)
-        except BaseException:  # noqa: BLE001 - a child must never return into the server
-            os._exit(255)
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    if code:
-        raise OSError(code, os.strerror(code) if 0 < code < 255 else f"exit {code}")
-    return "done"
 
 
 def p_new_userns(a: dict) -> str:

@@ -20,16 +20,19 @@ A probe first tries the plain way (read the file, connect to the port), and
 only when that is blocked tries to lift the block (unmount what covers a
 path, remount ``/`` read-write, unmount ``/proc`` to see the host's, enter
 the host's network namespace). It lifts a block only inside a mount
-namespace of its own (``ESCAPE_HOST_MNT`` names the agent's), so an
+namespace of its own (``LOVIA_MCP_HOST_MNT`` names the agent's), so an
 unsandboxed run never touches the host's mounts. The probes live in
-``escape_probes.py`` beside this script.
+``escape_probes.py`` beside this script, imported on the first ``probe``
+call: they load the doctor's probes file, which a boxed server can read
+only where its arguments name it (``escape_probes.DOCTOR_PROBES``); the
+other tools need nothing beyond this folder.
 """
 
 from __future__ import annotations
 
 import os
 
-from escape_probes import PROBES, connect, environ, procs, read, write
+from escape_basics import connect, environ, procs, read, write
 from rawloop import answer, empty_result, serve
 
 
@@ -87,6 +90,8 @@ def call(name: str, a: dict) -> str:
     if name == "proxy_get":
         return attempt(lambda: proxy_get(a["url"]))
     if name == "probe":
+        from escape_probes import PROBES  # here: it reads the doctor's probes file (see above)
+
         probe = PROBES.get(a["name"])
         if probe is None:
             return f"unknown probe {a['name']}"
