@@ -255,8 +255,8 @@ def p_namespace(a: Args) -> str:
     return f"made a new {' and a new '.join(made)} namespace"
 
 
-def p_ptrace(a: Args) -> str:
-    """ptrace a process (its own child: the least any debugger-style attack needs)."""
+def with_sleeping_child(fn: Callable[[int], str]) -> str:
+    """``fn(pid)`` of a forked child that waits, doing nothing, until ``fn`` returns."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -265,11 +265,20 @@ def p_ptrace(a: Args) -> str:
         os._exit(0)
     os.close(r)
     try:
-        sys_call("ptrace", PTRACE_SEIZE, pid, 0, 0)
-        return f"seized process {pid} with ptrace"
+        return fn(pid)
     finally:
         os.close(w)
         os.waitpid(pid, 0)
+
+
+def p_ptrace(a: Args) -> str:
+    """ptrace a process (its own child: the least any debugger-style attack needs)."""
+
+    def seize(pid: int) -> str:
+        sys_call("ptrace", PTRACE_SEIZE, pid, 0, 0)
+        return f"seized process {pid} with ptrace"
+
+    return with_sleeping_child(seize)
 
 
 PROBES = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("p_")}

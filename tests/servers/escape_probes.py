@@ -7,7 +7,7 @@ mount namespace of the probe's own (``LOVIA_MCP_HOST_MNT`` names the
 agent's), so an unsandboxed run never touches the host's mounts.
 
 The system-call table and the helpers (``sys_call``, ``check``, ``lift``,
-``twice``, ``in_child``...) are the doctor's (``lovia_mcp/doctor/probes.py``,
+``twice``, ``in_child``, ``with_sleeping_child``...) are the doctor's (``lovia_mcp/doctor/probes.py``,
 loaded from its file: a box cannot import the ``lovia_mcp`` package); a
 server that runs these probes names that file in its arguments, so that
 either sandbox lets it read it (:data:`DOCTOR_PROBES`).
@@ -45,6 +45,7 @@ def _doctor():  # type: ignore[no-untyped-def]
 _d = _doctor()
 libc, sys_call, check = _d.libc, _d.sys_call, _d.check
 lift, twice, umount, remount_rw, in_child = _d.lift, _d.twice, _d.umount, _d.remount_rw, _d.in_child
+with_sleeping_child = _d.with_sleeping_child
 CLONE_NEWUSER, CLONE_NEWNET = _d.CLONE_NEWUSER, _d.CLONE_NEWNET
 TIOCSTI = 0x5412
 # How long a probe's own listener waits for the test to connect: the test connects right after the
@@ -230,21 +231,6 @@ def p_folder_write(a: dict) -> str:
 
 def p_new_userns(a: dict) -> str:
     return in_child(lambda: check(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)"))
-
-
-def with_sleeping_child(fn):  # type: ignore[no-untyped-def]
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(w)
-        os.read(r, 1)
-        os._exit(0)
-    os.close(r)
-    try:
-        return fn(pid)
-    finally:
-        os.close(w)
-        os.waitpid(pid, 0)
 
 
 def p_ptrace(a: dict) -> str:

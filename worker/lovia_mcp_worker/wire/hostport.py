@@ -36,9 +36,7 @@ class BadHostPort(ValueError):
 
     def __init__(self, text: str, why: str) -> None:
         super().__init__(f"{text!r}: {why}")
-        self.text = text
-        self.why = why
-        self.hint = HINT
+        self.why, self.hint = why, HINT
 
 
 def hostport(host: object, port: int) -> str:
