@@ -185,6 +185,11 @@ class Backend:
         ``listener`` hears the call's progress."""
         raise NotImplementedError
 
+    async def take(self, holder: str | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
+        """The connection serving ``holder`` for a relayed request of ``principal`` (a server of its own taken
+        as a call takes one): :mod:`.relay`'s way to the server."""
+        raise NotImplementedError
+
     async def end_session(self, session: str) -> None:
         """The client ended ``session``: nothing to do for a shared server."""
 
@@ -254,6 +259,11 @@ class Shared(Backend):
         conn = self._live()
         self._callers.add(principal)
         return await conn.call_tool(raw_name, arguments, timeout=self.server.timeout, listener=listener)
+
+    async def take(self, holder: str | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
+        conn = self._live()
+        self._callers.add(principal)
+        return conn
 
     def connections(self) -> list[MCPConnection]:
         return [] if self._conn is None else [self._conn]
@@ -416,6 +426,18 @@ class PerSession(Backend):
         finally:
             held.in_flight -= 1
             held.used = time.monotonic()
+
+    async def take(self, holder: str | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
+        if holder is None:
+            raise Refused(
+                f"server {self.name!r} gives each client session a server of its own, and this request "
+                "belongs to no session",
+                hint="Connect with a stateful session (an initialize handshake; the SDK's Client(mode='legacy')), "
+                'or serve the server with "session": "shared".',
+            )
+        held = await self._take(holder, principal)
+        held.used = time.monotonic()
+        return held.conn
 
     async def end_session(self, session: str) -> None:
         held = self._held.pop(session, None)

@@ -52,21 +52,28 @@ import asyncio
 import collections
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import mcp_types as types
 import msgspec
+from lovia.exceptions import LoviaError
 from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions
 from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
+from .._names import PREFIX_SEP
 from ..client.relay import Listener
+from ..connection.live import MCPConnection
 from .access import Access
-from .backends import Backend
+from .backends import Backend, Refused
 from .notify import ListChangedServer
 from .principals import principal_of
 from .sessions import Sessions
@@ -84,7 +91,22 @@ HELD: Final = 64
 # MCP's log levels, least severe first.
 LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 # The capabilities the gateway has only when a server behind it has them.
-RELAYED_CAPABILITIES: Final = ("logging",)
+RELAYED_CAPABILITIES: Final = ("logging", "resources", "prompts", "completions")
+# The gateway's "the server could not serve it" (app.UNAVAILABLE's code).
+UNAVAILABLE: Final = -32000
+# MCP's "resource not found" (the spec's own code).
+RESOURCE_NOT_FOUND: Final = -32002
+# Pages of one server's listing the gateway reads for /mcp's union, at most:
+# a server that pages forever must not hold the request.
+MAX_PAGES: Final = 100
+# A relayed request's wait for its server: the server's own timeout applies
+# to its tools; these requests (a listing, a read, a prompt) get this long.
+RELAY_WAIT: Final = 60.0
+# The server-to-client notifications about resources and prompts, relayed.
+LIST_CHANGED: Final = ("notifications/resources/list_changed", "notifications/prompts/list_changed")
+UPDATED: Final = "notifications/resources/updated"
+# The results 2026-07-28 gives cache hints (ttlMs, cacheScope).
+CACHEABLE: Final = ("resources/list", "resources/templates/list", "resources/read", "prompts/list")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
@@ -121,7 +143,9 @@ def _notification(method: str, params: bytes | None) -> Any:
 class ProxyServer(ListChangedServer):
     """The endpoint's SDK Server, advertising a relayed capability only when one of its servers has it."""
 
-    def __init__(self, *args: Any, offers: Callable[[str], bool], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, offers: Callable[[str, str | None], bool], **kwargs: Any) -> None:
+        """``offers(capability, flag)``: whether a server of the endpoint declares ``capability`` (with ``flag``
+        true in it, when given)."""
         super().__init__(*args, **kwargs)
         self._offers = offers
 
@@ -136,7 +160,19 @@ class ProxyServer(ListChangedServer):
         capabilities = super().get_capabilities(
             notification_options, experimental_capabilities, extensions, protocol_version=protocol_version
         )
-        return capabilities.model_copy(update={name: None for name in RELAYED_CAPABILITIES if not self._offers(name)})
+        update: dict[str, Any] = {name: None for name in RELAYED_CAPABILITIES if not self._offers(name, None)}
+        # The list changes and updates a 2025 session hears (the gateway tells no listen stream of them).
+        handshake = protocol_version is None or protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        if "resources" not in update:
+            update["resources"] = types.ResourcesCapability(
+                subscribe=handshake and self._offers("resources", "subscribe"),
+                list_changed=handshake and self._offers("resources", "listChanged"),
+            )
+        if "prompts" not in update:
+            update["prompts"] = types.PromptsCapability(
+                list_changed=handshake and self._offers("prompts", "listChanged")
+            )
+        return capabilities.model_copy(update=update)
 
 
 class ClientRelay(Listener):
@@ -156,8 +192,13 @@ class ClientRelay(Listener):
 
     def notified(self, method: str, params: bytes | None) -> None:
         if method != "notifications/message":
-            # Not a request's own: routed as one attributed to no request.
-            self._proxy.heard(self._backend, None, None, method, params)
+            # Not a request's own: routed as one attributed to no request, of the server it came from.
+            kind = self._backend.served.session
+            session = self._proxy.session_of(self._ctx) if kind == "per-session" else None
+            if kind == "per-session" and session is None:
+                return
+            principal = self._principal if kind == "per-principal" else None
+            self._proxy.heard(self._backend, session, principal, method, params)
             return
         if not self._backend.alone(self._principal):
             return  # a shared server several principals used: its words may be another's (the module's rule)
@@ -220,16 +261,204 @@ class Proxy:
         self._levels: dict[str, str] = {}
         # The level last forwarded to each shared connection (the most verbose asked).
         self._forwarded: dict[int, str] = {}
+        # (server, resource URI) -> the 2025 sessions subscribed to it.
+        self._subscribed: dict[tuple[str, str], set[str]] = {}
         self._sending: set[asyncio.Task[None]] = set()
         for backend in backends.values():
             backend.on_notification = self.heard
 
     # -- capabilities ---------------------------------------------------------- #
-    def offers(self, only: str | None, capability: str) -> bool:
-        """Whether a server the endpoint serving ``only`` serves declares ``capability``."""
+    def offers(self, only: str | None, capability: str, flag: str | None = None) -> bool:
+        """Whether a server the endpoint serving ``only`` serves declares ``capability`` (with ``flag`` true)."""
         return any(
-            capability in backend.capabilities() for name, backend in self._backends.items() if only in (None, name)
+            _declares(backend, capability, flag) for name, backend in self._backends.items() if only in (None, name)
         )
+
+    # -- resources, prompts, completion ------------------------------------------ #
+    def _visible(self, only: str | None, principal: str, capability: str) -> list[Backend]:
+        """The servers of the endpoint serving ``only`` that ``principal`` may see and that declare ``capability``,
+        in the config's order."""
+        return [
+            backend
+            for name, backend in self._backends.items()
+            if only in (None, name) and self._access.sees(principal, name) and _declares(backend, capability, None)
+        ]
+
+    async def forward(
+        self, ctx: ServerRequestContext[Any, Any], backend: Backend, method: str, params: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """``method`` with ``params`` to ``backend``'s server for ``ctx``'s client: the server's result; its error
+        raised as the client's JSON-RPC error. What the server says meanwhile reaches the client (:func:`relayed`)."""
+        principal = principal_of(getattr(ctx.request, "scope", None))
+        holder = backend.holder(self._session_of(ctx), principal)
+        body = None if params is None else _encode({k: v for k, v in params.items() if k != "_meta"})
+        try:
+            async with relayed(self, ctx, backend, principal) as relay:
+                conn: MCPConnection = await backend.take(holder, principal)
+                reply = await conn.relay(method, body, timeout=RELAY_WAIT, listener=relay)
+        except Refused as exc:
+            raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
+        except LoviaError as exc:
+            raise MCPError(UNAVAILABLE, f"server {backend.name!r}: {exc.args[0] if exc.args else exc}") from None
+        if reply.error is not None:
+            error = _decode(reply.error)
+            if not isinstance(error, dict):
+                error = {}
+            raise MCPError(int(error.get("code", UNAVAILABLE)), str(error.get("message", "")), error.get("data"))
+        result = _decode(reply.result or b"{}")
+        if not isinstance(result, dict):
+            result = {}
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            result.pop("resultType", None)  # a 2026-07-28 server's (the SDK does not sieve every 2025 answer)
+            return result
+        # 2026-07-28 requires it of a result (a handshake-era server sends none).
+        result.setdefault("resultType", "complete")
+        if method in CACHEABLE:
+            # 2026-07-28 requires cache hints of these: a handshake-era server gives none. What the gateway
+            # serves is the principal's (its access rules): private, and not to be reused without asking again.
+            result.setdefault("ttlMs", 0)
+            result.setdefault("cacheScope", "private")
+        return result
+
+    async def _pages(self, ctx: ServerRequestContext[Any, Any], backend: Backend, method: str, key: str) -> list[Any]:
+        """Every page of ``backend``'s listing ``method`` (its items under ``key``), at most :data:`MAX_PAGES`."""
+        items: list[Any] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            page = await self.forward(ctx, backend, method, None if cursor is None else {"cursor": cursor})
+            found = page.get(key)
+            items += found if isinstance(found, list) else []
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
+        return items
+
+    async def listing(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        only: str | None,
+        method: str,
+        key: str,
+        params: BaseModel | None,
+    ) -> dict[str, Any]:
+        """A ``resources/list``, ``resources/templates/list`` or ``prompts/list`` (items under ``key``).
+
+        One server's endpoint: the server's answer as it is (its pages and
+        cursors). ``/mcp``: the union of every server the principal may see,
+        each read whole; resources keep their URIs, prompts are named
+        ``<server>__<prompt>`` as tools are; a server that fails is left out
+        (and logged), so one broken server does not hide the others.
+        """
+        capability = "prompts" if key == "prompts" else "resources"
+        principal = principal_of(getattr(ctx.request, "scope", None))
+        backends = self._visible(only, principal, capability)
+        if only is not None:
+            if not backends:
+                raise _not_found(method)
+            return await self.forward(ctx, backends[0], method, _params(params))
+        items: list[Any] = []
+        for backend in backends:
+            try:
+                found = await self._pages(ctx, backend, method, key)
+            except MCPError as exc:
+                logger.warning("not listed", extra={"server": backend.name, "method": method, "error": str(exc)})
+                continue
+            if key == "prompts":
+                found = [
+                    {**p, "name": f"{backend.name}{PREFIX_SEP}{p.get('name')}"} for p in found if isinstance(p, dict)
+                ]
+            items += found
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            return {key: items}
+        return {key: items, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+
+    async def owner_of(self, ctx: ServerRequestContext[Any, Any], only: str | None, uri: str) -> Backend:
+        """The server a resource URI belongs to, for ``ctx``'s principal: on ``/mcp``, the first server (in the
+        config's order) that lists the URI or has a template matching it, or the only server with resources."""
+        principal = principal_of(getattr(ctx.request, "scope", None))
+        backends = self._visible(only, principal, "resources")
+        if len(backends) == 1:
+            return backends[0]
+        for backend in backends:
+            try:
+                listed = await self._pages(ctx, backend, "resources/list", "resources")
+                if any(isinstance(r, dict) and r.get("uri") == uri for r in listed):
+                    return backend
+                templates = await self._pages(ctx, backend, "resources/templates/list", "resourceTemplates")
+            except MCPError:
+                continue
+            if any(isinstance(t, dict) and _matches(str(t.get("uriTemplate", "")), uri) for t in templates):
+                return backend
+        raise MCPError(
+            RESOURCE_NOT_FOUND,
+            f"Resource not found: {uri}",
+            {"uri": uri, "hint": "List the resources (resources/list, resources/templates/list) and use one listed."},
+        )
+
+    def prompt_of(self, only: str | None, principal: str, name: str) -> tuple[Backend, str]:
+        """The server and raw name of prompt ``name`` (``<server>__<prompt>`` on ``/mcp``); a prompt of a server
+        the principal may not see is answered as one that does not exist."""
+        backends = {b.name: b for b in self._visible(only, principal, "prompts")}
+        if only is not None and only in backends:
+            return backends[only], name
+        if only is None:
+            for server in sorted(self._backends, key=len, reverse=True):
+                if name.startswith(server + PREFIX_SEP):
+                    if server in backends:
+                        return backends[server], name[len(server) + len(PREFIX_SEP) :]
+                    break
+        hint = "" if only is not None else f": prompts here are named <server>{PREFIX_SEP}<prompt>"
+        raise MCPError(INVALID_PARAMS, f"unknown prompt {name!r}{hint}")
+
+    async def read(self, ctx: ServerRequestContext[Any, Any], only: str | None, method: str, params: Any) -> Any:
+        """``resources/read``: to the server the URI belongs to."""
+        backend = await self.owner_of(ctx, only, str(params.uri))
+        return await self.forward(ctx, backend, method, _params(params))
+
+    async def get_prompt(self, ctx: ServerRequestContext[Any, Any], only: str | None, params: Any) -> dict[str, Any]:
+        principal = principal_of(getattr(ctx.request, "scope", None))
+        backend, raw = self.prompt_of(only, principal, params.name)
+        return await self.forward(ctx, backend, "prompts/get", {**_params(params), "name": raw})
+
+    async def complete(self, ctx: ServerRequestContext[Any, Any], only: str | None, params: Any) -> dict[str, Any]:
+        """``completion/complete``: to the prompt's server (its raw name) or the resource template's."""
+        principal = principal_of(getattr(ctx.request, "scope", None))
+        body = _params(params)
+        ref = dict(body.get("ref") or {})
+        if ref.get("type") == "ref/prompt":
+            backend, ref["name"] = self.prompt_of(only, principal, str(ref.get("name")))
+        else:
+            backend = await self.owner_of(ctx, only, str(ref.get("uri")))
+        if not _declares(backend, "completions", None):
+            raise _not_found("completion/complete")
+        return await self.forward(ctx, backend, "completion/complete", {**body, "ref": ref})
+
+    async def subscribe(self, ctx: ServerRequestContext[Any, Any], only: str | None, method: str, params: Any) -> Any:
+        """``resources/subscribe`` / ``unsubscribe`` of a 2025 session: recorded (updates go to the sessions
+        subscribed), and forwarded; a shared server is subscribed while one session is, and unsubscribed after
+        the last."""
+        session = self._session_of(ctx)
+        if session is None:
+            raise MCPError(
+                INVALID_REQUEST,
+                f"{method} needs a 2025 session: updates go to a session's stream",
+                {"hint": "Connect with an initialize handshake (the SDK's Client(mode='legacy'))."},
+            )
+        uri = str(params.uri)
+        backend = await self.owner_of(ctx, only, uri)
+        key = (backend.name, uri)
+        subscribed = {s for s in self._subscribed.get(key, set()) if s in self._sessions}
+        others = subscribed - {session}
+        if method == "resources/subscribe":
+            subscribed.add(session)
+        else:
+            subscribed.discard(session)
+        self._subscribed[key] = subscribed
+        if not subscribed:
+            del self._subscribed[key]
+        if backend.served.session == "shared" and others:
+            return {}  # the server already tells of it, and goes on telling the others
+        return await self.forward(ctx, backend, method, _params(params))
 
     # -- logging ----------------------------------------------------------------- #
     def hears(self, ctx: ServerRequestContext[Any, Any], level: str) -> bool:
@@ -283,6 +512,34 @@ class Proxy:
                 notification = _notification(method, params)
                 if notification is not None:
                     self._spawn(self._send(listener, notification))
+        elif method in LIST_CHANGED or method == UPDATED:
+            notification = _notification(method, params)
+            if notification is not None:
+                for listener in self._told(backend, session, principal, method, params):
+                    self._spawn(self._send(listener, notification))
+
+    def _told(
+        self, backend: Backend, session: str | None, principal: str | None, method: str, params: bytes | None
+    ) -> list[ServerSession]:
+        """The 2025 sessions that hear a list change or a resource's update of the server of ``session`` (a
+        per-session one), ``principal`` (a per-principal one) or everyone's (neither): of a principal that may
+        see the server (and whose server it is), on an endpoint that serves it; an update only those subscribed."""
+        name = backend.name
+
+        def hears(who: str) -> bool:
+            return (principal is None or who == principal) and self._access.sees(who, name)
+
+        if session is not None:
+            owner = self._sessions.principal(session)
+            listener = self._sessions.listener(session)
+            candidates = {session: listener} if listener is not None and owner is not None and hears(owner) else {}
+        else:
+            candidates = self._sessions.listening(name, hears)
+        if method == UPDATED:
+            uri = _uri_of(params)
+            subscribed = self._subscribed.get((name, uri), set())
+            candidates = {sid: listener for sid, listener in candidates.items() if sid in subscribed}
+        return list(candidates.values())
 
     async def _send(self, session: ServerSession, notification: Any) -> None:
         try:
@@ -295,15 +552,110 @@ class Proxy:
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
+    def session_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        return self._session_of(ctx)
+
     def server(self, only: str | None, **options: Any) -> ProxyServer:
         """The SDK Server of the endpoint serving ``only`` (every server: ``None``), with the relay's handlers."""
-        server = ProxyServer(offers=lambda capability: self.offers(only, capability), **options)
+        server = ProxyServer(offers=lambda capability, flag: self.offers(only, capability, flag), **options)
 
         async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
             return await self.set_level(ctx, params, only)
 
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
+
+        def offered(method: str, capability: str, serve: Callable[..., Awaitable[Any]]) -> Any:
+            async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+                if not self.offers(only, capability):
+                    raise _not_found(method)  # as before the relay: the endpoint has no such capability
+                return await serve(ctx, params)
+
+            return handler
+
+        for method, key in (
+            ("resources/list", "resources"),
+            ("resources/templates/list", "resourceTemplates"),
+            ("prompts/list", "prompts"),
+        ):
+            capability = "prompts" if key == "prompts" else "resources"
+            server.add_request_handler(
+                method,
+                types.PaginatedRequestParams,
+                offered(method, capability, lambda ctx, params, m=method, k=key: self.listing(ctx, only, m, k, params)),
+            )
+        server.add_request_handler(
+            "resources/read",
+            types.ReadResourceRequestParams,
+            offered("resources/read", "resources", lambda ctx, p: self.read(ctx, only, "resources/read", p)),
+        )
+        for method, kind in (
+            ("resources/subscribe", types.SubscribeRequestParams),
+            ("resources/unsubscribe", types.UnsubscribeRequestParams),
+        ):
+            server.add_request_handler(
+                method,
+                kind,
+                offered(method, "resources", lambda ctx, p, m=method: self.subscribe(ctx, only, m, p)),
+            )
+        server.add_request_handler(
+            "prompts/get",
+            types.GetPromptRequestParams,
+            offered("prompts/get", "prompts", lambda ctx, p: self.get_prompt(ctx, only, p)),
+        )
+        server.add_request_handler(
+            "completion/complete",
+            types.CompleteRequestParams,
+            offered("completion/complete", "completions", lambda ctx, p: self.complete(ctx, only, p)),
+        )
         return server
+
+
+def _declares(backend: Backend, capability: str, flag: str | None) -> bool:
+    """Whether ``backend``'s server declares ``capability`` (with ``flag`` true in it, when given)."""
+    declared = backend.capabilities().get(capability)
+    if declared is None:
+        return False
+    return flag is None or (isinstance(declared, dict) and declared.get(flag) is True)
+
+
+def _not_found(method: str) -> MCPError:
+    return MCPError(METHOD_NOT_FOUND, "Method not found", method)
+
+
+def _params(params: BaseModel | None) -> dict[str, Any]:
+    """A request's params as the client sent them (the SDK parsed them), its ``_meta`` left to the worker."""
+    if params is None:
+        return {}
+    body = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+    body.pop("_meta", None)
+    return body
+
+
+class _Uri(msgspec.Struct):
+    uri: str = ""
+
+
+def _uri_of(params: bytes | None) -> str:
+    try:
+        return msgspec.json.decode(params or b"{}", type=_Uri).uri
+    except (msgspec.DecodeError, RecursionError):
+        return ""
+
+
+_EXPRESSION = re.compile(r"\{([+#./;?&]?)[^}]*\}")
+
+
+def _matches(template: str, uri: str) -> bool:
+    """Whether ``uri`` is one of RFC 6570 ``template``'s: a simple ``{var}`` is one path segment, ``{+var}`` and
+    ``{#var}`` anything, a query form (``{?a,b}``) an optional query."""
+    pattern, at = "", 0
+    for found in _EXPRESSION.finditer(template):
+        pattern += re.escape(template[at : found.start()])
+        operator = found.group(1)
+        pattern += {"": "[^/?#]+", "+": ".*", "#": "(#.*)?", "?": r"(\?.*)?", "&": "(&.*)?"}.get(operator, "[^/?#]*")
+        at = found.end()
+    pattern += re.escape(template[at:])
+    return re.fullmatch(pattern, uri) is not None
 
 
 def wants_progress(params: Mapping[str, Any] | None) -> bool:
@@ -328,6 +680,9 @@ async def relayed(
 
 __all__ = [
     "HELD",
+    "MAX_PAGES",
+    "RELAY_WAIT",
+    "RESOURCE_NOT_FOUND",
     "LEVELS",
     "RELAYED_CAPABILITIES",
     "SEND_WAIT",

@@ -104,6 +104,20 @@ class Sessions:
             if e.listener is not None and e.only in (None, server) and hears(e.principal)
         ]
 
+    def principal(self, session_id: str) -> str | None:
+        """The principal of ``session_id``, if the table holds it."""
+        entry = self._table.get(session_id)
+        return None if entry is None else entry.principal
+
+    def listening(self, server: str, hears: Callable[[str], bool]) -> dict[str, ServerSession]:
+        """:meth:`listeners` by session id."""
+        self.prune()
+        return {
+            sid: e.listener
+            for sid, e in self._table.items()
+            if e.listener is not None and e.only in (None, server) and hears(e.principal)
+        }
+
     def listener(self, session_id: str) -> ServerSession | None:
         entry = self._table.get(session_id)
         return None if entry is None else entry.listener

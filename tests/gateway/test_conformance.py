@@ -8,9 +8,9 @@ is not installed. Everything runs on loopback: the suite's own test servers
 
 **Server scenarios.** ``tests/servers/conformance_server.py`` (the SDK's
 ``MCPServer`` with every tool, resource and prompt the scenarios ask for) is
-run twice: over streamable HTTP on its own, and over stdio behind ``serve``,
-reached on its endpoint ``/servers/conf/mcp`` (its tools keep their names
-there). The suite runs every server scenario (``--suite all``) against each
+run twice: over streamable HTTP on its own, and over stdio behind ``serve``
+(in the handshake era, :data:`CONF_SERVER`), reached on its endpoint
+``/servers/conf/mcp`` (its tools keep their names there). The suite runs every server scenario (``--suite all``) against each
 once; a scenario passes when none of its checks failed (warnings are
 counted, not failed). The direct run must pass every scenario (or the
 comparison says nothing), and every scenario must pass through the gateway
@@ -92,30 +92,18 @@ SCENARIOS: Final = (
     "dns-rebinding-protection",
 )
 
-_RESOURCES = "the gateway serves tools only: resources/* is Method not found"
-_PROMPTS = "the gateway serves tools only: prompts/* is Method not found"
 _REQUESTS = "the gateway does not relay a server's requests to the client (sampling, elicitation)"
 GATEWAY_GAPS: Final = {
-    "completion-complete": "the gateway does not relay completion/complete (Method not found)",
-    # The worker asks a 2026-07-28 server for no log messages in a call's _meta, and the
-    # conformance server negotiates that era with it: only handshake-era servers' logs are relayed.
-    "tools-call-with-logging": "a 2026-07-28 server's log messages during a call are not asked for, so not relayed",
     "tools-call-sampling": _REQUESTS,
     "tools-call-elicitation": _REQUESTS,
     "elicitation-sep1034-defaults": _REQUESTS,
     "elicitation-sep1330-enums": _REQUESTS,
-    "resources-list": _RESOURCES,
-    "resources-read-text": _RESOURCES,
-    "resources-read-binary": _RESOURCES,
-    "resources-templates-read": _RESOURCES,
-    "resources-subscribe": _RESOURCES,
-    "resources-unsubscribe": _RESOURCES,
-    "prompts-list": _PROMPTS,
-    "prompts-get-simple": _PROMPTS,
-    "prompts-get-with-args": _PROMPTS,
-    "prompts-get-embedded-resource": _PROMPTS,
-    "prompts-get-with-image": _PROMPTS,
 }
+# The gateway reaches conformance_server.py in the handshake era ("protocol": "legacy"), the era the
+# suite speaks to it directly: a 2026-07-28 server has no resources/subscribe, sends log messages only
+# to a request that opts in, and has no back-channel for requests of its own (sampling, elicitation).
+# tests/gateway/test_gateway_resources.py covers the relay to a 2026-07-28 server.
+CONF_SERVER: Final = {"protocol": "legacy"}
 
 CLIENT_SCENARIOS: Final = ("initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults")
 CLIENT_GAPS: Final = {
@@ -215,7 +203,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Outcome
     base = tmp_path_factory.mktemp("conformance")
     with _direct_server() as url:
         direct = _run_servers(url, base / "direct")
-    g = Serve(base / "serve", {"conf": server("conformance_server.py")}, token=False)
+    g = Serve(base / "serve", {"conf": server("conformance_server.py", **CONF_SERVER)}, token=False)
     try:
         gateway = _run_servers(g.base + "/servers/conf/mcp", base / "gateway")
     finally:
