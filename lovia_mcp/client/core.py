@@ -31,9 +31,10 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
+import msgspec
 from lovia_mcp_worker.wire.framing import frame_cap
 from lovia_mcp_worker.wire.mcpjson import ToolSpec
 from lovia_mcp_worker.wire.messages import (
@@ -50,6 +51,8 @@ from lovia_mcp_worker.wire.messages import (
     Progress,
     Result,
     ServerNotification,
+    ServerReply,
+    ServerRequest,
     ServerSpec,
     Started,
     Tools,
@@ -88,6 +91,10 @@ VERDICT_WAIT: Final = 1.0
 # flight before they are swept: a sweep walks the heap once, so it runs
 # about once per that many calls.
 BACKSTOP_SLACK: Final = 64
+# JSON-RPC's codes for a server's request the relay refuses (no client to ask), or whose answer failed.
+METHOD_NOT_FOUND: Final = -32601
+INTERNAL_ERROR: Final = -32603
+_json_encode = msgspec.json.encode
 
 Channel = ProcessChannel | LocalChannel
 OnTools = Callable[[list[ToolSpec], bool], None]
@@ -118,6 +125,8 @@ class ClientCore:
         self._calls: dict[int, str] = {}
         # Request id -> the caller's ears (:mod:`.relay`), for requests given one.
         self._listeners: dict[int, Listener] = {}
+        # The answers to the server's own requests being awaited (held: the loop keeps weak references).
+        self._replying: set[asyncio.Task[None]] = set()
         # Hears the server's notifications attributed to no request (``spec.relay``).
         self.on_notification: Callable[[str, bytes | None], None] | None = None
         # The server's capabilities as its open answered them (raw JSON; None: not told).
@@ -476,6 +485,8 @@ class ClientCore:
                     logger.exception("%s: a request's listener raised", self.spec.name)
         elif isinstance(msg, ServerNotification):
             self._notified(msg)
+        elif isinstance(msg, ServerRequest):
+            self._requested(msg)
         else:
             if isinstance(msg, Tools):
                 self.listing_ttl, self.listed_at = msg.listing_ttl, time.monotonic()
@@ -494,6 +505,38 @@ class ClientCore:
                 self.on_notification(msg.method, msg.params)
         except Exception:  # noqa: BLE001 - a listener's bug must not break the worker's message loop
             logger.exception("%s: a listener of %s raised", self.spec.name, msg.method)
+
+    def _requested(self, msg: ServerRequest) -> None:
+        """A server's own request: to the listener of the request it is attributed to, whose answer goes back;
+        refused (a JSON-RPC error saying why) when there is none or it declines."""
+        listener = None if msg.call is None else self._listeners.get(msg.call)
+        answer = None
+        try:
+            answer = None if listener is None else listener.requested(msg.method, msg.params)
+        except Exception:  # noqa: BLE001 - a listener's bug must not break the worker's message loop
+            logger.exception("%s: a listener of %s raised", self.spec.name, msg.method)
+        channel = self._channel
+        if channel is None:
+            return
+        if answer is None:
+            why = (
+                f"{msg.method} is answered only for the client of the one request in flight on the server, "
+                "and there was none (or several)"
+            )
+            channel.send(ServerReply(id=msg.id, error=_json_encode({"code": METHOD_NOT_FOUND, "message": why})))
+            return
+
+        async def reply(answer: Awaitable[tuple[bytes | None, bytes | None]] = answer) -> None:
+            try:
+                result, error = await answer
+            except Exception as exc:  # noqa: BLE001 - the server gets an answer whatever happened
+                result, error = None, _json_encode({"code": INTERNAL_ERROR, "message": f"{msg.method}: {exc}"})
+            if channel.alive:
+                channel.send(ServerReply(id=msg.id, result=result, error=error))
+
+        task = asyncio.ensure_future(reply())
+        self._replying.add(task)
+        task.add_done_callback(self._replying.discard)
 
     def _count(self, generation: int) -> None:
         """Count a start of the current worker for the circuit, once however often it is told of.

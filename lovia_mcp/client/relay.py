@@ -10,7 +10,11 @@ progress, as the worker coalesced it
 notifications the worker attributed to it
 (:class:`~lovia_mcp_worker.wire.messages.ServerNotification`, params raw
 JSON). A notification attributed to no request in flight goes to the
-connection's own listener (:attr:`ClientCore.on_notification`).
+connection's own listener (:attr:`ClientCore.on_notification`). A request
+the server sends (``ServerRequest``: sampling, elicitation, roots) goes to
+the listener of the request it is attributed to, whose answer the core
+sends back (``ServerReply``); with no such listener, or one that declines,
+the server gets a JSON-RPC error saying why.
 
 A listener is called synchronously on the event loop, from the core's
 dispatch of what the worker sends, in the order the worker sent it: it must
@@ -18,6 +22,8 @@ not block (queue the work and send it from a task of its own).
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable
 
 
 class Listener:
@@ -28,6 +34,11 @@ class Listener:
 
     def notified(self, method: str, params: bytes | None) -> None:
         """A notification the server sent while this request was the only one in flight on it (params raw JSON)."""
+
+    def requested(self, method: str, params: bytes | None) -> Awaitable[tuple[bytes | None, bytes | None]] | None:
+        """A request the server sent while this request was the only one in flight on it (sampling, elicitation,
+        roots): what answers it (the raw result, or the raw JSON-RPC error object); ``None`` refuses it."""
+        return None
 
 
 __all__ = ["Listener"]

@@ -65,9 +65,16 @@ from mcp.server.lowlevel import NotificationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
-from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+)
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from .._names import PREFIX_SEP
 from ..client.relay import Listener
@@ -105,6 +112,12 @@ RELAY_WAIT: Final = 60.0
 # The server-to-client notifications about resources and prompts, relayed.
 LIST_CHANGED: Final = ("notifications/resources/list_changed", "notifications/prompts/list_changed")
 UPDATED: Final = "notifications/resources/updated"
+# A server's own requests the gateway asks its clients, by the client capability each needs.
+SERVER_REQUESTS: Final = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
 # The results 2026-07-28 gives cache hints (ttlMs, cacheScope).
 CACHEABLE: Final = ("resources/list", "resources/templates/list", "resources/read", "prompts/list")
 
@@ -208,6 +221,44 @@ class ClientRelay(Listener):
         if notification is not None:
             request = self._ctx.request_id
             self._put(lambda: self._ctx.session.send_notification(notification, related_request_id=request))
+
+    def requested(self, method: str, params: bytes | None) -> Awaitable[tuple[bytes | None, bytes | None]] | None:
+        """A request of the server during this client's request: asked of this client when it declared the
+        capability and the server is its principal's alone (:meth:`.backends.Backend.alone`); refused otherwise,
+        with the reason."""
+        capability = SERVER_REQUESTS.get(method)
+        if capability is None:
+            return _refused(METHOD_NOT_FOUND, f"Method not found: {method}")
+        if not self._backend.alone(self._principal):
+            # A shared server several principals used: its request may come of another's work (the module's rule).
+            return _refused(
+                METHOD_NOT_FOUND,
+                f"{method} is not relayed from a server several principals use (lovia-mcp serve): serve it "
+                '"session": "per-principal" or "per-session" to let its clients answer',
+            )
+        declared = self._ctx.session.check_client_capability(types.ClientCapabilities.model_validate({capability: {}}))
+        if not declared:
+            return _refused(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"the client did not declare the {capability!r} capability, so it is not asked {method} "
+                "(relayed by lovia-mcp serve)",
+            )
+        return self._ask(method, params)
+
+    async def _ask(self, method: str, params: bytes | None) -> tuple[bytes | None, bytes | None]:
+        body: dict[str, Any] = {"method": method}
+        if params is not None:
+            body["params"] = _decode(params)
+        try:
+            request = types.server_request_adapter.validate_python(body)
+            result = await self._ctx.session.send_request(
+                request, _AnyResult, metadata=ServerMessageMetadata(related_request_id=self._ctx.request_id)
+            )
+        except MCPError as exc:
+            return None, _encode(exc.error.model_dump(by_alias=True, mode="json", exclude_none=True))
+        except Exception as exc:  # noqa: BLE001 - the server gets an answer whatever the client did
+            return None, _encode({"code": INTERNAL_ERROR, "message": f"{method}: {exc}"})
+        return _encode(result.model_dump(by_alias=True, mode="json", exclude_none=True)), None
 
     def _put(self, send: Callable[[], Awaitable[None]]) -> None:
         if len(self._queue) == HELD:
@@ -608,6 +659,20 @@ class Proxy:
             offered("completion/complete", "completions", lambda ctx, p: self.complete(ctx, only, p)),
         )
         return server
+
+
+class _AnyResult(BaseModel):
+    """A client's result as it sent it (the server checks it against its own model)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+async def _refusal(code: int, message: str) -> tuple[bytes | None, bytes | None]:
+    return None, _encode({"code": code, "message": message})
+
+
+def _refused(code: int, message: str) -> Awaitable[tuple[bytes | None, bytes | None]]:
+    return _refusal(code, message)
 
 
 def _declares(backend: Backend, capability: str, flag: str | None) -> bool:

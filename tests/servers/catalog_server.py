@@ -16,6 +16,7 @@ argument (``alpha``, ``beta``); it declares ``resources.subscribe`` and
 - ``elicit {message}``: asks the user (``elicitation/create``), answers
   ``<action> <content>`` or ``refused: <error>``;
 - ``roots``: asks for the client's roots (``roots/list``);
+- ``wait {gate}``: answers ``waited`` once a line can be read from ``gate``;
 - ``later {gate}``: answers ``later``, then, once a line can be read from the
   FIFO ``gate``, asks the client's model with no request of its own in
   flight, and writes what came back to its stderr (``LATER sampled: ...`` or
@@ -128,6 +129,13 @@ async def roots(ctx: Context) -> str:
     except Exception as exc:  # noqa: BLE001 - the test reads what the client answered
         return f"refused: {exc}"
     return " ".join(str(r.uri) for r in result.roots)
+
+
+@server.tool()
+async def wait(gate: str) -> str:
+    async with await anyio.open_file(gate) as lines:
+        await lines.readline()
+    return "waited"
 
 
 @server.tool()

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import msgspec
@@ -98,6 +98,10 @@ class Generations:
         self.denials = Attribution(self.log)
         # With spec.relay: the host hears each generation's other notifications (method, raw params).
         self.on_notification: Callable[[Generation, str, bytes | None], None] | None = None
+        # With spec.relay: the host answers each generation's own requests (method, raw params).
+        self.on_request: (
+            Callable[[Generation, str, bytes | None], Awaitable[tuple[bytes | None, bytes | None]]] | None
+        ) = None
 
     # -- serving ------------------------------------------------------------- #
     async def opened(self, msg: Open) -> Opened:
@@ -300,6 +304,7 @@ class Generations:
 
     def _session(self, gen: Generation, spec: ServerSpec) -> Session:
         notified = self.on_notification
+        requested = self.on_request
         return transport(spec).make(
             spec,
             Hooks(
@@ -311,6 +316,9 @@ class Generations:
                 on_notification=None
                 if notified is None or not spec.relay
                 else lambda method, params: notified(gen, method, params),
+                on_request=None
+                if requested is None or not spec.relay
+                else lambda method, params: requested(gen, method, params),
                 trace=self.open_trace,
             ),
         )

@@ -19,11 +19,16 @@ answer back. A notification the server sends besides progress and
 tool-list changes goes to the agent as a ``ServerNotification``,
 attributed to the request in flight on that generation when it came, if
 there was exactly one (the only tie stdio and HTTP give between the two).
+A request the server sends (sampling, elicitation, roots: stdio only) goes
+to the agent as a ``ServerRequest`` attributed the same way, under a number
+of the worker's own; the agent's ``ServerReply`` is written back to the
+server as its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -45,6 +50,8 @@ from ..wire.messages import (
     Relayed,
     Result,
     ServerNotification,
+    ServerReply,
+    ServerRequest,
     Stats,
     StatsReply,
     WorkerMessage,
@@ -64,6 +71,10 @@ class Host:
         self._emit = emit
         self.generations = Generations(emit, subreaper=subreaper)
         self.generations.on_notification = self._notified
+        self.generations.on_request = self._requested
+        # The server's requests waiting for the agent's ServerReply, by the worker's number for them.
+        self._asked: dict[int, asyncio.Future[tuple[bytes | None, bytes | None]]] = {}
+        self._asking = itertools.count(1)
         # Set once the open's server is launched, or the open is over: the
         # worker makes its agent's transport then (main.serve).
         self.launched = self.generations.launched
@@ -92,6 +103,11 @@ class Host:
             return
         if isinstance(msg, Cancel):
             self._cancel(msg)
+            return
+        if isinstance(msg, ServerReply):
+            waiting = self._asked.pop(msg.id, None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result((msg.result, msg.error))
             return
         if isinstance(msg, GetStats):
             try:
@@ -200,6 +216,18 @@ class Host:
         """A notification of ``gen``'s server, attributed to the one request in flight on it (if only one is)."""
         on = [rid for rid, where in self._calls.on.items() if where is gen]
         self._emit(ServerNotification(method=method, params=params, call=on[0] if len(on) == 1 else None))
+
+    async def _requested(self, gen: Generation, method: str, params: bytes | None) -> tuple[bytes | None, bytes | None]:
+        """A request of ``gen``'s server, to the agent (attributed as :meth:`_notified` attributes): its answer."""
+        on = [rid for rid, where in self._calls.on.items() if where is gen]
+        number = next(self._asking)
+        waiting: asyncio.Future[tuple[bytes | None, bytes | None]] = asyncio.get_running_loop().create_future()
+        self._asked[number] = waiting
+        try:
+            self._emit(ServerRequest(id=number, method=method, params=params, call=on[0] if len(on) == 1 else None))
+            return await waiting
+        finally:
+            self._asked.pop(number, None)
 
     def _failed(self, msg: AgentMessage, exc: BaseException) -> None:
         """Answer ``msg``, whose serving raised ``exc`` (re-raised when the caller is not to be told)."""

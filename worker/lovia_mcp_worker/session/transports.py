@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..transport.base import OnRequest
 from ..wire import failures
 from ..wire.failures import HostError
 from ..wire.messages import ServerSpec
@@ -30,6 +31,8 @@ class Hooks:
     on_tools_changed: Callable[[], None]
     # The server's other notifications (method, raw params), with ServerSpec.relay.
     on_notification: Callable[[str, bytes | None], None] | None = None
+    # The server's own requests (method, raw params) -> the raw result or error, with ServerSpec.relay.
+    on_request: OnRequest | None = None
     # The agent's W3C trace context of the open (Open.trace): an HTTP session
     # negotiates in it as it enters; stdio's start() is handed it instead.
     trace: dict[str, str] | None = None
@@ -60,6 +63,7 @@ def _stdio(spec: ServerSpec, hooks: Hooks) -> Session:
         explain=hooks.explain,
         on_tools_changed=hooks.on_tools_changed,
         on_notification=hooks.on_notification,
+        on_request=hooks.on_request,
     )
 
 

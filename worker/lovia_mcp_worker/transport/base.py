@@ -7,7 +7,7 @@ A generation (:mod:`..session.generation`) drives its server through a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -16,6 +16,8 @@ from ..wire.mcpjson import ContentBlock, ToolSpec
 
 # A call's progress: (progress, total, message), as the server sent them.
 OnProgress = Callable[[float, "float | None", "str | None"], None]
+# A server's own request (method, raw params) relayed: its raw result, or its raw JSON-RPC error object.
+OnRequest = Callable[[str, "bytes | None"], Awaitable["tuple[bytes | None, bytes | None]"]]
 
 
 class Session(Protocol):
@@ -93,4 +95,4 @@ class Session(Protocol):
     def close_transport(self) -> None: ...
 
 
-__all__ = ["OnProgress", "Session"]
+__all__ = ["OnProgress", "OnRequest", "Session"]

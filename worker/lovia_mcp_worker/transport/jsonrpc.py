@@ -16,9 +16,10 @@ a tool server and nothing more:
   and ``notifications/progress`` for it handed to that caller;
 - ``notifications/tools/list_changed`` from the server, passed on to
   ``on_tools_changed`` (the host re-lists);
-- the server's own requests: ``ping`` is answered, everything else
-  (sampling, roots, elicitation) gets ``-32601``, so a server waiting on one
-  moves on instead of hanging;
+- the server's own requests: ``ping`` is answered; with ``on_request`` (the
+  relay) sampling, elicitation and roots go to it and its answer back to the
+  server; everything else gets ``-32601``, so a server waiting on one moves
+  on instead of hanging;
 - the relay (a gateway's connection, ``on_notification`` given): any other
   notification is handed on with its params as raw bytes, and
   :meth:`Client.relay` sends any request the same way, raw JSON in and out
@@ -61,13 +62,17 @@ from ..wire.mcpjson import (
 from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS
 from . import era
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
-from .base import OnProgress
+from .base import OnProgress, OnRequest
 from .era import CLIENT_INFO
 
 # The handshake's versions, newest first: the first is offered, any is
 # accepted back (the modern era's are negotiated by :mod:`.era`).
 PROTOCOL_VERSIONS: Final = MCP_HANDSHAKE_VERSIONS
 METHOD_NOT_FOUND: Final = -32601
+# The server's requests the relay hands on (a client that declares their capabilities answers them).
+RELAYED_REQUESTS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
+# What the worker declares with the relay: the gateway answers for its clients, or refuses with the reason.
+RELAYED_CAPABILITIES: Final[dict[str, dict[str, Any]]] = {"sampling": {}, "elicitation": {"form": {}}, "roots": {}}
 INVALID_PARAMS: Final = -32602
 # Requests only a client sends: a "server" sending one back is echoing
 # our own stdin (``cat``), not speaking MCP.
@@ -155,8 +160,12 @@ class Client:
         on_echo: Callable[[str, bytes], None] | None = None,
         on_tools_changed: Callable[[], None] | None = None,
         on_notification: Callable[[str, bytes | None], None] | None = None,
+        on_request: OnRequest | None = None,
     ) -> None:
         self._write = write
+        self._on_request = on_request
+        # The server's requests being answered by the relay (held: the loop keeps weak references).
+        self._answering: set[asyncio.Task[None]] = set()
         self._on_echo = on_echo
         self._on_tools_changed = on_tools_changed
         self._on_notification = on_notification
@@ -283,15 +292,34 @@ class Client:
         if msg.method == "ping":
             self._write(b'{"jsonrpc":"2.0","id":' + rid + b',"result":{}}\n')
             return
+        if self._on_request is not None and msg.method in RELAYED_REQUESTS:
+            params = bytes(msg.params) if msg.params else None
+            task = asyncio.get_running_loop().create_task(self._answer(rid, msg.method, params))
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
+            return
         self._log(logging.INFO, f"refused the server's {msg.method!r} request (not supported by lovia-mcp)")
         error = _encode(
             {"code": METHOD_NOT_FOUND, "message": f"Method not found: {msg.method} is not supported by this client"}
         )
         self._write(b'{"jsonrpc":"2.0","id":' + rid + b',"error":' + error + b"}\n")
 
+    async def _answer(self, rid: bytes, method: str, params: bytes | None) -> None:
+        """The relay's answer to the server's request ``rid``, written back to it."""
+        result, error = await self._on_request(method, params) if self._on_request is not None else (None, None)
+        if self._closed is not None:
+            return
+        if result is not None:
+            self._write(b'{"jsonrpc":"2.0","id":' + rid + b',"result":' + result + b"}\n")
+        else:
+            error = error or _encode({"code": METHOD_NOT_FOUND, "message": f"Method not found: {method}"})
+            self._write(b'{"jsonrpc":"2.0","id":' + rid + b',"error":' + error + b"}\n")
+
     # -- outgoing ------------------------------------------------------------ #
     def close(self, error: HostError) -> None:
         """Fail every pending request with ``error``; later requests fail at once."""
+        for task in list(self._answering):
+            task.cancel()
         if self._closed is None:
             self._closed = error
         pending, self._pending = self._pending, {}
@@ -391,7 +419,12 @@ class Client:
         return result
 
     def handshake(self, version: str | None, trace: Trace) -> Coroutine[Any, Any, dict[str, Any]]:
-        params = {"protocolVersion": version or PROTOCOL_VERSIONS[0], "capabilities": {}, "clientInfo": CLIENT_INFO}
+        capabilities = RELAYED_CAPABILITIES if self._on_request is not None else {}
+        params = {
+            "protocolVersion": version or PROTOCOL_VERSIONS[0],
+            "capabilities": capabilities,
+            "clientInfo": CLIENT_INFO,
+        }
         if trace:
             params["_meta"] = trace
         # The spec forbids cancelling initialize.

@@ -25,7 +25,7 @@ from ..wire.mcpjson import ContentBlock, ToolSpec
 from ..wire.messages import ServerSpec
 from . import era
 from ._jsonscan import MISSING
-from .base import OnProgress
+from .base import OnProgress, OnRequest
 from .jsonrpc import Client, Trace
 from .lines import LineFramer, StderrLines
 
@@ -86,6 +86,7 @@ class StdioSession:
         explain: Callable[[HostError], HostError] | None = None,
         on_tools_changed: Callable[[], None] | None = None,
         on_notification: Callable[[str, bytes | None], None] | None = None,
+        on_request: OnRequest | None = None,
     ) -> None:
         self.spec = spec
         self._explain = explain
@@ -104,6 +105,7 @@ class StdioSession:
             on_echo=self._echoed,
             on_tools_changed=on_tools_changed,
             on_notification=on_notification,
+            on_request=on_request,
         )
         # What the server wrote on stdout before the handshake that was not
         # JSON-RPC (its first STDOUT_HEAD_BYTES).

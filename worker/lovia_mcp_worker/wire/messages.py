@@ -63,7 +63,9 @@ from .sealed import Sealed
 # 16: the relay (ServerSpec.relay): Relay / Relayed carry any MCP request as
 # raw JSON, ServerNotification what the server says besides tools, attributed
 # to the request it came during; Opened.capabilities the server's.
-PROTOCOL_VERSION: Final = 16
+# 17: ServerRequest / ServerReply: a server's own request (sampling,
+# elicitation, roots) to the agent, attributed like a notification, and its answer.
+PROTOCOL_VERSION: Final = 17
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
@@ -298,6 +300,15 @@ class Relay(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
     params: bytes | None = None
 
 
+class ServerReply(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """The agent's answer to a :class:`ServerRequest` ``id``: the ``result`` or the JSON-RPC ``error`` object, raw
+    JSON, written to the server as the answer to its request."""
+
+    id: int
+    result: bytes | None = None
+    error: bytes | None = None
+
+
 class GetStats(msgspec.Struct, frozen=True, tag=True):
     id: int
 
@@ -308,7 +319,7 @@ class Close(msgspec.Struct, frozen=True, tag=True):
     id: int
 
 
-AgentMessage = Union[Open, ListTools, CallTool, Relay, Cancel, GetStats, Close]
+AgentMessage = Union[Open, ListTools, CallTool, Relay, ServerReply, Cancel, GetStats, Close]
 
 
 # --------------------------------------------------------------------------- #
@@ -442,6 +453,22 @@ class ServerNotification(msgspec.Struct, frozen=True, tag=True, omit_defaults=Tr
     call: int | None = None
 
 
+class ServerRequest(msgspec.Struct, frozen=True, tag=True, omit_defaults=True):
+    """Unsolicited (with ``ServerSpec.relay``): a request the server sent (``sampling/createMessage``,
+    ``elicitation/create``, ``roots/list``), ``params`` raw JSON.
+
+    ``id`` is the worker's own number for it (not the server's JSON-RPC id),
+    answered by one :class:`ServerReply`; ``call`` is attributed as a
+    :class:`ServerNotification`'s is. The server waits for the answer (its
+    own timeout bounds the wait).
+    """
+
+    id: int
+    method: str
+    params: bytes | None = None
+    call: int | None = None
+
+
 FailureKind = Literal[
     "server_exited",  # the server process ended (exit code or signal)
     "limit",  # a resource limit was passed and the tree was killed
@@ -559,6 +586,7 @@ WorkerMessage = Union[
     Log,
     Relayed,
     ServerNotification,
+    ServerRequest,
 ]
 
 
@@ -617,6 +645,8 @@ __all__ = [
     "Relayed",
     "Result",
     "ServerNotification",
+    "ServerReply",
+    "ServerRequest",
     "ServerSpec",
     "Started",
     "Stats",
