@@ -831,6 +831,38 @@ MUTANTS: Final = [
         why="the gateway drops a server's progress updates that come closer together than a tenth of a second",
         needs="node (the conformance suite)",
     ),
+    Mutant(
+        name="relay-resources-any-principal",
+        path="lovia_mcp/gateway/relay.py",
+        old="if only in (None, name) and self._access.sees(principal, name) and _declares(backend, capability, None)",
+        new="if only in (None, name) and _declares(backend, capability, None)",
+        tests=(
+            "tests/gateway/test_gateway_resources.py::test_a_principal_neither_lists_nor_reads_nor_gets_a_prompt_of_a_"
+            "server_it_may_not_see",
+        ),
+        why="a principal lists, reads and gets the prompts of a server its access rules do not let it see",
+    ),
+    Mutant(
+        name="relay-request-any-principal",
+        path="lovia_mcp/gateway/relay.py",
+        old="if not self._backend.alone(self._principal):\n            # A shared server several principals used: its request",
+        new="if False:\n            # A shared server several principals used: its request",
+        tests=(
+            "tests/gateway/test_gateway_requests.py::test_a_shared_servers_request_never_reaches_another_principals_client",
+        ),
+        why="a shared server's sampling request from one principal's leftover work is asked of another principal's client",
+    ),
+    Mutant(
+        name="relay-request-capability-unchecked",
+        path="lovia_mcp/gateway/relay.py",
+        old="        if not declared:",
+        new="        if False:",
+        tests=(
+            "tests/gateway/test_gateway_requests.py::test_a_client_that_did_not_declare_the_capability_is_not_asked_and_"
+            "the_server_is_told_which",
+        ),
+        why="a server's request goes to a client that never declared the capability it needs",
+    ),
 ]
 
 
