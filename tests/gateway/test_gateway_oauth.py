@@ -18,6 +18,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -167,11 +168,18 @@ def test_the_verifier_is_the_sdks_token_verifier_and_gives_none_for_a_refused_to
 
 
 @pytest.mark.unit
+@dataclass(frozen=True)
+class FromNow:
+    """A time claim this many seconds from when the test runs (not from collection, minutes earlier in a full run)."""
+
+    seconds: int
+
+
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"exp": int(time.time()) - 120}, "the token has expired"),
-        ({"nbf": int(time.time()) + 120}, "not valid yet"),
+        ({"exp": FromNow(-120)}, "the token has expired"),
+        ({"nbf": FromNow(120)}, "not valid yet"),
         ({"aud": "https://other-gateway.example"}, "not for this gateway"),
         ({"aud": None}, "no 'aud' claim"),
         ({"iss": "https://impostor.example"}, f"not issued by {ISSUER}"),
@@ -184,8 +192,9 @@ def test_a_token_outside_its_times_or_for_another_audience_or_issuer_is_refused(
 ) -> None:
     issuer = Issuer()
     verifier = _verifier(_file_keys(issuer, tmp_path))
+    claims = {k: int(time.time()) + v.seconds if isinstance(v, FromNow) else v for k, v in changes.items()}
     with pytest.raises(TokenRefused) as caught:
-        run(verifier.verify(issuer.token(**changes)))
+        run(verifier.verify(issuer.token(**claims)))
     assert reason in str(caught.value) and caught.value.hint, caught.value
 
 
