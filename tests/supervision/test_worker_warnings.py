@@ -104,6 +104,8 @@ def test_a_warning_in_a_worker_not_yet_connected_goes_to_stderr_as_without_the_h
     assert logging.getLogger().handlers == before
 
 
+# Above the session's own bound: the subprocess times out first and says so.
+@pytest.mark.timeout(SESSION_WAIT + 60)
 def test_a_session_under_dev_mode_prints_nothing_on_the_agents_stderr_for_stdio_and_http() -> None:
     script = textwrap.dedent(f"""
         import asyncio, subprocess, sys
