@@ -64,7 +64,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
-from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.jsonrpc import (
     INTERNAL_ERROR,
@@ -725,7 +724,12 @@ def _matches(template: str, uri: str) -> bool:
 
 def wants_progress(params: Mapping[str, Any] | None) -> bool:
     """Whether a request's params ask for progress (a ``progressToken`` in its ``_meta``)."""
-    return progress_token_from_params(params) is not None
+    match params:
+        # A bool is an int to Python; JSON's true is no token.
+        case {"_meta": {"progressToken": str() | int() as token}} if not isinstance(token, bool):
+            return True
+        case _:
+            return False
 
 
 @contextlib.asynccontextmanager
