@@ -765,7 +765,19 @@ class Peer:
         self.stderr = open(folder / "stderr", "wb")
         # WARNING: no line per request (uvicorn's access log), as serve writes none.
         self.proc = subprocess.Popen(
-            [str(MCP_PROXY), "--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING", "--", *command],
+            # Through its venv's python: the script's shebang names the path the venv was made at.
+            [
+                str(MCP_PROXY.parent / "python"),
+                str(MCP_PROXY),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "WARNING",
+                "--",
+                *command,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=self.stderr,
             start_new_session=True,
