@@ -75,8 +75,13 @@ async def main(backend: str, cwd: str, secret: str, port: int) -> dict[str, obje
     records = Records()
     logging.getLogger("lovia_mcp").addHandler(records)
     logging.getLogger("lovia_mcp").setLevel(logging.INFO)
+    # The probes load the doctor's (lovia_mcp/doctor/probes.py): named in the arguments, so a box lets it be read.
+    doctor_probes = os.path.join(os.path.dirname(os.path.dirname(HERE)), "lovia_mcp", "doctor", "probes.py")
     server = MCPServerStdio(
-        command=sys.executable, args=[os.path.join(HERE, "escape_server.py")], cwd=cwd, sandbox=Sandbox(backend=backend)
+        command=sys.executable,
+        args=[os.path.join(HERE, "escape_server.py"), doctor_probes],
+        cwd=cwd,
+        sandbox=Sandbox(backend=backend),
     )  # type: ignore[arg-type]
     try:
         result, _ = await drive(
