@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import json
 import logging
 import os
@@ -43,7 +42,7 @@ from typing import Any, Final
 
 import uvicorn
 from lovia.exceptions import LoviaError, UserError
-from lovia_mcp_worker.wire.hostport import BadHostPort, parse_hostport
+from lovia_mcp_worker.wire.hostport import BadHostPort, is_loopback, parse_hostport
 
 from ..opening.config_file.loader import load_servers
 from ..opening.servers import MCPServer, MCPServerStdio
@@ -124,15 +123,6 @@ def parse_listen(text: str) -> tuple[str, int]:
         hint="--listen 127.0.0.1:8765 (port 0 picks a free one), --listen [::1]:8765, or --listen "
         "0.0.0.0:8765 with --token-file in a container.",
     )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -333,7 +323,6 @@ __all__ = [
     "HTTP_SESSION_IDLE",
     "HTTP_SHUTDOWN_GRACE",
     "configure_logging",
-    "is_loopback",
     "main",
     "parse_listen",
     "run",

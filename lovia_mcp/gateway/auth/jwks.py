@@ -20,7 +20,6 @@ the network would let its holder sign any token.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import time
@@ -33,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import jwt
 from lovia.exceptions import UserError
+from lovia_mcp_worker.wire.hostport import is_loopback
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -72,22 +72,13 @@ def checked_url(url: str, what: str, option: str) -> str:
     parts = urlsplit(url)
     if parts.scheme == "https" and parts.hostname:
         return url
-    if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):
+    if parts.scheme == "http" and parts.hostname and is_loopback(parts.hostname):
         return url
     raise UserError(
         f"{option}: {what} {url!r} is not an https:// URL",
         hint="Use the issuer's https:// URL (plain http:// only on loopback): keys fetched in the clear "
         "could be replaced on the way, and the replacement would sign any token.",
     )
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def metadata_urls(issuer: str) -> list[str]:

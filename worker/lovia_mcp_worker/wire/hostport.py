@@ -101,4 +101,16 @@ def parse_hostport(text: str, *, bare_ipv6: bool = True, port_zero: bool = False
     return text, None
 
 
-__all__ = ["HINT", "BadHostPort", "hostport", "parse_hostport"]
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, no brackets) is this machine's loopback: ``localhost`` or 127/8, ::1."""
+    if host == "localhost":
+        return True
+    import ipaddress  # as in _is_ipv6: only the agent's few checks need it
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+__all__ = ["HINT", "BadHostPort", "hostport", "is_loopback", "parse_hostport"]
