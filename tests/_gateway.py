@@ -215,15 +215,16 @@ def shared_by_module(g: Serve) -> Iterator[Serve]:
 
 
 @contextmanager
-def sdk_http_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """tests/servers/http_server.py (the SDK's MCPServer on uvicorn): the process and its URL."""
-    proc = subprocess.Popen([PY, str(SERVERS / "http_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+def sdk_http_server(script: str = "http_server.py", *args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A server of tests/servers/ that prints ``PORT n`` once it serves over HTTP (by default http_server.py, the
+    SDK's MCPServer on uvicorn): the process and its URL."""
+    proc = subprocess.Popen([PY, str(SERVERS / script), *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             if not sel.select(START_WAIT):
-                raise AssertionError(f"http_server.py printed no port within {START_WAIT} s")
+                raise AssertionError(f"{script} printed no port within {START_WAIT} s")
         line = proc.stdout.readline().decode()
         assert line.startswith("PORT "), line
         yield proc, f"http://127.0.0.1:{int(line.split()[1])}/mcp"

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import selectors
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from _gateway import PY, SERVERS, START_WAIT, STOP_WAIT, Serve, server
+from _gateway import PY, SERVERS, Serve, sdk_http_server, server
 from helpers import ISOLATIONS, ROOT
 
 SUITE_DIR: Final = ROOT / ".cache" / "thirdparty" / "conformance" / "node_modules"
@@ -168,26 +167,8 @@ def _run_servers(url: str, folder: Path) -> dict[str, Outcome]:
 @contextmanager
 def _direct_server() -> Iterator[str]:
     """conformance_server.py over streamable HTTP on its own: its URL."""
-    proc = subprocess.Popen(
-        [PY, str(SERVERS / "conformance_server.py"), "--http"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    try:
-        assert proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            assert sel.select(START_WAIT), f"conformance_server.py printed no port within {START_WAIT} s"
-        line = proc.stdout.readline().decode()
-        assert line.startswith("PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(STOP_WAIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+    with sdk_http_server("conformance_server.py", "--http") as (_, url):
+        yield url
 
 
 @pytest.fixture(scope="module")
