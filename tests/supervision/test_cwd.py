@@ -89,8 +89,9 @@ def test_a_replaced_worker_starts_the_server_again_in_the_cwd_of_the_open_not_th
             monkeypatch.chdir(moved_to)
             worker = conn.worker_pid
             assert worker is not None
+            dying = psutil.Process(worker)  # before the kill: it may be reaped before a look-up after
             os.kill(worker, signal.SIGKILL)
-            psutil.wait_procs([psutil.Process(worker)], timeout=5)
+            psutil.wait_procs([dying], timeout=5)
             # The call finds the worker gone and replaces it (auto_reconnect).
             return before, str((await conn.call_tool("cwd")).content[0].text)
 

@@ -190,8 +190,10 @@ def test_a_call_waiting_for_a_restart_that_hangs_ends_at_its_deadline_told_it_ne
         )
         async with server.session() as conn:
             old = await _pid(conn)
+            # Taken before the kill: the worker may reap it before psutil would look it up after.
+            dying = psutil.Process(old)
             os.kill(old, signal.SIGKILL)
-            await asyncio.to_thread(psutil.wait_procs, [psutil.Process(old)], CALL_BOUND)
+            await asyncio.to_thread(psutil.wait_procs, [dying], CALL_BOUND)
 
             async def seen_gone() -> None:
                 # Until the host (the worker's, or this loop's under isolation="none") has seen the
