@@ -1755,7 +1755,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = _cold_start(repeat)
         print(json.dumps(rows, indent=2) if args.json else _cold_table(rows))
         if args.markdown and rows:
-            _write_between(Path(args.markdown), COLD_BEGIN, COLD_END, _cold_markdown(rows, repeat, load_before))
+            write_between(Path(args.markdown), COLD_BEGIN, COLD_END, _cold_markdown(rows, repeat, load_before))
             _log(f"wrote the cold-start table into {args.markdown}")
         return 0
 
@@ -1891,7 +1891,8 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_between(page: Path, begin: str, end: str, table: str) -> None:
+def write_between(page: Path, begin: str, end: str, table: str) -> None:
+    """Put ``table`` between a page's generated-table markers (bench_gateway.py writes its tables with it too)."""
     text = page.read_text()
     if begin not in text or end not in text:
         raise SystemExit(f"{page} has no generated-table markers; add the two lines:\n{begin}\n{end}")
@@ -1901,7 +1902,7 @@ def _write_between(page: Path, begin: str, end: str, table: str) -> None:
 
 
 def _write_markdown(page: Path, report: dict[str, Any]) -> None:
-    _write_between(page, MARK_BEGIN, MARK_END, _markdown(report))
+    write_between(page, MARK_BEGIN, MARK_END, _markdown(report))
 
 
 if __name__ == "__main__":

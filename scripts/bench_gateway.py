@@ -78,6 +78,9 @@ from typing import Any
 import httpx
 import psutil
 
+# bench.py beside this script (its directory is first on the path when run as a script).
+from bench import write_between
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 BENCH_SERVER = str(ROOT / "scripts" / "bench_server.py")
@@ -1018,15 +1021,6 @@ def _peers_markdown(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_between(page: Path, begin: str, end: str, table: str) -> None:
-    text = page.read_text()
-    if begin not in text or end not in text:
-        raise SystemExit(f"{page} has no generated-table markers; add the two lines:\n{begin}\n{end}")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    page.write_text(f"{head}{begin}\n{table}\n{end}{tail}")
-
-
 # --------------------------------------------------------------------------- #
 def main(argv: list[str] | None = None) -> int:
     import logging
@@ -1065,7 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
     if "peers" in parts:
         report["peers"] = asyncio.run(peers(calls, rounds, seconds / 2))
         if ns.markdown:
-            _write_between(Path(ns.markdown), PEERS_BEGIN, PEERS_END, _peers_markdown(report["peers"]))
+            write_between(Path(ns.markdown), PEERS_BEGIN, PEERS_END, _peers_markdown(report["peers"]))
             print(f"wrote the peers table into {ns.markdown}", file=sys.stderr)
     if ns.json:
         print(json.dumps(report, indent=2))
