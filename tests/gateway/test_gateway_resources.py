@@ -210,10 +210,13 @@ def test_a_subscribed_session_hears_its_resources_updates_and_every_session_hear
             await a.unsubscribe_resource("cat://note")
             arrived["a"].clear()
             await b.call_tool("change", {})
-            while len(heard["b"]) < 2 or len(heard["a"]) < 3:
-                await asyncio.wait_for(asyncio.gather(arrived["a"].wait(), arrived["b"].wait()), RELAY_WAIT)
-                arrived["a"].clear()
-                arrived["b"].clear()
+            # Each session is awaited on its own count: a gather over both events, cleared together,
+            # lost the wakeup when one session had all its messages before the other's last one.
+            for key, count in (("a", 3), ("b", 2)):
+                while len(heard[key]) < count:
+                    arrived[key].clear()
+                    if len(heard[key]) < count:
+                        await asyncio.wait_for(arrived[key].wait(), RELAY_WAIT)
         return heard["a"], heard["b"]
 
     a, b = run(main())
