@@ -423,7 +423,7 @@ MUTANTS: Final = [
         path="lovia_mcp/lock/packages.py",
         old="    wrong = malformed(package, source)\n",
         new="    wrong = None\n",
-        tests=("tests/plugin/test_lock_forged.py",),
+        tests=("tests/lock/test_lock_forged.py",),
         why="a lock file's cache name and entry are used as written: a path out of the cache runs",
     ),
     Mutant(
@@ -431,7 +431,7 @@ MUTANTS: Final = [
         path="lovia_mcp/lock/packages.py",
         old="if source is not None and declared_entry(package, source) != package.entry:",
         new="if False:",
-        tests=("tests/plugin/test_lock_forged.py",),
+        tests=("tests/lock/test_lock_forged.py",),
         why="a lock may launch a function the verified package does not declare",
     ),
     Mutant(
@@ -489,7 +489,7 @@ MUTANTS: Final = [
         path="lovia_mcp/lock/definition.py",
         old='"_meta": _schema(spec.meta) or None,',
         new='"_meta": None,',
-        tests=("tests/plugin/test_callable.py", "tests/plugin/test_pin_hash.py"),
+        tests=("tests/plugin/test_callable.py", "tests/lock/test_pin_hash.py"),
         why="a tool's _meta (which the gateway forwards to its clients) changes after the lock with no quarantine",
     ),
     Mutant(
@@ -570,7 +570,7 @@ MUTANTS: Final = [
         path="lovia_mcp/lock/ecosystems/pypi.py",
         old='_FLAGS: Final = ("-I", "-S", "-B")',
         new='_FLAGS: Final = ("-S", "-B")',
-        tests=("tests/plugin/test_lock_hermetic.py::test_a_module_in_the_cwd_never_shadows_the_locked_code",),
+        tests=("tests/lock/test_lock_hermetic.py::test_a_module_in_the_cwd_never_shadows_the_locked_code",),
         why="a locked Python server imports a module planted in its cwd ahead of the standard library",
     ),
     Mutant(
@@ -578,7 +578,7 @@ MUTANTS: Final = [
         path="lovia_mcp/lock/ecosystems/pypi.py",
         old="return interpreter(), [*_FLAGS,",
         new='return str(top / "env" / "bin" / "python"), [*_FLAGS,',
-        tests=("tests/plugin/test_lock_hermetic.py::test_a_replaced_venv_interpreter_and_its_config_are_never_used",),
+        tests=("tests/lock/test_lock_hermetic.py::test_a_replaced_venv_interpreter_and_its_config_are_never_used",),
         why="a locked Python server runs the entry's venv interpreter, which the digest does not cover",
     ),
     Mutant(
@@ -589,7 +589,7 @@ MUTANTS: Final = [
         new="""                if entry.name != "__pycache__":
                     visit(entry.path)
                 continue""",
-        tests=("tests/plugin/test_lock_hermetic.py::test_planted_bytecode_is_refused_before_the_server_starts",),
+        tests=("tests/lock/test_lock_hermetic.py::test_planted_bytecode_is_refused_before_the_server_starts",),
         why="bytecode planted in a locked package's __pycache__ runs instead of the verified source",
     ),
     Mutant(
@@ -597,7 +597,7 @@ MUTANTS: Final = [
         path="worker/lovia_mcp_worker/wire/sealed.py",
         old="\\0{st.st_ctime_ns}",
         new="",
-        tests=("tests/plugin/test_lock_hermetic.py::test_a_same_size_edit_with_its_times_set_back_is_caught",),
+        tests=("tests/lock/test_lock_hermetic.py::test_a_same_size_edit_with_its_times_set_back_is_caught",),
         why="a cache file edited in place with its modification time set back runs",
     ),
     Mutant(
@@ -605,7 +605,7 @@ MUTANTS: Final = [
         path="worker/lovia_mcp_worker/containment/launch.py",
         old="if spec.sealed is not None and stamp(spec.sealed.root) != spec.sealed.stamp:",
         new="if False:",
-        tests=("tests/plugin/test_lock_hermetic.py::test_a_restart_after_a_crash_is_refused_once_the_tree_changed",),
+        tests=("tests/lock/test_lock_hermetic.py::test_a_restart_after_a_crash_is_refused_once_the_tree_changed",),
         why="a restart after a crash runs a locked tree changed since the open checked it",
     ),
     Mutant(
@@ -613,7 +613,7 @@ MUTANTS: Final = [
         path="lovia_mcp/connection/live.py",
         old="self.core.spec = msgspec.structs.replace(self.core.spec, sealed=sealed)",
         new="pass",
-        tests=("tests/plugin/test_lock_hermetic.py::test_a_restart_after_a_crash_is_refused_once_the_tree_changed",),
+        tests=("tests/lock/test_lock_hermetic.py::test_a_restart_after_a_crash_is_refused_once_the_tree_changed",),
         why="the worker is never told which tree a locked server runs from, so it checks no restart",
     ),
     Mutant(
@@ -622,7 +622,7 @@ MUTANTS: Final = [
         old='["--require", str(NODE_CONFINE), str(top / package.entry), *package.args]',
         new="[str(top / package.entry), *package.args]",
         tests=(
-            "tests/plugin/test_lock_hermetic.py::test_a_locked_npm_server_never_loads_a_module_from_outside_its_entry",
+            "tests/lock/test_lock_hermetic.py::test_a_locked_npm_server_never_loads_a_module_from_outside_its_entry",
         ),
         why="a locked npm server loads a module planted in a parent node_modules or NODE_PATH",
         needs="node",

@@ -9,7 +9,7 @@
 #                           @modelcontextprotocol/server-filesystem (npm)
 #   .cache/thirdparty/wheels     mcp-server-time's wheels and its dependencies'
 #   .cache/thirdparty/npm-cache  an npm cache holding server-everything's tree
-#       (so that tests/project/test_lock_packages.py can run `lovia-mcp lock`
+#       (so that tests/lock/test_lock_thirdparty.py can run `lovia-mcp lock`
 #       with no network: pip with --no-index --find-links, npm --offline)
 #   .cache/thirdparty/conformance  the official MCP conformance suite (npm
 #       @modelcontextprotocol/conformance, tests/gateway/test_conformance.py)

@@ -163,7 +163,7 @@ def section(page: Path, heading: str) -> list[Block]:
 def offline_env(folder: Path) -> dict[str, str]:
     """The environment a page's commands run in: this environment's ``lovia-mcp`` and ``python``
     first on PATH, a terminal 80 columns wide, lovia-mcp's cache in ``folder``, and pip and npm
-    offline, reading ``.cache/thirdparty`` (as tests/project/test_lock_thirdparty.py does)."""
+    offline, reading ``.cache/thirdparty`` (as tests/lock/test_lock_thirdparty.py does)."""
     return {
         **os.environ,
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}",

@@ -14,7 +14,7 @@ tests/project/test_readme.py's.
   output runs in bash there (``lovia-mcp`` and ``python`` from this
   environment) and must print what is shown, stdout and stderr together.
   Package servers are locked offline, as in
-  tests/project/test_lock_thirdparty.py: pip and npm read
+  tests/lock/test_lock_thirdparty.py: pip and npm read
   ``.cache/thirdparty`` (a session that needs what is absent skips).
 - **Synopses.** A block giving a subcommand's synopsis (``lovia-mcp serve
   --config FILE [--lock FILE] ...``) names every option its ``--help``

@@ -11,7 +11,7 @@ the server must have started in a sandbox (the backend on the open's span
 event, from lovia-mcp's own OpenTelemetry spans) and from the lock's cache:
 ``uvx`` is not on the script's PATH, so an unlocked server could not start.
 
-No network: as in tests/project/test_lock_thirdparty.py, pip finds
+No network: as in tests/lock/test_lock_thirdparty.py, pip finds
 mcp-server-time's wheels in ``.cache/thirdparty/wheels`` (``bash
 scripts/thirdparty.sh`` puts them there; the test skips without them) and
 the cache is a folder of the test's own (``LOVIA_MCP_CACHE_DIR``). The lock
