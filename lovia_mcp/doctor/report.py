@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import lovia_mcp_worker.containment.machine as machine
 import lovia_mcp_worker.sandbox.registry as registry
-from lovia_mcp_worker.sandbox.base import SandboxError
+from lovia_mcp_worker.sandbox.backend import SandboxError
 from lovia_mcp_worker.wire.confinement import Limits, Sandbox
 
 from ..config._isolation import Isolation

@@ -24,7 +24,7 @@ import msgspec
 import pytest
 from helpers import CLI_TIMEOUT, PY, RAW_SERVER, ROOT, nobody_python
 from lovia_mcp_worker.sandbox import bwrap, landlock, registry
-from lovia_mcp_worker.sandbox.base import LaunchPlan
+from lovia_mcp_worker.sandbox.backend import LaunchPlan
 from lovia_mcp_worker.wire.messages import ServerSpec
 
 from lovia_mcp import Sandbox

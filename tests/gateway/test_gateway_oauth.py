@@ -643,7 +643,7 @@ def test_a_sandboxed_server_cannot_put_a_key_of_its_own_into_the_issuers_key_fil
     # any principal's token at the next read (an unknown key id triggers one).
     from helpers import ESCAPE_SERVER, PY
     from lovia_mcp_worker.sandbox import registry
-    from lovia_mcp_worker.sandbox.base import SandboxError
+    from lovia_mcp_worker.sandbox.backend import SandboxError
 
     from lovia_mcp import Sandbox
 

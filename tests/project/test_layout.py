@@ -31,7 +31,7 @@ AGENT_SURFACE = frozenset(
         "lovia_mcp_worker.sandbox.registry",
         # lovia-mcp doctor: the kernel's facts, and the error a backend's availability check raises.
         "lovia_mcp_worker.containment.machine",
-        "lovia_mcp_worker.sandbox.base",
+        "lovia_mcp_worker.sandbox.backend",
     }
 )
 

@@ -26,7 +26,7 @@ from conftest import PY, ROOT, SERVERS, raw_args, run
 from helpers import as_nobody
 from lovia.exceptions import MCPError, UserError
 from lovia_mcp_worker.sandbox import bwrap, landlock, registry
-from lovia_mcp_worker.sandbox.base import LaunchPlan, SandboxError
+from lovia_mcp_worker.sandbox.backend import LaunchPlan, SandboxError
 from lovia_mcp_worker.wire.messages import ServerSpec
 
 from lovia_mcp import MCPServerStdio, Sandbox

@@ -119,7 +119,7 @@ def test_a_gateways_sandboxed_server_cannot_rewrite_its_config_lock_token_file_o
     import httpx
     from _gateway import Serve
     from lovia_mcp_worker.sandbox import registry
-    from lovia_mcp_worker.sandbox.base import SandboxError
+    from lovia_mcp_worker.sandbox.backend import SandboxError
 
     from lovia_mcp import Sandbox
 

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import pytest
 from helpers import PY, ROOT, SERVERS, nobody_python, run
-from lovia_mcp_worker.sandbox import bwrap, landlock, pins
-from lovia_mcp_worker.sandbox.base import SandboxError
+from lovia_mcp_worker.sandbox import bwrap, landlock, pinned
+from lovia_mcp_worker.sandbox.backend import SandboxError
 from lovia_mcp_worker.wire.confinement import PathPin
 
 from lovia_mcp import MCPError, MCPServerStdio, Sandbox
@@ -114,7 +114,7 @@ def test_a_path_swapped_for_a_symlink_refuses_the_next_start_and_the_outside_sta
     assert used == backend_name
     assert os.path.islink(swapped), "the first generation did not swap the path: the probe did not run"
     assert isinstance(outcome, MCPError), f"the next generation started and went through the link: {outcome}"
-    assert pins.PATH_CHANGED in str(outcome) and str(swapped) in str(outcome)
+    assert pinned.PATH_CHANGED in str(outcome) and str(swapped) in str(outcome)
     assert "symlink" in str(outcome) and outcome.hint
     assert place.untouched(), sorted(p.name for p in place.outside.iterdir())
 
@@ -192,7 +192,7 @@ def test_a_link_one_connection_left_redirects_no_later_connection_but_a_folder_m
     with pytest.raises(MCPError) as info:
         run(once())
     print(info.value, info.value.hint)
-    assert pins.PATH_CHANGED in str(info.value) and str(out) in str(info.value)
+    assert pinned.PATH_CHANGED in str(info.value) and str(out) in str(info.value)
     assert place.untouched()
 
 
@@ -255,7 +255,7 @@ def _agent(
 
 def _expect_refused(seen: dict[str, object], backend_name: str, place: Place) -> None:
     assert seen["backend"] == backend_name and seen["swapped"] is True, seen
-    assert str(seen["outcome"]).startswith("refused: ") and pins.PATH_CHANGED in str(seen["outcome"]), seen
+    assert str(seen["outcome"]).startswith("refused: ") and pinned.PATH_CHANGED in str(seen["outcome"]), seen
     assert place.untouched()
 
 
@@ -312,11 +312,11 @@ def test_a_path_is_opened_without_following_any_symlink_in_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, walk: bool
 ) -> None:
     if walk:
-        monkeypatch.setattr(pins, "_has_openat2", False)
+        monkeypatch.setattr(pinned, "_has_openat2", False)
     (tmp_path / "real" / "dir").mkdir(parents=True)
     (tmp_path / "link").symlink_to(tmp_path / "real")
     (tmp_path / "real" / "tail").symlink_to(tmp_path / "real" / "dir")
-    fd = pins.open_unfollowed(str(tmp_path / "real" / "dir"))
+    fd = pinned.open_unfollowed(str(tmp_path / "real" / "dir"))
     try:
         st = os.fstat(fd)
         assert (st.st_dev, st.st_ino) == (
@@ -327,10 +327,10 @@ def test_a_path_is_opened_without_following_any_symlink_in_it(
         os.close(fd)
     for through in (tmp_path / "link" / "dir", tmp_path / "real" / "tail"):  # a link on the way, a link at the end
         with pytest.raises(OSError) as info:
-            pins.open_unfollowed(str(through))
+            pinned.open_unfollowed(str(through))
         assert info.value.errno == 40, info.value  # ELOOP
     with pytest.raises(FileNotFoundError):
-        pins.open_unfollowed(str(tmp_path / "missing"))
+        pinned.open_unfollowed(str(tmp_path / "missing"))
 
 
 @pytest.mark.unit
@@ -364,7 +364,7 @@ def test_the_worker_refuses_a_changed_or_missing_path_with_a_hint_and_leaves_out
         (tmp_path / name).mkdir()
     cwd = str(tmp_path / "cwd")
     box = _sandbox.resolved(Sandbox(writable=[str(tmp_path / "w")], readable=["../r", "../nothing"]), cwd)
-    held = pins.hold(box, cwd)
+    held = pinned.hold(box, cwd)
     try:
         assert set(held.paths) == {cwd, str(tmp_path / "w"), str(tmp_path / "r")}
         assert all(os.fstat(fd).st_ino == os.stat(real).st_ino for real, fd in held.paths.values())
@@ -373,12 +373,12 @@ def test_the_worker_refuses_a_changed_or_missing_path_with_a_hint_and_leaves_out
     (tmp_path / "r").rename(tmp_path / "r2")
     (tmp_path / "r").mkdir()  # another folder at the same place
     with pytest.raises(SandboxError) as info:
-        pins.hold(box, cwd)
-    assert str(info.value) == f"{pins.PATH_CHANGED}: {tmp_path / 'r'} (another file is there now)"
+        pinned.hold(box, cwd)
+    assert str(info.value) == f"{pinned.PATH_CHANGED}: {tmp_path / 'r'} (another file is there now)"
     assert info.value.hint
     missing = _sandbox.resolved(Sandbox(writable=["nope"]), cwd)
     with pytest.raises(SandboxError) as info:
-        pins.hold(missing, cwd)
+        pinned.hold(missing, cwd)
     assert "does not exist" in str(info.value) and "nope" in str(info.value)
 
 
@@ -386,11 +386,11 @@ def test_the_worker_refuses_a_changed_or_missing_path_with_a_hint_and_leaves_out
 def test_a_spec_without_pins_is_pinned_by_the_first_start_in_the_worker(tmp_path: Path) -> None:
     (tmp_path / "w").mkdir()
     box = Sandbox(writable=[str(tmp_path / "w")])
-    pins.hold(box, None).close()  # pins it, as the worker's first start does
+    pinned.hold(box, None).close()  # pins it, as the worker's first start does
     (tmp_path / "w").rename(tmp_path / "w2")
     (tmp_path / "w").symlink_to(tmp_path / "w2")
     with pytest.raises(SandboxError) as info:
-        pins.hold(box, None)
+        pinned.hold(box, None)
     assert "a symlink is in it now" in str(info.value)
 
 

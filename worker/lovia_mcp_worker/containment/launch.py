@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from ..sandbox import registry
-from ..sandbox.base import LaunchPlan, SandboxError
+from ..sandbox.backend import LaunchPlan, SandboxError
 from ..wire import environment
 from ..wire.confinement import Limits, Sandbox
 from ..wire.messages import ServerSpec

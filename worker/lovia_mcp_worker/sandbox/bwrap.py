@@ -69,8 +69,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..wire.confinement import DEFAULT_HIDDEN, Sandbox
-from . import _namespaces, pins, seccomp
-from .base import LaunchPlan, SandboxError
+from . import _namespaces, pinned, seccomp
+from .backend import LaunchPlan, SandboxError
 from .egress import netbridge
 from .writedeny import protected_entries
 
@@ -318,7 +318,7 @@ def command(
 
     ``held`` maps the configured cwd and ``writable`` paths to their
     resolved path and a descriptor the caller opened and checked
-    (:func:`~lovia_mcp_worker.sandbox.pins.hold`); each is bound with
+    (:func:`~lovia_mcp_worker.sandbox.pinned.hold`); each is bound with
     ``--bind-fd`` at its resolved path, so bwrap mounts that directory and no
     path is looked up again. Those descriptors must stay open in the spawned
     process, and only those bound (:func:`outermost`). A writable path inside
@@ -470,7 +470,7 @@ class BwrapBackend:
 
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         fds: list[int] = []
-        held = pins.hold(box, spec.cwd)
+        held = pinned.hold(box, spec.cwd)
         try:
             proxy_socket: str | None = None
             status_fd: int | None = None

@@ -10,7 +10,7 @@ Lifecycle: :func:`prepare` runs in the worker before the spawn. It makes the
 server's private temporary directory (``TMPDIR``) and builds the ruleset, a
 file descriptor holding every rule, each made on a descriptor: the cwd,
 ``writable`` and ``readable`` paths on those the worker opened and checked
-against their pins (:func:`~lovia_mcp_worker.sandbox.pins.hold`), the
+against their pins (:func:`~lovia_mcp_worker.sandbox.pinned.hold`), the
 rest opened without following a symlink (:func:`open_unfollowed`).
 :meth:`Plan.apply` runs in the child between fork and exec (the launch's
 pre-exec, after the rlimits): the server enters its cwd by descriptor, the
@@ -71,11 +71,11 @@ from typing import TYPE_CHECKING, Final
 
 from ..wire import environment
 from ..wire.confinement import Sandbox
-from . import pins, seccomp
+from . import pinned, seccomp
 from ._runtime import runtime, script_tree
-from .base import LaunchPlan, SandboxError
+from .backend import LaunchPlan, SandboxError
 from .bwrap import hidden_paths
-from .pins import open_unfollowed
+from .pinned import open_unfollowed
 from .privileges import drop_privileges
 from .writedeny import protected_entries
 
@@ -376,7 +376,7 @@ def prepare(
 
     ``held`` maps the configured cwd, ``writable`` and ``readable`` paths to
     their resolved path and a descriptor the caller opened and checked
-    (:func:`~lovia_mcp_worker.sandbox.pins.hold`): their rules are made on
+    (:func:`~lovia_mcp_worker.sandbox.pinned.hold`): their rules are made on
     those descriptors, and the server's cwd is entered through its own, so
     nothing is looked up by path again. Without it (a one-off ruleset), those
     paths are resolved here, once. The caller closes the descriptors after
@@ -537,7 +537,7 @@ class LandlockBackend:
         return None  # no wrapper: the ruleset is applied in the pre-exec, whose failure the spawn raises
 
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
-        held = pins.hold(box, spec.cwd)
+        held = pinned.hold(box, spec.cwd)
         try:
             port: int | None = None
             if isinstance(box.network, list):

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..wire.confinement import BuiltinBackend
-from .base import Backend, LaunchPlan, SandboxError
+from .backend import Backend, LaunchPlan, SandboxError
 
 if TYPE_CHECKING:
     from ..wire.confinement import Sandbox

@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Final
 
-from ..base import SandboxError
+from ..backend import SandboxError
 from . import denials, netbridge, netproxy, netrequest
 
 logger = logging.getLogger("lovia_mcp.netproxy")

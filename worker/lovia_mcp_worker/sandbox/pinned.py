@@ -20,7 +20,7 @@ import stat
 from typing import Final
 
 from ..wire.confinement import PathPin, Sandbox
-from .base import SandboxError
+from .backend import SandboxError
 
 # Loaded at import (in the forkserver), as every start opens its paths through it.
 _libc: Final = ctypes.CDLL(None, use_errno=True)
