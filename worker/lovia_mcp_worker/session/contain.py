@@ -21,10 +21,11 @@ from collections.abc import Callable
 from typing import Final
 
 from ..containment import cgroup, cgroup_layout, guard, proctree
+from ..transport.protocol import TransportSession
 from ..wire import failures
 from ..wire.failures import HostError
 from ..wire.messages import ServerSpec
-from .generation import Generation, Session
+from .generation import Generation
 
 # How often the guard samples the tree when a memory, CPU or process limit is
 # set. 0.1 s bounds overshoot while costing ~1 % of a core.
@@ -155,7 +156,7 @@ class Containment:
     async def teardown(
         self,
         gen: Generation,
-        session: Session,
+        session: TransportSession,
         watchers: list[asyncio.Future[None]],
         entering: asyncio.Future[int] | None,
     ) -> None:

@@ -29,7 +29,7 @@ import enum
 from typing import Final
 
 from ..containment.guard import Tree
-from ..transport.base import Session
+from ..transport.protocol import TransportSession
 from ..wire.failures import HostError
 from ..wire.mcpjson import ToolSpec
 
@@ -56,7 +56,7 @@ class Generation:
         self.number = number
         self.state = State.STARTING
         self.reason: HostError | None = None
-        self.session: Session | None = None
+        self.session: TransportSession | None = None
         # The generation's processes (stdio); None for HTTP (no local tree).
         self.tree: Tree | None = None
         # Retired after a timed-out call (its tree gets no SIGTERM grace).
@@ -128,4 +128,4 @@ class Generation:
         self.down.set()
 
 
-__all__ = ["Generation", "Session", "State"]
+__all__ = ["Generation", "State"]

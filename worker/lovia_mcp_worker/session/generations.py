@@ -40,13 +40,14 @@ import msgspec
 
 from ..containment import proctree
 from ..containment.launch import LaunchError
+from ..transport.protocol import TransportSession
 from ..wire import failures
 from ..wire.failures import HostError
 from ..wire.messages import Ended, ListTools, Log, Open, Opened, ServerSpec, Started, Stats, Tools, WorkerMessage
 from .accounting import Accounting
 from .contain import SHUTDOWN_WAIT, Containment, session_tail
 from .denials import Attribution
-from .generation import Generation, Session, State
+from .generation import Generation, State
 from .listing import Listing
 from .standby import Standby
 from .transports import Hooks, transport
@@ -302,7 +303,7 @@ class Generations:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(gen.down.wait(), SHUTDOWN_WAIT)
 
-    def _session(self, gen: Generation, spec: ServerSpec) -> Session:
+    def _session(self, gen: Generation, spec: ServerSpec) -> TransportSession:
         notified = self.on_notification
         requested = self.on_request
         return transport(spec).make(

@@ -32,9 +32,10 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from ..transport.protocol import TransportSession
 from ..wire.mcpjson import ToolSpec
 from ..wire.messages import ToolsChanged, WorkerMessage
-from .generation import Generation, Session, State
+from .generation import Generation, State
 
 # A re-listing after list_changed, and how long a call's result waits for it.
 # tools/list answers in milliseconds; a server that notifies and then never
@@ -42,7 +43,7 @@ from .generation import Generation, Session, State
 RELIST_WAIT: Final = 5.0
 
 
-def stale(session: Session) -> bool:
+def stale(session: TransportSession) -> bool:
     """Whether ``session``'s last listing has outlived its ``ttlMs`` (never, without one)."""
     ttl = session.listing_ttl
     return ttl is not None and time.monotonic() - session.listed_at >= ttl

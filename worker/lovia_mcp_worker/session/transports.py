@@ -1,6 +1,6 @@
 """Which transport speaks to a server: the one place a spec's ``transport`` is read.
 
-Each transport is a :class:`~.generation.Session` (stdio: our own JSON-RPC
+Each transport is a :class:`~..transport.protocol.TransportSession` (stdio: our own JSON-RPC
 client over a launched process, :mod:`..transport.stdio`; HTTP: the MCP SDK
 against an endpoint, :mod:`..transport.http`). The host asks this module for
 a session and for what differs between them (:class:`Transport`) and never
@@ -13,11 +13,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..transport.base import OnRequest
+from ..transport.protocol import OnRequest, TransportSession
 from ..wire import failures
 from ..wire.failures import HostError
 from ..wire.messages import ServerSpec
-from .generation import Session
 
 
 @dataclass(frozen=True)
@@ -47,12 +46,12 @@ class Transport:
     """
 
     contained: bool
-    make: Callable[[ServerSpec, Hooks], Session]
+    make: Callable[[ServerSpec, Hooks], TransportSession]
     # Why a session ended on an exception nothing else classified.
-    failed: Callable[[ServerSpec, Session, BaseException, bool], HostError]
+    failed: Callable[[ServerSpec, TransportSession, BaseException, bool], HostError]
 
 
-def _stdio(spec: ServerSpec, hooks: Hooks) -> Session:
+def _stdio(spec: ServerSpec, hooks: Hooks) -> TransportSession:
     from ..transport.stdio import StdioSession
 
     return StdioSession(
@@ -67,13 +66,13 @@ def _stdio(spec: ServerSpec, hooks: Hooks) -> Session:
     )
 
 
-def _stdio_failed(spec: ServerSpec, session: Session, exc: BaseException, opened: bool) -> HostError:
+def _stdio_failed(spec: ServerSpec, session: TransportSession, exc: BaseException, opened: bool) -> HostError:
     if opened:
         return failures.lost(failures.describe(exc), session.stderr_tail)
     return failures.start_failed(failures.describe(exc), session.stderr_tail)
 
 
-def _http(spec: ServerSpec, hooks: Hooks) -> Session:
+def _http(spec: ServerSpec, hooks: Hooks) -> TransportSession:
     from ..transport.http import HttpSession
 
     return HttpSession(
@@ -86,7 +85,7 @@ def _http(spec: ServerSpec, hooks: Hooks) -> Session:
     )
 
 
-def _http_failed(spec: ServerSpec, session: Session, exc: BaseException, opened: bool) -> HostError:
+def _http_failed(spec: ServerSpec, session: TransportSession, exc: BaseException, opened: bool) -> HostError:
     return failures.http_failed(spec.url, failures.describe(exc), opened=opened)
 
 

@@ -1,7 +1,7 @@
 """Talking to a server: its transports and what they return.
 
-- ``base``: the contract every transport keeps for the session above it
-  (``Session``, ``OnProgress``);
+- ``protocol``: the contract every transport keeps for the session above it
+  (``TransportSession``, ``OnProgress``);
 - ``stdio``: one server process, its pipes and how it ends; ``lines``: its
   output as lines (pure); ``jsonrpc``: the
   worker's own JSON-RPC 2.0 client over it; ``era``: the protocol eras

@@ -48,8 +48,8 @@ from ..wire.mcpjson import (
 )
 from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS, ServerSpec
 from . import era
-from .base import OnProgress
 from .era import CLIENT_INFO
+from .protocol import OnProgress
 
 # The SDK's recommended timeouts for MCP over HTTP: 30 s for connect, write
 # and pool; 5 min to read, since a server may hold a response stream open.

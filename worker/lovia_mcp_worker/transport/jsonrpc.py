@@ -62,8 +62,8 @@ from ..wire.mcpjson import (
 from ..wire.messages import MCP_HANDSHAKE_VERSIONS, MCP_MODERN_VERSIONS
 from . import era
 from ._jsonscan import MISSING, repair_surrogates, top_level_id
-from .base import OnProgress, OnRequest
 from .era import CLIENT_INFO
+from .protocol import OnProgress, OnRequest
 
 # The handshake's versions, newest first: the first is offered, any is
 # accepted back (the modern era's are negotiated by :mod:`.era`).

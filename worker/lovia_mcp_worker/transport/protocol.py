@@ -1,7 +1,7 @@
 """What a transport is to the session above it: the contract every transport (stdio, HTTP) keeps.
 
 A generation (:mod:`..session.generation`) drives its server through a
-:class:`Session`; progress notifications reach the caller's
+:class:`TransportSession`; progress notifications reach the caller's
 :data:`OnProgress`.
 """
 
@@ -20,7 +20,7 @@ OnProgress = Callable[[float, "float | None", "str | None"], None]
 OnRequest = Callable[[str, "bytes | None"], Awaitable["tuple[bytes | None, bytes | None]"]]
 
 
-class Session(Protocol):
+class TransportSession(Protocol):
     """What a generation needs of its transport (stdio or HTTP)."""
 
     @property
@@ -95,4 +95,4 @@ class Session(Protocol):
     def close_transport(self) -> None: ...
 
 
-__all__ = ["OnProgress", "OnRequest", "Session"]
+__all__ = ["OnProgress", "OnRequest", "TransportSession"]

@@ -25,9 +25,9 @@ from ..wire.mcpjson import ContentBlock, ToolSpec
 from ..wire.messages import ServerSpec
 from . import era
 from ._jsonscan import MISSING
-from .base import OnProgress, OnRequest
 from .jsonrpc import Client, Trace
 from .lines import LineFramer, StderrLines
+from .protocol import OnProgress, OnRequest
 
 # After stdout or stdin closes, how long to wait for the exit status before
 # saying the server closed the pipe and lives on (it is then stopped).
