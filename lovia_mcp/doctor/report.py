@@ -105,11 +105,12 @@ async def diagnose(
     isolation: Isolation | None = None,
 ) -> Report:
     """Everything :mod:`lovia_mcp.doctor` reports, the probes run in each backend's box (one at a time)."""
+    names = backends if backends is not None else backend_names()
     cgroup = machine.cgroups()
-    report = Report(kernel=machine.facts(), cgroup=cgroup, backends={})
+    report = Report(kernel=machine.facts(names), cgroup=cgroup, backends={})
     targets = Targets()
     try:
-        for name in backends if backends is not None else backend_names():
+        for name in names:
             report.backends[name] = await run_backend(name, targets, isolation=isolation)
     finally:
         targets.close()

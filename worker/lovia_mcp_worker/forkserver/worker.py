@@ -161,9 +161,9 @@ async def _serve(channel: Channel, closed_by_agent: asyncio.Event) -> None:
         bridge is not None
     ):  # boxes with the network off: their deny-all listeners (bwrap's end and the host's close did most)
         bridge.close_all()
-    landlock = sys.modules.get("lovia_mcp_worker.sandbox.landlock")
-    if landlock is not None:  # remove the Landlock servers' private temporary directories
-        landlock.cleanup()
+    backends = sys.modules.get("lovia_mcp_worker.sandbox.registry")
+    if backends is not None:  # what the backends keep for their servers (Landlock's temporary directories)
+        backends.cleanup()
     if channel.transport is not None:
         channel.send_held()
         channel.transport.close()

