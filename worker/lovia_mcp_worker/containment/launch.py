@@ -203,8 +203,8 @@ async def spawn(
     except subprocess.SubprocessError as exc:  # the pre-exec failed: no server ran
         raise LaunchError(
             f"the sandbox could not be applied to {spec.command!r} ({exc})",
-            hint="Check that Landlock and seccomp are available (stats() names the backend), "
-            "or use Sandbox(backend='bwrap').",
+            # The backend whose pre-exec failed says what to do instead (Landlock's: bwrap, or a newer kernel).
+            hint=registry.get(plan.backend).hint() if plan is not None else "Check the server's limits=.",
         ) from exc
     except PermissionError as exc:
         raise LaunchError(

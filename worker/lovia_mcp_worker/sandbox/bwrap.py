@@ -49,6 +49,8 @@ Otherwise a real attempt decides (a forked child calls
 ``unshare(CLONE_NEWUSER)``), since no file tells what a seccomp filter
 (Docker's default profile) refuses. That attempt (a fork, ~10 ms) runs once,
 at import in the forkserver, so that no worker pays it per server.
+The doctor's facts read that same answer (:func:`user_namespaces`, with
+the knobs that could refuse, and :func:`binary`, the bwrap found).
 
 Caveats: where unprivileged user namespaces are forbidden (some
 distributions, many containers), bwrap cannot build the sandbox; the open
