@@ -863,6 +863,31 @@ MUTANTS: Final = [
         ),
         why="a server's request goes to a client that never declared the capability it needs",
     ),
+    Mutant(
+        name="backend-cleanup-skipped",
+        path="worker/lovia_mcp_worker/sandbox/registry.py",
+        old="            entry.cleanup()",
+        new="            pass",
+        tests=(
+            "tests/sandbox/test_landlock.py::test_writes_go_only_to_cwd_and_a_private_tmpdir_on_landlock",
+            "tests/sandbox/test_backends.py::test_a_registered_backend_reports_its_own_kernel_facts_beside_the_"
+            "builtin_ones",
+        ),
+        why="a Landlock server's private TMPDIR outlives its worker (the exit reaches no backend's cleanup)",
+        needs="Landlock ABI 4",
+    ),
+    Mutant(
+        name="doctor-userns-always-allowed",
+        path="worker/lovia_mcp_worker/sandbox/bwrap.py",
+        old='        if userns["allowed"]:',
+        new="        if True:",
+        tests=(
+            "tests/cli/test_doctor.py::test_where_user_namespaces_are_refused_doctor_reports_bwrap_unavailable_with_"
+            "the_reason_and_landlock_holding",
+        ),
+        why="lovia-mcp doctor's text says user namespaces are allowed where bwrap's probe was refused",
+        needs="Landlock ABI 4",
+    ),
 ]
 
 
