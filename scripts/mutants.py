@@ -882,8 +882,7 @@ MUTANTS: Final = [
         old='        if userns["allowed"]:',
         new="        if True:",
         tests=(
-            "tests/cli/test_doctor.py::test_where_user_namespaces_are_refused_doctor_reports_bwrap_unavailable_with_"
-            "the_reason_and_landlock_holding",
+            "tests/cli/test_doctor.py::test_doctor_text_says_what_refuses_user_namespaces_and_how_each_probe_ended",
         ),
         why="lovia-mcp doctor's text says user namespaces are allowed where bwrap's probe was refused",
         needs="Landlock ABI 4",
