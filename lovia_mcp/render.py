@@ -33,9 +33,12 @@ plugin. Caps under :data:`FIT_MIN` are left to lovia.
 
 Sandbox denials: what the sandbox refused while the call was in flight
 (the worker attributes it, ``Result.denied``) is in
-``MCPToolResult.meta[DENIED_META]``, one entry per distinct denial, and the
-model reads one line per entry after the result (:func:`denial_lines`),
-under the default renderer and after a custom renderer's text alike.
+``MCPToolResult.meta[DENIED_META]``, one entry per distinct denial
+(:func:`denial_meta`), and the model reads one line per entry after the
+result (:func:`denial_lines`), under the default renderer and after a custom
+renderer's text alike. The words are the wire's
+(:func:`~lovia_mcp_worker.wire.refusals.words`), said from the denial's
+facts, as the worker says them to the refused client and in its log.
 """
 
 from __future__ import annotations
@@ -45,13 +48,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+import msgspec
 from lovia.plugins.mcp import MCPToolResult as _LoviaMCPToolResult
 from lovia.plugins.mcp import normalize_schema as _lovia_normalize_schema
 from lovia.plugins.mcp import render_mcp_content
 from lovia.run_context import RunContext
 from lovia.types import JsonObject
 from lovia_mcp_worker.wire.mcpjson import to_json
-from lovia_mcp_worker.wire.messages import CallUsage
+from lovia_mcp_worker.wire.messages import CallUsage, Denied
+from lovia_mcp_worker.wire.refusals import EgressRefusal, words
 
 
 @dataclass
@@ -82,7 +87,9 @@ class MCPToolResult(_LoviaMCPToolResult):
     meta: dict[str, Any] | None = None
     """What lovia-mcp adds about the call, as MCP's ``_meta`` would (``None``: nothing):
     ``meta[DENIED_META]`` lists the sandbox's denials during the call, each a dict with
-    ``kind``, ``target``, ``reason``, ``count`` and ``shared``."""
+    ``kind``, ``target``, ``reason``, ``count`` and ``shared``, and the facts the words are
+    said from: ``host``, ``port``, ``why`` (and ``address``, ``embedded`` for an internal
+    address; :class:`~lovia_mcp_worker.wire.refusals.EgressRefusal`)."""
 
 
 # The smallest cap cut here: below it lovia's marker would take most of the
@@ -92,11 +99,6 @@ FIT_MIN: Final = 256
 _HEAD_SHARE: Final = 0.8
 # The _meta key of the sandbox's denials during a call (in MCPToolResult.meta and the gateway's results).
 DENIED_META: Final = "lovia-mcp/sandbox_denied"
-# Why, in the model's words, by the kind of denial (a reason the worker gives is used as it is).
-_DENIAL_WORDS: Final = {
-    "allowlist": "not in this server's network allowlist",
-    "network_off": "this server has no network access",
-}
 
 logger = logging.getLogger("lovia_mcp")
 
@@ -126,11 +128,10 @@ def denial_lines(result: Any) -> str:
         return ""
     out = []
     for entry in entries:
-        reason = entry.get("reason", "")
-        if entry.get("kind") == "allowlist" and reason.startswith("port "):
-            why = reason.replace("the network allowlist", "this server's network allowlist")
-        else:
-            why = _DENIAL_WORDS.get(entry.get("kind", ""), reason)
+        try:
+            why = words(msgspec.convert(entry, EgressRefusal), "model")
+        except msgspec.ValidationError:  # not one of ours (a renderer's own meta): its reason as it is
+            why = str(entry.get("reason", ""))
         line = f"[sandbox] blocked a connection to {entry.get('target', '?')} ({why})"
         count = entry.get("count", 1)
         if count > 1:
@@ -139,6 +140,19 @@ def denial_lines(result: Any) -> str:
             line += "; other calls were in flight on this server, so it may have been theirs"
         out.append("\n" + line)
     return "".join(out)
+
+
+def denial_meta(denied: Denied) -> dict[str, Any]:
+    """One entry of ``meta[DENIED_META]``: the denial's words and counts, then its facts."""
+    refusal = denied.refusal
+    return {
+        "kind": refusal.kind,
+        "target": refusal.target,
+        "reason": words(refusal, "reason"),
+        "count": denied.count,
+        "shared": denied.shared,
+        **msgspec.to_builtins(refusal),
+    }
 
 
 def output_cap(configured: int | None, ctx: RunContext[Any] | None) -> int | None:
@@ -246,6 +260,7 @@ __all__ = [
     "MCPToolResult",
     "default_renderer",
     "denial_lines",
+    "denial_meta",
     "normalize_schema",
     "output_cap",
     "render_mcp_content",

@@ -159,13 +159,15 @@ class Operation:
 
     def denied(self, denials: Iterable[Denied]) -> None:
         """What the sandbox refused during the call: one event per distinct denial, with the destination."""
+        from lovia_mcp_worker.wire.refusals import words
+
         for d in denials:
             self.event(
                 EVENT_DENIED,
                 {
-                    "lovia_mcp.denial.kind": d.kind,
-                    "lovia_mcp.denial.target": d.target,
-                    "lovia_mcp.denial.reason": d.reason,
+                    "lovia_mcp.denial.kind": d.refusal.kind,
+                    "lovia_mcp.denial.target": d.refusal.target,
+                    "lovia_mcp.denial.reason": words(d.refusal, "reason"),
                     "lovia_mcp.denial.count": d.count,
                     "lovia_mcp.denial.shared": d.shared,
                 },

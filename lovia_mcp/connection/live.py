@@ -84,7 +84,7 @@ from ..client.core import ClientCore
 from ..client.relay import Listener
 from ..client.retry import retry
 from ..lock import packages, pins
-from ..render import DENIED_META, MCPToolResult, default_renderer, output_cap, with_sdk_models
+from ..render import DENIED_META, MCPToolResult, default_renderer, denial_meta, output_cap, with_sdk_models
 from ._errors import to_error
 from ._parity import LoviaFields
 from ._tools import build_tools
@@ -432,7 +432,7 @@ class MCPConnection(LoviaFields):
                 structured = None if reply.structured_content is None else _json_decode(reply.structured_content)
                 meta = None
                 if reply.denied:
-                    meta = {DENIED_META: [msgspec.structs.asdict(d) for d in reply.denied]}
+                    meta = {DENIED_META: [denial_meta(d) for d in reply.denied]}
                     if op is not None:
                         op.denied(reply.denied)
                 # The decoded list itself: nothing else holds it.

@@ -50,7 +50,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Final
 
-from lovia_mcp_worker.wire.messages import DENIAL_KINDS, CallUsage
+from lovia_mcp_worker.wire.messages import CallUsage
+from lovia_mcp_worker.wire.refusals import DENIAL_KINDS
 
 # Latency buckets (seconds): from a raw server's sub-millisecond echo to a
 # slow tool's half minute.

@@ -24,6 +24,8 @@ AGENT_SURFACE = frozenset(
         "lovia_mcp_worker.wire.confinement",
         "lovia_mcp_worker.wire.framing",
         "lovia_mcp_worker.wire.hostport",
+        # A sandbox refusal's facts and the one function that words them, for the model.
+        "lovia_mcp_worker.wire.refusals",
         # The lock: the stamp of a locked server's tree, taken by the agent, compared by the worker.
         "lovia_mcp_worker.wire.sealed",
         "lovia_mcp_worker.session.host",

@@ -17,9 +17,9 @@ from collections.abc import Callable
 import pytest
 from lovia.exceptions import UserError
 from lovia_mcp_worker.sandbox.egress.netrequest import (
+    Answer,
     BadEntry,
     BadUpstream,
-    Refusal,
     parse_head,
     parse_rule,
     parse_upstream,
@@ -45,8 +45,8 @@ def _upstream(text: str) -> object:
 DOORS: dict[str, tuple[Callable[[str], object], type[Exception]]] = {
     "listen": (parse_listen, UserError),
     "allowlist": (parse_rule, BadEntry),
-    "connect": (_connect, Refusal),
-    "get": (_get, Refusal),
+    "connect": (_connect, Answer),
+    "get": (_get, Answer),
     "upstream": (_upstream, BadUpstream),
 }
 

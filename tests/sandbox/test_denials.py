@@ -33,14 +33,16 @@ from typing import Any
 import pytest
 from helpers import ESCAPE_SERVER, PY, SERVERS, as_nobody, run
 from lovia_mcp_worker.sandbox import bwrap, landlock
-from lovia_mcp_worker.sandbox.egress import denials, netbridge
+from lovia_mcp_worker.sandbox.egress import netbridge, refusals
 from lovia_mcp_worker.session import denials as session_denials
 from lovia_mcp_worker.session.denials import MAX_DISTINCT, Attribution
+from lovia_mcp_worker.wire.messages import Denied
+from lovia_mcp_worker.wire.refusals import EgressRefusal
 
 from lovia_mcp import MCPServerStdio, Sandbox
 from lovia_mcp.gateway.app import result_json
 from lovia_mcp.gateway.metrics import Metrics
-from lovia_mcp.render import DENIED_META, MCPToolResult, default_renderer
+from lovia_mcp.render import DENIED_META, MCPToolResult, default_renderer, denial_meta
 
 # Bound on one agent's whole run: an interpreter, a forkserver, a sandboxed
 # server opened twice and called twice (about 2 s here; CI is slower).
@@ -167,8 +169,9 @@ def run_agent(backend: str, network: object, url: str, work: Path, *, nobody: bo
 
 
 def check_refused(
-    seen: dict[str, Any], *, backend: str, kind: str, target: str, reason: str, why: str, server_says: str
+    seen: dict[str, Any], *, backend: str, refusal: EgressRefusal, reason: str, why: str, server_says: str
 ) -> None:
+    kind, target = refusal.kind, refusal.target
     line = f"[sandbox] blocked a connection to {target} ({why})"
     # The model reads the server's own answer, then one plain line naming the host.
     [output] = seen["model"]
@@ -176,7 +179,16 @@ def check_refused(
     assert output.endswith("\n" + line), output
     assert seen["text"].startswith("ok 403 ")
     [entry] = seen["meta"][DENIED_META]
-    assert entry == {"kind": kind, "target": target, "reason": reason, "count": 1, "shared": False}
+    assert entry == {
+        "kind": kind,
+        "target": target,
+        "reason": reason,
+        "count": 1,
+        "shared": False,
+        "host": refusal.host,
+        "port": refusal.port,
+        "why": refusal.why,
+    }
     [event] = [e for e in seen["events"] if e["name"] == "lovia_mcp.sandbox.denied"]
     assert event["lovia_mcp.denial.target"] == target and event["lovia_mcp.denial.kind"] == kind, event
     # One refusal per connection: the agent's run, then the session's call.
@@ -192,8 +204,7 @@ def test_a_request_to_a_host_outside_the_allowlist_is_named_as_blocked_in_the_re
     check_refused(
         seen,
         backend=backend,
-        kind="allowlist",
-        target="evil.example:80",
+        refusal=EgressRefusal(kind="allowlist", host="evil.example", port=80, why="host"),
         reason="not in the network allowlist",
         why="not in this server's network allowlist",
         server_says="lovia-mcp sandbox: evil.example is not in the sandbox's network allowlist.",
@@ -211,8 +222,7 @@ def test_with_the_network_off_a_proxy_aware_client_is_refused_by_a_deny_all_prox
     check_refused(
         seen,
         backend="bwrap",
-        kind="network_off",
-        target=f"127.0.0.1:{listener.port}",
+        refusal=EgressRefusal(kind="network_off", host="127.0.0.1", port=listener.port, why="off"),
         reason="the network is off for this server",
         why="this server has no network access",
         server_says="lovia-mcp sandbox: this server has no network access",
@@ -289,13 +299,13 @@ class Reported:
     """A reporter that keeps what it is told and wakes a waiter once ``last`` is among it."""
 
     def __init__(self, last: str) -> None:
-        self.seen: list[denials.Refused] = []
+        self.seen: list[EgressRefusal] = []
         self.last = last
         self.done = asyncio.Event()
 
-    def __call__(self, refused: denials.Refused) -> None:
-        self.seen.append(refused)
-        if refused.target == self.last:
+    def __call__(self, refusal: EgressRefusal) -> None:
+        self.seen.append(refusal)
+        if refusal.target == self.last:
             self.done.set()
 
 
@@ -321,7 +331,7 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
     box = WireSandbox(network=False)
 
     async def main() -> str:
-        denials.reporting(reported)
+        refusals.reporting(reported)
         env = {"PATH": os.environ.get("PATH", os.defpath)}
         port = netbridge.BRIDGE_PORT
         status = netbridge.route_closed(env)
@@ -342,7 +352,7 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
             os.close(status)
             os.close(seccomp_fd)
         # The listener is made once bwrap names the box; only then may the server try.
-        [ready] = denials.taken()
+        [ready] = refusals.taken()
         await ready
         [closed] = netbridge.boxes(reported)
         assert closed.refusing is not None
@@ -364,9 +374,7 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
         "this server has no network access (its sandbox has network=False). "
         "To reach a host, list it in Sandbox(network=[...])."
     )
-    assert [(r.kind, r.target, r.reason) for r in reported.seen] == [
-        ("network_off", "evil.example:443", "the network is off for this server")
-    ]
+    assert reported.seen == [EgressRefusal(kind="network_off", host="evil.example", port=443, why="off")]
 
 
 async def _ask(port: int, head: bytes) -> bytes:
@@ -444,8 +452,8 @@ def test_a_box_holding_more_connections_than_the_bound_gets_the_extra_ones_close
 
 
 # -- attribution (pure logic: which calls a refusal belongs to) -------------- #
-def _refused(host: str = "evil.example", port: int = 443) -> denials.Refused:
-    return denials.Refused("allowlist", host, port, "not in the network allowlist")
+def _refused(host: str = "evil.example", port: int = 443) -> EgressRefusal:
+    return EgressRefusal(kind="allowlist", host=host, port=port, why="host")
 
 
 def test_a_refusal_while_two_calls_are_in_flight_goes_to_both_marked_shared_and_a_later_one_to_the_one_left() -> None:
@@ -458,8 +466,8 @@ def test_a_refusal_while_two_calls_are_in_flight_goes_to_both_marked_shared_and_
     [first] = attribution.end(1)
     attribution(_refused("after.example", 80))
     second = attribution.end(2)
-    assert (first.target, first.count, first.shared) == ("evil.example:443", 2, True)
-    assert [(d.target, d.count, d.shared) for d in second] == [
+    assert (first.refusal.target, first.count, first.shared) == ("evil.example:443", 2, True)
+    assert [(d.refusal.target, d.count, d.shared) for d in second] == [
         ("evil.example:443", 2, True),
         ("after.example:80", 1, False),
     ]
@@ -477,14 +485,14 @@ def test_calls_wait_for_the_helpers_a_launch_started_and_give_up_on_one_that_nev
         attribution.launching()
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
-        denials.expect(ready)
+        refusals.expect(ready)
         attribution.adopt()
         waiting = len(attribution.starting)
         loop.call_soon(ready.set_result, None)
         await attribution.settled()
         after = len(attribution.starting)  # a ready helper holds no call
         never: asyncio.Future[None] = loop.create_future()
-        denials.expect(never)
+        refusals.expect(never)
         attribution.adopt()
         monkeypatch.setattr(session_denials, "HELPER_WAIT", 0.01)
         await asyncio.gather(attribution.settled(), attribution.settled())  # two calls, one wait
@@ -507,22 +515,23 @@ def test_a_call_lists_at_most_max_distinct_denials_and_still_counts_repeats_of_t
 
 
 # -- what the model, a gateway client and the metrics get ------------------ #
-def _result(*entries: dict[str, Any]) -> MCPToolResult:
-    return MCPToolResult(content=[], meta={DENIED_META: list(entries)})
+def _result(*denied: Denied) -> MCPToolResult:
+    return MCPToolResult(content=[], meta={DENIED_META: [denial_meta(d) for d in denied]})
 
 
 def test_each_distinct_denial_is_one_plain_line_saying_why_and_whether_another_call_may_own_it() -> None:
+    inside = EgressRefusal(kind="internal_address", host="inside.test", port=80, why="loopback", address="127.0.0.1")
     result = _result(
-        {"kind": "allowlist", "target": "evil.example:443", "reason": "not in the network allowlist", "count": 1},
-        {"kind": "allowlist", "target": "api.x:8080", "reason": "port 8080 not in the network allowlist", "count": 3},
-        {
-            "kind": "internal_address",
-            "target": "inside.test:80",
-            "reason": "resolves to 127.0.0.1, a loopback address",
-            "count": 1,
-            "shared": True,
-        },
+        Denied(refusal=_refused()),
+        Denied(refusal=EgressRefusal(kind="allowlist", host="api.x", port=8080, why="port"), count=3),
+        Denied(refusal=inside, shared=True),
     )
+    assert result.meta is not None
+    assert [(e["target"], e["reason"]) for e in result.meta[DENIED_META]] == [
+        ("evil.example:443", "not in the network allowlist"),
+        ("api.x:8080", "port 8080 not in the network allowlist"),
+        ("inside.test:80", "resolves to 127.0.0.1, a loopback address"),
+    ]
     assert default_renderer(result, None).splitlines()[-3:] == [  # type: ignore[arg-type]
         "[sandbox] blocked a connection to evil.example:443 (not in this server's network allowlist)",
         "[sandbox] blocked a connection to api.x:8080 (port 8080 not in this server's network allowlist), 3 times",
@@ -532,8 +541,18 @@ def test_each_distinct_denial_is_one_plain_line_saying_why_and_whether_another_c
 
 
 def test_the_gateway_gives_its_client_the_lines_and_the_meta_and_counts_denials_by_server_tool_and_kind() -> None:
-    entry = {"kind": "network_off", "target": "evil.example:443", "reason": "off", "count": 2, "shared": False}
-    body = result_json(_result(entry))
+    off = EgressRefusal(kind="network_off", host="evil.example", port=443, why="off")
+    entry = {
+        "kind": "network_off",
+        "target": "evil.example:443",
+        "reason": "the network is off for this server",
+        "count": 2,
+        "shared": False,
+        "host": "evil.example",
+        "port": 443,
+        "why": "off",
+    }
+    body = result_json(_result(Denied(refusal=off, count=2)))
     assert body["_meta"] == {DENIED_META: [entry]}
     assert body["content"][-1] == {
         "type": "text",

@@ -17,19 +17,26 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from helpers import LocalHTTP, bounded, exchange
 from lovia_mcp_worker.sandbox.egress import netproxy, netroute
 from lovia_mcp_worker.sandbox.egress.netrequest import (
+    Address,
     Allowlist,
     BadEntry,
     as_address,
-    internal_reason,
     parse_head,
     parse_rule,
 )
+from lovia_mcp_worker.wire.refusals import EgressRefusal, words
+
+
+def internal(address: Address) -> EgressRefusal | None:
+    """The refusal of a name allowed on every port that resolves to ``address`` (None: it passes)."""
+    return Allowlist(["x.test"]).screen("x.test", address, 80)
+
 
 # --- the address check (pure) ------------------------------------------------
 
@@ -83,10 +90,12 @@ from lovia_mcp_worker.sandbox.egress.netrequest import (
 )
 @pytest.mark.unit
 def test_an_internal_address_in_any_form_is_named_by_its_kind(address: str, kind: str) -> None:
-    reason = internal_reason(ipaddress.ip_address(address))
+    refusal = internal(ipaddress.ip_address(address))
 
-    assert reason is not None and kind in reason, reason
-    assert reason.startswith(f"{ipaddress.ip_address(address)}, ")
+    assert refusal is not None and refusal.why == kind.split(" ")[0], refusal
+    reason = words(refusal, "reason")
+    assert kind in reason, reason
+    assert reason.startswith(f"resolves to {ipaddress.ip_address(address)}, ")
 
 
 @pytest.mark.parametrize(
@@ -110,7 +119,7 @@ def test_an_internal_address_in_any_form_is_named_by_its_kind(address: str, kind
 )
 @pytest.mark.unit
 def test_an_address_on_the_internet_passes(address: str) -> None:
-    assert internal_reason(ipaddress.ip_address(address)) is None
+    assert internal(ipaddress.ip_address(address)) is None
 
 
 LOOPBACK_SPELLINGS = [
@@ -157,7 +166,7 @@ def test_the_unspecified_address_which_linux_connects_to_the_loopback_is_refused
 
     assert Allowlist(["*.allowed-api.test", "127.0.0.1"]).refuses(host, 80) is not None
     address = as_address(host)
-    assert address is not None and internal_reason(address) is not None
+    assert address is not None and internal(address) is not None
 
 
 @pytest.mark.unit
@@ -174,12 +183,14 @@ def test_an_allowed_name_that_resolves_inward_is_refused_naming_the_address_and_
         ("fd12::1", "a private address"),
         ("::ffff:192.168.0.1", "a private address (192.168.0.1) in IPv6 form"),
     ]:
-        denial = rules.screen(name, ipaddress.ip_address(address), 443)
-        assert denial is not None
-        assert denial.reason == f"resolves to {address if '::ffff' not in address else '::ffff:c0a8:1'}, {kind}"
+        refusal = rules.screen(name, ipaddress.ip_address(address), 443)
+        assert refusal is not None and (refusal.kind, refusal.host, refusal.port) == ("internal_address", name, 443)
+        shown = str(ipaddress.ip_address(address))
+        assert words(refusal, "reason") == f"resolves to {shown}, {kind}"
         listed = address.removeprefix("::ffff:")
-        assert f"lovia-mcp sandbox: {name} resolves to " in denial.text
-        assert f"add '{listed}'" in denial.text and "Sandbox(network=[...])" in denial.text
+        text = words(refusal, "client")
+        assert f"lovia-mcp sandbox: {name} resolves to {shown}, {kind}, which" in text
+        assert f"add '{listed}'" in text and "Sandbox(network=[...])" in text
     assert rules.screen(name, ipaddress.ip_address("93.184.216.34"), 443) is None
 
 
@@ -219,13 +230,15 @@ def test_a_name_entry_with_a_port_allows_that_port_only_and_says_so() -> None:
     assert rules.refuses("db.internal", 5432) is None
     assert rules.refuses("x.allowed-api.test", 443) is None
     assert rules.refuses("any.test", 1) is None and rules.refuses("any.test", 65535) is None
-    denial = rules.refuses("db.internal", 22)
-    assert denial is not None and denial.reason == "port 22 not in the network allowlist"
-    assert "add 'db.internal:22'" in denial.text
+    refusal = rules.refuses("db.internal", 22)
+    assert refusal == EgressRefusal(kind="allowlist", host="db.internal", port=22, why="port")
+    assert words(refusal, "reason") == "port 22 not in the network allowlist"
+    assert "add 'db.internal:22'" in words(refusal, "client")
     other = rules.refuses("x.allowed-api.test", 80)
-    assert other is not None and other.reason == "port 80 not in the network allowlist"
+    assert other is not None and words(other, "reason") == "port 80 not in the network allowlist"
     unknown = rules.refuses("elsewhere.test", 443)
-    assert unknown is not None and unknown.reason == "not in the network allowlist"
+    assert unknown == EgressRefusal(kind="allowlist", host="elsewhere.test", port=443, why="host")
+    assert words(unknown, "reason") == "not in the network allowlist"
 
 
 @pytest.mark.parametrize(
@@ -319,10 +332,26 @@ def Listener(host: str = "127.0.0.1", port: int = 0) -> LocalHTTP:  # noqa: N802
     return LocalHTTP(host, port, answer=lambda _: f"hello from {host}")
 
 
+class Decided(NamedTuple):
+    """One call of the proxy's ``on_decision``."""
+
+    host: str
+    port: int
+    refusal: EgressRefusal | None
+
+    @property
+    def allowed(self) -> bool:
+        return self.refusal is None
+
+
 @asynccontextmanager
-async def proxy_for(sock_path: str, allowed: Sequence[str]) -> AsyncIterator[list[netproxy.Decision]]:
-    decisions: list[netproxy.Decision] = []
-    async with await netproxy.start(allowed, sock_path, on_decision=decisions.append):
+async def proxy_for(sock_path: str, allowed: Sequence[str]) -> AsyncIterator[list[Decided]]:
+    decisions: list[Decided] = []
+
+    def decided(host: str, port: int, refusal: EgressRefusal | None) -> None:
+        decisions.append(Decided(host, port, refusal))
+
+    async with await netproxy.start(allowed, sock_path, on_decision=decided):
         yield decisions
 
 
@@ -356,9 +385,14 @@ def test_a_name_under_an_allowed_wildcard_mapped_to_the_loopback_is_refused_unti
                         f"'127.0.0.1:{service.port}', or a range holding it) to Sandbox(network=[...]).\n"
                     )
                 assert service.accepted == 0
-                assert [(d.host, d.allowed, d.reason) for d in decisions] == [
-                    ("inside.allowed-api.test", False, "resolves to 127.0.0.1, a loopback address")
-                ] * 2
+                refusal = EgressRefusal(
+                    kind="internal_address",
+                    host="inside.allowed-api.test",
+                    port=service.port,
+                    why="loopback",
+                    address="127.0.0.1",
+                )
+                assert [(d.host, d.refusal) for d in decisions] == [("inside.allowed-api.test", refusal)] * 2
 
             for listed in ("127.0.0.1", "127.0.0.0/8", f"127.0.0.1:{service.port}"):
                 async with proxy_for(sock_path, ["*.allowed-api.test", listed]) as decisions:

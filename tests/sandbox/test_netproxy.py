@@ -26,6 +26,7 @@ from helpers import PY, LocalHTTP, LocalUpstream, LoopbackServer, bounded, excha
 from lovia_mcp_worker.sandbox.egress import netbridge, netproxy
 from lovia_mcp_worker.sandbox.egress.netproxy import host_allowed
 from lovia_mcp_worker.sandbox.egress.netrequest import BadUpstream, Upstream, parse_upstream
+from lovia_mcp_worker.wire.refusals import EgressRefusal
 
 Decision = tuple[str, int, bool]
 
@@ -47,7 +48,7 @@ async def proxied(
     decisions: list[Decision] = []
     async with LocalHTTP() as upstream:
         proxy = await netproxy.start(
-            allowed, sock_path, on_decision=lambda d: decisions.append((d.host, d.port, d.allowed))
+            allowed, sock_path, on_decision=lambda host, port, refused: decisions.append((host, port, refused is None))
         )
         try:
             yield proxy, upstream, decisions
@@ -247,7 +248,7 @@ async def through_upstream(
         proxy = await netproxy.start(
             allowed,
             sock_path,
-            on_decision=lambda d: decisions.append((d.host, d.port, d.allowed)),
+            on_decision=lambda host, port, refused: decisions.append((host, port, refused is None)),
             upstream=parse_upstream(url or upstream.url, no_proxy),
         )
         try:
@@ -582,7 +583,7 @@ async def kept_alive(sock_path: str) -> AsyncIterator[tuple[KeptAlive, list[Deci
     decisions: list[Decision] = []
     async with KeptAlive() as upstream:
         proxy = await netproxy.start(
-            LOCAL, sock_path, on_decision=lambda d: decisions.append((d.host, d.port, d.allowed))
+            LOCAL, sock_path, on_decision=lambda host, port, refused: decisions.append((host, port, refused is None))
         )
         try:
             yield upstream, decisions
@@ -859,7 +860,7 @@ def test_a_client_that_never_finishes_its_request_head_gets_a_408(
 
 @pytest.mark.unit
 def test_an_on_decision_hook_that_raises_is_reported_and_the_request_still_served(sock_path: str) -> None:
-    def hook(decision: netproxy.Decision) -> None:
+    def hook(host: str, port: int, refusal: EgressRefusal | None) -> None:
         raise RuntimeError("logging is broken")
 
     async def main() -> None:

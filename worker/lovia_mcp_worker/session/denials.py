@@ -5,7 +5,7 @@ listener of a box with the network off), far from the call that caused them;
 only the host knows which calls were on the server then. The host launches
 every generation under one :class:`Attribution` (:meth:`Attribution.launching`)
 and brackets each call that reaches a server with :meth:`~Attribution.begin`
-and :meth:`~Attribution.end`; each refusal (:class:`~..sandbox.denials.Refused`)
+and :meth:`~Attribution.end`; each refusal (:class:`~..wire.refusals.EgressRefusal`)
 goes to every call in flight at that moment. With more than one in flight,
 each of them gets it marked ``shared``: the worker cannot tell which call's
 request it was (one server, one proxy).
@@ -27,8 +27,9 @@ import sys
 from collections.abc import Callable
 from typing import Final
 
-from ..sandbox.egress import denials
+from ..sandbox.egress import refusals
 from ..wire.messages import Denied
+from ..wire.refusals import EgressRefusal
 
 # Bound on a call's wait for a helper the sandbox set up beside the server
 # (the deny-all listener: made about a millisecond after bwrap has made the
@@ -42,8 +43,6 @@ HELPER_WAIT: Final = 2.0
 # rest are counted in stats() and logged.
 MAX_DISTINCT: Final = 20
 
-_Key = tuple[str, str, str]
-
 
 class Attribution:
     """The refusals of one host's servers, attributed to its calls in flight; the host's reporter."""
@@ -52,19 +51,19 @@ class Attribution:
         self._log = log
         # Readiness of the helpers the sandbox started beside a server, not yet ready.
         self.starting: list[asyncio.Future[None]] = []
-        # Per call in flight: each distinct refusal (kind, target, reason) -> [count, shared];
+        # Per call in flight: each distinct refusal -> [count, shared];
         # None until the call's first (most calls have none: no dict per call).
-        self._open: dict[int, dict[_Key, list[int]] | None] = {}
+        self._open: dict[int, dict[EgressRefusal, list[int]] | None] = {}
         self.total = 0
         """Refusals over the host's life, attributed or not."""
 
     def launching(self) -> None:
         """Launches made from the caller's task on report here (call at the top of a generation's task)."""
-        denials.reporting(self)
+        refusals.reporting(self)
 
     def adopt(self) -> None:
         """Take the helpers the calling task's launches started: calls wait for them (:meth:`settled`)."""
-        for ready in denials.taken():
+        for ready in refusals.taken():
             if not ready.done():
                 self.starting.append(ready)
                 ready.add_done_callback(self._ready)
@@ -88,22 +87,21 @@ class Attribution:
                     "what the server tries before then is refused unseen",
                 )
 
-    def __call__(self, refused: denials.Refused) -> None:
+    def __call__(self, refusal: EgressRefusal) -> None:
         self.total += 1
         calls = self._open
         if not calls:
             return
-        key = (refused.kind, refused.target, refused.reason)
         shared = len(calls) > 1
         for rid, seen in calls.items():
             if seen is None:
                 seen = calls[rid] = {}
-            entry = seen.get(key)
+            entry = seen.get(refusal)
             if entry is not None:
                 entry[0] += 1
                 entry[1] |= shared
             elif len(seen) < MAX_DISTINCT:
-                seen[key] = [1, shared]
+                seen[refusal] = [1, shared]
 
     def begin(self, rid: int) -> None:
         """Call ``rid`` has reached its server: refusals from now on are (also) its own."""
@@ -114,10 +112,7 @@ class Attribution:
         seen = self._open.pop(rid, None)
         if not seen:
             return []
-        return [
-            Denied(kind=kind, target=target, reason=reason, count=count, shared=bool(shared))
-            for (kind, target, reason), (count, shared) in seen.items()
-        ]
+        return [Denied(refusal=refusal, count=count, shared=bool(shared)) for refusal, (count, shared) in seen.items()]
 
     async def aclose(self) -> None:
         """Stop the proxies and deny-all listeners set up for this host (its connection closed); bounded."""

@@ -7,6 +7,8 @@
 - ``confinement``: what a server is launched under (``Limits``, ``Sandbox``);
 - ``framing``: the length-framed socket, read the same way on both sides;
 - ``failures``: every way a server can fail, as the caller is told it;
+- ``refusals``: what the sandbox's egress refused, as data (``EgressRefusal``),
+  and the one function that words it for the client, the log and the model;
 - ``environment``: the variables a server gets by default (trust paths and
   proxies without credentials included), and the hint its stderr calls for;
 - ``hostport``: ``host:port``, read and written by one set of rules (an

@@ -29,6 +29,7 @@ import msgspec
 
 from .confinement import Limits, Sandbox
 from .mcpjson import ContentBlock, ToolSpec
+from .refusals import EgressRefusal
 from .sealed import Sealed
 
 # The wire protocol's version: the agent sends it with Open and a worker that
@@ -65,19 +66,16 @@ from .sealed import Sealed
 # to the request it came during; Opened.capabilities the server's.
 # 17: ServerRequest / ServerReply: a server's own request (sampling,
 # elicitation, roots) to the agent, attributed like a notification, and its answer.
-PROTOCOL_VERSION: Final = 17
+# 18: Denied.refusal: a sandbox denial crosses as facts (kind, host, port,
+# why; :mod:`.refusals`), which each side words with one function, not as the
+# worker's prose (Denied's target and reason are gone).
+PROTOCOL_VERSION: Final = 18
 
 # A frame header: the body length, little-endian unsigned 32-bit.
 HEADER: Final = struct.Struct("<I")
 # On a worker's status socket from the forkserver (lovia_mcp_worker.forkserver.server):
 # its pid, then its exit code (negative: the signal); a pid_t fits.
 FORKSERVER_STATUS: Final = struct.Struct("q")
-
-# What a sandbox denial (Denied.kind) refused, a closed set (the gateway's
-# metrics label by it): a destination the network allowlist does not name
-# (or a port it does not allow); an allowed name that resolves to an
-# internal address nobody listed; any destination, with the network off.
-DENIAL_KINDS: Final = ("allowlist", "internal_address", "network_off")
 
 # MCP protocol revisions lovia-mcp speaks, newest first: those reached by the
 # initialize handshake, and the stateless ones (no initialize; a per-request
@@ -388,16 +386,12 @@ class ToolsChanged(msgspec.Struct, frozen=True, tag=True):
 class Denied(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One distinct refusal by the sandbox during a call (:mod:`..session.denials` attributes it).
 
-    ``kind``: one of :data:`DENIAL_KINDS`; ``target``: what was refused
-    (``host:port``); ``reason``: why, in a few words (``not in the network
-    allowlist``, ``resolves to 127.0.0.1, a loopback address``); ``count``:
-    how often during the call; ``shared``: other calls were in flight on the
-    server then, so it may have come from one of them.
+    ``refusal``: what was refused and why (:func:`.refusals.words` says it);
+    ``count``: how often during the call; ``shared``: other calls were in
+    flight on the server then, so it may have come from one of them.
     """
 
-    kind: str
-    target: str
-    reason: str
+    refusal: EgressRefusal
     count: int = 1
     shared: bool = False
 
@@ -629,7 +623,6 @@ __all__ = [
     "Cancel",
     "Close",
     "Closed",
-    "DENIAL_KINDS",
     "Denied",
     "Ended",
     "Failure",

@@ -8,8 +8,10 @@
 - ``netbridge``: the command lines of the forwarder inside a box, the proxy
   variables, and the deny-all route of a box with the network off;
   ``_netbridge``: that forwarder;
-- ``denials``: who hears of what the sandbox refuses (the session host,
-  which attributes it to the calls in flight).
+- ``refusals``: who hears of what the sandbox refuses (the session host,
+  which attributes it to the calls in flight). A refusal itself, and its
+  words, are the wire's (:mod:`lovia_mcp_worker.wire.refusals`): the agent
+  reads them too.
 """
 
 __all__: list[str] = []

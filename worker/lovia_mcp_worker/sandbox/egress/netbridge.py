@@ -6,10 +6,10 @@ network off (bwrap), :func:`route_closed` gives the box a deny-all listener
 instead: a socket the worker makes inside the box's own network namespace
 (bwrap tells it the box's pid through ``--json-status-fd``) and serves from
 its own event loop. It answers every request with a 403 and reports its
-request line to the reporter the launch was made under (:mod:`.denials`);
+request line to the reporter the launch was made under (:mod:`.refusals`);
 it connects nowhere, so nothing in that box can reach anything of the
 worker's but that listener. The launching task expects its readiness
-(:func:`.denials.expect`), and the session host holds calls until then
+(:func:`.refusals.expect`), and the session host holds calls until then
 (about a millisecond after bwrap made the namespaces).
 
 Light on purpose: a box with the network off gets the deny-all listener on
@@ -46,8 +46,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from ...wire.refusals import EgressRefusal, words
 from .. import _namespaces
-from . import denials
+from . import refusals
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 
@@ -130,15 +131,15 @@ HELPER_WAIT: Final = 2.0
 # say), which would otherwise repeat at once and spin the worker's loop.
 ACCEPT_BACKOFF: Final = 0.1
 
-_REFUSAL: Final = (
-    b"lovia-mcp sandbox: this server has no network access (its sandbox has network=False). "
-    b"To reach a host, list it in Sandbox(network=[...]).\n"
-)
+# The one answer to every request, whatever it names (a malformed one too, which names
+# nothing): the words of a refusal with the network off, which name no destination.
+_OFF: Final = EgressRefusal(kind="network_off", host="", port=0, why="off")
+_REFUSAL: Final = (words(_OFF, "client") + "\n").encode()
 _ANSWER: Final = (
-    b"HTTP/1.1 403 Forbidden (the network is off for this server)\r\n"
-    b"Content-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_REFUSAL), _REFUSAL)
-)
+    f"HTTP/1.1 403 Forbidden ({words(_OFF, 'reason')})\r\n"
+    "Content-Type: text/plain; charset=utf-8\r\n"
+    f"Content-Length: {len(_REFUSAL)}\r\nConnection: close\r\n\r\n"
+).encode() + _REFUSAL
 
 # CAP_SYS_ADMIN's bit (linux/capability.h).
 _CAP_SYS_ADMIN: Final = 21
@@ -150,7 +151,7 @@ _CHILD_PID = re.compile(rb'"child-pid": (\d+)')
 _NET_NAMESPACE = re.compile(rb'"net-namespace": (\d+)')
 
 # The boxes with the network off, by reporter (a session host), until their bwrap ends.
-_boxes: dict[denials.Reporter | None, set[_ClosedBox]] = {}
+_boxes: dict[refusals.Reporter | None, set[_ClosedBox]] = {}
 
 
 def _has_sys_admin() -> bool:
@@ -178,14 +179,14 @@ def route_closed(env: dict[str, str], *, port: int = BRIDGE_PORT) -> int:
     it writes its child's pid there; the worker makes a listener on
     ``127.0.0.1:port`` in that child's network namespace (where the proxy
     variables point) and serves it from its own event loop: every request
-    gets a 403 and its request line is reported (:mod:`.denials`). The
+    gets a 403 and its request line is reported (:mod:`.refusals`). The
     listener is the only thing of the worker's in the box: it holds no
     route anywhere, so the box's only network stays its own loopback. It
     closes when bwrap ends (the pipe's end of file) or the reporter is
     released. Its readiness is expected by the launching task
-    (:func:`.denials.expect`).
+    (:func:`.refusals.expect`).
     """
-    report = denials.current()
+    report = refusals.current()
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
     read_end, write_end = os.pipe()
@@ -196,17 +197,17 @@ def route_closed(env: dict[str, str], *, port: int = BRIDGE_PORT) -> int:
         os.close(write_end)
         raise
     _boxes.setdefault(report, set()).add(box)
-    denials.expect(ready)
+    refusals.expect(ready)
     env.update(proxy_env(port))
     return write_end
 
 
-def boxes(report: denials.Reporter | None) -> list[_ClosedBox]:
+def boxes(report: refusals.Reporter | None) -> list[_ClosedBox]:
     """The boxes with the network off whose refusals go to ``report`` (for tests and diagnostics)."""
     return list(_boxes.get(report, ()))
 
 
-def release(report: denials.Reporter) -> None:
+def release(report: refusals.Reporter) -> None:
     """Close the deny-all listeners of ``report``'s boxes (its host has closed)."""
     for box in list(_boxes.get(report, ())):
         box.close()
@@ -296,7 +297,9 @@ def _listen_in(netns: int, port: int) -> socket.socket:
 class _ClosedBox:
     """One box with the network off: reads bwrap's status, then serves the deny-all listener until bwrap ends."""
 
-    def __init__(self, status_fd: int, report: denials.Reporter | None, port: int, ready: asyncio.Future[None]) -> None:
+    def __init__(
+        self, status_fd: int, report: refusals.Reporter | None, port: int, ready: asyncio.Future[None]
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         self._status = status_fd
         self._report = report
@@ -383,7 +386,7 @@ class Refusing:
     as the proxy parses a request.
     """
 
-    def __init__(self, listener: socket.socket, report: denials.Reporter | None) -> None:
+    def __init__(self, listener: socket.socket, report: refusals.Reporter | None) -> None:
         self._loop = asyncio.get_running_loop()
         self._listener = listener
         self._report = report
@@ -458,17 +461,16 @@ class Refusing:
         if len(line) > REPORT_LINE_MAX:
             return
         # Imported here: only a box that asked for something pays the parser's import.
-        from .netrequest import Refusal, parse_head
+        from .netrequest import Answer, parse_head
 
         try:
             request = parse_head([line])
-        except Refusal:
+        except Answer:
             return
-        reason = "the network is off for this server"
-        refused = denials.Refused("network_off", request.host, request.port, reason)
-        logger.warning("sandbox refused %s (%s)", refused.target, reason)
+        refusal = EgressRefusal(kind="network_off", host=request.host, port=request.port, why="off")
+        logger.warning("%s", words(refusal, "log"))
         if self._report is not None:
-            self._report(refused)
+            self._report(refusal)
 
     def close(self) -> None:
         if self._closed:

@@ -83,17 +83,16 @@ import os
 import socket
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from ...wire.hostport import hostport
+from ...wire.refusals import EgressRefusal, words
 from .netrequest import (
     CHUNKED,
     MAX_HEAD,
     Address,
     Allowlist,
-    Denial,
-    Refusal,
+    Answer,
     Request,
     Upstream,
     as_address,
@@ -137,23 +136,10 @@ _REASONS: Final = {
 }
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What the proxy decided on one request: ``reason`` and ``kind`` say why a refused one was refused.
-
-    ``kind`` is the :class:`~.netrequest.Denial`'s (``allowlist``, ``internal_address``); "" when allowed.
-    """
-
-    host: str
-    port: int
-    allowed: bool
-    reason: str = ""
-    kind: str = ""
-
-
-OnDecision = Callable[[Decision], None]
-"""``on_decision(decision)``: called once per request that gets as far as a decision (logging, and
-attributing refusals to the calls in flight); called before the client is answered."""
+OnDecision = Callable[[str, int, EgressRefusal | None], None]
+"""``on_decision(host, port, refusal)``: called once per request that gets as far as a decision, with
+the destination it names and why it was refused (None: allowed), for logging and for attributing
+refusals to the calls in flight; called before the client is answered."""
 
 
 class Traffic:
@@ -240,14 +226,13 @@ class Proxy:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _decide(self, request: Request, denial: Denial | None) -> None:
-        if denial is not None:
+    def _decide(self, request: Request, refusal: EgressRefusal | None) -> None:
+        if refusal is not None:
             self.denied += 1
         if self._on_decision is None:
             return
-        reason, kind = ("", "") if denial is None else (denial.reason, denial.kind)
         try:
-            self._on_decision(Decision(request.host, request.port, denial is None, reason, kind))
+            self._on_decision(request.host, request.port, refusal)
         except Exception as e:  # noqa: BLE001 - a logging hook must not break the proxy
             asyncio.get_running_loop().call_exception_handler(
                 {"message": "netproxy: the on_decision callback raised", "exception": e}
@@ -264,11 +249,11 @@ class Proxy:
                     return
                 request = parse_head(lines)
             except TimeoutError:
-                raise Refusal(408, "lovia-mcp sandbox proxy: the request head did not arrive in time.") from None
-            denial = self.allowlist.refuses(request.host, request.port)
-            if denial is not None:
-                self._decide(request, denial)
-                raise Refusal(403, denial.text, denial.reason)
+                raise Answer(408, "lovia-mcp sandbox proxy: the request head did not arrive in time.") from None
+            refusal = self.allowlist.refuses(request.host, request.port)
+            if refusal is not None:
+                self._decide(request, refusal)
+                raise _forbidden(refusal)
             where = hostport(request.host, request.port)
             # One bound on resolving and connecting together.
             deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT
@@ -293,8 +278,8 @@ class Proxy:
                 traffic.bytes += len(head)
                 upstream.write(head)
                 await _relay(reader, writer, up_reader, upstream, traffic, body=request.body)
-        except Refusal as refusal:
-            await _refuse(reader, writer, refusal.status, refusal.text, refusal.reason)
+        except Answer as answer:
+            await _refuse(reader, writer, answer.status, answer.text, answer.reason)
         except asyncio.CancelledError:
             aborted = True
             raise
@@ -311,23 +296,23 @@ class Proxy:
     async def _direct(
         self, request: Request, where: str, deadline: float
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to ``request``'s host, resolved here and checked address by address; a :class:`Refusal`."""
+        """A connection to ``request``'s host, resolved here and checked address by address; an :class:`Answer`."""
         try:
             async with asyncio.timeout_at(deadline):
-                targets, denial = await self._targets(request)
+                targets, refusal = await self._targets(request)
         except OSError as e:  # TimeoutError included
             self._decide(request, None)  # the name was allowed; resolving it failed
             raise _unreachable(where, e) from None
-        self._decide(request, denial)
-        if denial is not None:
-            raise Refusal(403, denial.text, denial.reason)
+        self._decide(request, refusal)
+        if refusal is not None:
+            raise _forbidden(refusal)
         try:
             async with asyncio.timeout_at(deadline):
                 return await _connect(targets, request.port)
         except OSError as e:
             raise _unreachable(where, e) from None
 
-    async def _targets(self, request: Request) -> tuple[list[Address], Denial | None]:
+    async def _targets(self, request: Request) -> tuple[list[Address], EgressRefusal | None]:
         """The checked addresses to try for ``request``, in order, or why there are none.
 
         A listed address is its own target. A name is resolved here, once;
@@ -338,21 +323,25 @@ class Proxy:
             return [destination(address)], None
         infos = await asyncio.get_running_loop().getaddrinfo(request.host, request.port, type=socket.SOCK_STREAM)
         targets: list[Address] = []
-        first: Denial | None = None
+        first: EgressRefusal | None = None
         for _family, _type, _proto, _name, sockaddr in infos:
             found = ipaddress.ip_address(sockaddr[0])
-            denial = self.allowlist.screen(request.host, found, request.port)
-            if denial is not None:
-                first = first or denial
+            refusal = self.allowlist.screen(request.host, found, request.port)
+            if refusal is not None:
+                first = first or refusal
             elif destination(found) not in targets:
                 targets.append(destination(found))
         return targets, None if targets else first
 
 
-def _unreachable(where: str, error: OSError) -> Refusal:
+def _forbidden(refusal: EgressRefusal) -> Answer:
+    return Answer(403, words(refusal, "client"), words(refusal, "reason"))
+
+
+def _unreachable(where: str, error: OSError) -> Answer:
     if isinstance(error, TimeoutError):
-        return Refusal(504, f"lovia-mcp sandbox proxy: connecting to {where} timed out.")
-    return Refusal(502, f"lovia-mcp sandbox proxy: cannot connect to {where}: {error.strerror or error}.")
+        return Answer(504, f"lovia-mcp sandbox proxy: connecting to {where} timed out.")
+    return Answer(502, f"lovia-mcp sandbox proxy: cannot connect to {where}: {error.strerror or error}.")
 
 
 async def _connect(targets: list[Address], port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -375,14 +364,14 @@ async def _connect(targets: list[Address], port: int) -> tuple[asyncio.StreamRea
 async def _tunnel(
     via: Upstream, request: Request, where: str, deadline: float
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A tunnel to ``request``'s host and port through the upstream proxy ``via``; a :class:`Refusal` if none."""
+    """A tunnel to ``request``'s host and port through the upstream proxy ``via``; an :class:`Answer` if none."""
     try:
         async with asyncio.timeout_at(deadline):
             reader, writer = await asyncio.open_connection(via.host, via.port, limit=_CHUNK)
     except OSError as e:  # TimeoutError included
         if isinstance(e, TimeoutError):
-            raise Refusal(504, f"lovia-mcp sandbox proxy: connecting to the upstream proxy {via} timed out.") from None
-        raise Refusal(
+            raise Answer(504, f"lovia-mcp sandbox proxy: connecting to the upstream proxy {via} timed out.") from None
+        raise Answer(
             502, f"lovia-mcp sandbox proxy: cannot connect to the upstream proxy {via}: {e.strerror or e}."
         ) from None
     lines: list[bytes] | None = None
@@ -392,10 +381,10 @@ async def _tunnel(
             lines = await read_head(reader)
     except TimeoutError:
         writer.transport.abort()
-        raise Refusal(
+        raise Answer(
             504, f"lovia-mcp sandbox proxy: the upstream proxy {via} did not answer for {where} in time."
         ) from None
-    except (OSError, Refusal):  # a reset, or an answer head over the bound
+    except (OSError, Answer):  # a reset, or an answer head over the bound
         lines = None
     except BaseException:
         writer.transport.abort()
@@ -405,7 +394,7 @@ async def _tunnel(
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].startswith("2"):
         writer.transport.abort()
         said = "".join(c for c in status[:200] if " " <= c <= "~") or "no answer"
-        raise Refusal(502, f"lovia-mcp sandbox proxy: the upstream proxy {via} refused {where}: {said}.", said[:80])
+        raise Answer(502, f"lovia-mcp sandbox proxy: the upstream proxy {via} refused {where}: {said}.", said[:80])
     return reader, writer
 
 
@@ -573,7 +562,7 @@ async def start(
     ``allowed`` holds host names and ``*.domain`` wildcards, addresses and
     ranges, each optionally with a port (:class:`~.netrequest.Allowlist`); a
     malformed entry raises ValueError (with a hint) before anything is bound.
-    ``on_decision(decision)`` is called once per request decided. The
+    ``on_decision(host, port, refusal)`` is called once per request decided. The
     path must be short (a unix socket path has at most 107 bytes on Linux) and
     its directory private to the worker; a stale socket there is replaced.
     ``upstream``: reach allowed names through that proxy.
@@ -604,7 +593,6 @@ __all__ = [
     "HEAD_TIMEOUT",
     "LINGER_TIMEOUT",
     "MAX_HEAD",
-    "Decision",
     "OnDecision",
     "Proxy",
     "Traffic",

@@ -18,6 +18,7 @@ from typing import Final, TypeAlias
 from urllib.parse import unquote, urlsplit
 
 from ...wire.hostport import BadHostPort, hostport, parse_hostport
+from ...wire.refusals import EgressRefusal, Why
 
 # Bound on a request head (request line and headers). Real clients send a
 # few hundred bytes to a proxy; 16 KiB leaves room for long URLs and cookies
@@ -46,68 +47,57 @@ Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 # the host's own services and the networks behind it, never the internet.
 # Most specific first (the first match names the kind). Kept per family:
 # ``in`` compares integers, so a v4 address must never meet a v6 range.
-_INTERNAL_V4: Final = tuple(
-    (ipaddress.IPv4Network(net), kind)
-    for net, kind in (
-        ("0.0.0.0/8", "unspecified"),  # "this network": a connect to 0.0.0.0 reaches the loopback
-        ("10.0.0.0/8", "private"),
-        ("100.64.0.0/10", "private"),  # carrier-grade NAT (RFC 6598)
-        ("127.0.0.0/8", "loopback"),
-        ("169.254.0.0/16", "link-local"),  # cloud metadata services live here
-        ("172.16.0.0/12", "private"),
-        ("192.0.0.0/24", "reserved"),  # IETF protocol assignments
-        ("192.0.2.0/24", "reserved"),  # documentation
-        ("192.88.99.0/24", "reserved"),  # 6to4 relays (deprecated)
-        ("192.168.0.0/16", "private"),
-        ("198.18.0.0/15", "reserved"),  # benchmarking; also proxies' "fake IP" DNS ranges
-        ("198.51.100.0/24", "reserved"),  # documentation
-        ("203.0.113.0/24", "reserved"),  # documentation
-        ("224.0.0.0/4", "multicast"),
-        ("255.255.255.255/32", "broadcast"),
-        ("240.0.0.0/4", "reserved"),
-    )
+_RANGES_V4: Final[tuple[tuple[str, Why], ...]] = (
+    ("0.0.0.0/8", "unspecified"),  # "this network": a connect to 0.0.0.0 reaches the loopback
+    ("10.0.0.0/8", "private"),
+    ("100.64.0.0/10", "private"),  # carrier-grade NAT (RFC 6598)
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),  # cloud metadata services live here
+    ("172.16.0.0/12", "private"),
+    ("192.0.0.0/24", "reserved"),  # IETF protocol assignments
+    ("192.0.2.0/24", "reserved"),  # documentation
+    ("192.88.99.0/24", "reserved"),  # 6to4 relays (deprecated)
+    ("192.168.0.0/16", "private"),
+    ("198.18.0.0/15", "reserved"),  # benchmarking; also proxies' "fake IP" DNS ranges
+    ("198.51.100.0/24", "reserved"),  # documentation
+    ("203.0.113.0/24", "reserved"),  # documentation
+    ("224.0.0.0/4", "multicast"),
+    ("255.255.255.255/32", "broadcast"),
+    ("240.0.0.0/4", "reserved"),
 )
-_INTERNAL_V6: Final = tuple(
-    (ipaddress.IPv6Network(net), kind)
-    for net, kind in (
-        ("::/128", "unspecified"),
-        ("::1/128", "loopback"),
-        ("64:ff9b:1::/48", "private"),  # local-use NAT64 (RFC 8215)
-        ("100::/64", "reserved"),  # discard-only
-        ("2001::/23", "reserved"),  # IETF protocol assignments (Teredo, benchmarking, ORCHID)
-        ("2001:db8::/32", "reserved"),  # documentation
-        ("3fff::/20", "reserved"),  # documentation
-        ("fc00::/7", "private"),  # unique local (AWS's metadata service is fd00:ec2::254)
-        ("fe80::/10", "link-local"),
-        ("fec0::/10", "private"),  # site-local (deprecated)
-        ("ff00::/8", "multicast"),
-    )
+_INTERNAL_V4: Final = tuple((ipaddress.IPv4Network(net), kind) for net, kind in _RANGES_V4)
+_RANGES_V6: Final[tuple[tuple[str, Why], ...]] = (
+    ("::/128", "unspecified"),
+    ("::1/128", "loopback"),
+    ("64:ff9b:1::/48", "private"),  # local-use NAT64 (RFC 8215)
+    ("100::/64", "reserved"),  # discard-only
+    ("2001::/23", "reserved"),  # IETF protocol assignments (Teredo, benchmarking, ORCHID)
+    ("2001:db8::/32", "reserved"),  # documentation
+    ("3fff::/20", "reserved"),  # documentation
+    ("fc00::/7", "private"),  # unique local (AWS's metadata service is fd00:ec2::254)
+    ("fe80::/10", "link-local"),
+    ("fec0::/10", "private"),  # site-local (deprecated)
+    ("ff00::/8", "multicast"),
 )
+_INTERNAL_V6: Final = tuple((ipaddress.IPv6Network(net), kind) for net, kind in _RANGES_V6)
 # Global unicast: an IPv6 address outside it, and in none of the ranges above
 # or the embeddings below, is unassigned or reserved.
 _GLOBAL_V6: Final = ipaddress.IPv6Network("2000::/3")
 _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
 _TRANSLATED: Final = ipaddress.IPv6Network("::ffff:0:0:0/96")  # SIIT (RFC 2765)
 _COMPATIBLE: Final = ipaddress.IPv6Network("::/96")  # deprecated IPv4-compatible form
-_NOTES: Final = {
-    ipaddress.ip_address("169.254.169.254"): "the cloud metadata service",
-    ipaddress.ip_address("fd00:ec2::254"): "the cloud metadata service",
-}
 
 
-def _v4_kind(address: ipaddress.IPv4Address) -> str | None:
+def _v4_kind(address: ipaddress.IPv4Address) -> Why | None:
     for net, kind in _INTERNAL_V4:
         if address in net:
             return kind
     return None
 
 
-def _a(kind: str) -> str:
-    return ("an " if kind[0] in "aeiou" else "a ") + kind
-
-
-def internal_reason(address: Address) -> str | None:
-    """Why ``address`` is not the internet (``"127.0.0.1, a loopback address"``), or None if it is.
+def internal(address: Address) -> tuple[Why, ipaddress.IPv4Address | None] | None:
+    """The kind of internal address ``address`` is (``loopback``...) and the IPv4 address it was judged
+    by, if it carries one; None if it is on the internet.
 
     IPv6 forms that carry an IPv4 address (mapped ``::ffff:127.0.0.1``,
     compatible, SIIT, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``) are judged
@@ -116,14 +106,10 @@ def internal_reason(address: Address) -> str | None:
     """
     if isinstance(address, ipaddress.IPv4Address):
         kind = _v4_kind(address)
-        if kind is None:
-            return None
-        note = _NOTES.get(address)
-        return f"{address}, {_a(kind)} address" + (f": {note}" if note else "")
+        return None if kind is None else (kind, None)
     kind6 = next((kind for net, kind in _INTERNAL_V6 if address in net), None)
     if kind6 is not None:
-        note = _NOTES.get(ipaddress.IPv6Address(int(address)))  # without a scope id
-        return f"{address}, {_a(kind6)} address" + (f": {note}" if note else "")
+        return kind6, None
     embedded: ipaddress.IPv4Address | None = None
     public_ok = True
     if address.ipv4_mapped is not None:
@@ -137,10 +123,10 @@ def internal_reason(address: Address) -> str | None:
     if embedded is not None:
         kind = _v4_kind(embedded)
         if kind is not None:
-            return f"{address}, {_a(kind)} address ({embedded}) in IPv6 form"
-        return None if public_ok else f"{address}, a reserved address"
+            return kind, embedded
+        return None if public_ok else ("reserved", None)
     if address not in _GLOBAL_V6:
-        return f"{address}, a reserved address"
+        return "reserved", None
     return None
 
 
@@ -310,19 +296,6 @@ def normalize_pattern(pattern: str) -> str:
     return str(parse_rule(pattern))
 
 
-@dataclass(frozen=True)
-class Denial:
-    """Why a request is refused: ``reason`` short (for logs), ``text`` the whole answer with its hint.
-
-    ``kind``: ``allowlist`` (no entry names the destination on that port) or
-    ``internal_address`` (an allowed name resolves to an address nobody listed).
-    """
-
-    reason: str
-    text: str
-    kind: str = "allowlist"
-
-
 class Allowlist:
     """``Sandbox(network=[...])`` parsed once: the rules :mod:`.netproxy` decides on.
 
@@ -372,40 +345,28 @@ class Allowlist:
             return self.lists(address, port)
         return any(r.admits_port(port) for r in self._names(host))
 
-    def refuses(self, host: str, port: int) -> Denial | None:
+    def refuses(self, host: str, port: int) -> EgressRefusal | None:
         """Why a request for ``host:port`` (canonical host) is refused before resolution, or None."""
         if self.admits(host, port):
             return None
-        if self.admits(host):
-            where = hostport(host, port)
-            return Denial(
-                f"port {port} not in the network allowlist",
-                f"lovia-mcp sandbox: port {port} of {host} is not in the sandbox's network allowlist. "
-                f"To reach it, add '{where}' to Sandbox(network=[...]).",
-            )
-        return Denial(
-            "not in the network allowlist",
-            f"lovia-mcp sandbox: {host} is not in the sandbox's network allowlist. "
-            "To reach it, add it to Sandbox(network=[...]).",
-        )
+        why: Why = "port" if self.admits(host) else "host"
+        return EgressRefusal(kind="allowlist", host=host, port=port, why=why)
 
-    def screen(self, host: str, address: Address, port: int) -> Denial | None:
+    def screen(self, host: str, address: Address, port: int) -> EgressRefusal | None:
         """Why ``host``, resolved to ``address``, may not be reached there on ``port``, or None."""
         if self.lists(address, port):
             return None
-        why = internal_reason(address)
-        if why is None:
+        found = internal(address)
+        if found is None:
             return None
-        listed: Address = destination(address)
-        if isinstance(listed, ipaddress.IPv6Address) and listed.scope_id is not None:
-            listed = ipaddress.IPv6Address(int(listed))  # a scope id cannot be listed
-        entry = hostport(listed, port)
-        return Denial(
-            f"resolves to {why}",
-            f"lovia-mcp sandbox: {host} resolves to {why}, which the sandbox refuses unless it is "
-            f"listed. To allow it, add '{listed}' (or '{entry}', or a range holding it) to "
-            "Sandbox(network=[...]).",
-            "internal_address",
+        why, embedded = found
+        return EgressRefusal(
+            kind="internal_address",
+            host=host,
+            port=port,
+            why=why,
+            address=str(address),
+            embedded="" if embedded is None else str(embedded),
         )
 
 
@@ -429,8 +390,11 @@ def host_allowed(host: str, patterns: Sequence[str], port: int | None = None) ->
 # --- request parsing -------------------------------------------------------
 
 
-class Refusal(Exception):
-    """An answer instead of a connection: ``text`` is the body, ``reason`` (if any) goes on the status line."""
+class Answer(Exception):
+    """An answer instead of a connection: ``text`` is the body, ``reason`` (if any) goes on the status line.
+
+    A refused destination's (403) words are :func:`~...wire.refusals.words`'.
+    """
 
     def __init__(self, status: int, text: str, reason: str = "") -> None:
         super().__init__(text)
@@ -473,7 +437,7 @@ class Request:
 
 def body_framing(version: str, headers: list[tuple[str, str]]) -> int:
     """Where the body after a request head with ``headers`` ends (RFC 9112, 6.3): its length, or
-    CHUNKED. A :class:`Refusal` (400) where the end is ambiguous, since the proxy and the upstream
+    CHUNKED. An :class:`Answer` (400) where the end is ambiguous, since the proxy and the upstream
     could then disagree on where the next request starts."""
     codings = [t.strip().lower() for n, v in headers if n.lower() == "transfer-encoding" for t in v.split(",")]
     lengths = [t.strip() for n, v in headers if n.lower() == "content-length" for t in v.split(",")]
@@ -575,15 +539,15 @@ def parse_upstream(url: str, no_proxy: Sequence[str] = ()) -> Upstream:
     return Upstream(host.lower(), port, authorization, Allowlist(no_proxy) if no_proxy else None)
 
 
-def _bad(reason: str) -> Refusal:
-    return Refusal(400, f"lovia-mcp sandbox proxy: bad request: {reason}.")
+def _bad(reason: str) -> Answer:
+    return Answer(400, f"lovia-mcp sandbox proxy: bad request: {reason}.")
 
 
 async def read_head(reader: asyncio.StreamReader) -> list[bytes] | None:
     """The lines of a request head, without line ends; None if the client sent nothing."""
     lines: list[bytes] = []
     size = 0
-    too_large = Refusal(431, f"lovia-mcp sandbox proxy: the request head is larger than {MAX_HEAD} bytes.")
+    too_large = Answer(431, f"lovia-mcp sandbox proxy: the request head is larger than {MAX_HEAD} bytes.")
     while True:
         try:
             line = await reader.readuntil(b"\n")
@@ -664,10 +628,9 @@ __all__ = [
     "Address",
     "Allowlist",
     "BadEntry",
+    "Answer",
     "BadUpstream",
-    "Denial",
     "Network",
-    "Refusal",
     "Request",
     "Rule",
     "Upstream",
@@ -676,7 +639,7 @@ __all__ = [
     "chunk_size",
     "destination",
     "host_allowed",
-    "internal_reason",
+    "internal",
     "normalize_pattern",
     "parse_head",
     "parse_rule",

@@ -6,7 +6,7 @@ the worker, far from the call that caused them. The session host owns the
 calls; it launches each generation under its reporter (:func:`reporting`),
 and what the sandbox sets up during that launch (a proxy, a listener)
 keeps the reporter it found (:func:`current`) and calls it with each
-:class:`Refused`. A context variable, not a parameter: the launch passes
+:class:`~...wire.refusals.EgressRefusal`. A context variable, not a parameter: the launch passes
 through the transport and containment layers, which have no business with
 denials.
 
@@ -26,32 +26,10 @@ import asyncio
 import contextvars
 from collections.abc import Callable
 
-from ...wire.hostport import hostport
+from ...wire.refusals import EgressRefusal
 
-
-class Refused:
-    """One refusal: ``kind`` (:data:`~..wire.messages.DENIAL_KINDS`), the destination, and why.
-
-    A plain class: the session host imports this module in every worker, and
-    a dataclass costs an import about a millisecond.
-    """
-
-    __slots__ = ("host", "kind", "port", "reason")
-
-    def __init__(self, kind: str, host: str, port: int, reason: str) -> None:
-        self.kind = kind
-        self.host = host
-        self.port = port
-        self.reason = reason
-
-    @property
-    def target(self) -> str:
-        """``host:port``, an IPv6 address in brackets."""
-        return hostport(self.host, self.port)
-
-
-Reporter = Callable[[Refused], None]
-"""``reporter(refused)``: called in the worker's event loop, once per refusal; must not raise."""
+Reporter = Callable[[EgressRefusal], None]
+"""``reporter(refusal)``: called in the worker's event loop, once per refusal; must not raise."""
 
 _reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("lovia_mcp_sandbox_reporter", default=None)
 _pending: contextvars.ContextVar[list[asyncio.Future[None]] | None] = contextvars.ContextVar(
@@ -87,4 +65,4 @@ def current() -> Reporter | None:
     return _reporter.get()
 
 
-__all__ = ["Refused", "Reporter", "current", "expect", "reporting", "taken"]
+__all__ = ["Reporter", "current", "expect", "reporting", "taken"]
