@@ -887,6 +887,28 @@ MUTANTS: Final = [
         why="lovia-mcp doctor's text says user namespaces are allowed where bwrap's probe was refused",
         needs="Landlock ABI 4",
     ),
+    Mutant(
+        name="egress-mapped-address-unjudged",
+        path="worker/lovia_mcp_worker/sandbox/egress/netrequest.py",
+        old="    if address.ipv4_mapped is not None:\n        embedded = address.ipv4_mapped\n",
+        new="    if address.ipv4_mapped is not None:\n        return None\n",
+        tests=(
+            "tests/sandbox/test_egress.py::test_an_allowed_name_that_resolves_inward_is_refused_naming_the_address_"
+            "and_what_to_list",
+        ),
+        why="an allowed name that resolves to an IPv4-mapped private address (::ffff:192.168.0.1) reaches the LAN",
+    ),
+    Mutant(
+        name="denial-worded-as-the-worker",
+        path="lovia_mcp/render.py",
+        old='why = words(msgspec.convert(entry, EgressRefusal), "model")',
+        new='why = str(entry.get("reason", ""))',
+        tests=(
+            "tests/sandbox/test_denials.py::test_each_distinct_denial_is_one_plain_line_saying_why_and_whether_"
+            "another_call_may_own_it",
+        ),
+        why="the model reads the worker's log words ('the network allowlist'), not its own server's",
+    ),
 ]
 
 
