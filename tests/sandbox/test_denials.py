@@ -540,6 +540,15 @@ def test_each_distinct_denial_is_one_plain_line_saying_why_and_whether_another_c
     ]
 
 
+def test_a_meta_entry_without_a_refusals_facts_is_shown_with_its_own_reason() -> None:
+    """A custom renderer's own entry (or one from elsewhere) is not reworded: its reason is all there is."""
+    entry = {"kind": "allowlist", "target": "evil.example:443", "reason": "blocked upstream", "count": 1}
+    result = MCPToolResult(content=[], meta={DENIED_META: [entry]})
+    assert default_renderer(result, None).splitlines()[-1] == (  # type: ignore[arg-type]
+        "[sandbox] blocked a connection to evil.example:443 (blocked upstream)"
+    )
+
+
 def test_the_gateway_gives_its_client_the_lines_and_the_meta_and_counts_denials_by_server_tool_and_kind() -> None:
     off = EgressRefusal(kind="network_off", host="evil.example", port=443, why="off")
     entry = {
