@@ -4,10 +4,10 @@ A refusal is decided in the worker (the allowlist proxy, the deny-all
 listener of a box with the network off) and read in three places: the
 refused client (a 403's status line and body), the worker's log, and the
 model, which reads it after the call's result (``Result.denied`` carries it
-across the pipe). One :class:`EgressRefusal` holds the facts (what kind of rule,
-the destination, why, and for an internal address the address it resolved
-to); :func:`words` says it for each reader, so no reader parses another's
-prose.
+across the pipe). One :class:`EgressRefusal` holds the facts (what kind of
+rule, the destination, why, and for an internal address the address it
+resolved to); :func:`words` says it for each reader, so no reader parses
+another's prose.
 
 Standard library and msgspec only, as the rest of the wire.
 """
@@ -42,7 +42,6 @@ Why = Literal[
     "reserved",
     "off",
 ]
-WHYS: Final[tuple[Why, ...]] = get_args(Why)
 
 # Who reads the words: ``reason`` a few words (the 403's status line, the
 # denial's ``reason``, a span's event); ``log`` the worker's log line;
@@ -136,4 +135,4 @@ def words(refusal: EgressRefusal, audience: Audience) -> str:
     return f"not in {whose} network allowlist"
 
 
-__all__ = ["DENIAL_KINDS", "WHYS", "Audience", "Kind", "EgressRefusal", "Why", "words"]
+__all__ = ["DENIAL_KINDS", "Audience", "EgressRefusal", "Kind", "Why", "words"]
