@@ -331,7 +331,7 @@ MUTANTS: Final = [
         path="worker/lovia_mcp_worker/sandbox/egress/netproxy.py",
         old="    while data := await reader.read(_CHUNK):\n        traffic.bytes += len(data)",
         new="    while data := await reader.read(_CHUNK):\n        pass",
-        tests=("tests/sandbox/test_egress_accounting.py",),
+        tests=("tests/sandbox/egress/test_egress_accounting.py",),
         why="a sandboxed call's egress counts its request head only, not the bytes relayed",
         needs="a sandbox backend",
     ),
@@ -402,7 +402,7 @@ MUTANTS: Final = [
         old="and not self.upstream.direct(request.host, request.port)",
         new="and True",
         tests=(
-            "tests/sandbox/test_netproxy.py::test_a_no_proxy_name_is_reached_directly_with_the_address_check_and_"
+            "tests/sandbox/egress/test_netproxy.py::test_a_no_proxy_name_is_reached_directly_with_the_address_check_and_"
             "the_others_through_the_upstream",
         ),
         why="an internal name the operator listed in no_proxy is sent to the upstream proxy, which cannot reach it",
@@ -548,9 +548,9 @@ MUTANTS: Final = [
         old="if body is None else _one_body(a_reader, b_writer, body, traffic)",
         new="",
         tests=(
-            "tests/sandbox/test_netproxy.py::test_a_second_request_on_a_kept_alive_connection_never_reaches_the_"
+            "tests/sandbox/egress/test_netproxy.py::test_a_second_request_on_a_kept_alive_connection_never_reaches_the_"
             "first_ones_address",
-            "tests/sandbox/test_netproxy.py::test_a_request_body_goes_through_whole_and_a_request_after_it_does_not",
+            "tests/sandbox/egress/test_netproxy.py::test_a_request_body_goes_through_whole_and_a_request_after_it_does_not",
         ),
         why="a second request on a kept-alive plain-HTTP connection reaches the first one's address unchecked",
     ),
@@ -560,7 +560,7 @@ MUTANTS: Final = [
         old="body=body_framing(version, request.forwarded_headers())",
         new="body=body_framing(version, headers)",
         tests=(
-            "tests/sandbox/test_netproxy.py::test_a_content_length_the_connection_header_names_is_not_forwarded_"
+            "tests/sandbox/egress/test_netproxy.py::test_a_content_length_the_connection_header_names_is_not_forwarded_"
             "and_neither_is_its_body",
         ),
         why="a body announced by a header the Connection header drops reaches the upstream as a request of its own",
@@ -893,7 +893,7 @@ MUTANTS: Final = [
         old="    if address.ipv4_mapped is not None:\n        embedded = address.ipv4_mapped\n",
         new="    if address.ipv4_mapped is not None:\n        return None\n",
         tests=(
-            "tests/sandbox/test_egress.py::test_an_allowed_name_that_resolves_inward_is_refused_naming_the_address_"
+            "tests/sandbox/egress/test_egress.py::test_an_allowed_name_that_resolves_inward_is_refused_naming_the_address_"
             "and_what_to_list",
         ),
         why="an allowed name that resolves to an IPv4-mapped private address (::ffff:192.168.0.1) reaches the LAN",
@@ -904,7 +904,7 @@ MUTANTS: Final = [
         old='why = words(msgspec.convert(entry, EgressRefusal), "model")',
         new='why = str(entry.get("reason", ""))',
         tests=(
-            "tests/sandbox/test_denials.py::test_each_distinct_denial_is_one_plain_line_saying_why_and_whether_"
+            "tests/sandbox/egress/test_denials.py::test_each_distinct_denial_is_one_plain_line_saying_why_and_whether_"
             "another_call_may_own_it",
         ),
         why="the model reads the worker's log words ('the network allowlist'), not its own server's",
