@@ -170,7 +170,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="gateway-per-principal-holder",
-        path="lovia_mcp/gateway/backends.py",
+        path="lovia_mcp/gateway/upstreams.py",
         old="        return PRINCIPAL_HOLDER + principal\n",
         new="        return session\n",
         tests=(
@@ -505,8 +505,8 @@ MUTANTS: Final = [
     Mutant(
         name="gateway-unknown-names-servers",
         path="lovia_mcp/gateway/app.py",
-        old='data={"servers": [s for s in sorted(self.backends) if self.access.sees(principal, s)]},',
-        new='data={"servers": sorted(self.backends)},',
+        old='data={"servers": [s for s in sorted(self.upstreams) if self.access.sees(principal, s)]},',
+        new='data={"servers": sorted(self.upstreams)},',
         tests=(
             "tests/gateway/test_gateway_principals.py::test_an_unknown_tools_error_names_only_the_servers_the_"
             "principal_may_see",
@@ -801,7 +801,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="relay-shared-any-principal",
-        path="lovia_mcp/gateway/backends.py",
+        path="lovia_mcp/gateway/upstreams.py",
         old="return self._callers <= {principal}",
         new="return True",
         tests=(

@@ -7,7 +7,7 @@ without loading the SDK):
 
 - ``options``: the per-server ``session`` / ``max_sessions`` / ``idle`` keys
   of the config file, and the command's defaults;
-- ``backends``: the servers behind the gateway, each an ordinary
+- ``upstreams``: the servers behind the gateway, each an ordinary
   :class:`~lovia_mcp.MCPConnection` (shared, or one per client session or
   per principal from warm spares), so every containment guarantee holds per server;
 - ``app``: the ASGI app: the SDK's low-level ``Server`` and streamable HTTP

@@ -60,7 +60,7 @@ outside them is answered exactly as one that does not exist
 one line of the audit log (:mod:`.audit`).
 
 Before ready: a request for an MCP endpoint waits until the servers that
-endpoint serves to its principal are open (:func:`.backends.wait_open`),
+endpoint serves to its principal are open (:func:`.upstreams.wait_open`),
 then is served; only one of those that failed to open (or the gateway
 stopping) makes it an error.
 
@@ -103,14 +103,14 @@ from .access import Access
 from .audit import AuditLog, Caller, trace_id
 from .auth.anonymous import Anonymous
 from .auth.base import AUTH_REFUSED, Authenticator, Refusal
-from .backends import Backend, Refused, wait_open
-from .connections import CLOSE_REASONS, Limits
+from .connections import CLOSE_REASONS, ConnectionLimits
 from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import Notifier
 from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of, share
 from .relay import ClientRelay, Proxy, relayed
 from .sessions import Sessions
+from .upstreams import Upstream, UpstreamRefused, wait_open
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -181,13 +181,13 @@ class Gateway:
 
     def __init__(
         self,
-        backends: list[Backend],
+        backends: list[Upstream],
         *,
         loopback: bool,
         max_body_bytes: int,
         max_sessions: int,
         session_idle: float,
-        limits: Limits | None = None,
+        limits: ConnectionLimits | None = None,
         auth: Authenticator | None = None,
         access: Access | None = None,
         audit: AuditLog | None = None,
@@ -196,7 +196,7 @@ class Gateway:
         """``auth``: who a request is (default: no credentials, everyone ``default``); ``access``: who may use
         what (default: everyone everything); ``audit``: the open audit log; ``metrics_principal``: label calls by
         principal."""
-        self.backends = {b.name: b for b in backends}
+        self.upstreams = {b.name: b for b in backends}
         self.auth: Authenticator = auth if auth is not None else Anonymous()
         self.access = access if access is not None else Access(None)
         self.audit = audit
@@ -235,7 +235,7 @@ class Gateway:
                 json_response=json_response,
             )
 
-        paths: dict[str, str | None] = {"/mcp": None, **{f"/servers/{name}/mcp": name for name in self.backends}}
+        paths: dict[str, str | None] = {"/mcp": None, **{f"/servers/{name}/mcp": name for name in self.upstreams}}
         # Listen streams are long-lived HTTP responses: as many per endpoint
         # as sessions.
         self.paths = paths
@@ -258,7 +258,7 @@ class Gateway:
             backend.principals = named
             backend.on_tools_changed = lambda b, session, principal: self.notifier.changed(b.name, session, principal)
         # What servers say besides tools, relayed to the clients it belongs to (.relay).
-        self.proxy = Proxy(self.backends, access=self.access, sessions=self.sessions, session_of=self._session_of)
+        self.proxy = Proxy(self.upstreams, access=self.access, sessions=self.sessions, session_of=self._session_of)
         # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
         # sessions and everything else, and one in JSON mode, on the same
         # Server, for the 2026-07-28 calls fastpath serves.
@@ -352,7 +352,7 @@ class Gateway:
         server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
         return server
 
-    def callable_tools(self, backend: Backend, holder: str | None, principal: str) -> dict[str, MCPTool]:
+    def callable_tools(self, backend: Upstream, holder: str | None, principal: str) -> dict[str, MCPTool]:
         """What ``principal`` may call on ``backend``'s server for ``holder``, by raw name: the one set that
         listing, calling and the SDK's schema lookup read, on every endpoint.
 
@@ -365,13 +365,13 @@ class Gateway:
             return {}
         try:
             tools = backend.tools(holder)
-        except (Refused, LoviaMCPError):  # not open (any more): nothing to call
+        except (UpstreamRefused, LoviaMCPError):  # not open (any more): nothing to call
             return {}
         return {t.raw_name: t for t in tools if self.access.allows(principal, backend.name, t.raw_name)}
 
     def _listing(self, only: str | None, session: str | None = None, principal: str = "") -> list[types.Tool]:
         tools: list[types.Tool] = []
-        for name, backend in self.backends.items():
+        for name, backend in self.upstreams.items():
             if only is not None and name != only:
                 continue
             for tool in self.callable_tools(backend, backend.holder(session, principal), principal).values():
@@ -387,13 +387,13 @@ class Gateway:
                 tools.append(types.Tool.model_validate(body))
         return tools
 
-    def _resolve(self, only: str | None, name: str, principal: str) -> tuple[Backend, str]:
+    def _resolve(self, only: str | None, name: str, principal: str) -> tuple[Upstream, str]:
         if only is not None:
-            return self.backends[only], name
+            return self.upstreams[only], name
         # The longest server name that prefixes the tool: names may hold "__".
-        for server in sorted(self.backends, key=len, reverse=True):
+        for server in sorted(self.upstreams, key=len, reverse=True):
             if name.startswith(server + PREFIX_SEP):
-                return self.backends[server], name[len(server) + len(PREFIX_SEP) :]
+                return self.upstreams[server], name[len(server) + len(PREFIX_SEP) :]
         raise self._unknown(only, name, principal)
 
     def _unknown(self, only: str | None, name: str, principal: str) -> MCPError:
@@ -403,10 +403,10 @@ class Gateway:
         return MCPError(
             INVALID_PARAMS,
             f"unknown tool {name!r}: tools here are named <server>{PREFIX_SEP}<tool>",
-            data={"servers": [s for s in sorted(self.backends) if self.access.sees(principal, s)]},
+            data={"servers": [s for s in sorted(self.upstreams) if self.access.sees(principal, s)]},
         )
 
-    def _permitted(self, only: str | None, name: str, session: str | None, caller: Caller) -> tuple[Backend, str]:
+    def _permitted(self, only: str | None, name: str, session: str | None, caller: Caller) -> tuple[Upstream, str]:
         """The server and tool ``caller`` calls; the unknown-tool error (audited) if it may not.
 
         Only a tool of the principal's callable set (:meth:`callable_tools`)
@@ -448,7 +448,7 @@ class Gateway:
 
     async def _call(
         self,
-        backend: Backend,
+        backend: Upstream,
         raw: str,
         arguments: dict[str, Any],
         session: str | None,
@@ -486,7 +486,7 @@ class Gateway:
             # The client went away (or the gateway stops): not an ok call.
             outcome = "cancelled"
             raise
-        except Refused as exc:
+        except UpstreamRefused as exc:
             outcome = "refused"
             if exc.share is not None:
                 self._share_refused("" if caller is None else caller.endpoint, exc.share, who)
@@ -572,7 +572,7 @@ class Gateway:
                 INVALID_REQUEST,
                 f"no endpoint {path}",
                 "Use /mcp (every server) or /servers/<name>/mcp; servers: "
-                + ", ".join(s for s in sorted(self.backends) if self.access.sees(principal, s)),
+                + ", ".join(s for s in sorted(self.upstreams) if self.access.sees(principal, s)),
             )
             return
         headers: dict[bytes, bytes] = {}
@@ -682,7 +682,7 @@ class Gateway:
             self.sessions.ended(session)
         if ended and self.sessions.owned(session, _owner(scope)) is not None:
             self.sessions.forget(session)
-            for backend in self.backends.values():
+            for backend in self.upstreams.values():
                 await backend.end_session(session)
 
     def _share_refused(self, endpoint: str, cap: str, principal: str) -> None:
@@ -738,17 +738,17 @@ class Gateway:
         finally:
             settle()
 
-    async def _opened(self, path: str, principal: str) -> Refused | None:
+    async def _opened(self, path: str, principal: str) -> UpstreamRefused | None:
         """Wait until the servers ``path`` serves to ``principal`` are open; why not, if one failed (or the wait
         ran out). A server the principal may not see is not waited for, nor named."""
         only = self.paths[path]
         self.waiting += 1
         try:
             await wait_open(
-                [b for name, b in self.backends.items() if only in (None, name) and self.access.sees(principal, name)]
+                [b for name, b in self.upstreams.items() if only in (None, name) and self.access.sees(principal, name)]
             )
             return None
-        except Refused as exc:
+        except UpstreamRefused as exc:
             return exc
         finally:
             self.waiting -= 1
@@ -778,8 +778,8 @@ class Gateway:
                 )
                 for reason, n in sorted({**dict.fromkeys(CLOSE_REASONS, 0), **self.limits.closed}.items())
             ]
-        stats = await asyncio.gather(*(b.stats() for b in self.backends.values()))
-        for backend, got in zip(self.backends.values(), stats):
+        stats = await asyncio.gather(*(b.stats() for b in self.upstreams.values()))
+        for backend, got in zip(self.upstreams.values(), stats):
             labels: Labels = (("server", backend.name),)
             gauges += [
                 (

@@ -9,7 +9,7 @@ connection costs a descriptor: at the process's limit ``accept`` fails, and
 ``/healthz`` stops answering with everything else.
 
 :class:`BoundedHttp` is uvicorn's httptools protocol with these bounds
-(:class:`Limits` holds their values, set by ``lovia-mcp serve``):
+(:class:`ConnectionLimits` holds their values, set by ``lovia-mcp serve``):
 
 - a request head is complete within ``head_timeout`` seconds of the
   connection (on a keep-alive connection, of the first byte after the last
@@ -58,13 +58,13 @@ MAX_HEAD_BYTES: Final = 64 * 1024
 # Descriptors the gateway needs besides client connections: the listening
 # socket, the event loop's, logs, and a channel per server worker.
 FD_RESERVE: Final = 64
-# Why a bound closes a connection (Limits.closed): each is exported from
+# Why a bound closes a connection (ConnectionLimits.closed): each is exported from
 # the start, at 0, so a rate over it has a series before the first close.
 CLOSE_REASONS: Final = ("head_timeout", "head_too_large", "displaced", "refused", "body_unread")
 
 
 @dataclass(kw_only=True)
-class Limits:
+class ConnectionLimits:
     """The bounds every connection of one gateway shares, and what they closed."""
 
     max_connections: int
@@ -106,9 +106,9 @@ def connection_cap(requested: int | None) -> int:
 
 
 class BoundedHttp(HttpToolsProtocol):
-    """uvicorn's httptools protocol, bounded as the module says; :func:`bounded` gives it its :class:`Limits`."""
+    """uvicorn's httptools protocol, bounded as the module says; :func:`bounded` gives it its :class:`ConnectionLimits`."""
 
-    limits: ClassVar[Limits]
+    limits: ClassVar[ConnectionLimits]
 
     def __init__(
         self,
@@ -194,7 +194,7 @@ class BoundedHttp(HttpToolsProtocol):
             self.transport.close()
 
 
-def bounded(limits: Limits) -> type[BoundedHttp]:
+def bounded(limits: ConnectionLimits) -> type[BoundedHttp]:
     """The protocol class uvicorn makes each connection with (``Config(http=...)``), bound to ``limits``."""
     return type("BoundedHttp", (BoundedHttp,), {"limits": limits})
 
@@ -205,7 +205,7 @@ __all__ = [
     "KEEP_ALIVE_IDLE",
     "MAX_HEAD_BYTES",
     "BoundedHttp",
-    "Limits",
+    "ConnectionLimits",
     "bounded",
     "connection_cap",
 ]

@@ -22,7 +22,7 @@ hears a server's message, the rule:
   flight on the server): that request's client, on the request's stream,
   when the server is that client's principal's alone (a per-session or
   per-principal server, or a shared one whose every request so far came
-  from that principal: :meth:`.backends.Backend.alone`); a shared server
+  from that principal: :meth:`.upstreams.Upstream.alone`); a shared server
   used by several principals keeps its messages in the gateway's log, since
   what it says while one request runs may come of another's earlier work;
 - attributed to none: a per-session server's session, on its standalone
@@ -79,10 +79,10 @@ from .._names import PREFIX_SEP
 from ..client.relay import Listener
 from ..connection.live import MCPConnection
 from .access import Access
-from .backends import Backend, Refused
 from .notify import ListChangedServer
 from .principals import principal_of
 from .sessions import Sessions
+from .upstreams import Upstream, UpstreamRefused
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -190,7 +190,7 @@ class ProxyServer(ListChangedServer):
 class ClientRelay(Listener):
     """One request's relay to its client: what the core hears of it, sent in order from a task of its own."""
 
-    def __init__(self, proxy: Proxy, ctx: ServerRequestContext[Any, Any], backend: Backend, principal: str) -> None:
+    def __init__(self, proxy: Proxy, ctx: ServerRequestContext[Any, Any], backend: Upstream, principal: str) -> None:
         self._proxy = proxy
         self._ctx = ctx
         self._backend = backend
@@ -223,7 +223,7 @@ class ClientRelay(Listener):
 
     def requested(self, method: str, params: bytes | None) -> Awaitable[tuple[bytes | None, bytes | None]] | None:
         """A request of the server during this client's request: asked of this client when it declared the
-        capability and the server is its principal's alone (:meth:`.backends.Backend.alone`); refused otherwise,
+        capability and the server is its principal's alone (:meth:`.upstreams.Upstream.alone`); refused otherwise,
         with the reason."""
         capability = SERVER_REQUESTS.get(method)
         if capability is None:
@@ -296,7 +296,7 @@ class Proxy:
 
     def __init__(
         self,
-        backends: dict[str, Backend],
+        backends: dict[str, Upstream],
         *,
         access: Access,
         sessions: Sessions,
@@ -325,7 +325,7 @@ class Proxy:
         )
 
     # -- resources, prompts, completion ------------------------------------------ #
-    def _visible(self, only: str | None, principal: str, capability: str) -> list[Backend]:
+    def _visible(self, only: str | None, principal: str, capability: str) -> list[Upstream]:
         """The servers of the endpoint serving ``only`` that ``principal`` may see and that declare ``capability``,
         in the config's order."""
         return [
@@ -335,7 +335,7 @@ class Proxy:
         ]
 
     async def forward(
-        self, ctx: ServerRequestContext[Any, Any], backend: Backend, method: str, params: dict[str, Any] | None
+        self, ctx: ServerRequestContext[Any, Any], backend: Upstream, method: str, params: dict[str, Any] | None
     ) -> dict[str, Any]:
         """``method`` with ``params`` to ``backend``'s server for ``ctx``'s client: the server's result; its error
         raised as the client's JSON-RPC error. What the server says meanwhile reaches the client (:func:`relayed`)."""
@@ -346,7 +346,7 @@ class Proxy:
             async with relayed(self, ctx, backend, principal) as relay:
                 conn: MCPConnection = await backend.take(holder, principal)
                 reply = await conn.relay(method, body, timeout=RELAY_WAIT, listener=relay)
-        except Refused as exc:
+        except UpstreamRefused as exc:
             raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
         except LoviaError as exc:
             raise MCPError(UNAVAILABLE, f"server {backend.name!r}: {exc.args[0] if exc.args else exc}") from None
@@ -370,7 +370,7 @@ class Proxy:
             result.setdefault("cacheScope", "private")
         return result
 
-    async def _pages(self, ctx: ServerRequestContext[Any, Any], backend: Backend, method: str, key: str) -> list[Any]:
+    async def _pages(self, ctx: ServerRequestContext[Any, Any], backend: Upstream, method: str, key: str) -> list[Any]:
         """Every page of ``backend``'s listing ``method`` (its items under ``key``), at most :data:`MAX_PAGES`."""
         items: list[Any] = []
         cursor: str | None = None
@@ -422,7 +422,7 @@ class Proxy:
             return {key: items}
         return {key: items, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
-    async def owner_of(self, ctx: ServerRequestContext[Any, Any], only: str | None, uri: str) -> Backend:
+    async def owner_of(self, ctx: ServerRequestContext[Any, Any], only: str | None, uri: str) -> Upstream:
         """The server a resource URI belongs to, for ``ctx``'s principal: on ``/mcp``, the first server (in the
         config's order) that lists the URI or has a template matching it, or the only server with resources."""
         principal = principal_of(getattr(ctx.request, "scope", None))
@@ -445,7 +445,7 @@ class Proxy:
             {"uri": uri, "hint": "List the resources (resources/list, resources/templates/list) and use one listed."},
         )
 
-    def prompt_of(self, only: str | None, principal: str, name: str) -> tuple[Backend, str]:
+    def prompt_of(self, only: str | None, principal: str, name: str) -> tuple[Upstream, str]:
         """The server and raw name of prompt ``name`` (``<server>__<prompt>`` on ``/mcp``); a prompt of a server
         the principal may not see is answered as one that does not exist."""
         backends = {b.name: b for b in self._visible(only, principal, "prompts")}
@@ -551,7 +551,7 @@ class Proxy:
 
     # -- words of no request ----------------------------------------------------- #
     def heard(
-        self, backend: Backend, session: str | None, principal: str | None, method: str, params: bytes | None
+        self, backend: Upstream, session: str | None, principal: str | None, method: str, params: bytes | None
     ) -> None:
         """A notification of ``backend``'s server attributed to no request (of ``session``'s or ``principal``'s
         server; neither: a shared one)."""
@@ -569,7 +569,7 @@ class Proxy:
                     self._spawn(self._send(listener, notification))
 
     def _told(
-        self, backend: Backend, session: str | None, principal: str | None, method: str, params: bytes | None
+        self, backend: Upstream, session: str | None, principal: str | None, method: str, params: bytes | None
     ) -> list[ServerSession]:
         """The 2025 sessions that hear a list change or a resource's update of the server of ``session`` (a
         per-session one), ``principal`` (a per-principal one) or everyone's (neither): of a principal that may
@@ -674,7 +674,7 @@ def _refused(code: int, message: str) -> Awaitable[tuple[bytes | None, bytes | N
     return _refusal(code, message)
 
 
-def _declares(backend: Backend, capability: str, flag: str | None) -> bool:
+def _declares(backend: Upstream, capability: str, flag: str | None) -> bool:
     """Whether ``backend``'s server declares ``capability`` (with ``flag`` true in it, when given)."""
     declared = backend.capabilities().get(capability)
     if declared is None:
@@ -734,7 +734,7 @@ def wants_progress(params: Mapping[str, Any] | None) -> bool:
 
 @contextlib.asynccontextmanager
 async def relayed(
-    proxy: Proxy, ctx: ServerRequestContext[Any, Any], backend: Backend, principal: str
+    proxy: Proxy, ctx: ServerRequestContext[Any, Any], backend: Upstream, principal: str
 ) -> AsyncIterator[ClientRelay]:
     """The relay for one request of ``principal`` to ``backend``; what it holds is sent before the block's answer
     goes, and dropped if the block fails."""

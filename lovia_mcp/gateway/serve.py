@@ -50,9 +50,9 @@ from .access import access_options
 from .app import Gateway
 from .audit import AuditLog
 from .auth.registry import authenticator_for
-from .backends import Backend, backend_for
-from .connections import KEEP_ALIVE_IDLE, Limits, bounded, connection_cap
+from .connections import KEEP_ALIVE_IDLE, ConnectionLimits, bounded, connection_cap
 from .options import Served, served_options
+from .upstreams import Upstream, upstream_for
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -189,7 +189,7 @@ async def run(ns: argparse.Namespace) -> int:
             "--token-file of `PRINCIPAL TOKEN` lines.",
         )
     host, port = parse_listen(ns.listen)
-    limits = Limits(max_connections=connection_cap(ns.max_connections), head_timeout=ns.head_timeout)
+    limits = ConnectionLimits(max_connections=connection_cap(ns.max_connections), head_timeout=ns.head_timeout)
     loopback = is_loopback(host)
     if not loopback and not auth.required:
         raise UserError(
@@ -197,11 +197,11 @@ async def run(ns: argparse.Namespace) -> int:
             hint="Pass --token-file FILE (one bearer token a line) or --oauth-issuer URL (an authorization "
             "server's access tokens), or listen on 127.0.0.1.",
         )
-    backends: list[Backend] = [backend_for(s, served.get(s.name or "", Served())) for s in servers]
-    idle = max([b.served.idle for b in backends if b.served.session == "per-session"] + [HTTP_SESSION_IDLE])
+    upstreams: list[Upstream] = [upstream_for(s, served.get(s.name or "", Served())) for s in servers]
+    idle = max([b.served.idle for b in upstreams if b.served.session == "per-session"] + [HTTP_SESSION_IDLE])
     audit = AuditLog(ns.audit_log) if getattr(ns, "audit_log", None) else None
     gateway = Gateway(
-        backends,
+        upstreams,
         auth=auth,
         access=access,
         audit=audit,
@@ -243,11 +243,11 @@ async def run(ns: argparse.Namespace) -> int:
                 "listening",
                 extra={
                     "url": _url(sock),
-                    "servers": [b.name for b in backends],
+                    "servers": [b.name for b in upstreams],
                     "max_connections": limits.max_connections,
                 },
             )
-            opened = await _open_all(backends, stop)
+            opened = await _open_all(upstreams, stop)
             if opened:
                 gateway.ready = True
                 print("ready", flush=True)
@@ -264,7 +264,7 @@ async def run(ns: argparse.Namespace) -> int:
             http.should_exit = True
             await serving
     finally:
-        await _close_all(backends)
+        await _close_all(upstreams)
         if audit is not None:
             audit.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -274,13 +274,13 @@ async def run(ns: argparse.Namespace) -> int:
     return EXIT_OK if opened or stop.is_set() else EXIT_FAILED
 
 
-async def _open_all(backends: list[Backend], stop: asyncio.Event) -> bool:
+async def _open_all(upstreams: list[Upstream], stop: asyncio.Event) -> bool:
     """Open every server in parallel; False (logged) if one failed or a signal came first.
 
     Either way the opens still running are stopped (before the servers are
     closed: nothing opens after that), and the requests waiting hear why.
     """
-    starts = [asyncio.ensure_future(b.start()) for b in backends]
+    starts = [asyncio.ensure_future(b.start()) for b in upstreams]
     opening = asyncio.ensure_future(asyncio.gather(*starts))
     waiting = asyncio.ensure_future(stop.wait())
     either: set[asyncio.Future[Any]] = {opening, waiting}
@@ -304,9 +304,9 @@ async def _open_all(backends: list[Backend], stop: asyncio.Event) -> bool:
     return True
 
 
-async def _close_all(backends: list[Backend]) -> None:
+async def _close_all(upstreams: list[Upstream]) -> None:
     # Each close is bounded by the connection itself (CLOSE_WAIT, then kills).
-    await asyncio.shield(asyncio.gather(*(b.aclose() for b in backends), return_exceptions=True))
+    await asyncio.shield(asyncio.gather(*(b.aclose() for b in upstreams), return_exceptions=True))
 
 
 def main(ns: argparse.Namespace) -> int:

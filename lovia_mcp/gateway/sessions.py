@@ -1,7 +1,7 @@
 """The 2025 sessions the SDK opened, and the token each belongs to: the only session ids the gateway acts on.
 
 A 2025 client's ``initialize`` opens a stateful session: the SDK's session
-manager makes its id and answers it in the ``Mcp-Session-Id`` response
+manager makes its id and answers it in the ``Mcp-HttpSession-Id`` response
 header, and from then on serves that id only to the token that opened it.
 The gateway records the same fact here, from that answer, so that nothing
 it holds for a session (a per-session server, a listener for tool-list
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from mcp.server.session import ServerSession
 
 
-class Session:
+class HttpSession:
     """One session the SDK opened: its owner, its requests in flight, and where it hears of changes."""
 
     __slots__ = ("in_flight", "listener", "only", "owner", "path", "principal", "seen")
@@ -48,24 +48,24 @@ class Session:
 
 
 class Sessions:
-    """Session id -> :class:`Session`, for the ids the SDK issued."""
+    """Session id -> :class:`HttpSession`, for the ids the SDK issued."""
 
     def __init__(self, idle: float) -> None:
         self._idle = idle
-        self._table: dict[str, Session] = {}
+        self._table: dict[str, HttpSession] = {}
 
     def opened(self, session_id: str, owner: str | None, principal: str = "", path: str = "") -> None:
         """The SDK answered an opening request on ``path`` with ``session_id``, a session of ``owner``'s (a token
         of ``principal``'s)."""
         self.prune()
-        self._table[session_id] = Session(owner, principal, path)
+        self._table[session_id] = HttpSession(owner, principal, path)
 
     def held(self, principal: str, path: str) -> int:
         """How many sessions ``principal`` holds open on the endpoint ``path``."""
         self.prune()
         return sum(1 for e in self._table.values() if e.principal == principal and e.path == path)
 
-    def owned(self, session_id: str | None, owner: str | None) -> Session | None:
+    def owned(self, session_id: str | None, owner: str | None) -> HttpSession | None:
         """The session ``session_id`` if the SDK opened it for ``owner``; ``None`` for any other id."""
         if session_id is None:
             return None
@@ -137,4 +137,4 @@ class Sessions:
         return session_id in self._table
 
 
-__all__ = ["Session", "Sessions"]
+__all__ = ["HttpSession", "Sessions"]

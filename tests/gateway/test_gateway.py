@@ -765,9 +765,9 @@ def test_a_call_that_fails_in_a_way_nobody_foresaw_is_counted_as_an_error_not_ok
     import sys
 
     from lovia_mcp import MCPServerStdio
-    from lovia_mcp.gateway import app, backends, options
+    from lovia_mcp.gateway import app, options, upstreams
 
-    class Broken(backends.Backend):
+    class Broken(upstreams.Upstream):
         def tools(self, session: str | None = None) -> list[Any]:
             return []
 

@@ -434,10 +434,10 @@ def test_a_failed_audit_write_is_logged_once_a_minute_and_the_call_is_still_serv
 
     from lovia_mcp import MCPServerStdio
     from lovia_mcp.gateway import app, options
-    from lovia_mcp.gateway.backends import Backend
+    from lovia_mcp.gateway.upstreams import Upstream
     from lovia_mcp.render import MCPToolResult
 
-    class Answering(Backend):
+    class Answering(Upstream):
         def tools(self, session: str | None = None) -> list[Any]:
             return []
 

@@ -1,6 +1,6 @@
 """The servers behind the gateway: one shared connection, or one per client session.
 
-Each backend holds ordinary :class:`~lovia_mcp.MCPConnection` s opened from
+Each upstream holds ordinary :class:`~lovia_mcp.MCPConnection` s opened from
 the server's config, so every guarantee of the library holds per served
 server: a worker per server, limits and sandbox, timeouts that kill,
 restarts and the circuit (all the connection's own), and every process
@@ -16,7 +16,7 @@ gone when the connection closes.
   every session and stateless request of one principal shares its server,
   and no other principal's call ever reaches it.
 
-Whose server a call uses is :meth:`Backend.holder`'s to say (the session,
+Whose server a call uses is :meth:`Upstream.holder`'s to say (the session,
 or the principal); every other method takes that holder.
 
 Lifecycle: ``start`` opens (and lists) before the gateway says it is ready;
@@ -24,15 +24,15 @@ a request that comes meanwhile waits in :func:`wait_open` until the servers
 it needs are open (or one of them failed); ``aclose`` closes every
 connection, bounded and shielded.
 
-Tool-list changes: a backend tells :attr:`Backend.on_tools_changed` when a
+Tool-list changes: a upstream tells :attr:`Upstream.on_tools_changed` when a
 connection's tools change (:attr:`MCPConnection.on_tools_changed`), with the
 session or the principal whose server it is (neither for a shared server,
 whose change is told to every principal that may see it).
 
 The relay: every connection is opened with ``relay=True``; a server's
-notification attributed to no request goes to :attr:`Backend.on_notification`
+notification attributed to no request goes to :attr:`Upstream.on_notification`
 with the session or principal whose server it is, as a tool-list change
-does. :meth:`Backend.alone` says whether a principal is the only one whose
+does. :meth:`Upstream.alone` says whether a principal is the only one whose
 requests a server has had (always, for a server of its own).
 """
 
@@ -75,7 +75,7 @@ OPEN_WAIT_SLACK: Final = 10.0
 PRINCIPAL_HOLDER: Final = "principal:"
 
 
-class Refused(Exception):
+class UpstreamRefused(Exception):
     """A call the gateway will not start (no session slot, no session): a clear error for the client."""
 
     def __init__(self, message: str, hint: str, share: str | None = None) -> None:
@@ -85,7 +85,7 @@ class Refused(Exception):
         self.share = share
 
 
-class Backend:
+class Upstream:
     """One configured server as the gateway serves it."""
 
     def __init__(self, server: MCPServer, served: Served) -> None:
@@ -96,15 +96,15 @@ class Backend:
         self.served = served
         # Restarts of connections already closed: the counter never goes back.
         self.closed_restarts = 0
-        # The gateway's listener: (this backend, the session whose server's
+        # The gateway's listener: (this upstream, the session whose server's
         # tools changed, the principal whose server's did; None and None for
         # a shared server). Called on the event loop.
-        self.on_tools_changed: Callable[[Backend, str | None, str | None], None] | None = None
+        self.on_tools_changed: Callable[[Upstream, str | None, str | None], None] | None = None
         # The gateway's listener for notifications attributed to no request:
-        # (this backend, the session, the principal whose server said it (None and
+        # (this upstream, the session, the principal whose server said it (None and
         # None: a shared one), the method, its params raw). Called on the event loop.
-        self.on_notification: Callable[[Backend, str | None, str | None, str, bytes | None], None] | None = None
-        # Set once the backend can serve a call, or failed to open; the
+        self.on_notification: Callable[[Upstream, str | None, str | None, str, bytes | None], None] | None = None
+        # Set once the upstream can serve a call, or failed to open; the
         # failure's message for a request that waited for it.
         self.settled = asyncio.Event()
         self.failure: str | None = None
@@ -134,7 +134,7 @@ class Backend:
         return session
 
     def _servable(self) -> None:
-        """The backend can serve calls from now, before ``_start`` has finished (its spares still warming)."""
+        """The upstream can serve calls from now, before ``_start`` has finished (its spares still warming)."""
         self.settled.set()
 
     async def _start(self) -> None:
@@ -148,7 +148,7 @@ class Backend:
         """True if ``raw_name`` is a tool ``session`` is listed: a name a metric may carry."""
         try:
             return any(t.raw_name == raw_name for t in self.tools(session))
-        except (Refused, MCPError):  # not open (any more): no listing to hold it against
+        except (UpstreamRefused, MCPError):  # not open (any more): no listing to hold it against
             return False
 
     def _changed(self, session: str | None, principal: str | None = None) -> None:
@@ -224,7 +224,7 @@ def _shape(tools: list[MCPTool]) -> list[tuple[Any, ...]]:
     return [(t.raw_name, t.description, t.parameters, t.annotations, t.meta) for t in tools]
 
 
-class Shared(Backend):
+class Shared(Upstream):
     """One contained server for every client."""
 
     def __init__(self, server: MCPServer, served: Served) -> None:
@@ -242,7 +242,7 @@ class Shared(Backend):
 
     def _live(self) -> MCPConnection:
         if self._conn is None:
-            raise Refused(f"server {self.name!r} is not open", hint="Wait for /readyz to answer 200.")
+            raise UpstreamRefused(f"server {self.name!r} is not open", hint="Wait for /readyz to answer 200.")
         return self._conn
 
     def tools(self, session: str | None = None) -> list[MCPTool]:
@@ -298,7 +298,7 @@ class _Held:
         self.in_flight = 0
 
 
-class PerSession(Backend):
+class PerSession(Upstream):
     """A contained server for each client session."""
 
     # What holds a server of its own, as an error message counts them.
@@ -359,16 +359,16 @@ class PerSession(Backend):
         task = self._opening.get(session)
         if task is None:
             if self._closing:
-                raise Refused("the gateway is shutting down", hint="Retry on another replica.")
+                raise UpstreamRefused("the gateway is shutting down", hint="Retry on another replica.")
             if self.sessions() >= self.served.max_sessions:
-                raise Refused(
+                raise UpstreamRefused(
                     f"server {self.name!r} already serves {self.served.max_sessions} {self.HOLDERS} (its max_sessions)",
                     hint="End a session you no longer use (HTTP DELETE), wait for idle ones to expire, "
                     "or raise max_sessions in the config file.",
                 )
             mine = sum(1 for who in self._principal_of.values() if who == principal)
             if mine >= (allowed := share(self.served.max_sessions, self.principals)):
-                raise Refused(
+                raise UpstreamRefused(
                     f"server {self.name!r} already serves {allowed} {self.HOLDERS} of principal {principal!r}, "
                     f"its share of the server's max_sessions ({self.served.max_sessions}, split among the token "
                     "file's principals)",
@@ -394,7 +394,7 @@ class PerSession(Backend):
         if self._closing:
             self._principal_of.pop(session, None)
             await conn.close()
-            raise Refused("the gateway is shutting down", hint="Retry on another replica.")
+            raise UpstreamRefused("the gateway is shutting down", hint="Retry on another replica.")
         held = self._held[session] = _Held(conn)
         # Only this session lists this server: only it hears of its changes.
         conn.on_tools_changed = lambda _conn: self._changed(session)
@@ -413,7 +413,7 @@ class PerSession(Backend):
         listener: Listener | None = None,
     ) -> MCPToolResult:
         if session is None:
-            raise Refused(
+            raise UpstreamRefused(
                 f"server {self.name!r} gives each client session a server of its own, and this request "
                 "belongs to no session",
                 hint="Connect with a stateful session (an initialize handshake; the SDK's Client(mode='legacy')), "
@@ -429,7 +429,7 @@ class PerSession(Backend):
 
     async def take(self, holder: str | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
         if holder is None:
-            raise Refused(
+            raise UpstreamRefused(
                 f"server {self.name!r} gives each client session a server of its own, and this request "
                 "belongs to no session",
                 hint="Connect with a stateful session (an initialize handshake; the SDK's Client(mode='legacy')), "
@@ -483,25 +483,25 @@ class PerSession(Backend):
         await close_spares(self.config)
 
 
-async def wait_open(backends: list[Backend]) -> None:
-    """Return once every one of ``backends`` can serve; :class:`Refused` naming the first that failed to open.
+async def wait_open(upstreams: list[Upstream]) -> None:
+    """Return once every one of ``upstreams`` can serve; :class:`UpstreamRefused` naming the first that failed to open.
 
     Bounded by the longest ``open_timeout`` among those still opening (each
     open is bounded by its own), plus :data:`OPEN_WAIT_SLACK`.
     """
     loop = asyncio.get_running_loop()
-    pending = [b for b in backends if not b.settled.is_set()]
+    pending = [b for b in upstreams if not b.settled.is_set()]
     deadline = loop.time() + max((b.server.open_timeout for b in pending), default=0.0) + OPEN_WAIT_SLACK
     while True:
         # A server that failed on its own first: the others were stopped because of it.
-        failed = min((b for b in backends if b.failure is not None), key=lambda b: b.stopped, default=None)
+        failed = min((b for b in upstreams if b.failure is not None), key=lambda b: b.stopped, default=None)
         if failed is not None and failed.stopped:
-            raise Refused(
+            raise UpstreamRefused(
                 f"the gateway is shutting down before server {failed.name!r} opened",
                 hint="Retry shortly (on another replica behind a load balancer).",
             )
         if failed is not None:
-            raise Refused(
+            raise UpstreamRefused(
                 f"server {failed.name!r} failed to open: {failed.failure}",
                 hint="Read the gateway's log for the server's stderr; fix its command or config and "
                 "restart the gateway.",
@@ -511,7 +511,7 @@ async def wait_open(backends: list[Backend]) -> None:
         if not pending:
             return
         if left <= 0:
-            raise Refused(
+            raise UpstreamRefused(
                 f"server {pending[0].name!r} is still opening after its open_timeout "
                 f"({pending[0].server.open_timeout:g} s)",
                 hint="Retry once /readyz answers 200, or raise the server's open_timeout.",
@@ -549,7 +549,7 @@ class PerPrincipal(PerSession):
         """A session ended: the principal's server stays for its other sessions (``idle`` closes it)."""
 
 
-def backend_for(server: MCPServer, served: Served) -> Backend:
+def upstream_for(server: MCPServer, served: Served) -> Upstream:
     if served.session == "per-session":
         return PerSession(server, served)
     if served.session == "per-principal":
@@ -561,12 +561,12 @@ __all__ = [
     "IDLE_SWEEP",
     "OPEN_WAIT_SLACK",
     "STATS_WAIT",
-    "Backend",
+    "Upstream",
     "PRINCIPAL_HOLDER",
     "PerPrincipal",
     "PerSession",
-    "Refused",
+    "UpstreamRefused",
     "Shared",
-    "backend_for",
+    "upstream_for",
     "wait_open",
 ]
