@@ -171,8 +171,8 @@ MUTANTS: Final = [
     Mutant(
         name="gateway-per-principal-holder",
         path="lovia_mcp/gateway/upstreams.py",
-        old="        return PRINCIPAL_HOLDER + principal\n",
-        new="        return session\n",
+        old="        return PrincipalHolder(principal)\n",
+        new="        return super().holder(session, principal)\n",
         tests=(
             "tests/gateway/test_gateway_principals.py::test_each_principal_has_a_server_process_of_its_own_shared_by_its_sessions_and_stateless_requests",
         ),

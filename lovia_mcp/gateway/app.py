@@ -110,7 +110,7 @@ from .notify import Notifier
 from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of, share
 from .relay import ClientRelay, Proxy, relayed
 from .sessions import Sessions
-from .upstreams import Upstream, UpstreamRefused, wait_open
+from .upstreams import Holder, Upstream, UpstreamRefused, wait_open
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -256,7 +256,7 @@ class Gateway:
         )
         for backend in backends:
             backend.principals = named
-            backend.on_tools_changed = lambda b, session, principal: self.notifier.changed(b.name, session, principal)
+            backend.on_tools_changed = lambda b, holder: self.notifier.changed(b.name, holder)
         # What servers say besides tools, relayed to the clients it belongs to (.relay).
         self.proxy = Proxy(self.upstreams, access=self.access, sessions=self.sessions, session_of=self._session_of)
         # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
@@ -352,7 +352,7 @@ class Gateway:
         server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
         return server
 
-    def callable_tools(self, backend: Upstream, holder: str | None, principal: str) -> dict[str, MCPTool]:
+    def callable_tools(self, backend: Upstream, holder: Holder | None, principal: str) -> dict[str, MCPTool]:
         """What ``principal`` may call on ``backend``'s server for ``holder``, by raw name: the one set that
         listing, calling and the SDK's schema lookup read, on every endpoint.
 
@@ -451,11 +451,11 @@ class Gateway:
         backend: Upstream,
         raw: str,
         arguments: dict[str, Any],
-        session: str | None,
+        holder: Holder | None,
         caller: Caller | None = None,
         relay: ClientRelay | None = None,
     ) -> dict[str, Any]:
-        """Call ``raw`` on ``backend`` for ``session`` (the backend's holder); counted, and audited for ``caller``;
+        """Call ``raw`` on ``backend`` for ``holder``; counted, and audited for ``caller``;
         ``relay`` hears its progress."""
         self.in_flight += 1
         self._idle_now.clear()
@@ -469,13 +469,13 @@ class Gateway:
         # and a 2026-07-28 request's name must match its Mcp-Name header.
         # Only a tool the server lists names a series: any other name (a
         # client may send anything) is one series, whatever it is.
-        tool = raw if backend.knows(raw, session) else UNKNOWN_TOOL
+        tool = raw if backend.knows(raw, holder) else UNKNOWN_TOOL
         who = DEFAULT_PRINCIPAL if caller is None else caller.principal
         try:
             # No timer here: the call carries its timeout to its worker, which
             # ends it at the deadline and words the answer (a timeout is the
             # MCPError of kind "timeout" below).
-            result = await backend.call(session, raw, arguments, who, relay)
+            result = await backend.call(holder, raw, arguments, who, relay)
             outcome = "tool_error" if result.is_error else "ok"
             if result.usage is not None:
                 self.metrics.usage(backend.name, tool, result.usage)

@@ -51,6 +51,7 @@ from mcp_types.jsonrpc import INTERNAL_ERROR
 from .access import Access
 from .principals import principal_of
 from .sessions import Sessions
+from .upstreams import Holder, SessionHolder
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -172,10 +173,11 @@ class Notifier:
         self._sending: set[asyncio.Task[None]] = set()
 
     # -- changes -------------------------------------------------------------- #
-    def changed(self, server: str, session_id: str | None, principal: str | None = None) -> None:
-        """``server``'s tools changed: for ``session_id`` alone if it is a per-session server's, for
-        ``principal``'s clients alone if a per-principal one's; either way only for principals that may see it."""
-        if session_id is None:
+    def changed(self, server: str, holder: Holder | None) -> None:
+        """``server``'s tools changed: for the session alone if ``holder`` is a per-session server's, for the
+        principal's clients alone if a per-principal one's; either way only for principals that may see it."""
+        if not isinstance(holder, SessionHolder):
+            principal = None if holder is None else holder.principal
 
             def hears(who: str) -> bool:
                 return (principal is None or who == principal) and self._access.sees(who, server)
@@ -186,7 +188,7 @@ class Notifier:
                     for publication in self.endpoints[path].publish(hears):
                         self._spawn(publication)
         else:
-            listener = self._sessions.listener(session_id)
+            listener = self._sessions.listener(holder.session)
             targets = [] if listener is None else [listener]
         for session in targets:
             self._spawn(self._send(session))

@@ -82,7 +82,7 @@ from .access import Access
 from .notify import ListChangedServer
 from .principals import principal_of
 from .sessions import Sessions
-from .upstreams import Upstream, UpstreamRefused
+from .upstreams import Holder, PrincipalHolder, SessionHolder, Upstream, UpstreamRefused
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
@@ -205,12 +205,10 @@ class ClientRelay(Listener):
     def notified(self, method: str, params: bytes | None) -> None:
         if method != "notifications/message":
             # Not a request's own: routed as one attributed to no request, of the server it came from.
-            kind = self._backend.served.session
-            session = self._proxy.session_of(self._ctx) if kind == "per-session" else None
-            if kind == "per-session" and session is None:
-                return
-            principal = self._principal if kind == "per-principal" else None
-            self._proxy.heard(self._backend, session, principal, method, params)
+            holder = self._backend.holder(self._proxy.session_of(self._ctx), self._principal)
+            if holder is None and self._backend.served.session == "per-session":
+                return  # no session, so no server of its own to speak for
+            self._proxy.heard(self._backend, holder, method, params)
             return
         if not self._backend.alone(self._principal):
             return  # a shared server several principals used: its words may be another's (the module's rule)
@@ -550,14 +548,12 @@ class Proxy:
         return {}
 
     # -- words of no request ----------------------------------------------------- #
-    def heard(
-        self, backend: Upstream, session: str | None, principal: str | None, method: str, params: bytes | None
-    ) -> None:
-        """A notification of ``backend``'s server attributed to no request (of ``session``'s or ``principal``'s
-        server; neither: a shared one)."""
-        if method == "notifications/message" and session is not None:
-            floor = self._levels.get(session)
-            listener = self._sessions.listener(session)
+    def heard(self, backend: Upstream, holder: Holder | None, method: str, params: bytes | None) -> None:
+        """A notification of ``backend``'s server attributed to no request (of ``holder``'s server; ``None``: a
+        shared one)."""
+        if method == "notifications/message" and isinstance(holder, SessionHolder):
+            floor = self._levels.get(holder.session)
+            listener = self._sessions.listener(holder.session)
             if listener is not None and _at_least(_level_of(params), floor):
                 notification = _notification(method, params)
                 if notification is not None:
@@ -565,24 +561,25 @@ class Proxy:
         elif method in LIST_CHANGED or method == UPDATED:
             notification = _notification(method, params)
             if notification is not None:
-                for listener in self._told(backend, session, principal, method, params):
+                for listener in self._told(backend, holder, method, params):
                     self._spawn(self._send(listener, notification))
 
-    def _told(
-        self, backend: Upstream, session: str | None, principal: str | None, method: str, params: bytes | None
-    ) -> list[ServerSession]:
-        """The 2025 sessions that hear a list change or a resource's update of the server of ``session`` (a
-        per-session one), ``principal`` (a per-principal one) or everyone's (neither): of a principal that may
-        see the server (and whose server it is), on an endpoint that serves it; an update only those subscribed."""
+    def _told(self, backend: Upstream, holder: Holder | None, method: str, params: bytes | None) -> list[ServerSession]:
+        """The 2025 sessions that hear a list change or a resource's update of ``holder``'s server (everyone's:
+        ``None``): of a principal that may see the server (and whose server it is), on an endpoint that serves
+        it; an update only those subscribed."""
         name = backend.name
+        principal = holder.principal if isinstance(holder, PrincipalHolder) else None
 
         def hears(who: str) -> bool:
             return (principal is None or who == principal) and self._access.sees(who, name)
 
-        if session is not None:
-            owner = self._sessions.principal(session)
-            listener = self._sessions.listener(session)
-            candidates = {session: listener} if listener is not None and owner is not None and hears(owner) else {}
+        if isinstance(holder, SessionHolder):
+            owner = self._sessions.principal(holder.session)
+            listener = self._sessions.listener(holder.session)
+            candidates = (
+                {holder.session: listener} if listener is not None and owner is not None and hears(owner) else {}
+            )
         else:
             candidates = self._sessions.listening(name, hears)
         if method == UPDATED:

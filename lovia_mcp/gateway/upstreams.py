@@ -16,22 +16,23 @@ gone when the connection closes.
   every session and stateless request of one principal shares its server,
   and no other principal's call ever reaches it.
 
-Whose server a call uses is :meth:`Upstream.holder`'s to say (the session,
-or the principal); every other method takes that holder.
+Whose server a call uses is :meth:`Upstream.holder`'s to say: a
+:class:`SessionHolder` or a :class:`PrincipalHolder` (a :data:`Holder`), or
+``None`` for a shared server; every other method takes that holder.
 
 Lifecycle: ``start`` opens (and lists) before the gateway says it is ready;
 a request that comes meanwhile waits in :func:`wait_open` until the servers
 it needs are open (or one of them failed); ``aclose`` closes every
 connection, bounded and shielded.
 
-Tool-list changes: a upstream tells :attr:`Upstream.on_tools_changed` when a
+Tool-list changes: an upstream tells :attr:`Upstream.on_tools_changed` when a
 connection's tools change (:attr:`MCPConnection.on_tools_changed`), with the
-session or the principal whose server it is (neither for a shared server,
+holder whose server it is (``None`` for a shared server,
 whose change is told to every principal that may see it).
 
 The relay: every connection is opened with ``relay=True``; a server's
 notification attributed to no request goes to :attr:`Upstream.on_notification`
-with the session or principal whose server it is, as a tool-list change
+with the holder whose server it is, as a tool-list change
 does. :meth:`Upstream.alone` says whether a principal is the only one whose
 requests a server has had (always, for a server of its own).
 """
@@ -71,8 +72,25 @@ IDLE_SWEEP: Final = 5.0
 # connection only after it has killed what it started (its close is bounded
 # by a few seconds), and that failure is the answer the waiter should get.
 OPEN_WAIT_SLACK: Final = 10.0
-# A per-principal server's key in the table of held servers.
-PRINCIPAL_HOLDER: Final = "principal:"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionHolder:
+    """A 2025 client session whose server of its own serves its calls (a per-session server)."""
+
+    session: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PrincipalHolder:
+    """A principal whose server of its own serves all its sessions and stateless requests (a per-principal one)."""
+
+    principal: str
+
+
+# Whose server a call uses (the glossary's holder): one type per kind, so a
+# principal's name never meets a session id in one table.
+Holder = SessionHolder | PrincipalHolder
 
 
 class UpstreamRefused(Exception):
@@ -96,14 +114,13 @@ class Upstream:
         self.served = served
         # Restarts of connections already closed: the counter never goes back.
         self.closed_restarts = 0
-        # The gateway's listener: (this upstream, the session whose server's
-        # tools changed, the principal whose server's did; None and None for
-        # a shared server). Called on the event loop.
-        self.on_tools_changed: Callable[[Upstream, str | None, str | None], None] | None = None
+        # The gateway's listener: (this upstream, the holder whose server's
+        # tools changed; None for a shared server). Called on the event loop.
+        self.on_tools_changed: Callable[[Upstream, Holder | None], None] | None = None
         # The gateway's listener for notifications attributed to no request:
-        # (this upstream, the session, the principal whose server said it (None and
-        # None: a shared one), the method, its params raw). Called on the event loop.
-        self.on_notification: Callable[[Upstream, str | None, str | None, str, bytes | None], None] | None = None
+        # (this upstream, the holder whose server said it (None: a shared one),
+        # the method, its params raw). Called on the event loop.
+        self.on_notification: Callable[[Upstream, Holder | None, str, bytes | None], None] | None = None
         # Set once the upstream can serve a call, or failed to open; the
         # failure's message for a request that waited for it.
         self.settled = asyncio.Event()
@@ -129,9 +146,10 @@ class Upstream:
         finally:
             self.settled.set()
 
-    def holder(self, session: str | None, principal: str) -> str | None:
-        """Whose server serves a call of ``session`` by ``principal``: the key the other methods take."""
-        return session
+    def holder(self, session: str | None, principal: str) -> Holder | None:
+        """Whose server serves a call of ``session`` by ``principal``: the key the other methods take (``None``:
+        a shared server, everyone's)."""
+        return None
 
     def _servable(self) -> None:
         """The upstream can serve calls from now, before ``_start`` has finished (its spares still warming)."""
@@ -140,27 +158,27 @@ class Upstream:
     async def _start(self) -> None:
         raise NotImplementedError
 
-    def tools(self, session: str | None = None) -> list[MCPTool]:
-        """The tools ``session`` sees (a per-session server's own once the session holds one)."""
+    def tools(self, holder: Holder | None = None) -> list[MCPTool]:
+        """The tools ``holder`` sees (its server's own once it holds one)."""
         raise NotImplementedError
 
-    def knows(self, raw_name: str, session: str | None = None) -> bool:
-        """True if ``raw_name`` is a tool ``session`` is listed: a name a metric may carry."""
+    def knows(self, raw_name: str, holder: Holder | None = None) -> bool:
+        """True if ``raw_name`` is a tool ``holder`` is listed: a name a metric may carry."""
         try:
-            return any(t.raw_name == raw_name for t in self.tools(session))
+            return any(t.raw_name == raw_name for t in self.tools(holder))
         except (UpstreamRefused, MCPError):  # not open (any more): no listing to hold it against
             return False
 
-    def _changed(self, session: str | None, principal: str | None = None) -> None:
+    def _changed(self, holder: Holder | None) -> None:
         if self.on_tools_changed is not None:
-            self.on_tools_changed(self, session, principal)
+            self.on_tools_changed(self, holder)
 
-    def _heard(self, holder: str | None, method: str, params: bytes | None) -> None:
+    def _heard(self, holder: Holder | None, method: str, params: bytes | None) -> None:
         """A notification of ``holder``'s server attributed to no request."""
         if self.on_notification is not None:
-            self.on_notification(self, holder, None, method, params)
+            self.on_notification(self, holder, method, params)
 
-    def connection(self, holder: str | None) -> MCPConnection | None:
+    def connection(self, holder: Holder | None) -> MCPConnection | None:
         """The live connection serving ``holder``, if one does now."""
         raise NotImplementedError
 
@@ -175,17 +193,17 @@ class Upstream:
 
     async def call(
         self,
-        session: str | None,
+        holder: Holder | None,
         raw_name: str,
         arguments: dict[str, Any],
         principal: str = DEFAULT_PRINCIPAL,
         listener: Listener | None = None,
     ) -> MCPToolResult:
-        """Call ``raw_name`` on the server of ``session`` (the holder), for a client of ``principal``;
+        """Call ``raw_name`` on the server of ``holder``, for a client of ``principal``;
         ``listener`` hears the call's progress."""
         raise NotImplementedError
 
-    async def take(self, holder: str | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
+    async def take(self, holder: Holder | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
         """The connection serving ``holder`` for a relayed request of ``principal`` (a server of its own taken
         as a call takes one): :mod:`.relay`'s way to the server."""
         raise NotImplementedError
@@ -245,12 +263,12 @@ class Shared(Upstream):
             raise UpstreamRefused(f"server {self.name!r} is not open", hint="Wait for /readyz to answer 200.")
         return self._conn
 
-    def tools(self, session: str | None = None) -> list[MCPTool]:
+    def tools(self, holder: Holder | None = None) -> list[MCPTool]:
         return _tools_of(self._live())
 
     async def call(
         self,
-        session: str | None,
+        holder: Holder | None,
         raw_name: str,
         arguments: dict[str, Any],
         principal: str = DEFAULT_PRINCIPAL,
@@ -260,7 +278,7 @@ class Shared(Upstream):
         self._callers.add(principal)
         return await conn.call_tool(raw_name, arguments, timeout=self.server.timeout, listener=listener)
 
-    async def take(self, holder: str | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
+    async def take(self, holder: Holder | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
         conn = self._live()
         self._callers.add(principal)
         return conn
@@ -268,7 +286,7 @@ class Shared(Upstream):
     def connections(self) -> list[MCPConnection]:
         return [] if self._conn is None else [self._conn]
 
-    def connection(self, holder: str | None) -> MCPConnection | None:
+    def connection(self, holder: Holder | None) -> MCPConnection | None:
         return self._conn
 
     def capabilities(self) -> dict[str, Any]:
@@ -308,10 +326,10 @@ class PerSession(Upstream):
         super().__init__(server, served)
         # Per-run opens of this config take the library's warm spares.
         self.config = dataclasses.replace(self.server, spares=max(1, server.spares), close_after_run=True)
-        self._held: dict[str, _Held] = {}
-        self._opening: dict[str, asyncio.Task[_Held]] = {}
+        self._held: dict[Holder, _Held] = {}
+        self._opening: dict[Holder, asyncio.Task[_Held]] = {}
         # Whose client each holder (held or opening) is.
-        self._principal_of: dict[str, str] = {}
+        self._principal_of: dict[Holder, str] = {}
         self._spare: MCPConnection | None = None
         self._listing: list[MCPTool] = []
         self._capabilities: dict[str, Any] = {}
@@ -329,34 +347,40 @@ class PerSession(Upstream):
         await warm_spares(self.config)
         self._sweeper = asyncio.ensure_future(self._sweep())
 
-    def tools(self, session: str | None = None) -> list[MCPTool]:
-        # The session's own server, with its list changes; the first open's
-        # listing for a session that holds none yet (or none at all).
-        held = None if session is None else self._held.get(session)
+    def holder(self, session: str | None, principal: str) -> Holder | None:
+        return None if session is None else SessionHolder(session)
+
+    def tools(self, holder: Holder | None = None) -> list[MCPTool]:
+        # The holder's own server, with its list changes; the first open's
+        # listing for a holder that holds none yet (or none at all).
+        held = None if holder is None else self._held.get(holder)
         return _tools_of(held.conn) if held is not None else list(self._listing)
 
     def sessions(self) -> int:
         return len(self._held) + len(self._opening)
 
-    def _who(self, holder: str) -> dict[str, str]:
+    @staticmethod
+    def _who(holder: Holder) -> dict[str, str]:
         """A holder as a log line shows it: a session id's first characters (the rest lets one in)."""
-        return {"session": holder[:16]}
+        if isinstance(holder, SessionHolder):
+            return {"session": holder.session[:16]}
+        return {"principal": holder.principal}
 
     def connections(self) -> list[MCPConnection]:
         return [h.conn for h in self._held.values()]
 
-    def connection(self, holder: str | None) -> MCPConnection | None:
+    def connection(self, holder: Holder | None) -> MCPConnection | None:
         held = None if holder is None else self._held.get(holder)
         return None if held is None else held.conn
 
     def capabilities(self) -> dict[str, Any]:
         return dict(self._capabilities)
 
-    async def _take(self, session: str, principal: str) -> _Held:
-        held = self._held.get(session)
+    async def _take(self, holder: Holder, principal: str) -> _Held:
+        held = self._held.get(holder)
         if held is not None:
             return held
-        task = self._opening.get(session)
+        task = self._opening.get(holder)
         if task is None:
             if self._closing:
                 raise UpstreamRefused("the gateway is shutting down", hint="Retry on another replica.")
@@ -376,50 +400,50 @@ class PerSession(Upstream):
                     "or raise max_sessions in the config file.",
                     share="server_slots",
                 )
-            self._principal_of[session] = principal
-            task = self._opening[session] = asyncio.ensure_future(self._open(session))
+            self._principal_of[holder] = principal
+            task = self._opening[holder] = asyncio.ensure_future(self._open(holder))
         # Shielded: one caller cancelled (its client went away) must not
         # abandon a server half-open that the session's other calls wait for.
         return await asyncio.shield(task)
 
-    async def _open(self, session: str) -> _Held:
+    async def _open(self, holder: Holder) -> _Held:
         try:
             spare, self._spare = self._spare, None
             conn = spare if spare is not None else await self.config.open()
         except BaseException:
-            self._principal_of.pop(session, None)
+            self._principal_of.pop(holder, None)
             raise
         finally:
-            self._opening.pop(session, None)
+            self._opening.pop(holder, None)
         if self._closing:
-            self._principal_of.pop(session, None)
+            self._principal_of.pop(holder, None)
             await conn.close()
             raise UpstreamRefused("the gateway is shutting down", hint="Retry on another replica.")
-        held = self._held[session] = _Held(conn)
-        # Only this session lists this server: only it hears of its changes.
-        conn.on_tools_changed = lambda _conn: self._changed(session)
-        conn.on_notification = lambda method, params: self._heard(session, method, params)
+        held = self._held[holder] = _Held(conn)
+        # Only this holder lists this server: only it hears of its changes.
+        conn.on_tools_changed = lambda _conn: self._changed(holder)
+        conn.on_notification = lambda method, params: self._heard(holder, method, params)
         if _shape(_tools_of(conn)) != _shape(self._listing):
-            self._changed(session)  # the session listed the first open's tools until now
-        logger.info("session opened", extra={"server": self.name, **self._who(session)})
+            self._changed(holder)  # the holder listed the first open's tools until now
+        logger.info("session opened", extra={"server": self.name, **self._who(holder)})
         return held
 
     async def call(
         self,
-        session: str | None,
+        holder: Holder | None,
         raw_name: str,
         arguments: dict[str, Any],
         principal: str = DEFAULT_PRINCIPAL,
         listener: Listener | None = None,
     ) -> MCPToolResult:
-        if session is None:
+        if holder is None:
             raise UpstreamRefused(
                 f"server {self.name!r} gives each client session a server of its own, and this request "
                 "belongs to no session",
                 hint="Connect with a stateful session (an initialize handshake; the SDK's Client(mode='legacy')), "
                 'or serve the server with "session": "shared".',
             )
-        held = await self._take(session, principal)
+        held = await self._take(holder, principal)
         held.in_flight += 1
         try:
             return await held.conn.call_tool(raw_name, arguments, timeout=self.server.timeout, listener=listener)
@@ -427,7 +451,7 @@ class PerSession(Upstream):
             held.in_flight -= 1
             held.used = time.monotonic()
 
-    async def take(self, holder: str | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
+    async def take(self, holder: Holder | None, principal: str = DEFAULT_PRINCIPAL) -> MCPConnection:
         if holder is None:
             raise UpstreamRefused(
                 f"server {self.name!r} gives each client session a server of its own, and this request "
@@ -440,9 +464,9 @@ class PerSession(Upstream):
         return held.conn
 
     async def end_session(self, session: str) -> None:
-        held = self._held.pop(session, None)
+        held = self._held.pop(SessionHolder(session), None)
         if held is not None:
-            self._principal_of.pop(session, None)
+            self._principal_of.pop(SessionHolder(session), None)
             await self._close(held, "ended")
 
     async def _close(self, held: _Held, why: str) -> None:
@@ -456,14 +480,14 @@ class PerSession(Upstream):
         while True:
             await asyncio.sleep(min(IDLE_SWEEP, idle / 2))
             now = time.monotonic()
-            for session, held in list(self._held.items()):
-                if held.in_flight == 0 and now - held.used >= idle and self._held.get(session) is held:
-                    del self._held[session]
-                    self._principal_of.pop(session, None)
-                    # From now on the session lists the first open's tools
+            for holder, held in list(self._held.items()):
+                if held.in_flight == 0 and now - held.used >= idle and self._held.get(holder) is held:
+                    del self._held[holder]
+                    self._principal_of.pop(holder, None)
+                    # From now on the holder lists the first open's tools
                     # (and its next call gets a fresh server that lists them).
                     if _shape(_tools_of(held.conn)) != _shape(self._listing):
-                        self._changed(session)
+                        self._changed(holder)
                     await self._close(held, "idle")
 
     async def aclose(self) -> None:
@@ -529,21 +553,8 @@ class PerPrincipal(PerSession):
 
     HOLDERS: ClassVar[str] = "principals"
 
-    def holder(self, session: str | None, principal: str) -> str | None:
-        # Prefixed: a principal's name never meets a session id in one table.
-        return PRINCIPAL_HOLDER + principal
-
-    def _changed(self, session: str | None, principal: str | None = None) -> None:
-        # ``session`` is the holder: the principal's clients hear, all of them
-        # (its sessions and its listen streams), and no other principal's.
-        super()._changed(None, None if session is None else session.removeprefix(PRINCIPAL_HOLDER))
-
-    def _who(self, holder: str) -> dict[str, str]:
-        return {"principal": holder.removeprefix(PRINCIPAL_HOLDER)}
-
-    def _heard(self, holder: str | None, method: str, params: bytes | None) -> None:
-        if self.on_notification is not None and holder is not None:
-            self.on_notification(self, None, holder.removeprefix(PRINCIPAL_HOLDER), method, params)
+    def holder(self, session: str | None, principal: str) -> Holder | None:
+        return PrincipalHolder(principal)
 
     async def end_session(self, session: str) -> None:
         """A session ended: the principal's server stays for its other sessions (``idle`` closes it)."""
@@ -562,9 +573,11 @@ __all__ = [
     "OPEN_WAIT_SLACK",
     "STATS_WAIT",
     "Upstream",
-    "PRINCIPAL_HOLDER",
+    "Holder",
     "PerPrincipal",
     "PerSession",
+    "PrincipalHolder",
+    "SessionHolder",
     "UpstreamRefused",
     "Shared",
     "upstream_for",

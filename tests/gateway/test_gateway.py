@@ -768,12 +768,12 @@ def test_a_call_that_fails_in_a_way_nobody_foresaw_is_counted_as_an_error_not_ok
     from lovia_mcp.gateway import app, options, upstreams
 
     class Broken(upstreams.Upstream):
-        def tools(self, session: str | None = None) -> list[Any]:
+        def tools(self, holder: Any = None) -> list[Any]:
             return []
 
         async def call(
             self,
-            session: str | None,
+            holder: Any,
             raw_name: str,
             arguments: dict[str, Any],
             principal: str = "",
@@ -964,6 +964,7 @@ def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table
     from types import SimpleNamespace
 
     from lovia_mcp.gateway import notify, sessions
+    from lovia_mcp.gateway.upstreams import SessionHolder
 
     now = [1000.0]
     monkeypatch.setattr(sessions, "time", SimpleNamespace(monotonic=lambda: now[0]))
@@ -989,7 +990,7 @@ def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table
     table.began("all")  # its GET stream: open from now on
 
     async def change(server: str, session: str | None) -> None:
-        n.changed(server, session)
+        n.changed(server, None if session is None else SessionHolder(session))
         await asyncio.gather(*list(n._sending))  # noqa: SLF001 - every send of this change, done
 
     async def main() -> None:
@@ -1017,6 +1018,7 @@ def test_the_notifier_tells_the_endpoints_listing_a_server_and_the_session_table
 def test_a_change_is_told_only_to_principals_that_may_see_the_server_and_a_per_principal_one_to_its_own() -> None:
     from lovia_mcp.gateway import notify, sessions
     from lovia_mcp.gateway.access import Access
+    from lovia_mcp.gateway.upstreams import PrincipalHolder
 
     table = sessions.Sessions(idle=60.0)
     # alice sees every server, bob only "a".
@@ -1031,7 +1033,7 @@ def test_a_change_is_told_only_to_principals_that_may_see_the_server_and_a_per_p
         table.heard(who, e, None, who)  # type: ignore[arg-type]
 
     async def change(server: str, principal: str | None) -> dict[str, tuple[int, int]]:
-        n.changed(server, None, principal)
+        n.changed(server, None if principal is None else PrincipalHolder(principal))
         await asyncio.gather(*list(n._sending))  # noqa: SLF001 - every send of this change, done
         return {who: (ears[who].sent, published[who]) for who in ears}
 

@@ -438,12 +438,12 @@ def test_a_failed_audit_write_is_logged_once_a_minute_and_the_call_is_still_serv
     from lovia_mcp.render import MCPToolResult
 
     class Answering(Upstream):
-        def tools(self, session: str | None = None) -> list[Any]:
+        def tools(self, holder: Any = None) -> list[Any]:
             return []
 
         async def call(
             self,
-            session: str | None,
+            holder: Any,
             raw_name: str,
             arguments: dict[str, Any],
             principal: str = "",
