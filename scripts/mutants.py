@@ -160,8 +160,8 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="gateway-access-endpoint",
-        path="lovia_mcp/gateway/app.py",
-        old="if manager is None or (only is not None and not self.access.sees(principal, only)):",
+        path="lovia_mcp/gateway/routes.py",
+        old="if manager is None or (only is not None and not self._access.sees(principal, only)):",
         new="if manager is None:",
         tests=(
             "tests/gateway/test_gateway_principals.py::test_a_server_a_principal_may_not_see_has_no_endpoint_for_it_and_metrics_only_for_who_may_read_them",
@@ -357,9 +357,9 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="gateway-share-answered-only",
-        path="lovia_mcp/gateway/app.py",
-        old="return self.sessions.held(principal, path) + self._pending[principal, path] >= self.session_share",
-        new="return self.sessions.held(principal, path) >= self.session_share",
+        path="lovia_mcp/gateway/admission.py",
+        old="return self._sessions.held(principal, path) + self._pending[principal, path] >= self.session_share",
+        new="return self._sessions.held(principal, path) >= self.session_share",
         tests=(
             "tests/gateway/test_gateway_shares.py::test_no_principal_can_hold_more_than_its_share_of_an_endpoints_sessions",
         ),
@@ -409,9 +409,9 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="gateway-wait-for-all",
-        path="lovia_mcp/gateway/app.py",
-        old="if only in (None, name) and self.access.sees(principal, name)]",
-        new="if only in (None, name)]",
+        path="lovia_mcp/gateway/admission.py",
+        old="if only in (None, name) and self._access.sees(principal, name)\n",
+        new="if only in (None, name)\n",
         tests=(
             "tests/gateway/test_gateway_serve.py::test_a_request_is_not_held_for_a_server_its_principal_may_not_"
             "see_nor_told_its_name",

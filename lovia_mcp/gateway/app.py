@@ -1,11 +1,14 @@
 """The gateway's ASGI app: MCP endpoints through the SDK's server side, plus health, readiness and metrics.
 
-Routes:
-
-- ``/mcp``: every server's tools, named ``<server>__<tool>``;
-- ``/servers/<name>/mcp``: one server's tools under their own names;
-- ``/healthz`` (the process answers), ``/readyz`` (servers open, not draining),
-  ``/metrics`` (Prometheus text).
+The app composes the gateway's parts and keeps the MCP request handlers
+(listing, calling, the SDK's input-schema lookup). Per request, in order:
+the scheme :mod:`.auth` picked says who it is; :mod:`.routes` says what the
+path is (``/healthz``, ``/readyz``, ``/metrics``, ``/mcp``,
+``/servers/<name>/mcp``) and checks an MCP request's headers;
+:mod:`.admission` says whether it may enter now (opening waits, draining,
+each principal's share); :mod:`.routes` hands it to the endpoint's session
+manager. The servers are :mod:`.upstreams`; what they say besides tools
+goes through :mod:`.relay`; :mod:`.metrics` counts.
 
 Each MCP endpoint is a low-level ``mcp.server.lowlevel.Server`` behind its own
 ``StreamableHTTPSessionManager`` (public SDK API). The manager speaks both
@@ -41,7 +44,7 @@ request with two ``Mcp-Session-Id`` or ``Mcp-Protocol-Version`` headers is
 refused (400): the gateway and the SDK must read the same one. Request
 bodies over the cap get a 413 and sessions over the cap a 503 (the SDK's
 own limits); with several principals, each may hold at most its share of
-an endpoint's sessions (:func:`.principals.share`), and a new session past
+an endpoint's sessions (:func:`.principals.share`, :mod:`.admission`), and a new session past
 it is a 503 too, so that no principal can fill the cap for the others. On
 loopback, the SDK's DNS rebinding protection checks ``Host`` and
 ``Origin``. What a client can hold before any of this is checked
@@ -60,9 +63,9 @@ outside them is answered exactly as one that does not exist
 one line of the audit log (:mod:`.audit`).
 
 Before ready: a request for an MCP endpoint waits until the servers that
-endpoint serves to its principal are open (:func:`.upstreams.wait_open`),
-then is served; only one of those that failed to open (or the gateway
-stopping) makes it an error.
+endpoint serves to its principal are open (:mod:`.admission`), then is
+served; only one of those that failed to open (or the gateway stopping)
+makes it an error.
 
 Failure semantics: a call that fails on the server's side (a crash, a
 limit, a timeout, an open circuit) is that call's ``isError`` result,
@@ -75,8 +78,6 @@ server's own ``isError`` results and annotations pass through unchanged.
 from __future__ import annotations
 
 import asyncio
-import collections
-import json
 import logging
 import time
 from contextlib import AsyncExitStack
@@ -86,61 +87,40 @@ from typing import Any, Final
 import mcp_types as types
 from lovia.exceptions import MCPError as LoviaMCPError
 from lovia_mcp_worker.wire.mcpjson import block_json
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
 from .._names import PREFIX_SEP
 from ..config.annotations import MCPTool, as_json
 from ..render import DENIED_META, MCPToolResult, denial_lines
+from ._http import UNAVAILABLE, RpcRefusal, json_answer, plain
 from .access import Access
+from .admission import Admission
 from .audit import AuditLog, Caller, trace_id
 from .auth.anonymous import Anonymous
 from .auth.base import AUTH_REFUSED, Authenticator, Refusal
 from .connections import CLOSE_REASONS, ConnectionLimits
-from .fastpath import FAST_METHODS, accepts_both, serve_fast
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import Notifier
-from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of, share
+from .principals import DEFAULT_PRINCIPAL, SCOPE_KEY, principal_of
 from .relay import ClientRelay, Proxy, relayed
+from .routes import HEALTH, METRICS, READY, SESSION_HEADER, Routes, endpoints, first, owner, session_managers
 from .sessions import Sessions
-from .upstreams import Holder, Upstream, UpstreamRefused, wait_open
+from .upstreams import Holder, Upstream, UpstreamRefused
 
 logger = logging.getLogger("lovia_mcp.gateway")
 
 
-SESSION_HEADER: Final = b"mcp-session-id"
-VERSION_HEADER: Final = b"mcp-protocol-version"
-METHOD_HEADER: Final = b"mcp-method"
-# Headers the gateway and the SDK both read: the SDK (through Starlette)
-# reads the first of each, so a request that sends one twice is refused.
-ONCE: Final = frozenset({SESSION_HEADER, VERSION_HEADER})
-LISTEN: Final = b"subscriptions/listen"
-# JSON-RPC error code for "try again elsewhere" (the server-defined range):
-# a draining gateway or a full session table.
-UNAVAILABLE: Final = -32000
 ERROR_META: Final = "lovia-mcp/error"
 TRACEPARENT_HEADER: Final = b"traceparent"
 # The request's principal where no handler argument carries it (the SDK's
 # input-schema lookup): set per request in Gateway.__call__, inherited by
 # the tasks the request's handling starts.
 _PRINCIPAL: ContextVar[str | None] = ContextVar("lovia_mcp_gateway_principal", default=None)
-
-
-def _owner(scope: Scope) -> str | None:
-    """Which credential let the request in (:attr:`.auth.base.Identity.owner`), ``None`` without credentials."""
-    user = scope.get("user")
-    return user.username if isinstance(user, AuthenticatedUser) else None
-
-
-def _first(scope: Scope, name: bytes) -> bytes | None:
-    return next((value for key, value in scope.get("headers", ()) if key == name), None)
 
 
 def result_json(result: MCPToolResult) -> dict[str, Any]:
@@ -181,7 +161,7 @@ class Gateway:
 
     def __init__(
         self,
-        backends: list[Upstream],
+        upstreams: list[Upstream],
         *,
         loopback: bool,
         max_body_bytes: int,
@@ -196,94 +176,71 @@ class Gateway:
         """``auth``: who a request is (default: no credentials, everyone ``default``); ``access``: who may use
         what (default: everyone everything); ``audit``: the open audit log; ``metrics_principal``: label calls by
         principal."""
-        self.upstreams = {b.name: b for b in backends}
+        self.upstreams = {u.name: u for u in upstreams}
         self.auth: Authenticator = auth if auth is not None else Anonymous()
         self.access = access if access is not None else Access(None)
         self.audit = audit
         self.metrics_principal = metrics_principal
-        self.max_body_bytes = max_body_bytes
         self.metrics = Metrics()
         # The HTTP connections' bounds (serve's), for the metrics.
         self.limits = limits
-        self.ready = False
-        self.draining = False
-        self.in_flight = 0
-        # Requests waiting for their servers to open (before ready).
-        self.waiting = 0
         self.sessions = Sessions(session_idle)
-        # Opening requests the SDK has not answered yet, by principal and
-        # endpoint: counted against the principal's share with its sessions.
-        self._pending: collections.Counter[tuple[str, str]] = collections.Counter()
-        self._idle_now = asyncio.Event()
-        self._idle_now.set()
-        security = None
-        if loopback:
-            # As the SDK's own streamable_http_app does for a loopback host.
-            security = TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-            )
-
-        def manager(app: Server[Any], json_response: bool = False) -> StreamableHTTPSessionManager:
-            return StreamableHTTPSessionManager(
-                app=app,
-                security_settings=security,
-                max_request_body_size=max_body_bytes,
-                max_sessions=max_sessions,
-                session_idle_timeout=session_idle,
-                json_response=json_response,
-            )
-
-        paths: dict[str, str | None] = {"/mcp": None, **{f"/servers/{name}/mcp": name for name in self.upstreams}}
-        # Listen streams are long-lived HTTP responses: as many per endpoint
-        # as sessions.
-        self.paths = paths
-        # Each principal's share of those caps (the whole cap with one
+        # Each principal's share of the caps (the whole cap with one
         # principal). A scheme that cannot list its principals (OAuth
         # subjects) splits them among those the access section names.
         known = self.auth.principals
         named = len(known) if known is not None else len(self.access.principals())
-        self.max_sessions = max_sessions
-        self.session_share = share(max_sessions, named)
+        self.admission = Admission(
+            self.upstreams,
+            access=self.access,
+            sessions=self.sessions,
+            metrics=self.metrics,
+            max_sessions=max_sessions,
+            principals=named,
+            labelled=self._labelled,
+        )
+        paths = endpoints(list(self.upstreams))
+        # Listen streams are long-lived HTTP responses: as many per endpoint
+        # as sessions, each principal its share.
         self.notifier = Notifier(
             paths,
             max_streams=max_sessions,
-            share=self.session_share,
+            share=self.admission.session_share,
             sessions=self.sessions,
             access=self.access,
-            on_share_refused=lambda path, principal: self._share_refused(path, "listen_streams", principal),
+            on_share_refused=lambda path, principal: self.admission.share_refused(path, "listen_streams", principal),
         )
-        for backend in backends:
-            backend.principals = named
-            backend.on_tools_changed = lambda b, holder: self.notifier.changed(b.name, holder)
+        for upstream in upstreams:
+            upstream.principals = named
+            upstream.on_tools_changed = lambda u, holder: self.notifier.changed(u.name, holder)
         # What servers say besides tools, relayed to the clients it belongs to (.relay).
         self.proxy = Proxy(self.upstreams, access=self.access, sessions=self.sessions, session_of=self._session_of)
-        # Each endpoint: a manager in the SDK's default (SSE) mode for 2025
-        # sessions and everything else, and one in JSON mode, on the same
-        # Server, for the 2026-07-28 calls fastpath serves.
-        self.managers: dict[str, StreamableHTTPSessionManager] = {}
-        self.fast: dict[str, StreamableHTTPSessionManager] = {}
-        for path, only in paths.items():
-            app = self._mcp_server(path, only)
-            self.managers[path] = manager(app)
-            self.fast[path] = manager(app, json_response=True)
+        servers = {path: self._mcp_server(path, only) for path, only in paths.items()}
+        self.routes = Routes(
+            self.upstreams,
+            session_managers(
+                servers,
+                loopback=loopback,
+                max_body_bytes=max_body_bytes,
+                max_sessions=max_sessions,
+                session_idle=session_idle,
+            ),
+            access=self.access,
+            sessions=self.sessions,
+            max_body_bytes=max_body_bytes,
+            opening=self.admission.opening,
+        )
 
     # -- lifecycle ------------------------------------------------------------ #
     async def enter(self, stack: AsyncExitStack) -> None:
-        """Start every endpoint's session manager; ``stack`` stops them."""
-        for m in [*self.managers.values(), *self.fast.values()]:
-            await stack.enter_async_context(m.run())
+        """Start every endpoint's session managers; ``stack`` stops them."""
+        await self.routes.enter(stack)
 
     async def drain(self, timeout: float) -> bool:
-        """Refuse new sessions; wait up to ``timeout`` for the calls in flight. True if they all ended."""
-        self.draining = True
+        """Refuse new sessions and listen streams (closing those open); wait up to ``timeout`` for the calls in
+        flight. True if they all ended."""
         self.notifier.close()
-        try:
-            await asyncio.wait_for(self._idle_now.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        return await self.admission.drain(timeout)
 
     # -- MCP ------------------------------------------------------------------ #
     def _session_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
@@ -293,9 +250,9 @@ class Gateway:
         scope = getattr(ctx.request, "scope", None)
         if not isinstance(scope, dict):
             return None
-        raw = _first(scope, SESSION_HEADER)
+        raw = first(scope, SESSION_HEADER)
         session = None if raw is None else raw.decode("latin-1")
-        return session if self.sessions.owned(session, _owner(scope)) is not None else None
+        return session if self.sessions.owned(session, owner(scope)) is not None else None
 
     def _mcp_server(self, path: str, only: str | None) -> Server[Any]:
         async def list_tools(
@@ -312,7 +269,7 @@ class Gateway:
 
         async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> dict[str, Any]:
             scope = getattr(ctx.request, "scope", None)
-            header = _first(scope, TRACEPARENT_HEADER) if isinstance(scope, dict) else None
+            header = first(scope, TRACEPARENT_HEADER) if isinstance(scope, dict) else None
             caller = Caller(principal_of(scope), path, trace_id(params.meta, header))
             session = self._session_of(ctx)
             backend, raw = self._permitted(only, params.name, session, caller)
@@ -457,8 +414,7 @@ class Gateway:
     ) -> dict[str, Any]:
         """Call ``raw`` on ``backend`` for ``holder``; counted, and audited for ``caller``;
         ``relay`` hears its progress."""
-        self.in_flight += 1
-        self._idle_now.clear()
+        self.admission.call_began()
         started = time.perf_counter()
         # Counted as an error unless it ends otherwise: an exception nobody
         # foresaw is not an ok call.
@@ -489,7 +445,7 @@ class Gateway:
         except UpstreamRefused as exc:
             outcome = "refused"
             if exc.share is not None:
-                self._share_refused("" if caller is None else caller.endpoint, exc.share, who)
+                self.admission.share_refused("" if caller is None else caller.endpoint, exc.share, who)
             raise MCPError(UNAVAILABLE, f"{exc} (hint: {exc.hint})") from None
         except LoviaMCPError as exc:
             kind = getattr(exc, "kind", None) or "error"
@@ -511,12 +467,10 @@ class Gateway:
             principal = None if caller is None else self._labelled(caller.principal)
             self.metrics.call(backend.name, tool, outcome, elapsed, kind, principal)
             self._audited(caller, backend.name, raw, kind or outcome, elapsed)
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle_now.set()
+            self.admission.call_ended()
 
     # -- HTTP ----------------------------------------------------------------- #
-    async def _authenticate(self, scope: Scope) -> Refusal | None:
+    async def _authenticate(self, scope: Scope) -> RpcRefusal | None:
         """Why the request may not pass, or ``None``: its principal and its user (what its sessions are bound
         to) are then in ``scope``.
 
@@ -526,7 +480,11 @@ class Gateway:
         """
         identity = await self.auth.authenticate(scope.get("headers", ()))
         if isinstance(identity, Refusal):
-            return identity
+            # 401 and 403 carry the scheme's challenge (RFC 6750, MCP authorization).
+            challenge = (
+                ((b"www-authenticate", self.auth.challenge(identity).encode()),) if identity.status < 500 else ()
+            )
+            return RpcRefusal(identity.status, AUTH_REFUSED, identity.message, identity.hint, challenge)
         if identity.user is not None:
             scope["user"] = identity.user
         scope[SCOPE_KEY] = identity.principal
@@ -536,232 +494,44 @@ class Gateway:
         if scope["type"] != "http":
             return
         path: str = scope["path"]
-        if path == "/healthz":
-            await _plain(send, 200, "ok\n")
+        if path == HEALTH:
+            await plain(send, 200, "ok\n")
             return
-        if path == "/readyz":
-            if self.ready and not self.draining:
-                await _plain(send, 200, "ready\n")
-            else:
-                await _plain(send, 503, "draining\n" if self.draining else "opening servers\n")
+        if path == READY:
+            await plain(send, *self.admission.readiness())
             return
         document = self.auth.document(path)
         if document is not None:
-            await _json(send, 200, document)
+            await json_answer(send, 200, document)
             return
-        denied = await self._authenticate(scope)
-        if denied is not None:
-            # Every refusal is a JSON-RPC error a client raises with its hint;
-            # 401 and 403 carry the scheme's challenge (RFC 6750, MCP authorization).
-            challenge = [(b"www-authenticate", self.auth.challenge(denied).encode())] if denied.status < 500 else []
-            await _rpc_error(send, denied.status, AUTH_REFUSED, denied.message, denied.hint, challenge)
+        refused = await self._authenticate(scope)
+        if refused is not None:
+            await refused.send(send)
             return
         principal = principal_of(scope)
         _PRINCIPAL.set(principal)
-        if path == "/metrics" and self.access.metrics(principal):
-            await _plain(send, 200, await self._metrics_text(), CONTENT_TYPE)
+        if path == METRICS and self.access.metrics(principal):
+            await plain(send, 200, await self._metrics_text(), CONTENT_TYPE)
             return
-        path = path.rstrip("/") or path
-        manager = self.managers.get(path)
-        only = self.paths.get(path)
-        if manager is None or (only is not None and not self.access.sees(principal, only)):
-            # A server the principal may not see has no endpoint for it.
-            await _rpc_error(
-                send,
-                404,
-                INVALID_REQUEST,
-                f"no endpoint {path}",
-                "Use /mcp (every server) or /servers/<name>/mcp; servers: "
-                + ", ".join(s for s in sorted(self.upstreams) if self.access.sees(principal, s)),
-            )
+        request = self.routes.request(scope, principal)
+        if isinstance(request, RpcRefusal):
+            await request.send(send)
             return
-        headers: dict[bytes, bytes] = {}
-        for key, value in scope.get("headers", ()):
-            if key in ONCE and key in headers:
-                await _rpc_error(
-                    send,
-                    400,
-                    INVALID_REQUEST,
-                    f"the request has two {key.decode().title()} headers",
-                    "Send each of Mcp-Session-Id and Mcp-Protocol-Version at most once.",
-                )
-                return
-            headers.setdefault(key, value)  # the first of each, as the SDK reads them
-        declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_body_bytes:
-            # The SDK would answer the same status in plain text; its cap still
-            # stops a chunked body that grows past it.
-            await _rpc_error(
-                send,
-                413,
-                INVALID_REQUEST,
-                f"the request body is {int(declared)} bytes, over this gateway's cap of {self.max_body_bytes}",
-                "Send smaller arguments (a file's path or URL, not its content); the operator sets the cap "
-                "with --max-body-bytes.",
-            )
+        refused = await self.admission.admit(request)
+        if refused is not None:
+            await refused.send(send)
             return
-        session = headers[SESSION_HEADER].decode("latin-1") if SESSION_HEADER in headers else None
-        version = headers[VERSION_HEADER].decode("latin-1") if VERSION_HEADER in headers else None
-        if session is not None and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            # The SDK serves such a request as self-contained (2026-07-28 has no
-            # sessions) without looking at the id: refused rather than served
-            # sessionless, so a client that believes it is in a session learns
-            # at once that it is not, and no id the SDK did not check goes further.
-            await _rpc_error(
-                send,
-                400,
-                INVALID_REQUEST,
-                f"Mcp-Session-Id names a 2025 session, and a {version} request belongs to no session",
-                "Drop the Mcp-Session-Id header (a 2026-07-28 request is self-contained), or send "
-                "the session's own Mcp-Protocol-Version (the one its initialize agreed) to use it.",
-            )
-            return
-        if not self.ready:
-            refused = await self._opened(path, principal)
-            if refused is not None:
-                await _rpc_error(send, 503, UNAVAILABLE, str(refused), refused.hint)
-                return
-        stateless = version in MODERN_PROTOCOL_VERSIONS
-        # Draining refuses what would open a session (it would die with this
-        # replica); a session's calls and stateless requests are still served
-        # until HTTP stops, so a load balancer slow to notice /readyz loses nothing.
-        # A listen stream opened now would be cut with this replica: refused
-        # while draining like a new session.
-        if session is None and self.draining and (not stateless or headers.get(METHOD_HEADER) == LISTEN):
-            await _rpc_error(
-                send,
-                503,
-                UNAVAILABLE,
-                "the gateway is shutting down; retry shortly",
-                "Retry: a load balancer sends the new session to another replica.",
-                [(b"retry-after", b"1")],
-            )
-            return
-        if stateless and headers.get(METHOD_HEADER) in FAST_METHODS and accepts_both(headers.get(b"accept", b"")):
-            fast, streamed = self.fast[path], self.managers[path]
-            await serve_fast(
-                fast.handle_request,
-                scope,
-                receive,
-                send,
-                streamed=streamed.handle_request,
-                cap=fast.max_request_body_size,
-            )
-            return
-        if session is None:
-            if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
-                if scope["method"] == "POST" and self._past_share(principal, path):
-                    self._share_refused(path, "sessions", principal)
-                    await _rpc_error(
-                        send,
-                        503,
-                        UNAVAILABLE,
-                        f"principal {principal!r} already holds {self.session_share} sessions on {path}, its share "
-                        f"of the endpoint's {self.max_sessions} (--max-http-sessions, split among the token file's "
-                        "principals)",
-                        "End a session you no longer use (HTTP DELETE) or wait for idle ones to expire; the "
-                        "operator can raise --max-http-sessions.",
-                    )
-                    return
-                await self._opening(manager, scope, receive, send, principal, path)
-            else:
-                await manager.handle_request(scope, receive, send)
-            return
-        # Every request of a session is seen (its GET stream for as long as it
-        # is open): the table forgets a session as the SDK expires it.
-        self.sessions.began(session)
-        ended = False
-        try:
-            if scope["method"] == "DELETE":
-                # Only a DELETE the SDK accepted ends the session: another
-                # token's gets the 404 of an unknown session and ends nothing.
-                ended = 200 <= await _answered(manager.handle_request, scope, receive, send) < 300
-            else:
-                await manager.handle_request(scope, receive, send)
-        finally:
-            self.sessions.ended(session)
-        if ended and self.sessions.owned(session, _owner(scope)) is not None:
-            self.sessions.forget(session)
-            for backend in self.upstreams.values():
-                await backend.end_session(session)
-
-    def _share_refused(self, endpoint: str, cap: str, principal: str) -> None:
-        """A request refused for its principal's share of ``cap``: logged for the operator, and counted."""
-        logger.warning(
-            "a principal held its share of a cap",
-            extra={"principal": principal, "endpoint": endpoint, "cap": cap},
-        )
-        self.metrics.share_refused(endpoint, cap, self._labelled(principal))
-
-    def _past_share(self, principal: str, path: str) -> bool:
-        """Whether ``principal`` holds its share of ``path``'s sessions (those the SDK has yet to answer included).
-
-        With one principal its share is the whole cap, which the SDK checks itself.
-        """
-        if self.session_share >= self.max_sessions:
-            return False
-        return self.sessions.held(principal, path) + self._pending[principal, path] >= self.session_share
-
-    async def _opening(
-        self,
-        manager: StreamableHTTPSessionManager,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        principal: str,
-        path: str,
-    ) -> None:
-        """A request that may open a 2025 session on ``path``: the id the SDK answers is recorded for the token
-        (and ``principal``) that sent it."""
-        owner = _owner(scope)
-        key = (principal, path)
-        pending = True
-        self._pending[key] += 1
-
-        def settle() -> None:
-            nonlocal pending
-            if pending:
-                pending = False
-                self._pending[key] -= 1
-
-        async def watch(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                if message["status"] < 400:
-                    for name, value in message.get("headers", ()):
-                        if name.lower() == SESSION_HEADER:
-                            self.sessions.opened(value.decode("latin-1"), owner, principal, path)
-                settle()  # recorded, or no session: no longer pending either way
-            await send(message)
-
-        try:
-            await manager.handle_request(scope, receive, watch)
-        finally:
-            settle()
-
-    async def _opened(self, path: str, principal: str) -> UpstreamRefused | None:
-        """Wait until the servers ``path`` serves to ``principal`` are open; why not, if one failed (or the wait
-        ran out). A server the principal may not see is not waited for, nor named."""
-        only = self.paths[path]
-        self.waiting += 1
-        try:
-            await wait_open(
-                [b for name, b in self.upstreams.items() if only in (None, name) and self.access.sees(principal, name)]
-            )
-            return None
-        except UpstreamRefused as exc:
-            return exc
-        finally:
-            self.waiting -= 1
+        await self.routes.dispatch(request, scope, receive, send)
 
     async def _metrics_text(self) -> str:
         gauges: list[tuple[str, str, str, Labels, float]] = [
-            ("lovia_mcp_calls_in_flight", "gauge", "Tool calls in flight.", (), float(self.in_flight)),
+            ("lovia_mcp_calls_in_flight", "gauge", "Tool calls in flight.", (), float(self.admission.in_flight)),
             (
                 "lovia_mcp_requests_waiting",
                 "gauge",
                 "Requests waiting for their servers to open.",
                 (),
-                float(self.waiting),
+                float(self.admission.waiting),
             ),
         ]
         if self.limits is not None:
@@ -838,59 +608,4 @@ class Gateway:
         return self.metrics.render(gauges)
 
 
-async def _answered(app: Any, scope: Scope, receive: Receive, send: Send) -> int:
-    """Run the ASGI ``app``; the HTTP status it answered with (0 if none)."""
-    status = 0
-
-    async def watch(message: Any) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = int(message["status"])
-        await send(message)
-
-    await app(scope, receive, watch)
-    return status
-
-
-async def _plain(send: Send, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> None:
-    body = text.encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _rpc_error(
-    send: Send, status: int, code: int, message: str, hint: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    """A JSON-RPC error (no request id) with an HTTP status, its hint in ``data``: every refusal the gateway
-    makes itself. The MCP SDK's client reads such a body at any status and raises it (message and data)."""
-    await _json(
-        send,
-        status,
-        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message, "data": {"hint": hint}}},
-        headers,
-    )
-
-
-async def _json(send: Send, status: int, value: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = json.dumps(value).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-__all__ = ["ERROR_META", "ONCE", "UNAVAILABLE", "Gateway", "result_json"]
+__all__ = ["ERROR_META", "Gateway", "result_json"]

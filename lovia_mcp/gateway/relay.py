@@ -78,6 +78,7 @@ from pydantic import BaseModel, ConfigDict
 from .._names import PREFIX_SEP
 from ..client.relay import Listener
 from ..connection.live import MCPConnection
+from ._http import UNAVAILABLE
 from .access import Access
 from .notify import ListChangedServer
 from .principals import principal_of
@@ -98,8 +99,6 @@ HELD: Final = 64
 LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 # The capabilities the gateway has only when a server behind it has them.
 RELAYED_CAPABILITIES: Final = ("logging", "resources", "prompts", "completions")
-# The gateway's "the server could not serve it" (app.UNAVAILABLE's code).
-UNAVAILABLE: Final = -32000
 # MCP's "resource not found" (the spec's own code).
 RESOURCE_NOT_FOUND: Final = -32002
 # Pages of one server's listing the gateway reads for /mcp's union, at most:

@@ -249,7 +249,7 @@ async def run(ns: argparse.Namespace) -> int:
             )
             opened = await _open_all(upstreams, stop)
             if opened:
-                gateway.ready = True
+                gateway.admission.ready = True
                 print("ready", flush=True)
                 logger.info("ready")
                 waiting = asyncio.ensure_future(stop.wait())
@@ -259,7 +259,7 @@ async def run(ns: argparse.Namespace) -> int:
                 drained = await gateway.drain(ns.drain_seconds)
                 logger.info(
                     "draining done" if drained else "drain timed out; closing calls in flight",
-                    extra={"in_flight": gateway.in_flight},
+                    extra={"in_flight": gateway.admission.in_flight},
                 )
             http.should_exit = True
             await serving
