@@ -9,12 +9,21 @@ without loading the SDK):
   of the config file, and the command's defaults;
 - ``upstreams``: the servers behind the gateway, each an ordinary
   :class:`~lovia_mcp.MCPConnection` (shared, or one per client session or
-  per principal from warm spares), so every containment guarantee holds per server;
-- ``app``: the ASGI app: the SDK's low-level ``Server`` and streamable HTTP
-  session manager per endpoint, authentication, health, readiness, metrics;
+  per principal from warm spares), so every containment guarantee holds per
+  server, and whose server a call uses (its ``Holder``: a session or a
+  principal; none for a shared server);
+- ``app``: the ASGI app: composes the parts below per request and keeps the
+  MCP request handlers (the SDK's low-level ``Server`` per endpoint);
 - ``auth/``: who a request is, one scheme per module behind one
   ``Authenticator`` (none, the token file, an OAuth 2.1 resource server),
   picked from the command's options by ``auth.registry``;
+- ``routes``: what each path is (health, readiness, metrics, ``/mcp``,
+  ``/servers/<name>/mcp``), the header and version checks of an MCP
+  request, and its dispatch to the endpoint's session managers;
+- ``admission``: whether a request may enter now (opening waits, draining,
+  each principal's share of the session cap), and the refusal if not;
+- ``_http``: the answers the gateway writes itself (its refusals as
+  JSON-RPC errors);
 - ``fastpath``: a 2026-07-28 ``tools/call`` or ``tools/list`` answered in
   the SDK's JSON mode, turned into an event stream only when it is slow;
 - ``principals``: the principal a request carries, whichever scheme named
