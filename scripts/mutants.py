@@ -717,7 +717,7 @@ MUTANTS: Final = [
     Mutant(
         name="oauth-jwks-plain-http",
         path="lovia_mcp/gateway/auth/jwks.py",
-        old='if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):',
+        old='if parts.scheme == "http" and parts.hostname and is_loopback(parts.hostname):',
         new='if parts.scheme == "http" and parts.hostname:',
         tests=(f"{OAUTH_TESTS}test_oauth_options_that_do_not_fit_stop_serve_with_a_hint",),
         why="the issuer's keys are fetched in the clear: whoever is on the path swaps in a key and signs any token",
