@@ -494,7 +494,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="gateway-bearer-scheme",
-        path="lovia_mcp/gateway/auth/base.py",
+        path="lovia_mcp/gateway/auth/authenticator.py",
         old='if scheme.lower() != b"bearer" or not token:',
         new="if not token:",
         tests=(

@@ -2,7 +2,7 @@
 
 - ``run``: the demo (a real ``Agent`` driven by lovia's ``ScriptedProvider``
   against ``lovia_mcp/examples/demo_server.py``);
-- ``_sandbox``: its second chapter, the same server bare and boxed.
+- ``_boxed``: its second chapter, the same server bare and boxed.
 """
 
 __all__: list[str] = []

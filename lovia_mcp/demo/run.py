@@ -6,7 +6,7 @@ SDK's ``MCPServer`` over stdio) through ``MCP(..., isolation="process")``.
 The script makes normal calls, gets an ``isError`` result, crashes the server
 mid-call and carries on against a fresh one; then the demo checks that the
 agent process never imported ``mcp`` and that no worker or server process is
-left. A second chapter (:mod:`._sandbox`) runs the same server bare and
+left. A second chapter (:mod:`._boxed`) runs the same server bare and
 in ``Sandbox()``, where it tries to read a secret file and to open a
 connection: the box stops both. Every expectation is checked, not just shown: the exit code is 0 only
 when all of them hold.
@@ -267,7 +267,7 @@ async def _demo(check: _Checks) -> None:
     check(not left, "no worker or server process is left behind", ", ".join(left) if left else shared)
     print()
     print("Chapter 2: the same server turns hostile; one copy runs bare, one in Sandbox()")
-    from ._sandbox import chapter
+    from ._boxed import chapter
 
     workers = await asyncio.wait_for(chapter(DEMO_SERVER, check), RUN_TIMEOUT)
     left = _leftovers(_Seen(worker_pids=set(workers)))

@@ -102,7 +102,7 @@ from .access import Access
 from .admission import Admission
 from .audit import AuditLog, Caller, trace_id
 from .auth.anonymous import Anonymous
-from .auth.base import AUTH_REFUSED, Authenticator, Refusal
+from .auth.authenticator import AUTH_REFUSED, Authenticator, Refusal
 from .connections import CLOSE_REASONS, ConnectionLimits
 from .metrics import CONTENT_TYPE, UNKNOWN_TOOL, Labels, Metrics
 from .notify import Notifier

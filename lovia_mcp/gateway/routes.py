@@ -93,7 +93,7 @@ def session_managers(
 
 
 def owner(scope: Scope) -> str | None:
-    """Which credential let the request in (:attr:`.auth.base.Identity.owner`), ``None`` without credentials."""
+    """Which credential let the request in (:attr:`.auth.authenticator.Identity.owner`), ``None`` without credentials."""
     user = scope.get("user")
     return user.username if isinstance(user, AuthenticatedUser) else None
 

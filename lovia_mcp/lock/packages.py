@@ -58,7 +58,7 @@ from lovia.exceptions import UserError
 from lovia_mcp_worker.wire.sealed import Sealed, stamp
 
 from .definition import canonical
-from .ecosystems.base import Ecosystem, Runner, describe
+from .ecosystems.ecosystem import Ecosystem, Runner, describe
 from .ecosystems.registry import ECOSYSTEMS, ecosystem, parse_runner
 from .lockfile import Artifact, Locked, PackageLock
 

@@ -48,7 +48,7 @@ from lovia.testing import ScriptedProvider, call, text
 from lovia_mcp_worker.sandbox import bwrap as sandbox_mod
 
 from lovia_mcp import MCPServerStreamableHTTP
-from lovia_mcp.gateway.auth.base import AUTH_REFUSED
+from lovia_mcp.gateway.auth.authenticator import AUTH_REFUSED
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -798,7 +798,7 @@ def test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equalit
     import textwrap
 
     from lovia_mcp.gateway.auth import tokens as scheme
-    from lovia_mcp.gateway.auth.base import Identity
+    from lovia_mcp.gateway.auth.authenticator import Identity
 
     # Behaviour: every known token goes through hmac.compare_digest, whether
     # the given one matches the first, the last or none (no early exit).

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from helpers import LocalHTTP, bounded
 from lovia.exceptions import UserError
 
-from lovia_mcp.gateway.auth.base import AUTH_REFUSED, Identity, Refusal
+from lovia_mcp.gateway.auth.authenticator import AUTH_REFUSED, Identity, Refusal
 from lovia_mcp.gateway.auth.jwks import JWKS, MIN_REFRESH, KeysUnavailable
 from lovia_mcp.gateway.auth.oauth import JWTVerifier, OAuth, TokenRefused
 from lovia_mcp.gateway.auth.registry import authenticator_for

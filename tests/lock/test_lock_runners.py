@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lovia_mcp.lock.ecosystems.base import Runner
+from lovia_mcp.lock.ecosystems.ecosystem import Runner
 from lovia_mcp.lock.ecosystems.registry import parse_runner
 
 

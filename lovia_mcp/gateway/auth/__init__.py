@@ -1,9 +1,9 @@
-"""Who a request to the gateway is: one :class:`~.base.Authenticator` per scheme, picked from the command's options.
+"""Who a request to the gateway is: one :class:`~.authenticator.Authenticator` per scheme, picked from the command's options.
 
 Layout (the httpcore backends' shape: the interface and every
 implementation in one folder):
 
-- ``base``: the contract (request headers in, an ``Identity`` or a
+- ``authenticator``: the contract (request headers in, an ``Identity`` or a
   ``Refusal`` out), the bearer header's parsing and the challenge;
 - ``anonymous``: no credentials, loopback only;
 - ``tokens``: the token file's ``PRINCIPAL TOKEN`` lines;

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..principals import DEFAULT_PRINCIPAL
-from .base import Headers, Identity, Refusal
+from .authenticator import Headers, Identity, Refusal
 
 _ANYONE = Identity(DEFAULT_PRINCIPAL)
 

@@ -28,7 +28,7 @@ no other subject's token reaches it.
 
 :class:`JWTVerifier` is the MCP SDK's ``TokenVerifier`` (a token in, an
 ``AccessToken`` out), usable with the SDK's own servers too;
-:class:`OAuth` is the gateway's :class:`~.base.Authenticator` around it.
+:class:`OAuth` is the gateway's :class:`~.authenticator.Authenticator` around it.
 
 Non-goals: opaque tokens (RFC 7662 introspection), the authorization
 server's side (the gateway issues nothing), DPoP.
@@ -45,7 +45,7 @@ import jwt
 from mcp.server.auth.provider import AccessToken
 
 from ..principals import PRINCIPAL_NAME
-from .base import INSUFFICIENT_SCOPE, Headers, Identity, Refusal, bearer_token, challenge
+from .authenticator import INSUFFICIENT_SCOPE, Headers, Identity, Refusal, bearer_token, challenge
 from .jwks import JWKS, KeysUnavailable, UnknownKey
 
 # Asymmetric signatures only: the verifying key is public, so a symmetric

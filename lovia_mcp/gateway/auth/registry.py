@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 from lovia.exceptions import UserError
 
 from .anonymous import Anonymous
-from .base import Authenticator
+from .authenticator import Authenticator
 from .tokens import TokenFile
 
 if TYPE_CHECKING:

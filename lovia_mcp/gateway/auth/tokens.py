@@ -30,7 +30,7 @@ from typing import Any, Final
 from lovia.exceptions import UserError
 
 from ..principals import DEFAULT_PRINCIPAL, PRINCIPAL_NAME
-from .base import Headers, Identity, Refusal, bearer_token, challenge
+from .authenticator import Headers, Identity, Refusal, bearer_token, challenge
 
 # A token shorter than this can be guessed over the network.
 MIN_TOKEN_CHARS: Final = 16

@@ -1,6 +1,6 @@
 """The package registries a lock covers, one module each, behind one interface.
 
-- ``base``: the ``Ecosystem`` protocol (read a runner's command line,
+- ``ecosystem``: the ``Ecosystem`` protocol (read a runner's command line,
   install, the folder the digest covers, the declared entry, the launch),
   the ``Runner`` it reads and the tools both share;
 - ``pypi``: ``uvx``, ``uv tool run``, ``pipx run``; a venv, started isolated;

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Final
 from lovia.exceptions import UserError
 
 from ..lockfile import Artifact, PackageLock
-from .base import Installed, Runner, requirement, run_tool
+from .ecosystem import Installed, Runner, requirement, run_tool
 
 # The variable that names the entry to the preload, and the preload itself.
 NODE_ROOT_ENV: Final = "LOVIA_MCP_NODE_ROOT"

@@ -35,7 +35,7 @@ from typing import ClassVar, Final
 from lovia.exceptions import UserError
 
 from ..lockfile import Artifact, PackageLock
-from .base import Installed, Runner, requirement, run_tool, sha256_file
+from .ecosystem import Installed, Runner, requirement, run_tool, sha256_file
 
 _RUNNERS: Final = ("uvx", "uv tool run", "pipx run")
 # Files an installer writes that name the machine (paths, the installer),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .base import Ecosystem, Runner
+from .ecosystem import Ecosystem, Runner
 from .npm import Npm
 from .pypi import PyPI
 

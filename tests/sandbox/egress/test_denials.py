@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from helpers import ESCAPE_SERVER, PY, SERVERS, as_nobody, run
 from lovia_mcp_worker.sandbox import bwrap, landlock
-from lovia_mcp_worker.sandbox.egress import netbridge, refusals
+from lovia_mcp_worker.sandbox.egress import netbridge, reporter
 from lovia_mcp_worker.session import denials as session_denials
 from lovia_mcp_worker.session.denials import MAX_DISTINCT, Attribution
 from lovia_mcp_worker.wire.messages import Denied
@@ -331,7 +331,7 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
     box = WireSandbox(network=False)
 
     async def main() -> str:
-        refusals.reporting(reported)
+        reporter.reporting(reported)
         env = {"PATH": os.environ.get("PATH", os.defpath)}
         port = netbridge.BRIDGE_PORT
         status = netbridge.route_closed(env)
@@ -352,7 +352,7 @@ def test_the_deny_all_listener_in_the_box_answers_403_reports_the_request_and_cl
             os.close(status)
             os.close(seccomp_fd)
         # The listener is made once bwrap names the box; only then may the server try.
-        [ready] = refusals.taken()
+        [ready] = reporter.taken()
         await ready
         [closed] = netbridge.boxes(reported)
         assert closed.refusing is not None
@@ -485,14 +485,14 @@ def test_calls_wait_for_the_helpers_a_launch_started_and_give_up_on_one_that_nev
         attribution.launching()
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
-        refusals.expect(ready)
+        reporter.expect(ready)
         attribution.adopt()
         waiting = len(attribution.starting)
         loop.call_soon(ready.set_result, None)
         await attribution.settled()
         after = len(attribution.starting)  # a ready helper holds no call
         never: asyncio.Future[None] = loop.create_future()
-        refusals.expect(never)
+        reporter.expect(never)
         attribution.adopt()
         monkeypatch.setattr(session_denials, "HELPER_WAIT", 0.01)
         await asyncio.gather(attribution.settled(), attribution.settled())  # two calls, one wait

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Final
 
-from ..sandbox.egress import refusals
+from ..sandbox.egress import reporter
 from ..wire.messages import Denied
 from ..wire.refusals import EgressRefusal
 
@@ -59,11 +59,11 @@ class Attribution:
 
     def launching(self) -> None:
         """Launches made from the caller's task on report here (call at the top of a generation's task)."""
-        refusals.reporting(self)
+        reporter.reporting(self)
 
     def adopt(self) -> None:
         """Take the helpers the calling task's launches started: calls wait for them (:meth:`settled`)."""
-        for ready in refusals.taken():
+        for ready in reporter.taken():
             if not ready.done():
                 self.starting.append(ready)
                 ready.add_done_callback(self._ready)

@@ -8,7 +8,7 @@
 - ``netbridge``: the command lines of the forwarder inside a box, the proxy
   variables, and the deny-all route of a box with the network off;
   ``_netbridge``: that forwarder;
-- ``refusals``: who hears of what the sandbox refuses (the session host,
+- ``reporter``: who hears of what the sandbox refuses (the session host,
   which attributes it to the calls in flight). A refusal itself, and its
   words, are the wire's (:mod:`lovia_mcp_worker.wire.refusals`): the agent
   reads them too.

@@ -6,10 +6,10 @@ network off (bwrap), :func:`route_closed` gives the box a deny-all listener
 instead: a socket the worker makes inside the box's own network namespace
 (bwrap tells it the box's pid through ``--json-status-fd``) and serves from
 its own event loop. It answers every request with a 403 and reports its
-request line to the reporter the launch was made under (:mod:`.refusals`);
+request line to the reporter the launch was made under (:mod:`.reporter`);
 it connects nowhere, so nothing in that box can reach anything of the
 worker's but that listener. The launching task expects its readiness
-(:func:`.refusals.expect`), and the session host holds calls until then
+(:func:`.reporter.expect`), and the session host holds calls until then
 (about a millisecond after bwrap made the namespaces).
 
 Light on purpose: a box with the network off gets the deny-all listener on
@@ -48,7 +48,7 @@ from typing import Final
 
 from ...wire.refusals import EgressRefusal, words
 from .. import _namespaces
-from . import refusals
+from . import reporter
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 
@@ -151,7 +151,7 @@ _CHILD_PID = re.compile(rb'"child-pid": (\d+)')
 _NET_NAMESPACE = re.compile(rb'"net-namespace": (\d+)')
 
 # The boxes with the network off, by reporter (a session host), until their bwrap ends.
-_boxes: dict[refusals.Reporter | None, set[_ClosedBox]] = {}
+_boxes: dict[reporter.Reporter | None, set[_ClosedBox]] = {}
 
 
 def _has_sys_admin() -> bool:
@@ -179,14 +179,14 @@ def route_closed(env: dict[str, str], *, port: int = BRIDGE_PORT) -> int:
     it writes its child's pid there; the worker makes a listener on
     ``127.0.0.1:port`` in that child's network namespace (where the proxy
     variables point) and serves it from its own event loop: every request
-    gets a 403 and its request line is reported (:mod:`.refusals`). The
+    gets a 403 and its request line is reported (:mod:`.reporter`). The
     listener is the only thing of the worker's in the box: it holds no
     route anywhere, so the box's only network stays its own loopback. It
     closes when bwrap ends (the pipe's end of file) or the reporter is
     released. Its readiness is expected by the launching task
-    (:func:`.refusals.expect`).
+    (:func:`.reporter.expect`).
     """
-    report = refusals.current()
+    report = reporter.current()
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
     read_end, write_end = os.pipe()
@@ -197,17 +197,17 @@ def route_closed(env: dict[str, str], *, port: int = BRIDGE_PORT) -> int:
         os.close(write_end)
         raise
     _boxes.setdefault(report, set()).add(box)
-    refusals.expect(ready)
+    reporter.expect(ready)
     env.update(proxy_env(port))
     return write_end
 
 
-def boxes(report: refusals.Reporter | None) -> list[_ClosedBox]:
+def boxes(report: reporter.Reporter | None) -> list[_ClosedBox]:
     """The boxes with the network off whose refusals go to ``report`` (for tests and diagnostics)."""
     return list(_boxes.get(report, ()))
 
 
-def release(report: refusals.Reporter) -> None:
+def release(report: reporter.Reporter) -> None:
     """Close the deny-all listeners of ``report``'s boxes (its host has closed)."""
     for box in list(_boxes.get(report, ())):
         box.close()
@@ -298,7 +298,7 @@ class _ClosedBox:
     """One box with the network off: reads bwrap's status, then serves the deny-all listener until bwrap ends."""
 
     def __init__(
-        self, status_fd: int, report: refusals.Reporter | None, port: int, ready: asyncio.Future[None]
+        self, status_fd: int, report: reporter.Reporter | None, port: int, ready: asyncio.Future[None]
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._status = status_fd
@@ -386,7 +386,7 @@ class Refusing:
     as the proxy parses a request.
     """
 
-    def __init__(self, listener: socket.socket, report: refusals.Reporter | None) -> None:
+    def __init__(self, listener: socket.socket, report: reporter.Reporter | None) -> None:
         self._loop = asyncio.get_running_loop()
         self._listener = listener
         self._report = report

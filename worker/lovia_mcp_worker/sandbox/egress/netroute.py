@@ -8,7 +8,7 @@ lets through exactly the allowed names (to public addresses, or to listed
 internal ones) and the listed addresses; everything else gets a 403 saying why.
 
 Each refusal is logged and told to the reporter the launch was made under
-(:mod:`.refusals`): the session host, which attributes it to the calls in
+(:mod:`.reporter`): the session host, which attributes it to the calls in
 flight. (With the network off, the box's deny-all listener is
 :func:`.netbridge.route_closed`'s.)
 
@@ -31,7 +31,7 @@ from typing import Final
 
 from ...wire.refusals import EgressRefusal, words
 from ..backend import SandboxError
-from . import netbridge, netproxy, netrequest, refusals
+from . import netbridge, netproxy, netrequest, reporter
 
 logger = logging.getLogger("lovia_mcp.netproxy")
 
@@ -40,7 +40,7 @@ logger = logging.getLogger("lovia_mcp.netproxy")
 SOCKET_NAME: Final = "proxy.sock"
 
 # The allowlist, the upstream proxy's URL, the names reached past it, and the reporter.
-_Key = tuple[tuple[str, ...], str | None, tuple[str, ...], refusals.Reporter | None]
+_Key = tuple[tuple[str, ...], str | None, tuple[str, ...], reporter.Reporter | None]
 _proxies: dict[_Key, tuple[netproxy.Proxy, str]] = {}
 _tcp_proxies: dict[_Key, tuple[netproxy.Proxy, int]] = {}
 
@@ -62,7 +62,7 @@ def _upstream(url: str | None, no_proxy: Sequence[str]) -> netrequest.Upstream |
         raise SandboxError(f"bad sandbox no_proxy entry: {exc}", hint=_HINT) from exc
 
 
-def _decision(report: refusals.Reporter | None, _host: str, _port: int, refusal: EgressRefusal | None) -> None:
+def _decision(report: reporter.Reporter | None, _host: str, _port: int, refusal: EgressRefusal | None) -> None:
     if refusal is not None:
         logger.warning("%s", words(refusal, "log"))
         if report is not None:
@@ -86,7 +86,7 @@ async def route(
     before it executes ``argv``. Raises SandboxError for a malformed
     allowlist entry or upstream.
     """
-    report = refusals.current()
+    report = reporter.current()
     key = (tuple(allowed), upstream, tuple(no_proxy), report)
     entry = _proxies.get(key)
     if entry is None:
@@ -111,7 +111,7 @@ async def route_tcp(
 
     Returns the proxy's port, the only one the server may connect to.
     """
-    report = refusals.current()
+    report = reporter.current()
     key = (tuple(allowed), upstream, tuple(no_proxy), report)
     entry = _tcp_proxies.get(key)
     if entry is None:
@@ -131,7 +131,7 @@ def proxies(allowed: list[str]) -> list[netproxy.Proxy]:
     return [entry[0] for table in (_proxies, _tcp_proxies) for k, entry in table.items() if k[0] == key]
 
 
-async def release(report: refusals.Reporter) -> None:
+async def release(report: reporter.Reporter) -> None:
     """Stop the proxies set up under ``report`` (its host has closed); bounded by the proxies' own close."""
     for table in (_proxies, _tcp_proxies):
         for key in [k for k in table if k[-1] is report]:
