@@ -28,8 +28,9 @@ The *worker side* is the ``lovia_mcp_worker`` package (``worker/`` in the
 repository). The agent imports from it only this public surface, all of it
 ``mcp``-free (tests/project/test_layout.py checks):
 
-- ``wire``: the messages, MCP's JSON codec, ``Limits``/``Sandbox`` and the
-  length-framed pipe: the one package both sides are written against;
+- ``wire``: the messages, MCP's JSON codec, ``Limits``/``Sandbox``, the
+  length-framed pipe and the timer heap: the one package both sides are
+  written against;
 - ``session.host.Host``: the host, run in the agent's own loop for
   ``isolation="none"``;
 - ``sandbox.egress.netrequest``: the allowlist's host-name patterns (pure), so a

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
+import functools
 import itertools
 import logging
 import time
@@ -59,6 +59,7 @@ from lovia_mcp_worker.wire.messages import (
     ToolsChanged,
     WorkerMessage,
 )
+from lovia_mcp_worker.wire.timers import TimerHeap
 
 from .. import tracing
 from ..config._isolation import Isolation
@@ -87,10 +88,6 @@ STUCK_WORKER_BACKSTOP: Final = 10.0
 # trip (well under a millisecond); a stuck worker only delays the
 # cancellation by this much, and its span then ends without the word.
 VERDICT_WAIT: Final = 1.0
-# Answered calls' backstop entries tolerated beyond twice the calls in
-# flight before they are swept: a sweep walks the heap once, so it runs
-# about once per that many calls.
-BACKSTOP_SLACK: Final = 64
 # JSON-RPC's codes for a server's request the relay refuses (no client to ask), or whose answer failed.
 METHOD_NOT_FOUND: Final = -32601
 INTERNAL_ERROR: Final = -32603
@@ -154,10 +151,8 @@ class ClientCore:
         # when it was received: a warm spare re-lists once it has expired.
         self.listing_ttl: float | None = None
         self.listed_at = time.monotonic()
-        # Backstops of the requests in flight that have one, earliest first
-        # (when, id, seconds, channel), and the one timer for the earliest.
-        self._backstops: list[tuple[float, int, float, Channel]] = []
-        self._backstop_timer: asyncio.TimerHandle | None = None
+        # Backstops of the requests in flight that have one, on one timer.
+        self._backstops = TimerHeap()
 
     # -- what callers may read ------------------------------------------------- #
     @property
@@ -272,6 +267,7 @@ class ClientCore:
             raise
         finally:
             self._pending.pop(rid, None)
+            self._backstops.forget(rid)
             self._calls.pop(rid, None)
             if listener is not None:
                 self._listeners.pop(rid, None)
@@ -304,45 +300,21 @@ class ClientCore:
     def _backstop(self, rid: int, seconds: float, channel: Channel) -> None:
         """Give the worker up if request ``rid`` is not answered within ``seconds``.
 
-        One timer for the whole connection, armed for the earliest backstop:
-        a call whose backstop falls after it (calls with one timeout, in
-        the order sent) costs a heap push and no timer. Answered calls'
-        entries are dropped as the timer meets them, or when they outnumber
-        the calls in flight.
+        One timer for the whole connection, armed for the earliest backstop
+        (:class:`~lovia_mcp_worker.wire.timers.TimerHeap`, the worker's
+        deadlines' too): a call whose backstop falls after it costs a heap
+        push and no timer.
         """
-        loop = asyncio.get_running_loop()
-        when = loop.time() + seconds
-        heap = self._backstops
-        if len(heap) > 2 * len(self._pending) + BACKSTOP_SLACK:
-            heap[:] = [entry for entry in heap if entry[1] in self._pending]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (when, rid, seconds, channel))
-        if self._backstop_timer is None or when < self._backstop_timer.when():
-            self._arm_backstop(loop)
+        when = asyncio.get_running_loop().time() + seconds
+        self._backstops.add(rid, when, functools.partial(self._backstop_due, rid, seconds, channel))
 
-    def _arm_backstop(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._backstop_timer is not None:
-            self._backstop_timer.cancel()
-            self._backstop_timer = None
-        heap = self._backstops
-        while heap and heap[0][1] not in self._pending:
-            heapq.heappop(heap)  # answered
-        if heap:
-            self._backstop_timer = loop.call_at(heap[0][0], self._backstop_due)
-
-    def _backstop_due(self) -> None:
-        self._backstop_timer = None
-        loop = asyncio.get_running_loop()
-        heap, now = self._backstops, loop.time()
-        while heap and heap[0][0] <= now:
-            _, rid, seconds, channel = heapq.heappop(heap)
-            fut = self._pending.pop(rid, None)
-            if fut is None or fut.done():
-                continue
-            why = f"the worker did not answer a call within {seconds:g} s (its timeout, kill grace and backstop)"
-            self._lost(channel, why)
-            fut.set_result(Failure(id=rid, kind="timeout", message=why, hint="A fresh worker serves the next call."))
-        self._arm_backstop(loop)
+    def _backstop_due(self, rid: int, seconds: float, channel: Channel) -> None:
+        fut = self._pending.pop(rid, None)
+        if fut is None or fut.done():
+            return
+        why = f"the worker did not answer a call within {seconds:g} s (its timeout, kill grace and backstop)"
+        self._lost(channel, why)
+        fut.set_result(Failure(id=rid, kind="timeout", message=why, hint="A fresh worker serves the next call."))
 
     async def _ready(self) -> Channel | Failure:
         while True:
@@ -617,10 +589,7 @@ class ClientCore:
             if channel is not None:
                 await self._close_channel(channel)
         finally:
-            if self._backstop_timer is not None:
-                self._backstop_timer.cancel()
-                self._backstop_timer = None
-            self._backstops.clear()
+            self._backstops.stop()
             pending, self._pending = self._pending, {}
             for rid, fut in pending.items():
                 if not fut.done():
@@ -660,4 +629,4 @@ def _failed(failure: Failure, op: tracing.Operation | None) -> Failure:
     return failure
 
 
-__all__ = ["BACKSTOP_SLACK", "CLOSE_WAIT", "STUCK_WORKER_BACKSTOP", "VERDICT_WAIT", "ClientCore", "backstop"]
+__all__ = ["CLOSE_WAIT", "STUCK_WORKER_BACKSTOP", "VERDICT_WAIT", "ClientCore", "backstop"]

@@ -28,6 +28,8 @@ AGENT_SURFACE = frozenset(
         "lovia_mcp_worker.wire.refusals",
         # The lock: the stamp of a locked server's tree, taken by the agent, compared by the worker.
         "lovia_mcp_worker.wire.sealed",
+        # One timer heap: the worker's call deadlines and the agent's stuck-worker backstop.
+        "lovia_mcp_worker.wire.timers",
         "lovia_mcp_worker.session.host",
         "lovia_mcp_worker.sandbox.egress.netrequest",
         "lovia_mcp_worker.sandbox.registry",

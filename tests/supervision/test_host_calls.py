@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from lovia_mcp_worker.session.deadline import SWEEP_SLACK
 from lovia_mcp_worker.session.host import Host
 from lovia_mcp_worker.wire.messages import CallTool, Cancel, Failure, WorkerMessage
+from lovia_mcp_worker.wire.timers import SWEEP_SLACK
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 
@@ -28,7 +28,7 @@ def test_a_call_that_ends_leaves_no_task_and_no_deadline_behind() -> None:
         task = host._calls.tasks[1]  # the books under test
         await task
         assert [type(m) for m in sent] == [Failure]  # answered: no server
-        assert not host._calls.tasks and not host._deadlines._due
+        assert not host._calls.tasks and not host._deadlines._timers
 
     asyncio.run(main())
 
@@ -41,7 +41,7 @@ def test_a_call_cancelled_before_its_task_ran_is_forgotten_and_not_answered() ->
         host.handle(CallTool(id=1, name="t", arguments=b"{}", timeout=60.0))
         task = host._calls.tasks[1]  # the books under test
         host.handle(Cancel(id=1))
-        assert not host._calls.tasks and not host._deadlines._due
+        assert not host._calls.tasks and not host._deadlines._timers
         with pytest.raises(asyncio.CancelledError):
             await task
         assert sent == []  # the agent abandoned it
@@ -56,7 +56,7 @@ def test_answered_calls_deadlines_are_swept_so_the_heap_stays_bounded() -> None:
             host.handle(CallTool(id=rid, name="t", arguments=b"{}", timeout=60.0))
             await host._calls.tasks[rid]  # it fails at once: nothing stays in flight
         assert len(sent) == 2000
-        return len(host._deadlines._heap)  # the books under test
+        return len(host._deadlines._timers._heap)  # the books under test
 
     left = asyncio.run(main())
     print(f"deadline entries left after 2,000 answered calls: {left}")
@@ -75,6 +75,6 @@ def test_a_cancel_that_asks_for_an_answer_is_answered_as_cancelled_even_before_i
         with pytest.raises(asyncio.CancelledError):
             await task
         assert [(type(m), getattr(m, "kind", None)) for m in sent] == [(Failure, "cancelled")]
-        assert not host._calls.tasks and not host._deadlines._due
+        assert not host._calls.tasks and not host._deadlines._timers
 
     asyncio.run(main())

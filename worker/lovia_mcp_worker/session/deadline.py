@@ -25,21 +25,21 @@ side knows when the call arrived. This side's own timer fires
 ``CANCEL_SLACK`` after the deadline, so a caller that times the call itself
 cancels first and reports its own error; it answers callers without one.
 
-Cost: one timer for all the calls, armed for the earliest deadline; a call
-due after it (calls with one timeout, in the order received) costs a heap
-push and no timer. Answered calls' entries are dropped as the timer meets
-them, or swept once they outnumber the timed calls in flight.
+Cost: one timer for all the calls, armed for the earliest deadline
+(:class:`~lovia_mcp_worker.wire.timers.TimerHeap`, the agent's backstop's
+too): a call due after it costs a heap push and no timer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
+import functools
 from collections.abc import Callable
 from typing import Final, Literal
 
 from ..wire.failures import HostError
 from ..wire.messages import ON_TIMEOUT_CANCEL, ON_TIMEOUT_KILL, OPTION_MARK, ServerSpec
+from ..wire.timers import TimerHeap
 from .calls import Calls
 from .generation import Generation
 
@@ -50,10 +50,6 @@ from .generation import Generation
 # own timer fires as long after the deadline, so a caller timing the call
 # itself (lovia's wait_for) cancels first and reports its own error.
 CANCEL_SLACK: Final = 0.25
-# Answered calls' deadline entries tolerated beyond twice the timed calls in
-# flight before they are swept: a sweep walks the heap once, so it runs
-# about once per that many calls.
-SWEEP_SLACK: Final = 64
 
 # What became of a timed-out call's server, for its answer's words.
 Outcome = Literal["killed", "kept", "unreached"]
@@ -108,56 +104,23 @@ class Deadlines:
         self._calls = calls
         self._retire = retire
         self._probe = probe
-        # Each timed call's deadline (loop time); the same as (deadline, id)
-        # in a heap, and the one timer for the earliest.
-        self._due: dict[int, float] = {}
-        self._heap: list[tuple[float, int]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        # Each timed call's deadline (loop time). The caller's own timer, if
+        # it has one, fires first and reports its own timeout error; this
+        # side's answers the callers without one.
+        self._timers = TimerHeap(slack=CANCEL_SLACK)
         # Calls timed out here, and what became of their servers: their
         # tasks answer with :meth:`answer`.
         self._expired: dict[int, Outcome] = {}
 
     def add(self, rid: int, timeout: float) -> None:
         """Call ``rid`` is due ``timeout`` seconds from now."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        self._due[rid] = deadline
-        heap = self._heap
-        if len(heap) > 2 * len(self._due) + SWEEP_SLACK:
-            heap[:] = [entry for entry in heap if self._due.get(entry[1]) == entry[0]]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (deadline, rid))
-        if self._timer is None or deadline + CANCEL_SLACK < self._timer.when():
-            self._arm(loop)
+        deadline = asyncio.get_running_loop().time() + timeout
+        self._timers.add(rid, deadline, functools.partial(self._expire, rid))
 
     def forget(self, rid: int) -> None:
         """Call ``rid`` has ended (its coroutine calls this as it ends)."""
-        self._due.pop(rid, None)
+        self._timers.forget(rid)
         self._expired.pop(rid, None)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        heap = self._heap
-        while heap and self._due.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)  # answered
-        if heap:
-            # The caller's own timer, if it has one, fires first and reports
-            # its own timeout error; this side's answers the callers without one.
-            self._timer = loop.call_at(heap[0][0] + CANCEL_SLACK, self._expire_due)
-
-    def _expire_due(self) -> None:
-        self._timer = None
-        loop = asyncio.get_running_loop()
-        heap, now = self._heap, loop.time()
-        try:
-            while heap and heap[0][0] + CANCEL_SLACK <= now:
-                deadline, rid = heapq.heappop(heap)
-                if self._due.get(rid) == deadline:
-                    self._expire(rid)
-        finally:
-            self._arm(loop)  # a callback that raised leaves the rest due at once
 
     # -- the verdict ----------------------------------------------------------- #
     def cancelled(self, rid: int) -> bool:
@@ -167,7 +130,7 @@ class Deadlines:
         """
         if rid in self._expired:
             return True  # answered, or answering, as timed out
-        found = self._due.get(rid)
+        found = self._timers.due(rid)
         if found is None or asyncio.get_running_loop().time() < found - CANCEL_SLACK:
             return False
         # The caller's timer and this side's deadline: one timeout.
@@ -200,9 +163,7 @@ class Deadlines:
 
     def stop(self) -> None:
         """Stop the timer (the host is closing: it cancels the calls)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timers.stop()
 
 
-__all__ = ["CANCEL_SLACK", "SWEEP_SLACK", "Deadlines", "Outcome", "killed_beside", "timed_out"]
+__all__ = ["CANCEL_SLACK", "Deadlines", "Outcome", "killed_beside", "timed_out"]

@@ -16,6 +16,8 @@
   gateway's ``--listen``);
 - ``sealed``: the tree a locked server runs from and its stamp, taken by
   the agent when it checks the tree, compared by the worker at every start.
+- ``timers``: many keyed due times on one loop timer (the worker's call
+  deadlines, the agent's stuck-worker backstop).
 
 Standard library and msgspec only: the agent process imports this package
 and must never load ``mcp``.
