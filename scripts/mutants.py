@@ -822,7 +822,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="relay-progress-coalesced",
-        path="worker/lovia_mcp_worker/session/host.py",
+        path="worker/lovia_mcp_worker/session/scope.py",
         old="interval=0.0 if spec is not None and spec.relay else PROGRESS_INTERVAL",
         new="interval=PROGRESS_INTERVAL",
         tests=(

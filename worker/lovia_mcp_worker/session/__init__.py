@@ -6,6 +6,8 @@
 - ``deadline``: each call's deadline, the verdict "timed out", what
   ``on_timeout`` does and how a timeout is worded (one module for all of it);
 - ``calls``: the requests in flight and the generation each call reached;
+- ``scope``: what one call owns from reaching its server to its answer (its
+  accounting and denials windows, its progress, its cut);
 - ``transports``: which session speaks to a server (the one place a spec's
   transport is read);
 - ``generation``: one launched (or reached) server's life as a state machine;

@@ -61,10 +61,15 @@ PROBE_FLOOR: Final = 0.2
 class Generations:
     """One connection's server generations, oldest first; the current one serves new requests.
 
-    ``emit``: the host's answers (and log lines, :meth:`log`).
+    ``emit``: the host's answers (and log lines, :meth:`log`). ``accounting``
+    and ``denials``: the host's, which its calls' scopes share
+    (:mod:`.scope`): a generation's meter closes as it ends, and what its
+    launches start beside the server reports its refusals there.
     """
 
-    def __init__(self, emit: Callable[[WorkerMessage], None], *, subreaper: bool) -> None:
+    def __init__(
+        self, emit: Callable[[WorkerMessage], None], *, subreaper: bool, accounting: Accounting, denials: Attribution
+    ) -> None:
         self._emit = emit
         self.spec: ServerSpec | None = None
         # The generation new requests use; every generation not yet down, oldest first.
@@ -93,10 +98,8 @@ class Generations:
         self.listing = Listing(emit, self.log, lambda: self.current)
         # Lines the servers wrote on stdout that were not JSON-RPC (skipped).
         self.garbage_lines = 0
-        # What each call's server tree used (Result.usage), and the totals.
-        self.accounting = Accounting()
-        # What the sandbox refused, attributed to the host's calls in flight then.
-        self.denials = Attribution(self.log)
+        self._accounting = accounting
+        self._denials = denials
         # With spec.relay: the host hears each generation's other notifications (method, raw params).
         self.on_notification: Callable[[Generation, str, bytes | None], None] | None = None
         # With spec.relay: the host answers each generation's own requests (method, raw params).
@@ -326,7 +329,7 @@ class Generations:
 
     async def _run(self, gen: Generation, spec: ServerSpec, ready: asyncio.Future[None]) -> None:
         """Own one generation from launch to teardown (anyio needs one task for both)."""
-        self.denials.launching()  # this task's launches report to this host
+        self._denials.launching()  # this task's launches report to this host
         session = self._session(gen, spec)
         gen.session = session
         watchers: list[asyncio.Future[None]] = []
@@ -340,7 +343,7 @@ class Generations:
                 watchers += self.containment.watch(gen, spec)
                 # The open's trace context goes with the first handshake only.
                 trace, self.open_trace = self.open_trace, None
-                self.denials.adopt()  # what the sandbox started beside the server: calls wait for it
+                self._denials.adopt()  # what the sandbox started beside the server: calls wait for it
                 tools = await session.start(trace)
                 await self.containment.entered(entering)
                 if gen.state is State.STARTING:
@@ -372,7 +375,7 @@ class Generations:
                 assert reason is not None
                 what = "standby generation" if waiting else "generation"
                 self.log(logging.WARNING, f"server {spec.name!r} {what} {gen.number} ended: {reason.text}")
-            self.accounting.forget(gen)
+            self._accounting.forget(gen)
             await asyncio.shield(self.containment.teardown(gen, session, watchers, entering))
             gen.finished()
             if gen in self._gens:
@@ -406,7 +409,7 @@ class Generations:
         if gen is not None and pid is not None and gen.tree is not None:
             use = gen.tree.usage()
         contained = spec is None or transport(spec).contained
-        totals = self.accounting.totals
+        totals = self._accounting.totals
         return Stats(
             worker_pid=os.getpid(),
             server_pid=pid,
@@ -428,7 +431,7 @@ class Generations:
             egress_connections=totals.egress_connections,
             egress_bytes=totals.egress_bytes,
             shared_calls=totals.shared_calls,
-            sandbox_denials=self.denials.total,
+            sandbox_denials=self._denials.total,
         )
 
     # -- close --------------------------------------------------------------- #
@@ -450,9 +453,9 @@ class Generations:
         for runner in list(self._runners):
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(runner), SHUTDOWN_WAIT)
-        self.accounting.close()
+        self._accounting.close()
         await self.containment.sweep()
-        await self.denials.aclose()
+        await self._denials.aclose()
 
 
 def _json(value: object) -> bytes | None:

@@ -9,8 +9,9 @@ The host dispatches; each job is a class of its own (the package's
 ``__init__`` has the layout): :class:`.generations.Generations` (start,
 serve, retire, the standby's promotion, the cancel grace),
 :class:`.deadline.Deadlines` (each call's deadline and what passing it
-does), :class:`.calls.Calls` (the requests in flight), :mod:`.listing`,
-:mod:`.progress`, :mod:`.cut`.
+does), :class:`.calls.Calls` (the requests in flight),
+:class:`.scope.CallScope` (what one call owns on its server: its
+accounting and denials windows, its progress, its cut).
 
 The relay (``ServerSpec.relay``, a gateway's connection): a ``Relay`` is
 served like a call without its policing (no deadline of its own, no
@@ -45,10 +46,10 @@ from ..wire.messages import (
     Failure,
     GetStats,
     ListTools,
+    Log,
     Open,
     Relay,
     Relayed,
-    Result,
     ServerNotification,
     ServerReply,
     ServerRequest,
@@ -56,12 +57,13 @@ from ..wire.messages import (
     StatsReply,
     WorkerMessage,
 )
-from . import cut
+from .accounting import Accounting
 from .calls import Calls
 from .deadline import Deadlines
+from .denials import Attribution
 from .generation import Generation
 from .generations import Generations
-from .progress import PROGRESS_INTERVAL, ProgressForwarder
+from .scope import CallScopes
 
 
 class Host:
@@ -69,7 +71,10 @@ class Host:
 
     def __init__(self, emit: Callable[[WorkerMessage], None], *, subreaper: bool) -> None:
         self._emit = emit
-        self.generations = Generations(emit, subreaper=subreaper)
+        accounting = Accounting()
+        denials = Attribution(self._log)
+        self.generations = Generations(emit, subreaper=subreaper, accounting=accounting, denials=denials)
+        self._scopes = CallScopes(emit, accounting, denials, self.generations.listing)
         self.generations.on_notification = self._notified
         self.generations.on_request = self._requested
         # The server's requests waiting for the agent's ServerReply, by the worker's number for them.
@@ -156,45 +161,24 @@ class Host:
             if not self.generations.ready(gen):
                 gen = await self.generations.live()  # only then: a coroutine awaited per call is one more frame
             assert gen is not None and gen.session is not None
-            denials = self.generations.denials
-            if denials.starting:  # the sandbox's deny-all listener is not made yet: not before it
-                await denials.settled()
+            scopes = self._scopes
+            if scopes.waiting:  # the sandbox's deny-all listener is not made yet: not before it
+                await scopes.settled()
             self.calls += 1
             self._calls.on[msg.id] = gen
-            window = self.generations.accounting.begin(gen, self.generations.spec)
-            denials.begin(msg.id)
-            # A relay (lovia-mcp serve) passes every update on, as a proxy must; the
-            # library's connection gets them coalesced.
-            spec = self.generations.spec
-            progress = ProgressForwarder(
-                self._emit, msg.id, interval=0.0 if spec is not None and spec.relay else PROGRESS_INTERVAL
-            )
+            scope = scopes.open(msg, gen)
             try:
-                content, is_error, structured = await gen.session.call(msg.name, msg.arguments, progress, msg.trace)
-                if self.generations.listing.relisting(gen):
+                content, is_error, structured = await gen.session.call(
+                    msg.name, msg.arguments, scope.progress, msg.trace
+                )
+                if scope.relisting():
                     # A list_changed the server sent before this answer is sent first.
-                    await self.generations.listing.settled(gen)
+                    await scope.relisted()
             finally:
                 self._calls.on.pop(msg.id, None)
-                usage = self.generations.accounting.end(window)
-                denied = denials.end(msg.id)
-                progress.close()  # the last progress held goes out before the answer
-            omitted = 0
-            if msg.keep is not None:
-                content, omitted = cut.cut_middle(content, msg.keep)
-                structured = cut.keeps_structured(structured, msg.keep)
-            self._emit(
-                Result(
-                    id=msg.id,
-                    content=content,
-                    is_error=is_error,
-                    structured_content=structured,
-                    omitted=omitted,
-                    usage=usage,
-                    denied=denied,
-                )
-            )
-            self.generations.accounting.answered(window)
+                scope.end()
+            self._emit(scope.result(content, is_error, structured))
+            scope.answered()
         except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - answered, or re-raised, by _failed
             self._failed(msg, exc)
         finally:
@@ -247,7 +231,7 @@ class Host:
     def _open(self, msg: Open) -> None:
         if msg.protocol != PROTOCOL_VERSION:
             raise failures.wire_mismatch(PROTOCOL_VERSION, msg.protocol)
-        self.generations.spec = self._deadlines.spec = msg.spec
+        self.generations.spec = self._deadlines.spec = self._scopes.spec = msg.spec
         self.generations.open_trace = msg.trace
         self._created = time.monotonic()  # uptime counts from the open (an idle worker made this host ahead)
 
@@ -267,6 +251,9 @@ class Host:
             self.generations.probe(gen, spec.kill_grace)
 
     # -- stats, logs, close -------------------------------------------------- #
+    def _log(self, level: int, message: str) -> None:
+        self._emit(Log(level=level, message=message))
+
     def stats(self) -> Stats:
         uptime = time.monotonic() - self._created
         return self.generations.stats(self.calls, self.errors, self._deadlines.timeouts, uptime)
