@@ -92,7 +92,7 @@ MUTANTS: Final = [
     ),
     Mutant(
         name="frame-cap-channel",
-        path="lovia_mcp/client/channel.py",
+        path="lovia_mcp/client/worker_link.py",
         old='cap=self.cap, peer="the worker"',
         new='cap=2 * 1024**3, peer="the worker"',
         tests=FRAME_CAP_TEST,

@@ -10,8 +10,8 @@ the lovia-facing surface over it):
 - ``relay``: a request's :class:`~.relay.Listener`, what the caller hears
   of it while it runs (its progress, the server's notifications);
 - ``circuit``: the restart circuit (only the agent sees worker deaths);
-- ``channel``: a worker process reached over a socket pair, or the host in
-  the agent's own loop (``isolation="none"``);
+- ``worker_link``: the channel to a worker process, over a socket pair,
+  or to the host in the agent's own loop (``isolation="none"``);
 - ``forkserver``: the agent's handle on its forkserver and the idle
   workers it starts (taken by an open);
 - ``workers``: a worker as the agent sees it (pid, exit code, join, kill);

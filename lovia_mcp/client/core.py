@@ -64,10 +64,10 @@ from lovia_mcp_worker.wire.timers import TimerHeap
 from .. import tracing
 from ..config._isolation import Isolation
 from . import closing
-from .channel import LocalChannel, ProcessChannel
 from .circuit import RestartCircuit
 from .relay import Listener
 from .retry import ENDED
+from .worker_link import LocalChannel, ProcessChannel
 
 logger = logging.getLogger("lovia_mcp")
 # MCP progress of running calls: one INFO record per update (the worker

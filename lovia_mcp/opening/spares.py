@@ -51,7 +51,7 @@ import msgspec
 from lovia.exceptions import UserError
 
 from ..client import closing
-from ..client.channel import IN_BACKGROUND
+from ..client.worker_link import IN_BACKGROUND
 from ..config.server import MAX_SPARES, ServerConfig
 from ..connection.live import MCPConnection
 

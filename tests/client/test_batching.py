@@ -28,7 +28,7 @@ from lovia_mcp_worker.wire.messages import (
     worker_decoder,
 )
 
-from lovia_mcp.client.channel import ProcessChannel
+from lovia_mcp.client.worker_link import ProcessChannel
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
 

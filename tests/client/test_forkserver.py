@@ -98,7 +98,7 @@ def test_a_workers_exit_status_reaches_the_agent_through_the_forkserver() -> Non
     from lovia_mcp_worker.wire.framing import frame_cap
     from lovia_mcp_worker.wire.messages import Close, Closed
 
-    from lovia_mcp.client.channel import ProcessChannel
+    from lovia_mcp.client.worker_link import ProcessChannel
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -326,7 +326,7 @@ def test_a_call_made_while_a_dead_workers_exit_is_being_read_goes_to_a_fresh_wor
     # (its exit status, read on a thread) a moment later. A call made in
     # between used to go to the dead worker and fail with its loss (under a
     # loaded machine, test_worker_killed_after_a_server_restart... did).
-    from lovia_mcp.client.channel import ProcessChannel
+    from lovia_mcp.client.worker_link import ProcessChannel
 
     release = threading.Event()
     describe = ProcessChannel._exit_description

@@ -1,4 +1,4 @@
-"""Channels from a connection to its session host.
+"""The link to a worker: the channel from a connection to its session host.
 
 - :class:`ProcessChannel`: a worker process forked from lovia-mcp's own
   forkserver (:mod:`.forkserver`), which has the worker package
