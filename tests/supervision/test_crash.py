@@ -290,16 +290,16 @@ def test_calls_made_while_a_dead_workers_exit_status_is_read_are_failed_over_not
     # Reading a dead worker's exit status takes a join on a thread. A call made
     # in that window must still be answered: failed over to a fresh worker,
     # not left waiting on a channel nobody reports on any more.
-    from lovia_mcp.client import channel as _channel
+    from lovia_mcp.client import worker_link
 
     release = threading.Event()
-    original = _channel.ProcessChannel._exit_description
+    original = worker_link.ProcessChannel._exit_description
 
-    def slow_exit_description(self: _channel.ProcessChannel) -> str:
+    def slow_exit_description(self: worker_link.ProcessChannel) -> str:
         release.wait(10)
         return original(self)
 
-    monkeypatch.setattr(_channel.ProcessChannel, "_exit_description", slow_exit_description)
+    monkeypatch.setattr(worker_link.ProcessChannel, "_exit_description", slow_exit_description)
 
     async def main() -> tuple[str, str]:
         server = MCPServerStdio(command=PY, args=raw_args(), name="raw")

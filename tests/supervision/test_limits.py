@@ -26,7 +26,7 @@ from lovia.testing import ScriptedProvider, call, text
 from lovia.transcript import ToolResultEntry
 
 from lovia_mcp import MCP, Limits
-from lovia_mcp.client import channel as _channel
+from lovia_mcp.client import worker_link
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process supervision is Linux-only")
 
@@ -127,13 +127,13 @@ def test_result_over_max_result_bytes_never_crosses_the_pipe_and_the_model_gets_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     received = [0]
-    original = _channel.FrameReader.buffer_updated
+    original = worker_link.FrameReader.buffer_updated
 
-    def counting(self: _channel.FrameReader, nbytes: int) -> None:
+    def counting(self: worker_link.FrameReader, nbytes: int) -> None:
         received[0] += nbytes
         original(self, nbytes)
 
-    monkeypatch.setattr(_channel.FrameReader, "buffer_updated", counting)
+    monkeypatch.setattr(worker_link.FrameReader, "buffer_updated", counting)
     size = 20 * 1024 * 1024
     cap = 1024 * 1024
 
