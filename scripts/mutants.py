@@ -909,6 +909,25 @@ MUTANTS: Final = [
         ),
         why="the model reads the worker's log words ('the network allowlist'), not its own server's",
     ),
+    Mutant(
+        name="timer-heap-unswept",
+        path="worker/lovia_mcp_worker/wire/timers.py",
+        old="if len(heap) > 2 * len(self._live) + SWEEP_SLACK:",
+        new="if False:",
+        tests=(
+            "tests/supervision/test_host_calls.py::test_answered_calls_deadlines_are_swept_so_the_heap_stays_bounded",
+        ),
+        why="every call that ends before it is due leaves its slot in the heap: a long-lived connection's heap grows "
+        "without bound",
+    ),
+    Mutant(
+        name="timer-heap-stops-on-raise",
+        path="worker/lovia_mcp_worker/wire/timers.py",
+        old="        finally:\n            self._arm(loop)",
+        new="        except BaseException:\n            raise\n        else:\n            self._arm(loop)",
+        tests=("tests/protocol/test_timers.py",),
+        why="one call's timeout that raises leaves every other call's deadline (or backstop) unfired",
+    ),
 ]
 
 
