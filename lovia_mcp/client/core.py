@@ -306,9 +306,9 @@ class ClientCore:
         push and no timer.
         """
         when = asyncio.get_running_loop().time() + seconds
-        self._backstops.add(rid, when, functools.partial(self._backstop_due, rid, seconds, channel))
+        self._backstops.add(rid, when, functools.partial(self._backstop_due, seconds, channel))
 
-    def _backstop_due(self, rid: int, seconds: float, channel: Channel) -> None:
+    def _backstop_due(self, seconds: float, channel: Channel, rid: int) -> None:
         fut = self._pending.pop(rid, None)
         if fut is None or fut.done():
             return

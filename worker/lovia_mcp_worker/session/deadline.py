@@ -33,7 +33,6 @@ too): a call due after it costs a heap push and no timer.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from typing import Final, Literal
 
@@ -115,7 +114,7 @@ class Deadlines:
     def add(self, rid: int, timeout: float) -> None:
         """Call ``rid`` is due ``timeout`` seconds from now."""
         deadline = asyncio.get_running_loop().time() + timeout
-        self._timers.add(rid, deadline, functools.partial(self._expire, rid))
+        self._timers.add(rid, deadline, self._expire)
 
     def forget(self, rid: int) -> None:
         """Call ``rid`` has ended (its coroutine calls this as it ends)."""

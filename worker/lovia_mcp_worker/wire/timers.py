@@ -26,7 +26,7 @@ SWEEP_SLACK: Final = 64
 
 
 class TimerHeap:
-    """Due times by key (loop time), each with its callback, on one timer for the earliest.
+    """Due times by key (loop time), each with its callback (called with the key), on one timer for the earliest.
 
     ``slack``: every entry's callback runs this long after its due time
     (:meth:`due` still gives the due time itself).
@@ -38,7 +38,7 @@ class TimerHeap:
         self._slack = slack
         # Each live key's (due time, callback); the heap holds (due time, key),
         # and a slot whose key is gone or due at another time is stale.
-        self._live: dict[int, tuple[float, Callable[[], object]]] = {}
+        self._live: dict[int, tuple[float, Callable[[int], object]]] = {}
         self._heap: list[tuple[float, int]] = []
         self._timer: asyncio.TimerHandle | None = None
 
@@ -46,8 +46,8 @@ class TimerHeap:
         """Live entries (added, neither forgotten nor fired)."""
         return len(self._live)
 
-    def add(self, key: int, when: float, fire: Callable[[], object]) -> None:
-        """Call ``fire()`` at loop time ``when`` (plus the slack) unless ``key`` is forgotten first."""
+    def add(self, key: int, when: float, fire: Callable[[int], object]) -> None:
+        """Call ``fire(key)`` at loop time ``when`` (plus the slack) unless ``key`` is forgotten first."""
         self._live[key] = (when, fire)
         heap = self._heap
         if len(heap) > 2 * len(self._live) + SWEEP_SLACK:
@@ -96,8 +96,9 @@ class TimerHeap:
                 slot = heapq.heappop(heap)
                 if self._stale(slot):
                     continue
-                _, fire = self._live.pop(slot[1])
-                fire()
+                key = slot[1]
+                _, fire = self._live.pop(key)
+                fire(key)
         finally:
             self._arm(loop)  # a callback that raised leaves the rest due at once
 
