@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import selectors
 import signal
@@ -15,6 +16,8 @@ from typing import Any, AsyncIterator, Final, Iterator, TypeVar
 
 import httpx
 import psutil
+import pytest
+from lovia_mcp_worker.sandbox import bwrap
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ROOT / "tests" / "servers"
@@ -32,6 +35,13 @@ STOP_WAIT: Final = 30.0
 # A tool-list change travels server -> worker -> gateway -> client's stream:
 # milliseconds unloaded. Generous for a loaded machine.
 NOTIFY_WAIT: Final = 30.0
+# An idle expiry of 0.5 s is swept every 0.25 s; the server's close is
+# bounded by the connection's own close wait. Generous for a loaded machine.
+IDLE_EXPIRY_WAIT: Final = 20.0
+
+# Whether bubblewrap runs here: the shared gateway's sandboxed server, and
+# the tests of it, only where it does.
+SANDBOX: Final = bwrap.BWRAP is not None
 
 
 MODERN_META: Final = {
@@ -282,6 +292,127 @@ def raised_within(exc: BaseException, kind: type[E]) -> E:
     raise LookupError(f"no {kind.__name__} in {exc!r}")
 
 
+def mcp_post(g: Serve, body: Any, **headers: str) -> httpx.Response:
+    """A POST to ``g``'s ``/mcp`` as any HTTP client sends it: ``body`` (bytes, or JSON to encode) and ``headers``."""
+    return httpx.post(
+        g.url,
+        content=body if isinstance(body, bytes) else json.dumps(body).encode(),
+        headers={"content-type": "application/json", "accept": "application/json, text/event-stream", **headers},
+        timeout=30,
+    )
+
+
+INITIALIZE: Final[dict[str, Any]] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+class Session2025:
+    """A 2025 session opened by hand (initialize), as any HTTP client can: its id, its calls, its end."""
+
+    def __init__(self, g: Serve, authorization: str) -> None:
+        self.g, self.authorization = g, authorization
+        opened = mcp_post(g, INITIALIZE, authorization=authorization)
+        assert opened.status_code == 200, opened.text
+        self.id = opened.headers["mcp-session-id"]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> str:
+        """The call's first text block (its SSE answer: one message event)."""
+        answered = mcp_post(
+            self.g,
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": name, "arguments": arguments}},
+            authorization=self.authorization,
+            **{"mcp-session-id": self.id, "mcp-protocol-version": "2025-11-25"},
+        )
+        data = next(line for line in answered.text.splitlines() if line.startswith("data:"))
+        result = json.loads(data[5:])["result"]
+        assert result["isError"] is False, result
+        return str(result["content"][0]["text"])
+
+    def close(self) -> None:
+        ended = httpx.delete(
+            self.g.url, headers={"authorization": self.authorization, "mcp-session-id": self.id}, timeout=30
+        )
+        assert ended.status_code == 200, ended.text
+
+
+def metrics_of(g: Serve) -> dict[str, float]:
+    """``g``'s /metrics samples now (see :func:`samples`)."""
+    return samples(httpx.get(g.base + "/metrics", headers=g.headers, timeout=30).text)
+
+
+def pid_of(result: Any) -> int:
+    """The pid a raw server's ``pid`` tool answered (a successful call's)."""
+    assert result.is_error is False, result
+    return int(json.loads(result.content[0].text)["pid"])
+
+
+def _shared_servers(remote: str) -> dict[str, Any]:
+    """The shared gateway's servers; ``remote``: the URL of an HTTP server to serve beside the stdio ones."""
+    return {
+        "remote": {"type": "http", "url": remote},
+        "raw": raw(),
+        "ann": server("annotated_server.py"),
+        "ps": raw(session="per-session", max_sessions=2, idle=60),
+        "store": server("store_server.py", session="per-session", max_sessions=4),
+        "slow": raw(timeout=0.5, kill_grace=0.1),
+        "capped": raw(limits={"memory_mb": 60}, auto_reconnect=False),
+        "brief": raw(session="per-session", idle=0.5),
+        "bare": server("escape_server.py"),
+        "hdr": server("header_server.py"),
+        "latch": server("latch_server.py"),
+        # Tool lists that grow on demand (add_tool): one shared, one per session.
+        "grow": server("annotated_server.py"),
+        "growps": server("annotated_server.py", session="per-session"),
+        "growbrief": server("annotated_server.py", session="per-session", idle=0.5),
+        # Only where the sandbox can run (a server that cannot be sandboxed never opens).
+        **({"jail": server("escape_server.py", sandbox=True)} if SANDBOX else {}),
+    }
+
+
+# The shared gateway while it runs, and what stops it (it, then the HTTP server behind it).
+_shared: tuple[Serve, contextlib.ExitStack] | None = None
+
+
+@pytest.fixture(scope="module")
+def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    """One gateway for every module that imports this fixture (the tests of tests/gateway/ by part).
+
+    Starting a gateway with its servers takes seconds, most of those modules'
+    time. A fixture imported into several modules is one per module in pytest
+    (whatever its scope), so this module-scoped one hands each the same
+    process: started for the first module that asks for it, stopped after the
+    last one in the run's order that does (or at the session's end, if the run
+    stops early), exiting 0 and leaving no process (:func:`shared_by_module`).
+    Tests that stop or misconfigure a gateway start their own.
+    """
+    global _shared
+    if _shared is None:
+        from conftest import register_shared
+
+        stack = contextlib.ExitStack()
+        try:
+            remote, url = stack.enter_context(sdk_http_server())
+            register_shared(remote.pid)
+            g = Serve(tmp_path_factory.mktemp("gateway"), _shared_servers(url), "--max-body-bytes", "65536")
+            stack.enter_context(shared_by_module(g))
+        except BaseException:
+            stack.close()
+            raise
+        request.session.addfinalizer(stack.close)
+        _shared = g, stack
+    yield _shared[0]
+    users = [item for item in request.session.items if "gateway" in getattr(item, "fixturenames", ())]
+    last = [item.module for item in users if getattr(item.module, "gateway", None) is gateway][-1:]
+    if last == [request.module]:
+        stack = _shared[1]
+        _shared = None
+        stack.close()
+
+
 class Heard:
     """A 2025 session's ears: its GET stream open, and the tools/list_changed notifications it got."""
 
@@ -304,9 +435,12 @@ class Heard:
 
 
 __all__ = [
+    "IDLE_EXPIRY_WAIT",
+    "INITIALIZE",
     "MODERN_META",
     "NOTIFY_WAIT",
     "OTHER_TOKEN",
+    "SANDBOX",
     "Heard",
     "PY",
     "SERVERS",
@@ -314,8 +448,13 @@ __all__ = [
     "STOP_WAIT",
     "TOKEN",
     "Serve",
+    "Session2025",
     "gated",
+    "gateway",
+    "mcp_post",
+    "metrics_of",
     "modern_call",
+    "pid_of",
     "raised_within",
     "raw",
     "samples",
