@@ -124,7 +124,7 @@ MUTANTS: Final = [
         old="hmac.compare_digest(given, known)",
         new="given == known",
         tests=(
-            "tests/gateway/test_gateway.py::test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality",
+            "tests/gateway/test_gateway_auth.py::test_bearer_tokens_are_each_compared_in_constant_time_and_never_with_equality",
         ),
         why="the bearer token is compared in variable time (its prefix shows in the timing)",
     ),
@@ -341,7 +341,7 @@ MUTANTS: Final = [
         old="return (principal is None or who == principal) and self._access.sees(who, server)",
         new="return True",
         tests=(
-            "tests/gateway/test_gateway.py::test_a_change_is_told_only_to_principals_that_may_see_the_server_and_a_"
+            "tests/gateway/test_gateway_notify.py::test_a_change_is_told_only_to_principals_that_may_see_the_server_and_a_"
             "per_principal_one_to_its_own",
         ),
         why="a principal hears when servers it may not see, or another principal's own server, change",
@@ -498,7 +498,7 @@ MUTANTS: Final = [
         old='if scheme.lower() != b"bearer" or not token:',
         new="if not token:",
         tests=(
-            "tests/gateway/test_gateway.py::test_a_request_without_the_right_bearer_token_gets_401_on_every_protected_route",
+            "tests/gateway/test_gateway_auth.py::test_a_request_without_the_right_bearer_token_gets_401_on_every_protected_route",
         ),
         why="a valid token under another scheme (Basic) lets the request in",
     ),

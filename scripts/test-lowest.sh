@@ -40,7 +40,9 @@ API_SUBSET=(
   tests/plugin/test_annotations.py tests/plugin/test_list_changed.py tests/protocol/test_http.py
   tests/protocol/test_framing.py tests/protocol/test_jsonrpc_core.py tests/protocol/test_protocol_abuse.py
   tests/plugin/test_stats.py tests/supervision/test_limits.py tests/supervision/test_tree_walk.py
-  tests/plugin/test_tracing.py tests/gateway/test_gateway.py
+  tests/plugin/test_tracing.py tests/gateway/test_gateway_clients.py tests/gateway/test_gateway_auth.py
+  tests/gateway/test_gateway_routes.py tests/gateway/test_gateway_sessions.py tests/gateway/test_gateway_containment.py
+  tests/gateway/test_gateway_outcomes.py tests/gateway/test_gateway_notify.py
 )
 if [ "${1:-}" = "--api-subset" ]; then
   shift

@@ -4,7 +4,7 @@
 standing in for the SDK's JSON-mode manager: the behaviours under test
 (the switch to an event stream for a slow call, its pings, the cancel of a
 call whose client went away) are the wrapper's own. End to end, every
-2026-07-28 call in test_gateway.py takes this path.
+2026-07-28 call in the gateway's other tests takes this path.
 """
 
 from __future__ import annotations

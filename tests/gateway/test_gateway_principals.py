@@ -299,7 +299,7 @@ def test_a_principals_server_is_closed_after_its_idle_expiry_and_its_next_call_g
 def test_a_per_principal_servers_tool_list_change_is_told_to_its_own_principals_clients_in_both_eras(
     gateway: Serve,
 ) -> None:
-    # That no other principal is told is the notifier's unit test (tests/gateway/test_gateway.py):
+    # That no other principal is told is the notifier's unit test (tests/gateway/test_gateway_notify.py):
     # a notification's absence cannot be awaited here. This is the path through the real gateway.
     from mcp.client.subscriptions import ToolsListChanged
 
