@@ -1,4 +1,8 @@
-"""Helpers for tests that run ``lovia-mcp serve`` as a real process and reach it as clients do."""
+"""Helpers for tests that run ``lovia-mcp serve`` as a real process and reach it as clients do.
+
+Also the ``gateway`` fixture: one gateway, with a server for each behaviour
+under test, shared by the modules of tests/gateway/ that import it.
+"""
 
 from __future__ import annotations
 
