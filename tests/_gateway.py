@@ -306,6 +306,13 @@ def mcp_post(g: Serve, body: Any, **headers: str) -> httpx.Response:
     )
 
 
+def answer(response: httpx.Response) -> Any:
+    """A POST's JSON-RPC answer: its JSON body, or an event stream's last message event (either is MCP's)."""
+    if response.headers["content-type"].startswith("application/json"):
+        return response.json()
+    return json.loads([line for line in response.text.splitlines() if line.startswith("data:")][-1][5:])
+
+
 INITIALIZE: Final[dict[str, Any]] = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -324,15 +331,14 @@ class Session2025:
         self.id = opened.headers["mcp-session-id"]
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
-        """The call's first text block (its SSE answer: one message event)."""
+        """The call's first text block."""
         answered = mcp_post(
             self.g,
             {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": name, "arguments": arguments}},
             authorization=self.authorization,
             **{"mcp-session-id": self.id, "mcp-protocol-version": "2025-11-25"},
         )
-        data = next(line for line in answered.text.splitlines() if line.startswith("data:"))
-        result = json.loads(data[5:])["result"]
+        result = answer(answered)["result"]
         assert result["isError"] is False, result
         return str(result["content"][0]["text"])
 
@@ -453,6 +459,7 @@ __all__ = [
     "TOKEN",
     "Serve",
     "Session2025",
+    "answer",
     "gated",
     "gateway",
     "mcp_post",

@@ -1,7 +1,7 @@
 """Admission: whether a request for an MCP endpoint may enter now, and if not, the refusal.
 
 The gateway asks once per request, after authentication and the header
-checks (:meth:`Admission.admit`); three things may keep a request out:
+checks (:meth:`Admission.admit`); four things may keep a request out:
 
 - opening: before ready, a request waits until the servers its endpoint
   serves to its principal are open (:func:`.upstreams.wait_open`), then is
@@ -12,6 +12,8 @@ checks (:meth:`Admission.admit`); three things may keep a request out:
   or a listen stream is a 503 (it would die with this replica); a
   session's requests and stateless ones are still served until HTTP stops,
   so a load balancer slow to notice ``/readyz`` loses nothing;
+- the cap: an endpoint holds at most ``--max-http-sessions`` sessions in
+  its two session managers together (each manager checks it alone);
 - shares: with several principals, each may hold at most its share of an
   endpoint's sessions (:func:`.principals.share` of ``--max-http-sessions``),
   counting those the SDK has yet to answer (:meth:`Admission.opening`), so
@@ -30,13 +32,13 @@ import collections
 import logging
 from collections.abc import Callable, Mapping
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ._http import UNAVAILABLE, RpcRefusal
 from .access import Access
 from .metrics import Metrics
 from .principals import share
-from .routes import SESSION_HEADER, McpRequest, endpoints, owner
+from .routes import SESSION_HEADER, McpRequest, Opener, endpoints, owner
 from .sessions import Sessions
 from .upstreams import Upstream, UpstreamRefused, wait_open
 
@@ -111,6 +113,14 @@ class Admission:
                 "End a session you no longer use (HTTP DELETE) or wait for idle ones to expire; the "
                 "operator can raise --max-http-sessions.",
             )
+        if request.handshake and request.method == "POST" and self._past_cap(request.path):
+            return RpcRefusal(
+                503,
+                UNAVAILABLE,
+                f"{request.path} already holds {self.max_sessions} sessions, its cap (--max-http-sessions)",
+                "End a session you no longer use (HTTP DELETE) or wait for idle ones to expire; the "
+                "operator can raise --max-http-sessions.",
+            )
         return None
 
     def share_refused(self, endpoint: str, cap: str, principal: str) -> None:
@@ -130,10 +140,16 @@ class Admission:
             return False
         return self._sessions.held(principal, path) + self._pending[principal, path] >= self.session_share
 
-    async def opening(self, handle: ASGIApp, scope: Scope, receive: Receive, send: Send, request: McpRequest) -> None:
+    def _past_cap(self, path: str) -> bool:
+        """Whether ``path`` holds its cap of sessions (those the SDK has yet to answer included): the endpoint's
+        two session managers (:mod:`.routes`) each check the cap alone, so the sum is checked here."""
+        pending = sum(n for (_, at), n in self._pending.items() if at == path)
+        return self._sessions.on(path) + pending >= self.max_sessions
+
+    async def opening(self, handle: Opener, scope: Scope, receive: Receive, send: Send, request: McpRequest) -> None:
         """Serve a request that may open a 2025 session through ``handle``: the id the SDK answers is recorded
-        for the token (and the principal) that sent it, and the request counts against the principal's share
-        until then."""
+        for the token (and the principal) that sent it, with the manager that holds it, and the request counts
+        against the principal's share until then."""
         token = owner(scope)
         key = (request.principal, request.path)
         pending = True
@@ -150,7 +166,7 @@ class Admission:
                 if message["status"] < 400:
                     for name, value in message.get("headers", ()):
                         if name.lower() == SESSION_HEADER:
-                            self._sessions.opened(value.decode("latin-1"), token, *key)
+                            self._sessions.opened(value.decode("latin-1"), token, *key, json_mode=handle.json_mode)
                 settle()  # recorded, or no session: no longer pending either way
             await send(message)
 

@@ -14,9 +14,11 @@ Each MCP endpoint is a low-level ``mcp.server.lowlevel.Server`` behind its own
 ``StreamableHTTPSessionManager`` (public SDK API). The manager speaks both
 eras: a 2025 client's initialize handshake opens a stateful session
 (``Mcp-Session-Id``); a 2026-07-28 request is self-contained and needs no
-session, so shared servers need no affinity between replicas. A 2026-07-28
-``tools/call`` or ``tools/list`` goes to a second manager on the same Server,
-in JSON mode, through :mod:`.fastpath` (cheaper; the same answers).
+session, so shared servers need no affinity between replicas. A second
+manager on the same Server, in JSON mode, serves a 2026-07-28 ``tools/call``
+or ``tools/list`` and holds the 2025 sessions of clients that declare no
+capability a server may ask of mid-call, both through :mod:`.fastpath`
+(cheaper; the same answers); :mod:`.routes` says which goes where.
 
 Tool-list changes reach the clients through :mod:`.notify`: a 2025 session
 gets ``notifications/tools/list_changed``, a 2026-07-28 client holding a

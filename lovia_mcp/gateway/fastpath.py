@@ -1,37 +1,57 @@
-"""The cheap way through the SDK for a 2026-07-28 ``tools/call`` or ``tools/list``: JSON mode, SSE only if it is slow.
+"""The cheap way through the SDK: JSON mode, an event stream only when something must go before the answer.
 
-The SDK answers a stateless request in one of two modes. In SSE mode
-(its default) every request pays for an anyio task group, a memory stream,
-a disconnect watcher and a cancel scope so that it can switch to
-``text/event-stream`` if the handler emits a notification or runs past 15 s
-(then it pings, so a proxy's idle timeout does not cut the call). In JSON mode
+The SDK answers a request in one of two modes. In SSE mode (its default)
+every request pays for an anyio task group, a memory stream, a disconnect
+watcher and a cancel scope (sse-starlette's ``EventSourceResponse``) so that
+it can write messages before the answer and ping a call that runs past 15 s
+(so a proxy's idle timeout does not cut it). In JSON mode
 (``json_response=True``) it awaits the handler and writes one JSON response:
-measured, about 0.15 ms of CPU less a call on this machine.
+measured (scripts/bench_gateway.py --only peers), about a quarter less CPU
+per call for the whole tree on a 2025 session, 0.15 ms less on a 2026-07-28
+request.
 
-The gateway's handlers emit no notifications, so JSON mode loses only the
-two things this module puts back, with plain asyncio:
+What JSON mode drops, this module puts back, with plain asyncio, so that a
+request is answered in JSON unless something must go first:
 
 - a call still running after :data:`SSE_WINDOW` commits to
   ``text/event-stream`` and pings, as the SDK does; the JSON answer, when it
-  comes, is sent as the stream's one ``message`` event;
-- a client that goes away cancels its call (the SDK's disconnect watcher).
+  comes, is sent as the stream's last ``message`` event;
+- a message for the request's own client (a call's progress, a server's log
+  message, :mod:`.relay`) commits to the stream too and goes on it as an
+  event, before the answer: :func:`streamed` gives a handler a context whose
+  session writes request-scoped messages there (the SDK's JSON mode would
+  drop them);
+- a client that goes away cancels the request (the SDK's disconnect watcher).
 
-Only requests that accept both media types take this path (one that accepts
-no SSE is the SDK's to answer, with its 406), and only methods whose answers
-the gateway's own handlers produce. A request that asks for what a server
-says while it runs (a ``progressToken`` or a log level in its ``_meta``: :mod:`.relay`)
-needs the event stream JSON mode has not: its body is read first (at most
-the body cap), and it goes to the SDK's streaming manager instead, its body
-handed on as it came.
+Who comes this way: every POST of a 2025 session that lives in the
+JSON-mode manager (its client declared none of the capabilities a server
+may ask of it mid-call: :func:`declared`, :mod:`.routes`), and a 2026-07-28
+``tools/call`` or ``tools/list`` that accepts both media types (one that
+accepts no SSE is the SDK's to answer, with its 406). A 2026-07-28 request
+that asks for what a server says while it runs (a ``progressToken`` or a
+log level in its ``_meta``: :mod:`.relay`) goes to the SDK's streaming
+manager instead: its body is read first (at most the body cap) and handed
+on as it came.
+
+Caveat: JSON mode cannot carry a request from the server to the client in
+the middle of a call (the SDK refuses ``send_request`` there: a JSON body
+holds only the answer). A session whose client declared sampling,
+elicitation or roots is therefore the SDK's SSE-mode manager's, from its
+``initialize`` on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Final
+import dataclasses
+from typing import Any, Final, cast
 
+import mcp_types as types
 import msgspec
+from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # As the SDK's own SSE mode: a call that has not answered in this long gets
@@ -47,6 +67,9 @@ PING: Final = b": ping\r\n\r\n"
 # Methods whose answers are the gateway's handlers' own (no notification
 # stream, no subscription): the only ones sent this way.
 FAST_METHODS: Final = frozenset({b"tools/call", b"tools/list"})
+# Where a request's :class:`Answer` waits for its handler, in the request's ASGI scope.
+ANSWER_KEY: Final = "lovia_mcp.answer"
+_encode = msgspec.json.Encoder().encode
 
 
 class _Params(msgspec.Struct):
@@ -58,6 +81,32 @@ class _Request(msgspec.Struct):
 
 
 _request = msgspec.json.Decoder(_Request)
+
+
+class _InitializeParams(msgspec.Struct):
+    capabilities: dict[str, msgspec.Raw] = {}
+
+
+class _Initialize(msgspec.Struct):
+    method: str = ""
+    params: _InitializeParams | None = None
+
+
+_initialize = msgspec.json.Decoder(_Initialize)
+
+
+def declared(body: bytes) -> frozenset[str] | None:
+    """The client capabilities an ``initialize`` request body declares (by name); ``None`` if the body is not one
+    (another method, a batch, not JSON)."""
+    try:
+        request = _initialize.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if request.method != "initialize":
+        return None
+    return frozenset(() if request.params is None else request.params.capabilities)
+
+
 # The _meta keys that ask for messages on the request's own stream.
 STREAMED_META: Final = frozenset({"progressToken", "io.modelcontextprotocol/logLevel"})
 
@@ -72,7 +121,7 @@ def streams(body: bytes) -> bool:
     return meta is not None and meta.meta is not None and not STREAMED_META.isdisjoint(meta.meta)
 
 
-async def _peeked(receive: Receive, cap: int) -> tuple[bytes, bool, Receive]:
+async def peeked(receive: Receive, cap: int) -> tuple[bytes, bool, Receive]:
     """Read a request's body (stopping past ``cap`` bytes): the bytes read, whether that was all of it, and a
     ``receive`` that hands the same messages on, then the rest."""
     read: list[Message] = []
@@ -102,24 +151,129 @@ def accepts_both(accept: bytes) -> bool:
     return bool(kinds & {b"application/json", b"application/*"}) and bool(kinds & {b"text/event-stream", b"text/*"})
 
 
+class Answer:
+    """One request's answer through a JSON-mode manager: its JSON body as it comes, or, once something must go
+    before it (a ping, a message for the request's client), an event stream that the JSON answer ends.
+
+    Every write goes through one lock, in the order asked; nothing goes ahead of
+    an answer already started.
+    """
+
+    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        """``headers``: added to the event stream's head (a 2025 session's ``Mcp-Session-Id``, as the SDK sends)."""
+        self._send = send
+        self._head = [*SSE_HEADERS, *(headers or [])]
+        self._lock = asyncio.Lock()
+        self._held: list[bytes] = []
+        # The JSON answer's head went out; the answer went as an event stream; the stream has ended.
+        self.started = self.committed = self.ended = False
+
+    async def _write(self, chunk: bytes) -> bool:
+        async with self._lock:
+            if self.started or self.ended:
+                return False  # the JSON answer is on its way (or gone): too late for anything before it
+            if not self.committed:
+                self.committed = True
+                await self._send({"type": "http.response.start", "status": 200, "headers": self._head})
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+            return True
+
+    async def event(self, message: bytes) -> bool:
+        """Send one JSON-RPC ``message`` before the answer, as an event; False if the answer had started."""
+        return await self._write(b"event: message\r\ndata: " + message + b"\r\n\r\n")
+
+    async def ping(self) -> bool:
+        return await self._write(PING)
+
+    async def __call__(self, message: Message) -> None:
+        """The handler's ``send``."""
+        async with self._lock:
+            if not self.committed:
+                self.started = True
+                await self._send(message)
+            elif message["type"] == "http.response.body":
+                # The JSON answer as the stream's last event (what SSE mode sends last).
+                self._held.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self.ended = True
+                    await self._send(
+                        {
+                            "type": "http.response.body",
+                            "body": b"event: message\r\ndata: " + b"".join(self._held) + b"\r\n\r\n",
+                            "more_body": False,
+                        }
+                    )
+
+
+class _StreamedSession:
+    """A request's SDK session whose messages for that request go on its :class:`Answer`; the rest as before."""
+
+    def __init__(self, session: ServerSession, answer: Answer, token: types.ProgressToken | None) -> None:
+        self._session = session
+        self._answer = answer
+        self._token = token
+
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        # As the SDK's own: nothing unless the request gave a token, then that token.
+        if self._token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self._token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self._answer.event(_encode({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}))
+
+    async def send_notification(
+        self, notification: types.ServerNotification, related_request_id: types.RequestId | None = None
+    ) -> None:
+        if related_request_id is None:
+            await self._session.send_notification(notification)
+            return
+        data = notification.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self._answer.event(_encode({"jsonrpc": "2.0", **data}))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+def streamed(ctx: ServerRequestContext[Any, Any]) -> ServerRequestContext[Any, Any]:
+    """``ctx``, its session writing the request's own messages (progress, request-scoped notifications) on the
+    request's :class:`Answer` when it came this way (JSON mode would drop them); as it is otherwise."""
+    scope = getattr(ctx.request, "scope", None)
+    answer = scope.get(ANSWER_KEY) if isinstance(scope, dict) else None
+    if not isinstance(answer, Answer):
+        return ctx
+    session = _StreamedSession(ctx.session, answer, progress_token_from_params(ctx.params))
+    return dataclasses.replace(ctx, session=cast(ServerSession, session))
+
+
 async def serve_fast(
-    handle: ASGIApp, scope: Scope, receive: Receive, send: Send, *, streamed: ASGIApp | None = None, cap: int = 0
+    handle: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    streamed: ASGIApp | None = None,
+    cap: int = 0,
+    headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    """Serve one stateless request through ``handle`` (a JSON-mode manager's), as SSE mode would answer it.
+    """Serve one request through ``handle`` (a JSON-mode manager's), as SSE mode would answer it.
 
     With ``streamed`` (the SDK-mode manager's handler): a body of at most
     ``cap`` bytes that asks for messages on its stream (:func:`streams`)
-    goes there instead.
+    goes there instead. ``headers`` go on the head of an event stream.
     """
     if streamed is not None:
-        body, whole, receive = await _peeked(receive, cap)
+        body, whole, receive = await peeked(receive, cap)
         if whole and streams(body):
             await streamed(scope, receive, send)
             return
     loop = asyncio.get_running_loop()
     gone: asyncio.Future[None] = loop.create_future()
     watching: list[asyncio.Task[None]] = []
-    committed = started = False
+    answer = Answer(send, headers)
+    scope[ANSWER_KEY] = answer
 
     async def watch() -> None:
         # After the body: the next message uvicorn has for this request is its disconnect.
@@ -137,33 +291,13 @@ async def serve_fast(
             watching.append(asyncio.ensure_future(watch()))
         return message
 
-    async def answer(message: Message) -> None:
-        nonlocal started
-        if not committed:
-            started = True
-            await send(message)
-        elif message["type"] == "http.response.body":
-            # The JSON answer as the stream's one event (what SSE mode sends last).
-            body = message.get("body", b"")
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": b"event: message\r\ndata: " + body + b"\r\n\r\n",
-                    "more_body": False,
-                }
-            )
-
     handler = asyncio.ensure_future(handle(scope, body_then_watch, answer))
     try:
         waiting: set[asyncio.Future[None]] = {handler, gone}
         done, _ = await asyncio.wait(waiting, timeout=SSE_WINDOW, return_when=asyncio.FIRST_COMPLETED)
-        if not done and not started:
-            committed = True
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-            while not done:
-                await send({"type": "http.response.body", "body": PING, "more_body": True})
-                done, _ = await asyncio.wait(waiting, timeout=SSE_WINDOW, return_when=asyncio.FIRST_COMPLETED)
-        elif not done:
+        while not done and await answer.ping():
+            done, _ = await asyncio.wait(waiting, timeout=SSE_WINDOW, return_when=asyncio.FIRST_COMPLETED)
+        if not done:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if not handler.done():
             # The client went away: its call is cancelled, as in SSE mode.
@@ -176,4 +310,17 @@ async def serve_fast(
             task.cancel()
 
 
-__all__ = ["FAST_METHODS", "SSE_HEADERS", "SSE_WINDOW", "STREAMED_META", "accepts_both", "serve_fast", "streams"]
+__all__ = [
+    "ANSWER_KEY",
+    "FAST_METHODS",
+    "SSE_HEADERS",
+    "SSE_WINDOW",
+    "STREAMED_META",
+    "Answer",
+    "accepts_both",
+    "declared",
+    "peeked",
+    "serve_fast",
+    "streamed",
+    "streams",
+]

@@ -12,7 +12,9 @@ core hands it the call's progress as the worker coalesced it
 ``ServerSession.report_progress`` of that request, which puts the client's
 own token on it and writes it on the request's stream (a 2025 session's
 POST stream, a 2026-07-28 request's event stream: :mod:`.fastpath` sends
-such a request the SDK's streaming way).
+such a request the SDK's streaming way). A 2025 session held in JSON mode
+(:mod:`.routes`) gets them on its POST's answer too, which
+:func:`.fastpath.streamed` turns into an event stream for them.
 
 Logging (``notifications/message``): ``logging`` is advertised on an
 endpoint when one of its servers declares it (:class:`ProxyServer`). Who
@@ -80,6 +82,7 @@ from ..client.relay import Listener
 from ..connection.live import MCPConnection
 from ._http import UNAVAILABLE
 from .access import Access
+from .fastpath import streamed
 from .notify import ListChangedServer
 from .principals import principal_of
 from .sessions import Sessions
@@ -734,7 +737,9 @@ async def relayed(
 ) -> AsyncIterator[ClientRelay]:
     """The relay for one request of ``principal`` to ``backend``; what it holds is sent before the block's answer
     goes, and dropped if the block fails."""
-    relay = ClientRelay(proxy, ctx, backend, principal)
+    # A request answered through .fastpath (a JSON-mode session's) writes its own messages on its answer, which
+    # they turn into an event stream; the SDK's JSON mode would drop them.
+    relay = ClientRelay(proxy, streamed(ctx), backend, principal)
     try:
         yield relay
     except BaseException:

@@ -19,12 +19,22 @@ the SDK would serve it without looking at the id). What passes is an
 :class:`McpRequest`, the facts admission (:mod:`.admission`) and dispatch
 read.
 
-Dispatch (:meth:`Routes.dispatch`): a 2026-07-28 ``tools/call`` or
-``tools/list`` goes to the endpoint's JSON-mode session manager through
-:mod:`.fastpath`; a request that may open a 2025 session goes through the
-opening watch the gateway gives (the session id the SDK answers is recorded
-for its token); a session's request is counted in :mod:`.sessions` while in
-flight, and a ``DELETE`` the SDK accepted ends the session's servers.
+Dispatch (:meth:`Routes.dispatch`): each endpoint has two session
+managers on one Server, one in the SDK's default (SSE) mode and one in JSON
+mode. A 2026-07-28 ``tools/call`` or ``tools/list`` goes to the JSON-mode one
+through :mod:`.fastpath`. A request that may open a 2025 session goes
+through the opening watch the gateway gives (the session id the SDK
+answers is recorded for its token), to the manager its client's
+``initialize`` chose: a client that declares a capability a server may ask
+of it mid-call (:data:`ASKED`: sampling, elicitation, roots) gets the
+SSE-mode manager, since JSON mode cannot carry such a request; any other
+client's session lives in the JSON-mode manager, and its POSTs go through
+:mod:`.fastpath` (one JSON body per answer, an event stream only when
+something must go first). :mod:`.sessions` remembers which manager holds
+each session, so every later request, GET stream and DELETE goes there; an
+id it does not hold goes to the SSE-mode manager, which answers it as any
+unknown session. A session's request is counted in :mod:`.sessions` while
+in flight, and a ``DELETE`` the SDK accepted ends the session's servers.
 """
 
 from __future__ import annotations
@@ -40,11 +50,12 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ._http import RpcRefusal, answered
 from .access import Access
-from .fastpath import FAST_METHODS, accepts_both, serve_fast
+from .fastpath import FAST_METHODS, accepts_both, declared, peeked, serve_fast
+from .relay import SERVER_REQUESTS
 from .sessions import Sessions
 from .upstreams import Upstream
 
@@ -58,6 +69,10 @@ METHOD_HEADER: Final = b"mcp-method"
 # reads the first of each, so a request that sends one twice is refused.
 ONCE: Final = frozenset({SESSION_HEADER, VERSION_HEADER})
 LISTEN: Final = b"subscriptions/listen"
+# The client capabilities that let a server ask the client something in the
+# middle of a call (.relay): a session whose client declares one of them
+# lives in the SSE-mode manager.
+ASKED: Final = frozenset(SERVER_REQUESTS.values())
 
 
 def endpoints(servers: list[str]) -> dict[str, str | None]:
@@ -139,9 +154,29 @@ class McpRequest:
         return self.stateless and self.mcp_method in FAST_METHODS and accepts_both(self.accept)
 
 
+class Opener:
+    """The handler of a request that may open a 2025 session: an ``initialize`` POST's body is read to choose the
+    endpoint's manager (the module's rule), and :attr:`json_mode` says which it chose (once it has)."""
+
+    def __init__(self, sse: StreamableHTTPSessionManager, json: StreamableHTTPSessionManager, accept: bytes) -> None:
+        self._sse = sse
+        self._json = json
+        self._accept = accept
+        self.json_mode = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        manager = self._sse
+        if scope["method"] == "POST" and accepts_both(self._accept):
+            body, whole, receive = await peeked(receive, self._json.max_request_body_size)
+            capabilities = declared(body) if whole else None
+            if capabilities is not None and capabilities.isdisjoint(ASKED):
+                manager, self.json_mode = self._json, True
+        await manager.handle_request(scope, receive, send)
+
+
 # The opening watch (:meth:`.admission.Admission.opening`): serves a request that may open a 2025 session
-# through the handler, recording the id the SDK answers.
-Opening = Callable[[ASGIApp, Scope, Receive, Send, McpRequest], Awaitable[None]]
+# through the opener, recording the id the SDK answers (and the manager that holds it).
+Opening = Callable[[Opener, Scope, Receive, Send, McpRequest], Awaitable[None]]
 
 
 class Routes:
@@ -158,7 +193,8 @@ class Routes:
         opening: Opening,
     ) -> None:
         """``managers``: by endpoint path, its manager in the SDK's default (SSE) mode and its JSON-mode one on
-        the same Server; ``opening``: the watch a request that may open a session is served through."""
+        the same Server; ``opening``: the watch a request that may open a session is served through (its
+        :class:`Opener` chooses the manager)."""
         self._upstreams = upstreams
         self._access = access
         self._sessions = sessions
@@ -255,24 +291,29 @@ class Routes:
                 cap=fast.max_request_body_size,
             )
         elif request.session is not None:
-            await self._in_session(manager, request.session, scope, receive, send)
+            await self._in_session(request, request.session, scope, receive, send)
         elif request.handshake:
-            await self._opening(manager.handle_request, scope, receive, send, request)
+            opener = Opener(manager, self.fast[request.path], request.accept)
+            await self._opening(opener, scope, receive, send, request)
         else:
             await manager.handle_request(scope, receive, send)
 
-    async def _in_session(
-        self, manager: StreamableHTTPSessionManager, session: str, scope: Scope, receive: Receive, send: Send
-    ) -> None:
+    async def _in_session(self, request: McpRequest, session: str, scope: Scope, receive: Receive, send: Send) -> None:
+        json_mode = self._sessions.json_mode(session)
+        manager = (self.fast if json_mode else self.managers)[request.path]
         # Every request of a session is seen (its GET stream for as long as it
         # is open): the table forgets a session as the SDK expires it.
         self._sessions.began(session)
         ended = False
         try:
-            if scope["method"] == "DELETE":
+            if request.method == "DELETE":
                 # Only a DELETE the SDK accepted ends the session: another
                 # token's gets the 404 of an unknown session and ends nothing.
                 ended = 200 <= await answered(manager.handle_request, scope, receive, send) < 300
+            elif json_mode and request.method == "POST" and accepts_both(request.accept):
+                # JSON, or an event stream once something must go before the answer (.fastpath).
+                header = [(SESSION_HEADER, session.encode("latin-1"))]
+                await serve_fast(manager.handle_request, scope, receive, send, headers=header)
             else:
                 await manager.handle_request(scope, receive, send)
         finally:
@@ -284,6 +325,7 @@ class Routes:
 
 
 __all__ = [
+    "ASKED",
     "HEALTH",
     "LISTEN",
     "METHOD_HEADER",
@@ -293,6 +335,7 @@ __all__ = [
     "SESSION_HEADER",
     "VERSION_HEADER",
     "McpRequest",
+    "Opener",
     "Opening",
     "Routes",
     "endpoints",

@@ -11,7 +11,10 @@ changes) is made or found for an id the SDK did not issue to that token:
   for this owner (the token's line in the token file; ``None`` without tokens);
 - :meth:`Sessions.owned`: the session, if the SDK opened it for this owner;
   an id sent by another token, forged, expired or sent under 2026-07-28
-  (which has no sessions) gets ``None``, and ``None`` holds nothing.
+  (which has no sessions) gets ``None``, and ``None`` holds nothing;
+- :meth:`Sessions.json_mode`: which of the endpoint's two session managers
+  holds it (:mod:`.routes` decides at its ``initialize``, by what the client
+  declared), so that each later request, GET stream and DELETE goes there.
 
 Lifecycle: a session is forgotten on a ``DELETE`` the SDK accepted, and
 after the session idle time with no request in flight, the SDK's own
@@ -32,10 +35,12 @@ from mcp.server.session import ServerSession
 class HttpSession:
     """One session the SDK opened: its owner, its requests in flight, and where it hears of changes."""
 
-    __slots__ = ("in_flight", "listener", "only", "owner", "path", "principal", "seen")
+    __slots__ = ("in_flight", "json_mode", "listener", "only", "owner", "path", "principal", "seen")
 
-    def __init__(self, owner: str | None, principal: str = "", path: str = "") -> None:
+    def __init__(self, owner: str | None, principal: str = "", path: str = "", *, json_mode: bool = False) -> None:
         self.owner = owner
+        # Held by the endpoint's JSON-mode manager (else its SSE-mode one).
+        self.json_mode = json_mode
         # Its principal and the endpoint it was opened on.
         self.principal = principal
         self.path = path
@@ -54,16 +59,29 @@ class Sessions:
         self._idle = idle
         self._table: dict[str, HttpSession] = {}
 
-    def opened(self, session_id: str, owner: str | None, principal: str = "", path: str = "") -> None:
+    def opened(
+        self, session_id: str, owner: str | None, principal: str = "", path: str = "", *, json_mode: bool = False
+    ) -> None:
         """The SDK answered an opening request on ``path`` with ``session_id``, a session of ``owner``'s (a token
-        of ``principal``'s)."""
+        of ``principal``'s), held by the endpoint's JSON-mode manager if ``json_mode``."""
         self.prune()
-        self._table[session_id] = HttpSession(owner, principal, path)
+        self._table[session_id] = HttpSession(owner, principal, path, json_mode=json_mode)
+
+    def json_mode(self, session_id: str) -> bool:
+        """Whether ``session_id`` is held by its endpoint's JSON-mode manager; an id the table does not hold is
+        not (the SSE-mode manager answers it, as it answers any id it does not know)."""
+        entry = self._table.get(session_id)
+        return entry is not None and entry.json_mode
 
     def held(self, principal: str, path: str) -> int:
         """How many sessions ``principal`` holds open on the endpoint ``path``."""
         self.prune()
         return sum(1 for e in self._table.values() if e.principal == principal and e.path == path)
+
+    def on(self, path: str) -> int:
+        """How many sessions the endpoint ``path`` holds open."""
+        self.prune()
+        return sum(1 for e in self._table.values() if e.path == path)
 
     def owned(self, session_id: str | None, owner: str | None) -> HttpSession | None:
         """The session ``session_id`` if the SDK opened it for ``owner``; ``None`` for any other id."""

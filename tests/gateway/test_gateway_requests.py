@@ -71,20 +71,24 @@ class Asked:
         return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///work", name="work")])
 
 
+EVERY = ("sampling", "elicitation", "roots")
+
+
 @asynccontextmanager
-async def client(url: str, token: str, asked: Asked | None) -> AsyncIterator[Any]:
-    """The SDK's client (2025 session); with ``asked``, it declares sampling, elicitation and roots."""
+async def client(url: str, token: str, asked: Asked | None, declares: tuple[str, ...] = EVERY) -> AsyncIterator[Any]:
+    """The SDK's client (2025 session); with ``asked``, it declares the capabilities ``declares`` names."""
     import httpx2
     from mcp.client.client import Client
     from mcp.client.streamable_http import streamable_http_client
 
     callbacks: dict[str, Any] = {}
     if asked is not None:
-        callbacks = {
-            "sampling_callback": asked.sampling,
-            "elicitation_callback": asked.elicitation,
-            "list_roots_callback": asked.roots,
+        every = {
+            "sampling": ("sampling_callback", asked.sampling),
+            "elicitation": ("elicitation_callback", asked.elicitation),
+            "roots": ("list_roots_callback", asked.roots),
         }
+        callbacks = dict(every[name] for name in declares)
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx2.AsyncClient(headers=headers, timeout=RELAY_WAIT) as http:
         async with Client(streamable_http_client(url, http_client=http), mode="legacy", **callbacks) as c:
@@ -114,6 +118,28 @@ def test_a_servers_sampling_elicitation_and_roots_during_a_call_are_asked_of_tha
     got, asked = run(main())
     assert got == ["sampled: alice's model", "accept alice's answer", "file:///work"]
     assert asked == ["sampling write a haiku", "elicitation your name?", "roots"]
+
+
+@pytest.mark.parametrize("declares", EVERY)
+def test_a_client_declaring_one_capability_still_gets_a_servers_request_for_it_mid_call(
+    gateway: Serve, declares: str
+) -> None:
+    # Its session lives in the SDK's SSE-mode manager (the gateway's JSON mode
+    # cannot carry a request to the client in the middle of a call).
+    tool, arguments, want = {
+        "sampling": ("sample", {"prompt": "a limerick"}, "sampled: alice's model"),
+        "elicitation": ("elicit", {"message": "your name?"}, "accept alice's answer"),
+        "roots": ("roots", {}, "file:///work"),
+    }[declares]
+
+    async def main() -> tuple[str, list[str]]:
+        asked = Asked("alice")
+        async with client(f"{gateway.base}/servers/mine/mcp", ALICE, asked, (declares,)) as c:
+            return _text(await c.call_tool(tool, arguments)), asked.asked
+
+    got, asked = run(main())
+    assert got == want
+    assert [a.split()[0] for a in asked] == [declares]
 
 
 def test_a_client_that_did_not_declare_the_capability_is_not_asked_and_the_server_is_told_which(

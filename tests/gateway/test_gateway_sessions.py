@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from _gateway import IDLE_EXPIRY_WAIT, INITIALIZE, OTHER_TOKEN, Serve, sdk_client
+from _gateway import IDLE_EXPIRY_WAIT, INITIALIZE, OTHER_TOKEN, Serve, answer, sdk_client
 from _gateway import gateway as gateway  # the fixture: one gateway shared by the modules that import it
 from _gateway import mcp_post as _mcp_post
 from _gateway import pid_of as _pid
@@ -44,15 +44,14 @@ def test_a_session_answers_only_to_the_token_that_opened_it(gateway: Serve) -> N
         )
 
     def pid() -> int:
-        # The session's own per-session server (an SSE answer: one message event).
+        # The session's own per-session server.
         answered = _mcp_post(
             gateway,
             {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ps__pid", "arguments": {}}},
             authorization=mine,
             **{"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"},
         )
-        data = next(line for line in answered.text.splitlines() if line.startswith("data:"))
-        return int(json.loads(json.loads(data[5:])["result"]["content"][0]["text"])["pid"])
+        return int(json.loads(answer(answered)["result"]["content"][0]["text"])["pid"])
 
     held = pid()
     # The other token is let in (it is valid) but the session is not its own:
@@ -70,6 +69,37 @@ def test_a_session_answers_only_to_the_token_that_opened_it(gateway: Serve) -> N
         httpx.delete(gateway.url, headers={"authorization": mine, "mcp-session-id": session}, timeout=30).status_code
         == 200
     )
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "kind"),
+    [({}, "application/json"), ({"sampling": {}}, "text/event-stream"), ({"roots": {}}, "text/event-stream")],
+)
+def test_a_2025_sessions_plain_call_is_one_json_body_unless_its_client_declared_a_capability_a_server_may_ask_of(
+    gateway: Serve, capabilities: dict[str, Any], kind: str
+) -> None:
+    # A client a server may ask something mid-call (sampling, elicitation,
+    # roots) keeps the SDK's event stream, which can carry the request; any
+    # other gets one JSON body, as cheap as mcp-proxy's answer.
+    auth = {"authorization": gateway.headers["Authorization"]}
+    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": capabilities}}
+    opened = _mcp_post(gateway, initialize, **auth)
+    assert opened.status_code == 200, opened.text
+    assert opened.headers["content-type"].startswith(kind), opened.headers
+    session = {**auth, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "raw__echo", "arguments": {"text": "j"}},
+    }
+    try:
+        answered = _mcp_post(gateway, call, **session)
+        assert answered.status_code == 200, answered.text
+        assert answered.headers["content-type"].startswith(kind), answered.headers
+        assert answer(answered)["result"]["content"][0]["text"] == "j"
+    finally:
+        assert httpx.delete(gateway.url, headers=session, timeout=30).status_code == 200
 
 
 def test_per_session_servers_are_one_per_session_capped_and_closed_when_the_session_ends(gateway: Serve) -> None:
