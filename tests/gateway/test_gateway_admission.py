@@ -23,8 +23,8 @@ HANDSHAKE = "2025-11-25"
 MODERN = "2026-07-28"
 
 
-def _admission() -> Admission:
-    sessions = Sessions(idle=60.0)
+def _admission(sessions: Sessions | None = None) -> Admission:
+    sessions = sessions if sessions is not None else Sessions(idle=60.0)
     admission = Admission(
         {},
         access=Access(None),
@@ -78,3 +78,22 @@ def test_a_drain_waits_for_the_calls_in_flight_and_says_whether_they_ended() -> 
 
     # Cut short while the call runs; still waiting 50 ms later; done once it ends.
     assert run(main()) == (False, False, True)
+
+
+def test_the_session_cap_counts_the_sessions_of_both_managers_together() -> None:
+    # Each of an endpoint's two session managers checks --max-http-sessions
+    # alone; a session of either counts against the endpoint's one cap.
+    sessions = Sessions(idle=60.0)
+    admission = _admission(sessions)
+    for n in range(3):
+        sessions.opened(f"s{n}", None, "default", "/mcp", json_mode=n % 2 == 0)
+    assert run(admission.admit(_request(session=None, version=HANDSHAKE))) is None
+    sessions.opened("s3", None, "default", "/mcp", json_mode=False)
+    refused = run(admission.admit(_request(session=None, version=HANDSHAKE)))
+    assert refused is not None and refused.status == 503 and "its cap (--max-http-sessions)" in refused.message
+    # Another endpoint's sessions are its own; a 2026-07-28 request opens none.
+    sessions.forget("s0")
+    sessions.opened("other", None, "default", "/servers/x/mcp", json_mode=True)
+    assert run(admission.admit(_request(session=None, version=HANDSHAKE))) is None
+    sessions.opened("s0", None, "default", "/mcp", json_mode=True)
+    assert run(admission.admit(_request(session=None, version=MODERN, mcp_method=b"tools/call"))) is None
