@@ -928,6 +928,31 @@ MUTANTS: Final = [
         tests=("tests/protocol/test_timers.py",),
         why="one call's timeout that raises leaves every other call's deadline (or backstop) unfired",
     ),
+    Mutant(
+        name="gateway-every-session-json",
+        path="lovia_mcp/gateway/routes.py",
+        old="            if capabilities is not None and capabilities.isdisjoint(ASKED):",
+        new="            if capabilities is not None:",
+        tests=(
+            "tests/gateway/test_gateway_requests.py::test_a_client_declaring_one_capability_still_gets_a_servers_"
+            "request_for_it_mid_call",
+        ),
+        why="a 2025 session whose client declared sampling, elicitation or roots lives in JSON mode, which cannot "
+        "carry the server's request to it mid-call",
+    ),
+    Mutant(
+        name="gateway-2025-stream-dropped",
+        path="lovia_mcp/gateway/relay.py",
+        old="relay = ClientRelay(proxy, streamed(ctx), backend, principal)",
+        new="relay = ClientRelay(proxy, ctx, backend, principal)",
+        tests=(
+            "tests/gateway/test_gateway_relay.py::test_a_calls_progress_reaches_the_client_that_made_it_in_both_"
+            "eras_on_both_endpoints",
+            "tests/gateway/test_gateway_relay.py::test_a_2025_sessions_call_gets_the_servers_log_messages_on_its_"
+            "own_stream",
+        ),
+        why="a 2025 session's call answered in JSON mode loses its progress and log messages (the SDK drops them)",
+    ),
 ]
 
 
