@@ -12,7 +12,7 @@ agent's ``sys.path`` and interpreter flags, stdin on ``/dev/null``; it
 imports the preload list, then waits on a *control* socket pair. Whenever
 it has nothing else to do it forks the next worker ahead of its request (an
 *idle* worker, about 5.5 MB of unique memory; two, up to five after bursts
-of opens), so a worker's start is off the open's path; it announces each one
+of opens, or as many as :meth:`ForkServer.keep_idle` asks), so a worker's start is off the open's path; it announces each one
 joining that pool on the control socket, with the agent's ends of the
 worker's socket pair and of its status socket, and each one leaving it
 (:meth:`ForkServer.helper_pids`). An open takes an idle worker
@@ -238,6 +238,20 @@ class ForkServer:
             if self._ctrl is not None:
                 with contextlib.suppress(OSError):
                     self._ctrl.send(b"E", socket.MSG_DONTWAIT | _NOSIGNAL)
+        finally:
+            self._lock.release()
+
+    def keep_idle(self, count: int) -> None:
+        """Have the forkserver keep ``count`` (0 to 9) idle workers from now on, ending those over it; nothing if it
+        does not run. Never blocks: with the handle busy on another thread, nothing is sent."""
+        if not 0 <= count <= 9:
+            raise ValueError(f"keep_idle: {count} idle workers (0 to 9)")
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self._ctrl is not None:
+                with contextlib.suppress(OSError):
+                    self._ctrl.send(str(count).encode(), socket.MSG_DONTWAIT | _NOSIGNAL)
         finally:
             self._lock.release()
 
@@ -494,6 +508,11 @@ def run_ended() -> None:
     process_forkserver.run_ended()
 
 
+def keep_idle(count: int) -> None:
+    """The forkserver keeps ``count`` idle workers from now on (see :meth:`ForkServer.keep_idle`)."""
+    process_forkserver.keep_idle(count)
+
+
 def forkserver_pid() -> int | None:
     """The forkserver's pid, while it runs."""
     return process_forkserver.pid
@@ -511,6 +530,7 @@ __all__ = [
     "ForkServer",
     "forkserver_pid",
     "helper_pids",
+    "keep_idle",
     "process_forkserver",
     "run_began",
     "run_ended",

@@ -207,3 +207,42 @@ def test_the_forkserver_kills_what_a_sigkilled_worker_left_and_removes_its_cgrou
         assert agent.wait(REPORT_WAIT) == 0, agent.stderr.read().decode() if agent.stderr else ""
     finally:
         end_process(agent)
+
+
+@pytest.mark.timeout(60)
+def test_the_forkserver_keeps_as_many_idle_workers_as_the_agent_asks_ending_the_newest_over_it(
+    tmp_path: Path,
+) -> None:
+    # What `lovia-mcp serve` asks once every server is open and none opens
+    # another (one idle worker). The agent opens nothing here, so the pool
+    # grows to four only if asked, and shrinks to one only if the others end.
+    script = _agent_script(
+        tmp_path,
+        "    from lovia_mcp.client.forkserver import keep_idle, process_forkserver\n"
+        "    process_forkserver.ensure_running()\n"
+        "    keep_idle(4)\n"
+        f"    assert await asyncio.to_thread(process_forkserver.idle_pid, {REPORT_WAIT}, count=4)\n"
+        "    four = process_forkserver.idle_pids()\n"
+        "    keep_idle(1)\n"
+        "    import time\n"
+        f"    deadline = time.monotonic() + {REPORT_WAIT}\n"
+        "    while len(process_forkserver.idle_pids()) > 1 and time.monotonic() < deadline:\n"
+        f"        await asyncio.sleep({POLL})\n"
+        "    print(json.dumps({'four': four, 'one': process_forkserver.idle_pids()}), flush=True)\n"
+        "    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)\n",
+    )
+    agent = subprocess.Popen([PY, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert agent.stdout is not None and agent.stdin is not None
+        ready, _, _ = select.select([agent.stdout], [], [], 2 * REPORT_WAIT)
+        assert ready, "the agent process did not report its idle workers"
+        line = agent.stdout.readline()
+        assert line, agent.stderr.read().decode() if agent.stderr else ""
+        report = json.loads(line)
+        four, one = report["four"], report["one"]
+        assert len(four) == 4 and one == four[:1], report
+        # The ended ones exit (their pool socket closed) and are reaped.
+        alive, took = alive_after_sync(four[1:], LEFTOVERS_GONE)
+        assert alive == [], f"idle workers over the count still alive {took:.2f} s after: {alive}"
+    finally:
+        end_process(agent)

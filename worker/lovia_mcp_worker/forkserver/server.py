@@ -34,7 +34,9 @@ copy those pages while they wait. With no idle worker to take, the agent
 sends the byte on the control socket instead, with the worker's end of its
 socket pair, the forkserver's end of a status socket pair and its working
 directory, and the forkserver forks a worker for it; or it sends ``E``
-alone, when its last run has ended. The forkserver writes a worker's exit
+alone, when its last run has ended; or a digit alone, the number of idle
+workers to keep from now on (a gateway whose servers are all open keeps
+fewer: :meth:`_Pool.keep`). The forkserver writes a worker's exit
 code (negative: the signal) to its status socket once it has reaped it,
 preceded by its pid for a worker forked on request, each as
 :data:`~.protocol.FORKSERVER_STATUS`. When the control socket reaches EOF
@@ -143,6 +145,8 @@ def serve(ctrl_fd: int, preload: list[str]) -> None:
                         os.close(fd)
                     if msg == b"E":
                         pool.in_run = False
+                    elif msg.isdigit():
+                        pool.keep(int(msg))
                     continue
                 chan, st, *rest = fds
                 # The agent had no idle worker to take (see _Pool): one is forked for it.
@@ -219,6 +223,15 @@ class _Pool:
                 return 0
             return max(0.0, self._last_request + OPEN_WAIT - time.monotonic())
         return max(0.0, self._last_request + REFILL_QUIET - time.monotonic())
+
+    def keep(self, count: int) -> None:
+        """Keep ``count`` idle workers from now on (the agent's ``0`` to ``9``: a gateway whose servers are all
+        open asks for fewer), the newest over it ended; bursts of requests still grow the pool."""
+        self.target = count
+        while len(self.idle) > count:
+            idle = self.idle.pop()
+            _announce(self._ctrl, -idle.pid)
+            self._drop(idle, self._sel)  # its pool socket closed: it exits, and is reaped as any worker
 
     def socks(self) -> list[socket.socket]:
         return [i.sock for i in (*self.idle, *self.opening)]
