@@ -827,6 +827,54 @@ def _tree_cpu(pid: int) -> float:
     return sum(sum(p.cpu_times()[:2]) for p in _tree(pid))
 
 
+def _role(p: psutil.Process, top: int) -> str:
+    """What a process of a front's tree is: the front, lovia-mcp's forkserver (its child running the forkserver
+    module), a worker the forkserver forked (idle: no server under it yet), or the stdio server."""
+    if p.pid == top:
+        return "front"
+    try:
+        parent = p.parent()
+        if parent is None:
+            return "server"
+        if parent.pid == top:
+            return "forkserver" if "lovia_mcp_worker.forkserver" in " ".join(p.cmdline()) else "server"
+        if _role(parent, top) == "forkserver":
+            return "worker" if p.children() else "idle worker"
+    except psutil.Error:
+        pass
+    return "server"
+
+
+def _processes(pid: int) -> dict[int, tuple[str, float]]:
+    """Each process of the tree: its role and its user+system CPU seconds so far."""
+    return {p.pid: (_role(p, pid), sum(p.cpu_times()[:2])) for p in _tree(pid)}
+
+
+def _by_process(
+    pid: int, cpu_before: dict[int, tuple[str, float]], cpu_after: dict[int, tuple[str, float]], calls: int
+) -> list[dict[str, Any]]:
+    """The tree's processes now, by role: RSS and PSS, and the CPU each spent per call between the two readings."""
+    rows = []
+    for p in _tree(pid):
+        try:
+            info = p.memory_full_info()
+        except psutil.Error:
+            continue
+        role = cpu_after.get(p.pid, (_role(p, pid), 0.0))[0]
+        spent = cpu_after.get(p.pid, ("", 0.0))[1] - cpu_before.get(p.pid, ("", 0.0))[1]
+        rows.append(
+            {
+                "role": role,
+                "rss_mb": round(info.rss / 2**20, 1),
+                "pss_mb": round(info.pss / 2**20, 1),
+                "uss_mb": round(info.uss / 2**20, 1),
+                "cpu_us_per_call": round(spent / max(calls, 1) * 1e6, 1),
+            }
+        )
+    order = ["front", "forkserver", "worker", "idle worker", "server"]
+    return sorted(rows, key=lambda r: order.index(r["role"]))
+
+
 class Session:
     """A 2025 streamable HTTP session on one keep-alive connection; ``modern``: 2026-07-28 stateless requests."""
 
@@ -901,6 +949,10 @@ async def peers(calls: int, rounds: int, seconds: float) -> dict[str, Any]:
             latencies: dict[str, list[float]] = {n: [] for n in names}
             rates: dict[str, list[float]] = {n: [] for n in names}
             cpu: dict[str, list[float]] = {n: [] for n in names}
+            # Each window's per-process CPU readings (before, after) and its calls.
+            windows: dict[str, list[tuple[dict[int, tuple[str, float]], dict[int, tuple[str, float]], int]]] = {
+                n: [] for n in names
+            }
             one = {n: Session(*targets[n][:4]) for n in names}
             many = {n: [Session(*targets[n][:4]) for _ in range(PEER_SESSIONS)] for n in names}
             for n in names:
@@ -921,6 +973,7 @@ async def peers(calls: int, rounds: int, seconds: float) -> dict[str, Any]:
 
                 await asyncio.gather(*(s.resume() for s in many[n]))
                 pid = targets[n][4]
+                before = _processes(pid)
                 used = _tree_cpu(pid)
                 started = time.perf_counter()
                 tasks = [asyncio.ensure_future(loop(s)) for s in many[n]]
@@ -928,9 +981,11 @@ async def peers(calls: int, rounds: int, seconds: float) -> dict[str, Any]:
                 stop.set()
                 counted, elapsed = done[0], time.perf_counter() - started
                 spent = _tree_cpu(pid) - used
+                after = _processes(pid)
                 await asyncio.gather(*tasks)
                 rates[n].append(counted / elapsed)
                 cpu[n].append(spent / max(counted, 1))
+                windows[n].append((before, after, counted))
 
             for r in range(rounds):
                 # Alternating which goes first: neither always meets the other's leftovers.
@@ -954,10 +1009,13 @@ async def peers(calls: int, rounds: int, seconds: float) -> dict[str, Any]:
                 }
                 if n != "lovia-mcp-2026":  # the same tree as lovia-mcp's
                     rss, pss, count = _tree_memory(targets[n][4])
+                    # The window with the median rate: where each process's CPU went.
+                    middle = sorted(windows[n], key=lambda w: w[2])[len(windows[n]) // 2]
                     out[n] |= {
                         "tree_rss_mb": round(rss / 2**20, 1),
                         "tree_pss_mb": round(pss / 2**20, 1),
                         "tree_processes": count,
+                        "processes": _by_process(targets[n][4], *middle),
                     }
     finally:
         if peer is not None:
@@ -1017,7 +1075,19 @@ def _peers_markdown(figures: dict[str, Any]) -> str:
         f"| {theirs['tree_rss_mb']:.1f} MB ({theirs['tree_processes']}) | {ratio['tree_rss']:.2f} | <= 1.5 | (the same tree) |",
         f"| PSS of the whole tree after the load | {ours['tree_pss_mb']:.1f} MB | {theirs['tree_pss_mb']:.1f} MB "
         f"| {ratio['tree_pss']:.2f} | | (the same tree) |",
+        "",
+        f"Each tree by process, after the load (CPU: per call in the {PEER_SESSIONS}-session window with the median "
+        "rate; USS: the pages no other process shares).",
+        "",
+        "| front | process | RSS | PSS | USS | CPU per call |",
+        "|---|---|---|---|---|---|",
     ]
+    for front, figures_of in (("lovia-mcp serve", ours), ("mcp-proxy", theirs)):
+        for row in figures_of["processes"]:
+            lines.append(
+                f"| {front} | {row['role']} | {row['rss_mb']:.1f} MB | {row['pss_mb']:.1f} MB | {row['uss_mb']:.1f} MB "
+                f"| {row['cpu_us_per_call']:.0f} us |"
+            )
     return "\n".join(lines)
 
 
