@@ -953,6 +953,17 @@ MUTANTS: Final = [
         ),
         why="a 2025 session's call answered in JSON mode loses its progress and log messages (the SDK drops them)",
     ),
+    Mutant(
+        name="forkserver-keep-no-shrink",
+        path="worker/lovia_mcp_worker/forkserver/server.py",
+        old="        while len(self.idle) > count:",
+        new="        while False:",
+        tests=(
+            "tests/client/test_forkserver.py::test_the_forkserver_keeps_as_many_idle_workers_as_the_agent_asks_"
+            "ending_the_newest_over_it",
+        ),
+        why="serve's ask for fewer idle workers once its servers are open ends none: their memory stays",
+    ),
 ]
 
 
