@@ -943,8 +943,8 @@ MUTANTS: Final = [
     Mutant(
         name="gateway-2025-stream-dropped",
         path="lovia_mcp/gateway/relay.py",
-        old="relay = ClientRelay(proxy, streamed(ctx), backend, principal)",
-        new="relay = ClientRelay(proxy, ctx, backend, principal)",
+        old="            self._streamed = streamed(self._given)",
+        new="            self._streamed = self._given",
         tests=(
             "tests/gateway/test_gateway_relay.py::test_a_calls_progress_reaches_the_client_that_made_it_in_both_"
             "eras_on_both_endpoints",

@@ -194,12 +194,22 @@ class ClientRelay(Listener):
 
     def __init__(self, proxy: Proxy, ctx: ServerRequestContext[Any, Any], backend: Upstream, principal: str) -> None:
         self._proxy = proxy
-        self._ctx = ctx
+        self._given = ctx
+        self._streamed: ServerRequestContext[Any, Any] | None = None
         self._backend = backend
         self._principal = principal
         self._queue: collections.deque[Callable[[], Awaitable[None]]] = collections.deque(maxlen=HELD)
         self._sender: asyncio.Task[None] | None = None
         self.dropped = 0
+
+    @property
+    def _ctx(self) -> ServerRequestContext[Any, Any]:
+        # Made on first use: most calls hear nothing, and need no context of their own.
+        # A request answered through .fastpath (a JSON-mode session's) writes its own messages on its answer,
+        # which they turn into an event stream; the SDK's JSON mode would drop them.
+        if self._streamed is None:
+            self._streamed = streamed(self._given)
+        return self._streamed
 
     def progress(self, progress: float, total: float | None, message: str | None) -> None:
         self._put(lambda: self._ctx.session.report_progress(progress, total, message))
@@ -737,9 +747,7 @@ async def relayed(
 ) -> AsyncIterator[ClientRelay]:
     """The relay for one request of ``principal`` to ``backend``; what it holds is sent before the block's answer
     goes, and dropped if the block fails."""
-    # A request answered through .fastpath (a JSON-mode session's) writes its own messages on its answer, which
-    # they turn into an event stream; the SDK's JSON mode would drop them.
-    relay = ClientRelay(proxy, streamed(ctx), backend, principal)
+    relay = ClientRelay(proxy, ctx, backend, principal)
     try:
         yield relay
     except BaseException:
