@@ -827,6 +827,29 @@ def _tree_cpu(pid: int) -> float:
     return sum(sum(p.cpu_times()[:2]) for p in _tree(pid))
 
 
+# What each front imports, measured alone: (its python, [(what, statement)]).
+IMPORTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "lovia-mcp serve": (
+        PY,
+        [("python", ""), ("lovia", "import lovia"), ("mcp", "import mcp"), ("serve", "import lovia_mcp.gateway.serve")],
+    ),
+    "mcp-proxy": (
+        str(MCP_PROXY.parent / "python"),
+        [("python", ""), ("mcp", "import mcp"), ("mcp-proxy", "import mcp_proxy.__main__")],
+    ),
+}
+
+
+def _import_rss(python: str, statement: str) -> float:
+    """A fresh interpreter's RSS in MB after ``statement`` (an import): what a front pays before serving.
+
+    Read from /proc (VmRSS): the peak rusage reports would count the pages of the process it was forked from.
+    """
+    probe = f"{statement}\nprint(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS:')))"
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True, timeout=60).stdout
+    return round(int(out.split()[-1]) / 1024, 1)
+
+
 def _role(p: psutil.Process, top: int) -> str:
     """What a process of a front's tree is: the front, lovia-mcp's forkserver (its child running the forkserver
     module), a worker the forkserver forked (idle: no server under it yet), or the stdio server."""
@@ -1031,6 +1054,10 @@ async def peers(calls: int, rounds: int, seconds: float) -> dict[str, Any]:
         "tree_pss": round(ours["tree_pss_mb"] / theirs["tree_pss_mb"], 2),
     }
     out["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    out["imports_rss_mb"] = {
+        front: {what: _import_rss(python, statement) for what, statement in probes}
+        for front, (python, probes) in IMPORTS.items()
+    }
     return out
 
 
@@ -1088,6 +1115,11 @@ def _peers_markdown(figures: dict[str, Any]) -> str:
                 f"| {front} | {row['role']} | {row['rss_mb']:.1f} MB | {row['pss_mb']:.1f} MB | {row['uss_mb']:.1f} MB "
                 f"| {row['cpu_us_per_call']:.0f} us |"
             )
+    imports = "; ".join(
+        f"{front}'s python " + ", ".join(f"{what} {mb:.1f} MB" for what, mb in figures["imports_rss_mb"][front].items())
+        for front in IMPORTS
+    )
+    lines += ["", f"A fresh interpreter's RSS after each import alone: {imports}."]
     return "\n".join(lines)
 
 
