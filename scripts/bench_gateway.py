@@ -40,7 +40,8 @@ Three parts, each against real ``lovia-mcp serve`` processes on loopback:
    session, calls per second with 16 sessions, each whole process tree's CPU
    per call, and the RSS (and PSS) of each whole process tree (the proxy
    and its server; serve, its forkserver, workers and server) after the
-   load. A third column is the gateway's own 2026-07-28 stateless path (its
+   load, and each process's RSS, PSS, USS and CPU per call, and what a
+   fresh interpreter holds after each front's imports alone. A third column is the gateway's own 2026-07-28 stateless path (its
    JSON fast path; mcp-proxy's SDK has no such era), in the same rotation.
    ``--markdown FILE`` writes this part's table into ``FILE`` between its
    generated markers (docs/performance.md).
@@ -831,11 +832,16 @@ def _tree_cpu(pid: int) -> float:
 IMPORTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "lovia-mcp serve": (
         PY,
-        [("python", ""), ("lovia", "import lovia"), ("mcp", "import mcp"), ("serve", "import lovia_mcp.gateway.serve")],
+        [
+            ("nothing", ""),
+            ("lovia", "import lovia"),
+            ("mcp", "import mcp"),
+            ("serve", "import lovia_mcp.gateway.serve"),
+        ],
     ),
     "mcp-proxy": (
         str(MCP_PROXY.parent / "python"),
-        [("python", ""), ("mcp", "import mcp"), ("mcp-proxy", "import mcp_proxy.__main__")],
+        [("nothing", ""), ("mcp", "import mcp"), ("mcp-proxy", "import mcp_proxy.__main__")],
     ),
 }
 
@@ -1116,7 +1122,8 @@ def _peers_markdown(figures: dict[str, Any]) -> str:
                 f"| {row['cpu_us_per_call']:.0f} us |"
             )
     imports = "; ".join(
-        f"{front}'s python " + ", ".join(f"{what} {mb:.1f} MB" for what, mb in figures["imports_rss_mb"][front].items())
+        f"{front}'s python: "
+        + ", ".join(f"{what} {mb:.1f} MB" for what, mb in figures["imports_rss_mb"][front].items())
         for front in IMPORTS
     )
     lines += ["", f"A fresh interpreter's RSS after each import alone: {imports}."]
