@@ -56,6 +56,9 @@ from .workers import WorkerProcess, _read_pid
 # Bound on waiting for an idle forkserver to exit once its control socket is
 # closed (it exits at once; this only keeps the agent's exit bounded).
 FORKSERVER_EXIT_WAIT: Final = 1.0
+# Bound on waiting for the handle to tell the forkserver how many idle workers
+# to keep: another thread holds it only for a send or a read of announcements.
+KEEP_WAIT: Final = 5.0
 # No MSG_NOSIGNAL (macOS): Python ignores SIGPIPE unless the program changed it.
 _NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
 
@@ -117,6 +120,18 @@ class ForkServer:
             if pid is not None or ctrl is None or left <= 0:
                 return pid
             select.select([ctrl], [], [], left)
+
+    def idle_pids_at_most(self, count: int, wait: float) -> list[int]:
+        """The idle workers once at most ``count`` are left, or after ``wait`` seconds whatever their number."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                self._drain_idle()
+                pids, ctrl = list(self._idle), self._ctrl
+            left = deadline - time.monotonic()
+            if len(pids) <= count or ctrl is None or left <= 0:
+                return pids
+            select.select([ctrl], [], [], left)  # the forkserver announces each one it ends
 
     def _drain_idle(self) -> None:
         """Read what the forkserver announced: a pid joined the idle pool (with its sockets), ``-pid`` left it."""
@@ -241,17 +256,24 @@ class ForkServer:
         finally:
             self._lock.release()
 
-    def keep_idle(self, count: int) -> None:
-        """Have the forkserver keep ``count`` (0 to 9) idle workers from now on, ending those over it; nothing if it
-        does not run. Never blocks: with the handle busy on another thread, nothing is sent."""
+    def keep_idle(self, count: int) -> bool:
+        """Have the forkserver keep ``count`` (0 to 9) idle workers from now on, ending those over it.
+
+        Whether it was told: ``False`` when it does not run, or the handle
+        stayed busy on another thread for :data:`KEEP_WAIT` (it is held only
+        for a send or a read of what the forkserver announced).
+        """
         if not 0 <= count <= 9:
             raise ValueError(f"keep_idle: {count} idle workers (0 to 9)")
-        if not self._lock.acquire(blocking=False):
-            return
+        if not self._lock.acquire(timeout=KEEP_WAIT):
+            return False
         try:
-            if self._ctrl is not None:
-                with contextlib.suppress(OSError):
-                    self._ctrl.send(str(count).encode(), socket.MSG_DONTWAIT | _NOSIGNAL)
+            if self._ctrl is None:
+                return False
+            try:
+                return self._ctrl.send(str(count).encode(), socket.MSG_DONTWAIT | _NOSIGNAL) == 1
+            except OSError:
+                return False
         finally:
             self._lock.release()
 
@@ -508,9 +530,9 @@ def run_ended() -> None:
     process_forkserver.run_ended()
 
 
-def keep_idle(count: int) -> None:
-    """The forkserver keeps ``count`` idle workers from now on (see :meth:`ForkServer.keep_idle`)."""
-    process_forkserver.keep_idle(count)
+def keep_idle(count: int) -> bool:
+    """The forkserver keeps ``count`` idle workers from now on; whether it was told (see :meth:`ForkServer.keep_idle`)."""
+    return process_forkserver.keep_idle(count)
 
 
 def forkserver_pid() -> int | None:

@@ -259,7 +259,15 @@ async def run(ns: argparse.Namespace) -> int:
             if opened:
                 gateway.admission.ready = True
                 if all(b.served.session == "shared" for b in upstreams):
-                    forkserver.keep_idle(SHARED_IDLE_WORKERS)
+                    if await asyncio.to_thread(forkserver.keep_idle, SHARED_IDLE_WORKERS):
+                        logger.info(
+                            "idle workers kept: %d", SHARED_IDLE_WORKERS, extra={"idle_workers": SHARED_IDLE_WORKERS}
+                        )
+                    else:
+                        logger.warning(
+                            "the forkserver could not be told to keep fewer idle workers",
+                            extra={"idle_workers": SHARED_IDLE_WORKERS},
+                        )
                 print("ready", flush=True)
                 logger.info("ready")
                 waiting = asyncio.ensure_future(stop.wait())

@@ -229,3 +229,12 @@ def test_a_subscribed_session_hears_its_resources_updates_and_every_session_hear
     # b never subscribed: only the list changes.
     assert [type(m).__name__ for m in b] == ["ResourceListChangedNotification", "PromptListChangedNotification"]
     assert "SUBSCRIBE cat://note" in gateway.stderr() and "UNSUBSCRIBE cat://note" in gateway.stderr()
+
+
+def test_a_gateway_whose_servers_are_all_shared_tells_its_forkserver_to_keep_one_idle_worker(gateway: Serve) -> None:
+    # Every server here is shared and open: no open is to come but a crashed
+    # worker's replacement. That the forkserver then keeps that many is
+    # tests/client/test_forkserver.py's; this is that serve asks it.
+    kept = [line for line in gateway.stderr().splitlines() if "idle workers kept" in line]
+    print(kept)
+    assert len(kept) == 1 and kept[0].endswith("idle workers kept: 1"), kept

@@ -154,3 +154,11 @@ def test_a_per_session_server_refuses_a_sessionless_2026_request_with_a_hint(gat
     with pytest.raises(Exception) as caught:
         run(main())
     assert "belongs to no session" in repr(caught.value) and "Client(mode=" in repr(caught.value)
+
+
+def test_a_gateway_with_a_per_session_server_keeps_the_forkserver_s_idle_workers_for_its_opens(gateway: Serve) -> None:
+    # Its per-session servers open as sessions come: the idle workers are what
+    # makes those opens quick, so serve never asks for fewer.
+    log = gateway.stderr()
+    assert "lovia_mcp.gateway: ready" in log  # the log is read, and serve is past the point where it would ask
+    assert "idle workers kept" not in log
