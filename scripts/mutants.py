@@ -964,6 +964,17 @@ MUTANTS: Final = [
         ),
         why="serve's ask for fewer idle workers once its servers are open ends none: their memory stays",
     ),
+    Mutant(
+        name="serve-keeps-idle-workers-unasked",
+        path="lovia_mcp/gateway/serve.py",
+        old='                if all(b.served.session == "shared" for b in upstreams):',
+        new="                if False:",
+        tests=(
+            "tests/gateway/test_gateway_resources.py::test_a_gateway_whose_servers_are_all_shared_tells_its_"
+            "forkserver_to_keep_one_idle_worker",
+        ),
+        why="a gateway whose servers are all open and shared keeps idle workers no open will take",
+    ),
 ]
 
 
