@@ -790,16 +790,6 @@ MUTANTS: Final = [
         why="a call's progress stays in the gateway's log and never reaches the client that asked for it",
     ),
     Mutant(
-        name="fastpath-progress-unstreamed",
-        path="lovia_mcp/gateway/fastpath.py",
-        old="if whole and streams(body):",
-        new="if False:",
-        tests=(
-            "tests/gateway/test_gateway_relay.py::test_a_2026_call_asking_for_progress_is_answered_as_an_event_stream_carrying_its_own_token",
-        ),
-        why="a 2026-07-28 call asking for progress is answered in JSON mode, which drops every update",
-    ),
-    Mutant(
         name="relay-shared-any-principal",
         path="lovia_mcp/gateway/upstreams.py",
         old="return self._callers <= {principal}",

@@ -27,11 +27,10 @@ Who comes this way: every POST of a 2025 session that lives in the
 JSON-mode manager (its client declared none of the capabilities a server
 may ask of it mid-call: :func:`declared`, :mod:`.routes`), and a 2026-07-28
 ``tools/call`` or ``tools/list`` that accepts both media types (one that
-accepts no SSE is the SDK's to answer, with its 406). A 2026-07-28 request
-that asks for what a server says while it runs (a ``progressToken`` or a
-log level in its ``_meta``: :mod:`.relay`) goes to the SDK's streaming
-manager instead: its body is read first (at most the body cap) and handed
-on as it came.
+accepts no SSE is the SDK's to answer, with its 406). What a server says
+while the call runs for its client (progress, log messages: :mod:`.relay`)
+goes ahead of the answer on the same :class:`Answer`, which it turns into
+an event stream.
 
 Caveat: JSON mode cannot carry a request from the server to the client in
 the middle of a call (the SDK refuses ``send_request`` there: a JSON body
@@ -72,17 +71,6 @@ ANSWER_KEY: Final = "lovia_mcp.answer"
 _encode = msgspec.json.Encoder().encode
 
 
-class _Params(msgspec.Struct):
-    meta: dict[str, msgspec.Raw] | None = msgspec.field(name="_meta", default=None)
-
-
-class _Request(msgspec.Struct):
-    params: _Params | None = None
-
-
-_request = msgspec.json.Decoder(_Request)
-
-
 class _InitializeParams(msgspec.Struct):
     capabilities: dict[str, msgspec.Raw] = {}
 
@@ -105,20 +93,6 @@ def declared(body: bytes) -> frozenset[str] | None:
     if request.method != "initialize":
         return None
     return frozenset(() if request.params is None else request.params.capabilities)
-
-
-# The _meta keys that ask for messages on the request's own stream.
-STREAMED_META: Final = frozenset({"progressToken", "io.modelcontextprotocol/logLevel"})
-
-
-def streams(body: bytes) -> bool:
-    """Whether a request body asks for messages on its own stream (its ``_meta`` names a :data:`STREAMED_META`
-    key); a body that is not such JSON does not (the SDK answers it)."""
-    try:
-        meta = _request.decode(body).params
-    except (msgspec.DecodeError, RecursionError):
-        return False
-    return meta is not None and meta.meta is not None and not STREAMED_META.isdisjoint(meta.meta)
 
 
 async def peeked(receive: Receive, cap: int) -> tuple[bytes, bool, Receive]:
@@ -254,21 +228,12 @@ async def serve_fast(
     receive: Receive,
     send: Send,
     *,
-    streamed: ASGIApp | None = None,
-    cap: int = 0,
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     """Serve one request through ``handle`` (a JSON-mode manager's), as SSE mode would answer it.
 
-    With ``streamed`` (the SDK-mode manager's handler): a body of at most
-    ``cap`` bytes that asks for messages on its stream (:func:`streams`)
-    goes there instead. ``headers`` go on the head of an event stream.
+    ``headers`` go on the head of an event stream (:class:`Answer`).
     """
-    if streamed is not None:
-        body, whole, receive = await peeked(receive, cap)
-        if whole and streams(body):
-            await streamed(scope, receive, send)
-            return
     loop = asyncio.get_running_loop()
     gone: asyncio.Future[None] = loop.create_future()
     watching: list[asyncio.Task[None]] = []
@@ -315,12 +280,10 @@ __all__ = [
     "FAST_METHODS",
     "SSE_HEADERS",
     "SSE_WINDOW",
-    "STREAMED_META",
     "Answer",
     "accepts_both",
     "declared",
     "peeked",
     "serve_fast",
     "streamed",
-    "streams",
 ]

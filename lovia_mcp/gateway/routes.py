@@ -281,15 +281,7 @@ class Routes:
         """Serve an admitted request through its endpoint's session manager."""
         manager = self.managers[request.path]
         if request.fast:
-            fast = self.fast[request.path]
-            await serve_fast(
-                fast.handle_request,
-                scope,
-                receive,
-                send,
-                streamed=manager.handle_request,
-                cap=fast.max_request_body_size,
-            )
+            await serve_fast(self.fast[request.path].handle_request, scope, receive, send)
         elif request.session is not None:
             await self._in_session(request, request.session, scope, receive, send)
         elif request.handshake:
