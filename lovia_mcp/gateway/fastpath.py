@@ -44,13 +44,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Final, cast
 
 import mcp_types as types
 import msgspec
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
-from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # As the SDK's own SSE mode: a call that has not answered in this long gets
@@ -179,6 +179,16 @@ class Answer:
                     )
 
 
+def progress_token(params: Mapping[str, Any] | None) -> types.ProgressToken | None:
+    """The ``progressToken`` of a request's ``_meta``, ``None`` without one."""
+    match params:
+        # A bool is an int to Python; JSON's true is no token.
+        case {"_meta": {"progressToken": str() | int() as token}} if not isinstance(token, bool):
+            return token
+        case _:
+            return None
+
+
 class _StreamedSession:
     """A request's SDK session whose messages for that request go on its :class:`Answer`; the rest as before."""
 
@@ -218,7 +228,7 @@ def streamed(ctx: ServerRequestContext[Any, Any]) -> ServerRequestContext[Any, A
     answer = scope.get(ANSWER_KEY) if isinstance(scope, dict) else None
     if not isinstance(answer, Answer):
         return ctx
-    session = _StreamedSession(ctx.session, answer, progress_token_from_params(ctx.params))
+    session = _StreamedSession(ctx.session, answer, progress_token(ctx.params))
     return dataclasses.replace(ctx, session=cast(ServerSession, session))
 
 
@@ -284,6 +294,7 @@ __all__ = [
     "accepts_both",
     "declared",
     "peeked",
+    "progress_token",
     "serve_fast",
     "streamed",
 ]

@@ -82,7 +82,7 @@ from ..client.relay import Listener
 from ..connection.live import MCPConnection
 from ._http import UNAVAILABLE
 from .access import Access
-from .fastpath import streamed
+from .fastpath import progress_token, streamed
 from .notify import ListChangedServer
 from .principals import principal_of
 from .sessions import Sessions
@@ -733,12 +733,7 @@ def _matches(template: str, uri: str) -> bool:
 
 def wants_progress(params: Mapping[str, Any] | None) -> bool:
     """Whether a request's params ask for progress (a ``progressToken`` in its ``_meta``)."""
-    match params:
-        # A bool is an int to Python; JSON's true is no token.
-        case {"_meta": {"progressToken": str() | int() as token}} if not isinstance(token, bool):
-            return True
-        case _:
-            return False
+    return progress_token(params) is not None
 
 
 @contextlib.asynccontextmanager
