@@ -957,8 +957,8 @@ MUTANTS: Final = [
     Mutant(
         name="serve-keeps-idle-workers-unasked",
         path="lovia_mcp/gateway/serve.py",
-        old='                if all(b.served.session == "shared" for b in upstreams):',
-        new="                if False:",
+        old='all(b.served.session == "shared" for b in upstreams):',
+        new="False:",
         tests=(
             "tests/gateway/test_gateway_resources.py::test_a_gateway_whose_servers_are_all_shared_tells_its_"
             "forkserver_to_keep_one_idle_worker",

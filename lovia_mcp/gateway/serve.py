@@ -258,7 +258,8 @@ async def run(ns: argparse.Namespace) -> int:
             opened = await _open_all(upstreams, stop)
             if opened:
                 gateway.admission.ready = True
-                if all(b.served.session == "shared" for b in upstreams):
+                # No forkserver (every server in isolation "none", or no fork here): no idle workers to keep.
+                if forkserver.forkserver_pid() is not None and all(b.served.session == "shared" for b in upstreams):
                     if await asyncio.to_thread(forkserver.keep_idle, SHARED_IDLE_WORKERS):
                         logger.info(
                             "idle workers kept: %d", SHARED_IDLE_WORKERS, extra={"idle_workers": SHARED_IDLE_WORKERS}
