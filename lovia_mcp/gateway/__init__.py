@@ -24,8 +24,11 @@ without loading the SDK):
   each principal's share of the session cap), and the refusal if not;
 - ``_http``: the answers the gateway writes itself (its refusals as
   JSON-RPC errors);
-- ``fastpath``: a 2026-07-28 ``tools/call`` or ``tools/list`` answered in
-  the SDK's JSON mode, turned into an event stream only when it is slow;
+- ``fastpath``: a request answered in the SDK's JSON mode (a 2026-07-28
+  ``tools/call`` or ``tools/list``, every POST of a 2025 session whose client
+  declared none of sampling, elicitation and roots), turned into an event
+  stream only when something must go before the answer (progress, a log
+  message, a ping for a slow call);
 - ``principals``: the principal a request carries, whichever scheme named
   it, and each principal's share of a cap; ``access``: what each principal
   may list and call (the config's ``"gateway": {"access": ...}``); ``audit``: the
