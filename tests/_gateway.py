@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import selectors
 import signal
 import subprocess
@@ -444,6 +445,22 @@ class Heard:
         await asyncio.wait_for(self._changes.get(), wait)
 
 
+async def speak_while_held(answer: Path, speak: Path, serve: Serve, shows: str, wait: float) -> None:
+    """With a call held at the server on the FIFO ``answer``, let another call speak through the FIFO ``speak``;
+    once the gateway's log ``shows`` what came of it (the only witness while the held call runs), release
+    ``answer``."""
+    held = await asyncio.wait_for(asyncio.to_thread(os.open, answer, os.O_WRONLY), wait)
+    fd = await asyncio.wait_for(asyncio.to_thread(os.open, speak, os.O_WRONLY), wait)
+    os.write(fd, b"\n")
+    os.close(fd)
+    deadline = time.monotonic() + wait
+    while shows not in serve.stderr():
+        assert time.monotonic() < deadline, serve.stderr()
+        await asyncio.sleep(0.05)
+    os.write(held, b"\n")
+    os.close(held)
+
+
 __all__ = [
     "IDLE_EXPIRY_WAIT",
     "INITIALIZE",
@@ -473,4 +490,5 @@ __all__ = [
     "sdk_http_server",
     "server",
     "shared_by_module",
+    "speak_while_held",
 ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _gateway import MODERN_META, Serve, sdk_client, server, shared_by_module
+from _gateway import MODERN_META, Serve, sdk_client, server, shared_by_module, speak_while_held
 from conftest import run
 
 pytestmark = pytest.mark.timeout(120)
@@ -370,17 +369,8 @@ def test_a_shared_servers_words_reach_only_a_principal_that_alone_used_it_never_
             async with logging_client(url, _auth(BOB), bob_logs) as bob:
                 waiting = asyncio.ensure_future(bob.call_tool("wait", {"gate": str(answer)}))
                 # Bob's call is at the server (it opened the FIFO's read end).
-                held = await asyncio.wait_for(asyncio.to_thread(os.open, answer, os.O_WRONLY), RELAY_WAIT)
-                fd = await asyncio.wait_for(asyncio.to_thread(os.open, speak, os.O_WRONLY), RELAY_WAIT)
-                os.write(fd, b"\n")
-                os.close(fd)
                 # Only the gateway's log can tell the words arrived (while bob's call still runs).
-                deadline = time.monotonic() + RELAY_WAIT
-                while "alice's secret" not in principals.stderr():
-                    assert time.monotonic() < deadline, principals.stderr()
-                    await asyncio.sleep(0.05)
-                os.write(held, b"\n")
-                os.close(held)
+                await speak_while_held(answer, speak, principals, "alice's secret", RELAY_WAIT)
                 assert (await asyncio.wait_for(waiting, RELAY_WAIT)).content[0].text == "waited"
                 # Both have used it now: nobody hears it, bob's own words included.
                 await bob.call_tool("log", {"text": "bob now", "level": "warning"})

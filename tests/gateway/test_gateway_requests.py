@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _gateway import Serve, server, shared_by_module
+from _gateway import Serve, server, shared_by_module, speak_while_held
 from conftest import run
 
 pytestmark = pytest.mark.timeout(120)
@@ -171,17 +170,8 @@ def test_a_shared_servers_request_never_reaches_another_principals_client(gatewa
             async with client(url, BOB, bob_asked) as bob:
                 waiting = asyncio.ensure_future(bob.call_tool("wait", {"gate": str(answer)}))
                 # Bob's call is at the server (it opened the FIFO's read end).
-                held = await asyncio.wait_for(asyncio.to_thread(os.open, answer, os.O_WRONLY), RELAY_WAIT)
-                fd = await asyncio.wait_for(asyncio.to_thread(os.open, speak, os.O_WRONLY), RELAY_WAIT)
-                os.write(fd, b"\n")
-                os.close(fd)
                 # The server writes what came of its request to its stderr (the gateway's log).
-                deadline = time.monotonic() + RELAY_WAIT
-                while "LATER " not in gateway.stderr():
-                    assert time.monotonic() < deadline, gateway.stderr()
-                    await asyncio.sleep(0.05)
-                os.write(held, b"\n")
-                os.close(held)
+                await speak_while_held(answer, speak, gateway, "LATER ", RELAY_WAIT)
                 assert _text(await asyncio.wait_for(waiting, RELAY_WAIT)) == "waited"
         return alice_asked.asked, bob_asked.asked
 
