@@ -46,7 +46,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from lovia_mcp_worker.wire.messages import FORKSERVER_STATUS
@@ -110,28 +110,25 @@ class ForkServer:
 
     def idle_pid(self, wait: float = 0.0, *, count: int = 1) -> int | None:
         """The idle worker the next request gets; blocks up to ``wait`` seconds for ``count`` of them to be announced."""
-        deadline = time.monotonic() + wait
-        while True:
-            with self._lock:
-                self._drain_idle()
-                pid = next(iter(self._idle), None) if len(self._idle) >= count else None
-                ctrl = self._ctrl
-            left = deadline - time.monotonic()
-            if pid is not None or ctrl is None or left <= 0:
-                return pid
-            select.select([ctrl], [], [], left)
+        pids = self._idle_until(lambda n: n >= count, wait)
+        return pids[0] if len(pids) >= count and pids else None
 
     def idle_pids_at_most(self, count: int, wait: float) -> list[int]:
         """The idle workers once at most ``count`` are left, or after ``wait`` seconds whatever their number."""
+        return self._idle_until(lambda n: n <= count, wait)
+
+    def _idle_until(self, enough: Callable[[int], bool], wait: float) -> list[int]:
+        """The idle workers (oldest first) once their number is ``enough``, or after ``wait`` seconds; woken by
+        what the forkserver announces (a worker joining or leaving the pool)."""
         deadline = time.monotonic() + wait
         while True:
             with self._lock:
                 self._drain_idle()
                 pids, ctrl = list(self._idle), self._ctrl
             left = deadline - time.monotonic()
-            if len(pids) <= count or ctrl is None or left <= 0:
+            if enough(len(pids)) or ctrl is None or left <= 0:
                 return pids
-            select.select([ctrl], [], [], left)  # the forkserver announces each one it ends
+            select.select([ctrl], [], [], left)
 
     def _drain_idle(self) -> None:
         """Read what the forkserver announced: a pid joined the idle pool (with its sockets), ``-pid`` left it."""
